@@ -1,0 +1,1 @@
+"""kvcheck.gpu_kernels."""

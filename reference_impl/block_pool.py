@@ -1,0 +1,337 @@
+"""``BlockPool``: every physical block, the free queue and the prefix-cache map.
+
+Order rules (spec §3-§4), with Q the free queue, head first:
+
+* init: ``Q = [1, ..., N-1]``; block 0 is popped as the null block and never returned.
+* ``get_new_blocks(n)``: pop ``Q[:n]`` in order; each popped block loses its cache keys
+  (lazy eviction: a freed cached block stays a possible hit until it is popped).
+* ``touch(b)``: if ``ref_cnt(b) == 0`` remove b from Q; then ``ref_cnt += 1``.
+* ``free_blocks(F)`` for the blocks of F whose ``ref_cnt`` reaches 0, in F's order:
+  ``vllm-0.33``: ``Q = unhashed ++ Q ++ hashed``; ``vllm-0.10``: ``Q = Q ++ F``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from kvcheck.reference_impl.block import (
+    BlockHash,
+    KVCacheBlock,
+    get_block_hash,
+    get_group_id,
+    make_block_hash_with_group_id,
+)
+from kvcheck.reference_impl.block_hash_map import BlockHashToBlockMap
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheEvent,
+)
+from kvcheck.reference_impl.free_block_queue import FreeKVCacheBlockQueue
+from kvcheck.reference_impl.profiles import Profile, get_profile
+
+if TYPE_CHECKING:
+    from kvcheck.reference_impl.request import Request
+
+__all__ = ["BlockPool"]
+
+
+class BlockPool:
+    """All ``num_gpu_blocks`` blocks of one KV-cache pool.
+
+    Args:
+        num_gpu_blocks: total blocks, the null block included (usable: ``num_gpu_blocks - 1``).
+        enable_caching: prefix caching on; off means blocks are never hashed or looked up.
+        enable_kv_cache_events: record ``BlockStored`` / ``BlockRemoved`` /
+            ``AllBlocksCleared`` for ``take_events``.
+        profile: version profile name or ``Profile`` (default ``vllm-0.33``).
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool = True,
+        enable_kv_cache_events: bool = False,
+        profile: str | Profile | None = None,
+    ) -> None:
+        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
+            raise ValueError(
+                f"num_gpu_blocks must be an int >= 1 (block 0 is the null block), "
+                f"got {num_gpu_blocks!r}"
+            )
+        self.profile = get_profile(profile)
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.blocks = [KVCacheBlock(block_id=i) for i in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        # Like vLLM: the null block is simply the first block popped, hence always block 0.
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self.kv_event_queue: list[KVCacheEvent] = []
+
+    # ---------------------------------------------------------------- lookups
+    def get_cached_block(
+        self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int] = (0,)
+    ) -> list[KVCacheBlock] | None:
+        """One cached block per group for ``block_hash``, or None if any group misses.
+
+        No side effects: ``ref_cnt`` and the free queue are unchanged (a hit is pinned only
+        by a later ``touch``).
+        """
+        out = []
+        for group_id in kv_cache_group_ids:
+            key = make_block_hash_with_group_id(block_hash, group_id)
+            block = self.cached_block_hash_to_block.get_one_block(key)
+            if block is None:
+                return None
+            out.append(block)
+        return out
+
+    # ---------------------------------------------------------------- caching
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int = 0,
+    ) -> None:
+        """Key blocks ``[num_cached_blocks, num_full_blocks)`` of ``blocks`` by
+        ``request.block_hashes[i] ‖ group_id`` and insert them into the map.
+
+        Duplicates are not merged (a key may hold several blocks). Emits one
+        ``BlockStored`` for the call when at least one block is cached.
+
+        Raises:
+            ValueError: if the request has fewer than ``num_full_blocks`` hashes.
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        if len(request.block_hashes) < num_full_blocks:
+            raise ValueError(
+                f"request {request.request_id!r} has {len(request.block_hashes)} block hashes, "
+                f"cannot cache {num_full_blocks} full blocks"
+            )
+        new_hashes: list[bytes] = []
+        new_extra_keys: list[object] = []
+        for i in range(num_cached_blocks, num_full_blocks):
+            block = blocks[i]
+            if block.is_null:
+                continue
+            block_hash = request.block_hashes[i]
+            key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+            if block.block_hash == key:
+                continue  # already cached under this key: 0.33's idempotent insert
+            block.block_hash = key  # raises if the block holds another key
+            self.cached_block_hash_to_block.insert(key, block)
+            new_hashes.append(block_hash)
+            if self.enable_kv_cache_events:
+                new_extra_keys.append(self._event_extra_keys(request, i, block_size))
+        if self.enable_kv_cache_events and new_hashes:
+            self.kv_event_queue.append(
+                self._block_stored_event(
+                    request, blocks, num_cached_blocks, num_full_blocks, block_size,
+                    kv_cache_group_id, new_hashes, new_extra_keys,
+                )
+            )
+
+    def _block_stored_event(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        group_id: int,
+        new_hashes: list[bytes],
+        new_extra_keys: list[object],
+    ) -> BlockStored:
+        parent: bytes | None = None
+        if num_cached_blocks > 0:
+            if self.profile.event_parent_from_physical:
+                # 0.10.2 reads the physical previous block, which may be the null block.
+                prev_key = blocks[num_cached_blocks - 1].block_hash
+                parent = None if prev_key is None else get_block_hash(prev_key)
+            else:
+                # 0.33 uses the logical parent even when the physical one is the null block
+                # (test_null_parent_block_hash).
+                parent = request.block_hashes[num_cached_blocks - 1]
+        lora = request.lora_request
+        tagged = self.profile.extra_key_format == "tagged"
+        return BlockStored(
+            block_hashes=tuple(new_hashes),
+            parent_block_hash=parent,
+            token_ids=tuple(
+                request.all_token_ids[num_cached_blocks * block_size : num_full_blocks * block_size]
+            ),
+            block_size=block_size,
+            lora_id=None if lora is None else lora.lora_int_id,
+            medium="GPU",
+            lora_name=(None if lora is None else lora.lora_name) if tagged else None,
+            extra_keys=tuple(new_extra_keys) if tagged else None,
+            group_idx=group_id,
+        )
+
+    def _event_extra_keys(self, request: Request, block_idx: int, block_size: int) -> object:
+        """The untagged extra keys of one block, as 0.33's BlockStored publishes them."""
+        from kvcheck.reference_impl.extra_keys import (
+            generate_block_hash_extra_keys,
+            to_event_extra_keys,
+        )
+
+        start = block_idx * block_size
+        keys, _ = generate_block_hash_extra_keys(
+            request, start, start + block_size, 0, self.profile
+        )
+        return to_event_extra_keys(keys)
+
+    # ---------------------------------------------------------------- allocation
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Pop ``num_blocks`` blocks from the head of the free queue, in queue order.
+
+        Each popped block is evicted from the prefix cache (every key it holds is removed,
+        with one ``BlockRemoved`` per key) and gets ``ref_cnt = 1``.
+
+        Raises:
+            ValueError: ``"Cannot get n free blocks from the pool"`` when short; nothing
+                changes.
+        """
+        if num_blocks < 0:
+            raise KVCacheMisuseError(f"get_new_blocks({num_blocks}): count must be >= 0")
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        ret = self.free_block_queue.popleft_n(num_blocks)
+        for block in ret:
+            if self.enable_caching:
+                self._maybe_evict_cached_block(block)
+            assert block.ref_cnt == 0, f"block {block.block_id} popped with ref_cnt {block.ref_cnt}"
+            block.ref_cnt = 1
+        return ret
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Drop ``block``'s key from the map and reset its hash; True if it had one."""
+        key = block.block_hash
+        if key is None:
+            return False
+        block.reset_hash()
+        if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+            return False
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(
+                BlockRemoved(block_hashes=(get_block_hash(key),), medium="GPU",
+                             group_idx=get_group_id(key))
+            )
+        return True
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Pin prefix-cache hits: remove each free block from the queue, then ``ref_cnt += 1``.
+
+        ``vllm-0.33`` skips null blocks; ``vllm-0.10`` increments the null block's ``ref_cnt``
+        (and never dequeues it, as it is never enqueued).
+        """
+        for block in blocks:
+            if block.is_null:
+                if self.profile.touch_null_ref_cnt:
+                    block.ref_cnt += 1
+                continue
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference from each block, in the given order (a request frees its
+        blocks in reverse, so its last block comes first).
+
+        Blocks that reach ``ref_cnt == 0`` are enqueued per the profile's ``free_order``.
+
+        Raises:
+            KVCacheMisuseError: a block listed twice in one call, or freed while its
+                ``ref_cnt`` is already 0 (vLLM would corrupt its queue); nothing changes.
+        """
+        blocks = list(ordered_blocks)
+        seen: set[int] = set()
+        for block in blocks:
+            if block.is_null:
+                continue
+            if block.block_id in seen:
+                raise KVCacheMisuseError(
+                    f"block {block.block_id} is listed twice in one free_blocks call; "
+                    "free each block once per reference"
+                )
+            seen.add(block.block_id)
+            if block.ref_cnt <= 0:
+                raise KVCacheMisuseError(
+                    f"double free: block {block.block_id} has ref_cnt {block.ref_cnt}"
+                )
+        freed: list[KVCacheBlock] = []
+        for block in blocks:
+            if block.is_null:
+                if self.profile.touch_null_ref_cnt:
+                    block.ref_cnt -= 1  # 0.10.2 decrements it but never enqueues it
+                continue
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                freed.append(block)
+        if self.profile.free_order == "append_all":
+            self.free_block_queue.append_n(freed)
+            return
+        # head_tail_split: unhashed (or caching off) to the head for LIFO reuse, cached
+        # blocks to the tail so the LRU order of real cache entries is kept.
+        evict_first = [b for b in freed if b.block_hash is None or not self.enable_caching]
+        evict_last = [b for b in freed if b.block_hash is not None and self.enable_caching]
+        self.free_block_queue.prepend_n(evict_first)
+        self.free_block_queue.append_n(evict_last)
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop the cache keys of ``block_ids`` regardless of ``ref_cnt``; queue order is
+        unchanged (0.33 only).
+
+        Raises:
+            ValueError: for an id outside ``[0, num_gpu_blocks)``; nothing changes.
+        """
+        ids = list(block_ids)
+        bad = [i for i in ids if not 0 <= i < self.num_gpu_blocks]
+        if bad:
+            raise ValueError(
+                f"evict_blocks: block ids {bad} outside [0, {self.num_gpu_blocks})"
+            )
+        for block_id in ids:
+            self._maybe_evict_cached_block(self.blocks[block_id])
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash, keeping the free-queue order.
+
+        Returns False (and changes nothing) unless every block but the null block is free.
+        """
+        num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks()
+        if num_used_blocks != 1:
+            return False
+        self.cached_block_hash_to_block.clear()
+        for block in self.blocks:
+            block.reset_hash()
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    # ---------------------------------------------------------------- counts
+    def get_num_free_blocks(self) -> int:
+        """Free blocks, evictable cached blocks included."""
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """Fraction of usable blocks in use: ``1 - free / (N - 1)``; 0.0 when N == 1."""
+        total = self.num_gpu_blocks - 1
+        if total <= 0:
+            return 0.0
+        return 1.0 - self.get_num_free_blocks() / total
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """Drain the event queue (always ``[]`` when events are disabled)."""
+        events, self.kv_event_queue = self.kv_event_queue, []
+        return events

@@ -1,0 +1,15 @@
+"""Errors the reference raises where vLLM silently corrupts its state."""
+
+from __future__ import annotations
+
+__all__ = ["KVCacheMisuseError"]
+
+
+class KVCacheMisuseError(ValueError):
+    """A call that vLLM accepts but that breaks the pool's bookkeeping.
+
+    Examples: freeing a block whose ``ref_cnt`` is already 0 (double free), listing a block
+    twice in one ``free_blocks`` call, negative token counts. vLLM drives ``ref_cnt`` negative
+    or enqueues a block twice (vllm#42571); the reference refuses and changes nothing, so the
+    conformance suite never mistakes corrupted state for expected behaviour.
+    """

@@ -1,0 +1,115 @@
+"""``Request``: the reference's stand-in for vLLM's ``v1.request.Request``.
+
+Only what block management reads is modelled: the token ids (prompt + output), the number of
+tokens whose KV is already computed, the per-block hashes, and the inputs that enter the hash
+as extra keys (LoRA, multimodal items, ``cache_salt``, prompt embeds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvcheck.reference_impl.block import BlockHash
+
+__all__ = ["LoRARequest", "MultiModalFeature", "Request"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoRARequest:
+    """The LoRA adapter of a request. 0.10.2 hashes ``lora_int_id``; 0.31+ hashes
+    ``("lora", lora_name, lora_path)``."""
+
+    lora_name: str
+    lora_int_id: int
+    lora_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MultiModalFeature:
+    """One multimodal item placed in the prompt: tokens ``[offset, offset + length)``.
+
+    ``identifier`` is vLLM's ``mm_hash`` / ``identifier`` string. Features of a request must be
+    sorted by ``offset`` (vLLM assumes it).
+    """
+
+    identifier: str
+    offset: int
+    length: int
+
+
+BlockHasher = Callable[["Request"], "list[BlockHash]"]
+
+
+@dataclass(eq=False)
+class Request:
+    """A request as the KV-cache manager sees it.
+
+    Contract: ``block_hashes[i]`` is the chained hash of full block ``i`` and exists only for
+    blocks whose ``block_size`` tokens are all known (partial blocks never get a hash). They are
+    computed eagerly at construction and extended on every ``append_output_token_ids``, like
+    vLLM 0.33 (``v1/request.py``), by the ``block_hasher`` callable (``None`` = no prefix
+    caching: ``block_hashes`` stays empty).
+
+    ``num_computed_tokens`` is owned by the caller (the scheduler): the manager reads it and
+    never advances it.
+    """
+
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    block_hasher: BlockHasher | None = None
+    lora_request: LoRARequest | None = None
+    mm_features: Sequence[MultiModalFeature] = ()
+    cache_salt: str | None = None
+    # Per-token prompt embeddings, any object with ``__getitem__(slice)`` whose slices expose
+    # ``tobytes()`` (e.g. a numpy array ``[num_prompt_tokens, hidden_size]``).
+    prompt_embeds: Any = None
+    # vLLM: prompt_logprobs requested (or set explicitly) => never read the prefix cache,
+    # but still write to it.
+    skip_reading_prefix_cache: bool = False
+    num_computed_tokens: int = 0
+    all_token_ids: list[int] = field(init=False)
+    block_hashes: list[BlockHash] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.request_id, str) or not self.request_id:
+            raise ValueError(f"request_id must be a non-empty str, got {self.request_id!r}")
+        self.prompt_token_ids = tuple(int(t) for t in self.prompt_token_ids)
+        if any(t < 0 for t in self.prompt_token_ids):
+            raise ValueError(f"request {self.request_id!r}: token ids must be >= 0")
+        self.all_token_ids = list(self.prompt_token_ids)
+        self.mm_features = tuple(self.mm_features)
+        offsets = [f.offset for f in self.mm_features]
+        if offsets != sorted(offsets):
+            raise ValueError(
+                f"request {self.request_id!r}: mm_features must be sorted by offset, got {offsets}"
+            )
+        self.update_block_hashes()
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens known so far."""
+        return len(self.all_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[self.num_prompt_tokens :]
+
+    def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
+        """Append sampled tokens and hash any block they complete."""
+        new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
+        if any(t < 0 for t in new):
+            raise ValueError(f"request {self.request_id!r}: token ids must be >= 0")
+        self.all_token_ids.extend(new)
+        self.update_block_hashes()
+
+    def update_block_hashes(self) -> None:
+        """Extend ``block_hashes`` with the hashes of newly full blocks."""
+        if self.block_hasher is not None:
+            self.block_hashes.extend(self.block_hasher(self))
