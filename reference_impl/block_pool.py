@@ -131,7 +131,8 @@ class BlockPool:
             block.block_hash = key  # raises if the block holds another key
             self.cached_block_hash_to_block.insert(key, block)
             new_hashes.append(block_hash)
-            if self.enable_kv_cache_events:
+            if self.enable_kv_cache_events and self.profile.extra_key_format == "tagged":
+                # 0.10.2's BlockStored has no extra_keys field.
                 new_extra_keys.append(self._event_extra_keys(request, i, block_size))
         if self.enable_kv_cache_events and new_hashes:
             self.kv_event_queue.append(

@@ -1,0 +1,230 @@
+"""The contract between kvcheck and an implementation under test.
+
+The module named by ``--kv-impl`` defines:
+
+* ``IMPL_INFO``: an ``ImplInfo`` (or a dict with the same fields);
+* ``make_kv_cache_manager(spec: KVCacheSpec) -> KVCacheManagerAdapter``: a fresh manager over
+  ``spec.num_blocks`` blocks, for the ``manager`` capability;
+* optionally ``make_block_pool(spec: KVCacheSpec) -> BlockPoolAdapter`` for ``block_pool``.
+
+Everything crossing the boundary is a primitive (``int``, ``bytes``, ``str``, lists, tuples,
+dicts) or one of the frozen dataclasses below, so a third party implements the protocol
+structurally, without importing or subclassing kvcheck's classes. Block ids are physical
+(``0 <= block_id < spec.num_blocks``); block 0 is the reserved null block in vLLM's design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "CAPABILITIES",
+    "PROFILES",
+    "BlockPoolAdapter",
+    "ImplInfo",
+    "KVCacheManagerAdapter",
+    "KVCacheSpec",
+    "RequestView",
+    "SupportsBlockHashes",
+    "SupportsEvents",
+    "SupportsFreeQueueOrder",
+    "SupportsInvariants",
+    "SupportsKernels",
+    "SupportsRefCounts",
+    "SupportsSlotMapping",
+]
+
+#: Capability name -> what declaring it promises. Undeclared capabilities skip their tests.
+CAPABILITIES: dict[str, str] = {
+    "manager": "make_kv_cache_manager(spec) with the request-level methods",
+    "block_pool": "make_block_pool(spec) with the BlockPool-level methods",
+    "prefix_caching": "cached full blocks are found by get_computed_blocks",
+    "extra_keys": "LoRA, multimodal and cache_salt inputs change block hashes as in vLLM",
+    "free_queue_order": "manager.free_block_ids(): the free queue, head (next allocated) first",
+    "ref_counts": "manager.ref_cnt(block_id)",
+    "block_hashes": "manager.block_hashes(request_id): the implementation's own hashes",
+    "events": "manager.take_events(): KV events as dicts (see SupportsEvents)",
+    "slot_mapping": "manager.slot_mapping(request_id, start, end): its own slot arithmetic",
+    "invariants": "manager.check_invariants(): raises AssertionError naming a broken law",
+    "kernels": "a module-level kernels() returning a kvcheck.gpu_kernels.conformance.KernelSet",
+}
+
+#: Profiles the suite can check against. ``generic`` checks only profile-independent laws
+#: (conservation, all-or-nothing, hit caps...), for radix-tree engines such as SGLang.
+PROFILES: tuple[str, ...] = ("vllm-0.33", "vllm-0.10", "generic")
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheSpec:
+    """The pool a test asks for.
+
+    Attributes:
+        num_blocks: physical blocks, null block included.
+        block_size: tokens per block.
+        enable_caching: prefix caching on.
+        hash_algo: ``sha256``, ``sha256_cbor``, ``xxhash`` or ``xxhash_cbor``.
+        pythonhashseed: the PYTHONHASHSEED the NONE_HASH derives from (``None`` = unset).
+            The suite pins it so hashes are comparable across processes.
+        enable_kv_cache_events: record KV events.
+        max_model_len: cap on slots per request, or None.
+        profile: the vLLM profile the test expects (``vllm-0.33`` / ``vllm-0.10``); a
+            multi-profile implementation switches behaviour on it.
+    """
+
+    num_blocks: int
+    block_size: int
+    enable_caching: bool = True
+    hash_algo: str = "sha256"
+    pythonhashseed: str | None = "0"
+    enable_kv_cache_events: bool = False
+    max_model_len: int | None = None
+    profile: str = "vllm-0.33"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """An immutable snapshot of a request, passed on every call.
+
+    Between calls ``output_token_ids`` may only grow (decode) and ``num_computed_tokens`` is
+    advanced by the suite (the scheduler's job), never by the implementation.
+
+    Attributes:
+        mm_features: ``(identifier, offset, length)`` per multimodal item, sorted by offset.
+        lora: ``(lora_name, lora_int_id, lora_path)`` or None.
+    """
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    output_token_ids: tuple[int, ...] = ()
+    num_computed_tokens: int = 0
+    lora: tuple[str, int, str] | None = None
+    mm_features: tuple[tuple[str, int, int], ...] = ()
+    cache_salt: str | None = None
+    skip_reading_prefix_cache: bool = False
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """Prompt then output tokens."""
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class ImplInfo:
+    """What the implementation is and what it claims.
+
+    Attributes:
+        name: short display name, used in test ids and reports.
+        version: the implementation's version string.
+        capabilities: names from ``CAPABILITIES``.
+        profile: the profile it claims to follow (default for ``--kv-profile``).
+        hash_algos: hash algorithms it supports (hash tests iterate these).
+        commit: optional source revision, copied into result records.
+    """
+
+    name: str
+    version: str
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+    profile: str = "vllm-0.33"
+    hash_algos: tuple[str, ...] = ("sha256",)
+    commit: str | None = None
+
+
+@runtime_checkable
+class KVCacheManagerAdapter(Protocol):
+    """Request-level manager (capability ``manager``), vLLM's ``KVCacheManager`` surface."""
+
+    def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
+        """Longest cached prefix of whole blocks: ``(block_ids, num_computed_tokens)``,
+        capped at ``request.num_tokens - 1`` tokens. No side effects."""
+        ...
+
+    def allocate_slots(
+        self,
+        request: RequestView,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_block_ids: Sequence[int] = (),
+        num_lookahead_tokens: int = 0,
+    ) -> list[int] | None:
+        """Slots for ``num_computed + num_new_computed + num_new (+ lookahead)`` tokens.
+
+        Returns only the newly allocated block ids in block-table order, or None, with no
+        state change at all, when the pool is short."""
+        ...
+
+    def free(self, request_id: str) -> None:
+        """Release the request's blocks (last block first); unknown ids are a no-op."""
+        ...
+
+    def get_block_ids(self, request_id: str) -> list[int]:
+        """The request's block table in logical order ([] if unknown)."""
+        ...
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached hash; False and no change while any block is in use."""
+        ...
+
+    def num_free_blocks(self) -> int:
+        """Free blocks, evictable cached blocks included."""
+        ...
+
+
+@runtime_checkable
+class BlockPoolAdapter(Protocol):
+    """Pool-level surface (capability ``block_pool``), vLLM's ``BlockPool``."""
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]: ...
+    def free_blocks(self, ordered_block_ids: Sequence[int]) -> None: ...
+    def touch(self, block_ids: Sequence[int]) -> None: ...
+    def cache_full_blocks(
+        self, request: RequestView, block_ids: Sequence[int], num_cached_blocks: int,
+        num_full_blocks: int,
+    ) -> None: ...
+    def get_cached_block(self, block_hash: bytes) -> int | None: ...
+    def num_free_blocks(self) -> int: ...
+    def free_block_ids(self) -> list[int]: ...
+
+
+@runtime_checkable
+class SupportsFreeQueueOrder(Protocol):
+    def free_block_ids(self) -> list[int]: ...
+
+
+@runtime_checkable
+class SupportsRefCounts(Protocol):
+    def ref_cnt(self, block_id: int) -> int: ...
+
+
+@runtime_checkable
+class SupportsBlockHashes(Protocol):
+    def block_hashes(self, request_id: str) -> list[bytes]: ...
+
+
+@runtime_checkable
+class SupportsEvents(Protocol):
+    def take_events(self) -> list[dict[str, Any]]:
+        """Drain events, each a dict with ``"type"`` in ``BlockStored`` / ``BlockRemoved`` /
+        ``AllBlocksCleared`` and vLLM's field names (``block_hashes``, ``parent_block_hash``,
+        ``token_ids``, ``block_size``, ``lora_id``, ``medium``, ``group_idx``...)."""
+        ...
+
+
+@runtime_checkable
+class SupportsSlotMapping(Protocol):
+    def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]: ...
+
+
+@runtime_checkable
+class SupportsInvariants(Protocol):
+    def check_invariants(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsKernels(Protocol):
+    def kernels(self) -> Any: ...

@@ -1,0 +1,225 @@
+"""The reference seen through kvcheck's public protocol (``--kv-impl=reference``).
+
+It declares every capability, so the conformance suite exercises all of its tests on it; it is
+also the oracle the differential tests compare other implementations with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from kvcheck import __version__
+from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
+from kvcheck.reference_impl.block import KVCacheBlock
+from kvcheck.reference_impl.block_hasher import RequestBlockHasher
+from kvcheck.reference_impl.block_pool import BlockPool
+from kvcheck.reference_impl.block_table import slot_mapping_for_request
+from kvcheck.reference_impl.events import KVCacheEvent
+from kvcheck.reference_impl.hashing import HASH_FUNCTIONS, resolve_none_hash
+from kvcheck.reference_impl.invariants import check_manager_invariants
+from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
+
+__all__ = [
+    "IMPL_INFO",
+    "ReferenceBlockPool",
+    "ReferenceManager",
+    "event_to_dict",
+    "kernels",
+    "make_block_pool",
+    "make_kv_cache_manager",
+    "none_hash_for",
+]
+
+IMPL_INFO = ImplInfo(
+    name="reference",
+    version=__version__,
+    capabilities=frozenset(
+        {"manager", "block_pool", "prefix_caching", "extra_keys", "free_queue_order",
+         "ref_counts", "block_hashes", "events", "slot_mapping", "invariants", "kernels"}
+    ),
+    profile="vllm-0.33",
+    hash_algos=tuple(HASH_FUNCTIONS),
+)
+
+
+def _reference_profile(spec: KVCacheSpec) -> str:
+    # "generic" checks profile-independent laws; the reference then behaves as the newest vLLM.
+    return "vllm-0.33" if spec.profile == "generic" else spec.profile
+
+
+def event_to_dict(event: KVCacheEvent) -> dict[str, Any]:
+    """A reference event as the protocol's primitive dict (``"type"`` + vLLM's fields)."""
+    out: dict[str, Any] = {"type": type(event).__name__}
+    out.update(asdict(event))
+    return out
+
+
+class _RequestSync:
+    """Keeps one reference ``Request`` per request id in step with the views it is given."""
+
+    def __init__(self, block_hasher: RequestBlockHasher) -> None:
+        self.block_hasher = block_hasher
+        self.requests: dict[str, Request] = {}
+
+    def sync(self, view: RequestView) -> Request:
+        req = self.requests.get(view.request_id)
+        if req is None or tuple(req.prompt_token_ids) != view.prompt_token_ids:
+            req = Request(
+                view.request_id,
+                view.prompt_token_ids,
+                block_hasher=self.block_hasher,
+                lora_request=None if view.lora is None else LoRARequest(*view.lora),
+                mm_features=tuple(MultiModalFeature(*f) for f in view.mm_features),
+                cache_salt=view.cache_salt,
+                skip_reading_prefix_cache=view.skip_reading_prefix_cache,
+            )
+            self.requests[view.request_id] = req
+        known = len(req.output_token_ids)
+        if len(view.output_token_ids) < known:
+            raise ValueError(
+                f"request {view.request_id!r}: output_token_ids shrank from {known} to "
+                f"{len(view.output_token_ids)}; views may only grow"
+            )
+        if len(view.output_token_ids) > known:
+            req.append_output_token_ids(view.output_token_ids[known:])
+        req.num_computed_tokens = view.num_computed_tokens
+        return req
+
+
+class ReferenceManager:
+    """``KVCacheManagerAdapter`` over ``KVCacheManager``, with every observation method."""
+
+    def __init__(self, spec: KVCacheSpec) -> None:
+        self.spec = spec
+        self.manager = KVCacheManager(
+            spec.num_blocks,
+            spec.block_size,
+            max_model_len=spec.max_model_len,
+            enable_caching=spec.enable_caching,
+            hash_algo=spec.hash_algo,
+            profile=_reference_profile(spec),
+            enable_kv_cache_events=spec.enable_kv_cache_events,
+            pythonhashseed=spec.pythonhashseed,
+        )
+        self._requests = _RequestSync(self.manager.block_hasher)
+
+    # -- manager
+    def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
+        blocks, num = self.manager.get_computed_blocks(self._requests.sync(request))
+        return [b.block_id for b in blocks], num
+
+    def allocate_slots(
+        self,
+        request: RequestView,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_block_ids: Sequence[int] = (),
+        num_lookahead_tokens: int = 0,
+    ) -> list[int] | None:
+        req = self._requests.sync(request)
+        hits = [self.manager.block_pool.blocks[i] for i in new_computed_block_ids]
+        new = self.manager.allocate_slots(
+            req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens
+        )
+        return None if new is None else [b.block_id for b in new]
+
+    def free(self, request_id: str) -> None:
+        self.manager.free(request_id)
+        self._requests.requests.pop(request_id, None)
+
+    def get_block_ids(self, request_id: str) -> list[int]:
+        return self.manager.get_block_ids(request_id)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.manager.reset_prefix_cache()
+
+    def num_free_blocks(self) -> int:
+        return self.manager.num_free_blocks
+
+    # -- observations
+    def free_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.manager.block_pool.free_block_queue]
+
+    def ref_cnt(self, block_id: int) -> int:
+        return self.manager.block_pool.blocks[block_id].ref_cnt
+
+    def block_hashes(self, request_id: str) -> list[bytes]:
+        req = self._requests.requests.get(request_id)
+        return [] if req is None else list(req.block_hashes)
+
+    def take_events(self) -> list[dict[str, Any]]:
+        return [event_to_dict(e) for e in self.manager.take_events()]
+
+    def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
+        return slot_mapping_for_request(
+            self.manager.get_block_ids(request_id), self.spec.block_size, start, end
+        )
+
+    def check_invariants(self) -> None:
+        check_manager_invariants(self.manager)
+
+
+class ReferenceBlockPool:
+    """``BlockPoolAdapter`` over ``BlockPool`` (block ids in, block ids out)."""
+
+    def __init__(self, spec: KVCacheSpec) -> None:
+        self.spec = spec
+        profile = _reference_profile(spec)
+        self.pool = BlockPool(spec.num_blocks, spec.enable_caching,
+                              spec.enable_kv_cache_events, profile=profile)
+        self._requests = _RequestSync(
+            RequestBlockHasher(spec.block_size, spec.hash_algo, profile=profile,
+                               none_hash=none_hash_for(spec))
+        )
+
+    def _blocks(self, block_ids: Sequence[int]) -> list[KVCacheBlock]:
+        return [self.pool.blocks[i] for i in block_ids]
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        return [b.block_id for b in self.pool.get_new_blocks(num_blocks)]
+
+    def free_blocks(self, ordered_block_ids: Sequence[int]) -> None:
+        self.pool.free_blocks(self._blocks(ordered_block_ids))
+
+    def touch(self, block_ids: Sequence[int]) -> None:
+        self.pool.touch(self._blocks(block_ids))
+
+    def cache_full_blocks(self, request: RequestView, block_ids: Sequence[int],
+                          num_cached_blocks: int, num_full_blocks: int) -> None:
+        self.pool.cache_full_blocks(self._requests.sync(request), self._blocks(block_ids),
+                                    num_cached_blocks, num_full_blocks, self.spec.block_size)
+
+    def get_cached_block(self, block_hash: bytes) -> int | None:
+        hit = self.pool.get_cached_block(block_hash, (0,))  # type: ignore[arg-type]
+        return None if hit is None else hit[0].block_id
+
+    def num_free_blocks(self) -> int:
+        return self.pool.get_num_free_blocks()
+
+    def free_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.pool.free_block_queue]
+
+
+def make_kv_cache_manager(spec: KVCacheSpec) -> ReferenceManager:
+    """A fresh reference manager for ``spec``."""
+    return ReferenceManager(spec)
+
+
+def make_block_pool(spec: KVCacheSpec) -> ReferenceBlockPool:
+    """A fresh reference block pool for ``spec``."""
+    return ReferenceBlockPool(spec)
+
+
+def kernels() -> Any:
+    """kvcheck's own Triton kernels (needs the ``kernels`` extra: torch and triton)."""
+    from kvcheck.gpu_kernels.conformance import kvcheck_kernel_set
+
+    return kvcheck_kernel_set()
+
+
+def none_hash_for(spec: KVCacheSpec) -> bytes:
+    """The NONE_HASH the reference uses for ``spec`` (for hash-vector checks)."""
+    return resolve_none_hash(spec.hash_algo, _reference_profile(spec), spec.pythonhashseed)
