@@ -1,0 +1,138 @@
+"""Allocation: capacity, the null block, initial order, all-or-nothing, ref counts.
+
+Every test drives the implementation and the reference in lockstep (``kv_pair``), so any
+divergence in answers or declared observables fails with a runnable repro.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.conformance.ops import add, decode, free, schedule
+from kvcheck.conformance.protocol import KVCacheSpec
+
+
+@pytest.mark.kv_generic
+def test_first_allocation(kv_pair) -> None:
+    """A fresh pool hands out block ids from 1 in ascending order (block 0 is the null block)."""
+    pair = kv_pair(num_blocks=10, block_size=4)
+    pair.run([add("r0", range(14)), schedule("r0")])
+    if pair.spec.profile != "generic":
+        assert pair.impl.tables() == {"r0": [1, 2, 3, 4]}, (
+            "expected the first allocation to be [1, 2, 3, 4]\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_generic
+def test_initial_free_count(kv_impl, kv_profile) -> None:
+    """num_free_blocks() of a fresh pool is num_blocks - 1 (the null block is reserved)."""
+    for num_blocks in (2, 7, 64):
+        mgr = kv_impl.make_manager(KVCacheSpec(num_blocks=num_blocks, block_size=16,
+                                               profile=kv_profile))
+        got = mgr.num_free_blocks()
+        if kv_profile == "generic":
+            assert 0 < got <= num_blocks, f"{num_blocks} blocks, num_free_blocks()={got}"
+        else:
+            assert got == num_blocks - 1, (
+                f"a fresh {num_blocks}-block pool reports num_free_blocks()={got}, expected "
+                f"{num_blocks - 1} (all blocks but the null block)")
+
+
+@pytest.mark.kv_generic
+def test_capacity_exact_fit_then_none(kv_pair) -> None:
+    """A request needing exactly every usable block fits; one more token returns None."""
+    pair = kv_pair(num_blocks=6, block_size=4)
+    pair.run([add("big", range(20)), schedule("big"), add("one", [99, 98]), schedule("one")])
+    assert pair.impl.tables() == pair.oracle.tables() if pair.oracle else True
+    assert "one" not in pair.impl.running, "allocation into a full pool must return None"
+    assert pair.impl.manager.num_free_blocks() == 0
+
+
+@pytest.mark.kv_generic
+def test_all_or_nothing(kv_pair) -> None:
+    """allocate_slots returns None and changes nothing when the pool is short, even for a
+    request whose prefix hits sit in the free queue."""
+    pair = kv_pair(num_blocks=8, block_size=4)
+    pair.run([
+        add("a", range(12)), schedule("a"), free("a"),      # 3 cached blocks, now free
+        add("b", range(100, 112)), schedule("b"),           # holds 3 more
+        # 3 free hits + 3 new blocks consume 6 free blocks; only 4 are free.
+        add("c", list(range(12)) + list(range(200, 212))),
+    ])
+    before = (pair.impl.manager.num_free_blocks(), pair.impl.tables())
+    pair.apply(schedule("c"))
+    assert (pair.impl.manager.num_free_blocks(), pair.impl.tables()) == before, (
+        "a failed allocate_slots changed the pool\n" + pair.impl.snippet())
+    assert "c" not in pair.impl.running
+    # The same request fits once "b" is gone, and its hits were not disturbed.
+    pair.run([free("b"), schedule("c")])
+    assert "c" in pair.impl.running
+
+
+def test_null_block_never_handed_out(kv_pair) -> None:
+    """Draining and refilling the pool never hands out block 0."""
+    pair = kv_pair(num_blocks=5, block_size=2)
+    for round_ in range(3):
+        pair.run([add(f"x{round_}", range(round_, round_ + 8)), schedule(f"x{round_}")])
+        assert 0 not in pair.impl.tables()[f"x{round_}"]
+        pair.apply(free(f"x{round_}"))
+
+
+@pytest.mark.kv_generic
+def test_returns_only_new_blocks(kv_pair) -> None:
+    """allocate_slots returns the newly allocated blocks only, not the prefix hits."""
+    pair = kv_pair(num_blocks=12, block_size=4)
+    pair.run([add("a", range(10)), schedule("a"), add("b", list(range(8)) + [77, 78, 79])])
+    got = pair.impl.apply(schedule("b"))
+    hits, _ = got["hits"]
+    assert got["new"] is not None and not set(got["new"]) & set(hits), (
+        f"hits {hits} must not be returned as new blocks {got['new']}")
+
+
+@pytest.mark.kv_generic
+def test_decode_within_block_allocates_nothing(kv_pair) -> None:
+    """Decode tokens that fit in the last block need no new block; the next one does."""
+    pair = kv_pair(num_blocks=10, block_size=4)
+    pair.run([add("r", range(5)), schedule("r")])
+    for _ in range(3):
+        got = pair.impl.apply(decode("r"))
+        if pair.oracle:
+            pair.oracle.apply(decode("r"))
+        assert got["new"] == [], f"a decode inside block 2 allocated {got['new']}"
+    got = pair.impl.apply(decode("r"))
+    assert got["new"] is not None and len(got["new"]) == 1
+
+
+def test_chunked_prefill_matches(kv_pair) -> None:
+    """A prompt scheduled in chunks allocates the same blocks, in the same order."""
+    pair = kv_pair(num_blocks=16, block_size=4)
+    pair.run([add("r", range(23)), schedule("r", 5), schedule("r", 7), schedule("r", 11),
+              decode("r", 3)])
+
+
+@pytest.mark.kv_capability("ref_counts")
+def test_ref_counts_follow_sharing(kv_pair) -> None:
+    """Full blocks shared by a prefix hit have ref_cnt 2; private blocks 1; freed ones 0."""
+    pair = kv_pair(num_blocks=12, block_size=4)
+    common = list(range(12))
+    pair.run([add("a", common + [1, 2]), schedule("a"), add("b", common + [3]), schedule("b")])
+    mgr = pair.impl.manager
+    a, b = pair.impl.tables()["a"], pair.impl.tables()["b"]
+    assert a[:3] == b[:3], "b should reuse a's three full blocks"
+    assert [mgr.ref_cnt(x) for x in a[:3]] == [2, 2, 2]
+    assert mgr.ref_cnt(a[3]) == 1 and mgr.ref_cnt(b[3]) == 1
+    pair.apply(free("a"))
+    assert [mgr.ref_cnt(x) for x in a[:3]] == [1, 1, 1] and mgr.ref_cnt(a[3]) == 0
+
+
+def test_lookahead_slots(kv_impl, kv_profile) -> None:
+    """Lookahead slots are allocated but their tokens are never cached."""
+    spec = KVCacheSpec(num_blocks=10, block_size=4, profile=kv_profile)
+    from kvcheck.conformance.protocol import RequestView
+
+    mgr = kv_impl.make_manager(spec)
+    view = RequestView("r", tuple(range(4)))
+    new = mgr.allocate_slots(view, 4, 0, [], 3)
+    assert new is not None and len(new) == 2, f"4 tokens + 3 lookahead need 2 blocks, got {new}"
+    other = RequestView("o", tuple(range(4)) + (9,))
+    hits, num = mgr.get_computed_blocks(other)
+    assert num == 4 and hits == new[:1], "the full first block is cached, the lookahead one not"

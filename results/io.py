@@ -1,0 +1,40 @@
+"""Atomic result-file writes: a reader never sees a half-written file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kvcheck.results.schema import dump_lines, validate_record
+
+__all__ = ["write_atomic", "write_records"]
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and
+    ``os.replace`` (atomic on POSIX and Windows); parent folders are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def write_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:
+    """Validate then atomically write records as JSON Lines (replacing the file)."""
+    records = [validate_record(dict(r), f"record {i}") for i, r in enumerate(records)]
+    return write_atomic(path, dump_lines(records))
