@@ -41,7 +41,9 @@ class Pair:
         self.ops: list[dict[str, Any]] = []
         self.trace_name: str | None = None
 
-    def apply(self, op: dict[str, Any]) -> None:
+    def apply(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Run ``op`` on both sides, check laws and compare; returns the implementation's
+        answer (``{"hits": (ids, n), "new": ids | None}`` for a schedule)."""
         self.ops.append(op)
         try:
             got = self.impl.apply(op)
@@ -51,7 +53,7 @@ class Pair:
         if laws:
             self.fail("; ".join(laws), op)
         if self.oracle is None:
-            return
+            return got
         want = self.oracle.apply(op)
         if got != want:
             self.fail(f"answer differs: implementation {got!r}, {self.oracle.impl.name} {want!r}",
@@ -60,6 +62,7 @@ class Pair:
             if mine != theirs:
                 self.fail(f"{what} differs: implementation {mine!r}, "
                           f"{self.oracle.impl.name} {theirs!r}", op)
+        return got
 
     def run(self, ops: Iterable[dict[str, Any]]) -> None:
         for op in ops:

@@ -274,12 +274,13 @@ def kv_pair(kv_impl: ImplHandle, kv_reference: ImplHandle, kv_profile: str,
     mismatch writes its trace under ``.kvcheck/repro/`` named after the test."""
     from kvcheck.conformance.differential import Pair
 
-    def make(spec: KVCacheSpec | None = None, **fields: Any) -> Pair:
+    def make(spec: KVCacheSpec | None = None, *, with_oracle: bool = True,
+             **fields: Any) -> Pair:
         if spec is None:
             fields.setdefault("num_blocks", 16)
             fields.setdefault("block_size", 4)
             spec = KVCacheSpec(profile=kv_profile, **fields)
-        oracle = None if kv_profile == "generic" else kv_reference
+        oracle = None if kv_profile == "generic" or not with_oracle else kv_reference
         pair = Pair(kv_impl, oracle, spec)
         pair.trace_name = request.node.name
         return pair

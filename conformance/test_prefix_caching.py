@@ -1,0 +1,119 @@
+"""Prefix caching: the hit cap, whole blocks only, shared prefixes, own hits not evicted,
+the prompt-logprobs skip flag, caching off, reset and duplicate keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.conformance.ops import add, decode, free, reset, schedule
+
+
+@pytest.mark.kv_generic
+@pytest.mark.parametrize("num_tokens", [47, 48, 49])
+def test_hit_cap_is_num_tokens_minus_one(kv_pair, num_tokens: int) -> None:
+    """The last token is always recomputed: with 48 cached tokens (3 blocks of 16), a 48-token
+    prompt hits 32 tokens, 47 hits 32, 49 hits 48."""
+    pair = kv_pair(num_blocks=12, block_size=16)
+    pair.run([add("a", range(48)), schedule("a"), add("b", range(num_tokens))])
+    got = pair.apply(schedule("b"))
+    hits, num = got["hits"]
+    assert num <= num_tokens - 1 and num % 16 == 0, f"hit {num} tokens of {num_tokens}"
+    if pair.spec.profile != "generic":
+        expected = {47: 32, 48: 32, 49: 48}[num_tokens]
+        assert num == expected, f"{num_tokens}-token prompt: hit {num}, vLLM hits {expected}"
+
+
+@pytest.mark.kv_generic
+def test_partial_block_never_hits(kv_pair) -> None:
+    """Only full blocks are cached: a prompt sharing 2 full blocks and a partial third hits 2."""
+    pair = kv_pair(num_blocks=12, block_size=4)
+    pair.run([add("a", range(11)), schedule("a"), add("b", list(range(11)) + [5, 5, 5])])
+    hits, num = pair.apply(schedule("b"))["hits"]
+    assert num == 8, f"a cached 2 full blocks (8 tokens) and a partial one; b hit {num} tokens"
+
+
+@pytest.mark.kv_generic
+def test_shared_prefix_is_shared(kv_pair) -> None:
+    """A second request with the same prefix reuses the same physical blocks."""
+    pair = kv_pair(num_blocks=12, block_size=4)
+    pair.run([add("a", range(14)), schedule("a"), add("b", list(range(12)) + [9])])
+    free_before = pair.impl.manager.num_free_blocks()
+    got = pair.apply(schedule("b"))
+    tables = pair.impl.tables()
+    assert tables["b"][:3] == tables["a"][:3], f"b should share a's first 3 blocks: {tables}"
+    assert got["hits"] == (tables["a"][:3], 12)
+    assert pair.impl.manager.num_free_blocks() == free_before - 1
+
+
+def test_own_hits_not_evicted_by_own_allocation(kv_pair) -> None:
+    """test_computed_blocks_not_evicted: hits are touched before new blocks are popped, so a
+    request never evicts its own prefix (vllm#37076 class of bug)."""
+    pair = kv_pair(num_blocks=3, block_size=16)
+    pair.run([add("0", range(16)), schedule("0"), add("1", range(16, 32)), schedule("1"),
+              free("0"), free("1"), add("2", range(32))])
+    got = pair.apply(schedule("2"))
+    assert got["hits"] == ([1], 16) and got["new"] == [2], (
+        f"expected hit [1] and new [2], got {got}\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_generic
+def test_skip_reading_prefix_cache_still_writes(kv_pair) -> None:
+    """A prompt-logprobs request gets no hit but caches its blocks (duplicates under the same
+    keys); later lookups still find blocks."""
+    pair = kv_pair(num_blocks=16, block_size=4)
+    pair.run([add("a", range(12)), schedule("a"), add("p", range(12), skip_read=True)])
+    got = pair.apply(schedule("p"))
+    assert got["hits"] == ([], 0), f"skip_reading_prefix_cache must not hit, got {got['hits']}"
+    pair.run([free("a"), free("p"), add("c", range(13))])
+    assert pair.apply(schedule("c"))["hits"][1] == 12
+
+
+@pytest.mark.kv_generic
+def test_caching_disabled_never_hits(kv_pair) -> None:
+    pair = kv_pair(num_blocks=12, block_size=4, enable_caching=False)
+    pair.run([add("a", range(12)), schedule("a"), add("b", range(12))])
+    assert pair.apply(schedule("b"))["hits"] == ([], 0)
+
+
+@pytest.mark.kv_generic
+def test_reset_prefix_cache(kv_pair) -> None:
+    """reset fails while any block is in use (cache intact); once all is free it succeeds and
+    nothing hits afterwards."""
+    pair = kv_pair(num_blocks=12, block_size=4)
+    pair.run([add("a", range(12)), schedule("a")])
+    assert pair.apply(reset()) == {"reset": False}
+    pair.run([add("b", range(13))])
+    assert pair.apply(schedule("b"))["hits"][1] == 12, "a failed reset must keep the cache"
+    pair.run([free("a"), free("b")])
+    assert pair.apply(reset()) == {"reset": True}
+    pair.run([add("c", range(13))])
+    assert pair.apply(schedule("c"))["hits"] == ([], 0), "nothing may hit after a reset"
+
+
+def test_duplicates_first_inserted_wins(kv_pair) -> None:
+    """A block-aligned prompt recomputes and re-caches its last block; lookups keep returning
+    the first block cached under that key."""
+    pair = kv_pair(num_blocks=16, block_size=4)
+    pair.run([add("a", range(8)), schedule("a"), add("b", range(8)), schedule("b"),
+              add("c", range(9))])
+    got = pair.apply(schedule("c"))
+    a = pair.impl.tables()["a"]
+    assert got["hits"] == (a[:2], 8), f"c must hit a's blocks {a[:2]}, got {got['hits']}"
+
+
+def test_decode_blocks_become_hits(kv_pair) -> None:
+    """A block filled during decode is cached and hits for a request with the same tokens."""
+    pair = kv_pair(num_blocks=16, block_size=4)
+    pair.run([add("a", range(6)), schedule("a"), decode("a"), decode("a"), decode("a")])
+    tokens = pair.impl.views["a"].token_ids
+    pair.run([add("b", tokens + (1,))])
+    got = pair.apply(schedule("b"))
+    assert got["hits"][1] == 8, f"a's 2 full blocks (one filled by decode) should hit: {got}"
+
+
+def test_preempted_request_readmitted_from_cache(kv_pair) -> None:
+    """A request freed mid-decode (preemption) hits its own cached blocks when re-admitted."""
+    pair = kv_pair(num_blocks=16, block_size=4)
+    pair.run([add("a", range(10)), schedule("a"), decode("a", 3), free("a")])
+    got = pair.apply(schedule("a"))
+    assert got["hits"][1] == 12, f"re-admitted request should hit 12 tokens, got {got}"

@@ -1,0 +1,108 @@
+"""The random-workload state machine shared by the differential and invariant tests.
+
+Hypothesis generates scheduler-like workloads (requests with shared prefixes, chunked prefill,
+decode, frees, resets, pool pressure) as ``kvcheck.conformance.ops`` dicts and feeds them to a
+``Pair``; every op is checked there (laws, and the oracle when there is one). Hypothesis
+shrinks a failure to a short op list, whose trace the ``Pair`` writes for ``kvcheck replay``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import seed as hypothesis_seed
+from hypothesis import settings as Settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from kvcheck.conformance.ops import add, decode, free, reset, schedule
+
+__all__ = ["run_workload_machine"]
+
+# System prompts of different lengths so random requests share (and partially share) prefixes.
+_PREFIXES = [[], list(range(1, 5)), list(range(1, 9)), list(range(1, 20)), [7] * 6]
+# Token ids of every pickle/CBOR width (spec §2.1), to exercise hash encodings.
+_TOKENS = st.sampled_from([0, 1, 2, 3, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 151643])
+
+
+def run_workload_machine(make_pair: Callable[..., Any], settings: Settings, seed: int | None,
+                         *, extras: bool, events: bool, step_count: int = 30) -> None:
+    """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
+    ``Pair``. ``extras`` adds salts / LoRA / multimodal items; ``events`` may enable KV events.
+    """
+
+    class KVWorkload(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pair: Any = None
+            self.pending: list[str] = []   # added, not holding blocks
+            self.running: list[str] = []   # holding blocks
+            self.next_id = 0
+
+        @initialize(num_blocks=st.integers(2, 24), block_size=st.sampled_from([1, 2, 4, 16]),
+                    caching=st.booleans(), with_events=st.booleans())
+        def setup(self, num_blocks: int, block_size: int, caching: bool,
+                  with_events: bool) -> None:
+            self.pair = make_pair(num_blocks=num_blocks, block_size=block_size,
+                                  enable_caching=caching,
+                                  enable_kv_cache_events=events and with_events)
+
+        @rule(prefix=st.sampled_from(_PREFIXES), tail=st.lists(_TOKENS, max_size=10),
+              skip_read=st.booleans(), extra=st.sampled_from(["", "salt", "lora", "mm"]))
+        def add_request(self, prefix: list[int], tail: list[int], skip_read: bool,
+                        extra: str) -> None:
+            prompt = prefix + tail
+            if not prompt:
+                return
+            rid = f"r{self.next_id}"
+            self.next_id += 1
+            kwargs: dict[str, Any] = {"skip_read": skip_read} if skip_read else {}
+            if extras and extra == "salt":
+                kwargs["salt"] = "tenant-a"
+            elif extras and extra == "lora":
+                kwargs["lora"] = ("adapter", 1, "/lora/adapter")
+            elif extras and extra == "mm" and len(prompt) >= 3:
+                kwargs["mm"] = [("img0", 1, min(4, len(prompt) - 1))]
+            self.pair.apply(add(rid, prompt, **kwargs))
+            self.pending.append(rid)
+
+        @precondition(lambda self: bool(self.pending))
+        @rule(data=st.data(), chunk=st.one_of(st.none(), st.integers(1, 12)))
+        def admit(self, data: st.DataObject, chunk: int | None) -> None:
+            rid = data.draw(st.sampled_from(self.pending), label="pending request")
+            got = self.pair.apply(schedule(rid, chunk))
+            if got.get("new") is not None:
+                self.pending.remove(rid)
+                self.running.append(rid)
+
+        @precondition(lambda self: bool(self.running))
+        @rule(data=st.data(), num_tokens=st.integers(1, 6), is_decode=st.booleans())
+        def step(self, data: st.DataObject, num_tokens: int, is_decode: bool) -> None:
+            rid = data.draw(st.sampled_from(self.running), label="running request")
+            self.pair.apply(decode(rid, num_tokens) if is_decode else schedule(rid, num_tokens))
+
+        @precondition(lambda self: bool(self.running or self.pending))
+        @rule(data=st.data())
+        def finish(self, data: st.DataObject) -> None:
+            rid = data.draw(st.sampled_from(self.running + self.pending), label="request")
+            self.pair.apply(free(rid))
+            if rid in self.running:
+                self.running.remove(rid)
+                self.pending.append(rid)  # a freed request may come back (preemption)
+
+        @rule()
+        def reset_cache(self) -> None:
+            self.pair.apply(reset())
+
+    machine: Any = KVWorkload
+    if seed is not None:
+        machine = hypothesis_seed(seed)(machine)
+    run_state_machine_as_test(machine, settings=Settings(settings,
+                                                         stateful_step_count=step_count))
