@@ -177,7 +177,8 @@ def test_report_record_is_valid_and_complete(pytester: pytest.Pytester) -> None:
     assert record["profile"] == "vllm-0.33" and record["seed"] == 7
     assert record["environment"]["hardware_key"].startswith(("cpu:", "gpu:"))
     assert set(record["areas"]) >= {"allocation", "eviction", "prefix_caching", "invariants"}
-    assert all(o == "passed" for o in record["outcomes"].values())
+    assert set(record["outcomes"].values()) <= {"passed", "skipped"}
+    assert list(record["outcomes"].values()).count("passed") > 30
     assert sum(sum(c.values()) for c in record["areas"].values()) == len(record["outcomes"])
     assert not list((pytester.path / "out").glob(".*.tmp")), "no temporary file left behind"
     json.loads(path.read_text().splitlines()[0])
