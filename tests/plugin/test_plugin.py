@@ -4,6 +4,7 @@ skip / xfail files, the summary, the report record and xdist aggregation."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import numpy  # noqa: F401  (see below)
@@ -13,8 +14,19 @@ import kvcheck.conformance.workload_machine  # noqa: F401
 import kvcheck.reference_impl.adapter  # noqa: F401
 from kvcheck.results.schema import load_records
 
-# pytester's in-process runs drop the modules they imported when they end; numpy refuses to
-# be imported twice in one process, so everything the suite imports is imported here first.
+# pytester's in-process runs drop the modules they imported when they end; numpy and torch
+# refuse to be imported twice in one process, so everything the suite imports is imported here
+# first (torch and triton only when the `kernels` extra is installed).
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
+    import triton  # noqa: F401
+
+    import kvcheck.gpu_kernels.conformance  # noqa: F401
+except ImportError:
+    pass
 
 GOOD = """
 from kvcheck.reference_impl.adapter import IMPL_INFO as _REF, make_kv_cache_manager
@@ -30,8 +42,10 @@ def make_impl(pytester: pytest.Pytester, name: str, body: str) -> None:
     pytester.syspathinsert()
 
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=5", *args)
+def run(pytester: pytest.Pytester, *args: str, kernels: bool = False) -> pytest.RunResult:
+    """An in-process suite run; the (slow, interpreted) kernel area only when asked."""
+    extra = () if kernels or "-k" in args else ("-k", "not test_kernel_matches_reference")
+    return pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=5", *extra, *args)
 
 
 def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
@@ -103,7 +117,7 @@ def test_unknown_profile_option_is_rejected(pytester: pytest.Pytester) -> None:
 
 def test_reference_passes_whole_suite_with_header_and_summary(pytester: pytest.Pytester) -> None:
     """No test paths: the shipped suite runs; the header and the per-area table are printed."""
-    result = run(pytester, "--kv-impl=reference")
+    result = run(pytester, "--kv-impl=reference", kernels=True)
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "kvcheck: reference * (kvcheck.reference_impl.adapter) profile=vllm-0.33 seed=derandomized*",
@@ -111,6 +125,7 @@ def test_reference_passes_whole_suite_with_header_and_summary(pytester: pytest.P
         "*kvcheck conformance: reference*",
         "*allocation*",
         "*eviction*",
+        "*kernels*54*",
         "verdict: reference conforms to vllm-0.33*",
     ])
 
@@ -233,6 +248,7 @@ def test_xdist_aggregates_every_worker(pytester: pytest.Pytester) -> None:
     single = run(pytester, "--kv-impl=reference", "--kv-report=one.jsonl")
     assert single.ret == 0
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kv-max-examples=5",
+                                           "-k", "not test_kernel_matches_reference",
                                            "--kv-impl=reference", "-n", "2",
                                            "--kv-report=two.jsonl")
     assert result.ret == 0
