@@ -1,0 +1,201 @@
+"""slot_mapping: every computed token's flat KV slot, checked against the implementation's own
+block table, through FlashInfer's CSR page table, and for uniqueness across live requests.
+
+The expected slot of position ``pos`` of a request whose block table is ``block_ids`` is
+``block_ids[pos // block_size] * block_size + pos % block_size`` (spec §6, W = 1); the tests
+write that formula themselves instead of calling kvcheck's reference.
+
+Not covered here, on purpose: ``PAD_SLOT_ID`` (-1) tail padding up to
+``max_num_batched_tokens``, DCP (decode context parallel) slot ownership, and batch-level
+``query_start_loc`` handling belong to the worker's batch kernel, which this protocol does not
+expose. kvcheck's own ``compute_slot_mapping`` is checked against the spec's worked examples in
+``tests/reference_impl/test_block_table.py``; an implementation's kernels are checked by the
+``kernels`` capability. ``slot_mapping`` is never asked about positions a request has not
+computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.ops import add, decode, free, schedule
+from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.reference_impl.page_table import to_flashinfer_csr
+
+pytestmark = pytest.mark.kv_capability("manager")
+
+
+def expected_slots(block_ids: list[int], block_size: int, start: int, end: int) -> list[int]:
+    """The slot of each position in ``[start, end)`` read off the block table."""
+    return [block_ids[pos // block_size] * block_size + pos % block_size
+            for pos in range(start, end)]
+
+
+def _ranges(start_of_step: int, end: int) -> list[tuple[int, int]]:
+    """The ranges asked of slot_mapping: everything, the last step's tokens, one token."""
+    out = [(0, end), (start_of_step, end)]
+    if end > 0:
+        out.append((end // 2, end // 2 + 1))
+    return out
+
+
+def _workload(driver: Driver, ops: list[dict[str, Any]], check: Any) -> None:
+    """Run ``ops``, calling ``check(driver, computed_before)`` after each."""
+    for op in ops:
+        before = {rid: driver.views[rid].num_computed_tokens for rid in driver.running}
+        driver.apply(op)
+        check(driver, before)
+
+
+_SCRIPT = [
+    add("a", range(1, 15)), schedule("a", 3), schedule("a", 6), schedule("a"),
+    decode("a"), decode("a", 3),
+    add("b", list(range(1, 9)) + [70, 71, 72]), schedule("b"),    # shares a's 2 full blocks
+    add("c", range(300, 317)), schedule("c", 5), schedule("c", 4),
+    free("a"), decode("b", 2), schedule("c"),
+    add("d", list(range(1, 13)) + [80]), schedule("d", 1),       # hits b's prefix blocks
+    decode("c", 4), schedule("d"),
+]
+
+
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("slot_mapping")
+def test_slot_mapping_matches_block_table(kv_impl, kv_profile) -> None:
+    """slot_mapping(rid, start, end) equals block_ids[pos // bs] * bs + pos % bs for every
+    computed position, through chunked prefill, decode and shared prefixes."""
+    driver = Driver(kv_impl, KVCacheSpec(num_blocks=24, block_size=4, profile=kv_profile))
+
+    def check(driver: Driver, before: dict[str, int]) -> None:
+        for rid in sorted(driver.running):
+            ids = list(driver.manager.get_block_ids(rid))
+            n = driver.views[rid].num_computed_tokens
+            for start, end in _ranges(before.get(rid, 0), n):
+                got = list(driver.manager.slot_mapping(rid, start, end))
+                want = expected_slots(ids, 4, start, end)
+                assert got == want, (
+                    f"slot_mapping({rid!r}, {start}, {end}) = {got}, block table {ids} gives "
+                    f"{want}\n" + driver.snippet())
+
+    _workload(driver, _SCRIPT, check)
+
+
+@pytest.mark.kv_generic
+def test_flashinfer_csr_cross_check(kv_impl, kv_profile) -> None:
+    """FlashInfer's CSR page table built from the implementation's block tables addresses every
+    token at its slot: kv_indices[kv_indptr[b] + pos // bs] * bs + pos % bs, with
+    seq_len = bs * (npages - 1) + last_page_len and 0 < last_page_len <= bs."""
+    bs = 4
+    driver = Driver(kv_impl, KVCacheSpec(num_blocks=24, block_size=bs, profile=kv_profile))
+    has_slots = kv_impl.has("slot_mapping")
+
+    def check(driver: Driver, before: dict[str, int]) -> None:
+        rids = [r for r in sorted(driver.running) if driver.views[r].num_computed_tokens > 0]
+        if not rids:
+            return
+        rows = [list(driver.manager.get_block_ids(r)) for r in rids]
+        seq_lens = [driver.views[r].num_computed_tokens for r in rids]
+        try:
+            indptr, indices, last = to_flashinfer_csr(rows, seq_lens, bs)
+        except ValueError as exc:
+            raise AssertionError(f"block tables {dict(zip(rids, rows))} with seq_lens "
+                                 f"{seq_lens} are not a valid page table: {exc}\n"
+                                 + driver.snippet()) from None
+        assert indptr.dtype.name == indices.dtype.name == last.dtype.name == "int32"
+        for b, (rid, ids, n) in enumerate(zip(rids, rows, seq_lens)):
+            npages = int(indptr[b + 1] - indptr[b])
+            assert n == bs * (npages - 1) + int(last[b]) and 0 < int(last[b]) <= bs, (
+                f"{rid!r}: seq_len {n}, {npages} pages, last_page_len {int(last[b])}")
+            want = (list(driver.manager.slot_mapping(rid, 0, n)) if has_slots
+                    else expected_slots(ids, bs, 0, n))
+            csr = [int(indices[int(indptr[b]) + pos // bs]) * bs + pos % bs for pos in range(n)]
+            assert csr == want, (
+                f"{rid!r}: CSR slots {csr}, "
+                f"{'slot_mapping' if has_slots else 'block table'} slots {want}\n"
+                + driver.snippet())
+
+    _workload(driver, _SCRIPT, check)
+
+
+@pytest.mark.kv_generic
+def test_slots_unique_except_shared_prefix_blocks(kv_impl, kv_profile, kv_settings,
+                                                  kv_seed) -> None:
+    """Random prompts sharing prefixes, random chunks, decode and frees: every computed token's
+    slot lies in the pool (never in the null block 0) and belongs to one live request, except
+    tokens of a shared full prefix block at the same position."""
+    from hypothesis import given
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+
+    has_slots = kv_impl.has("slot_mapping")
+    stems = [[], [1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23, 24],
+             [9] * 12]
+
+    @kv_settings
+    @given(data=st.data(), block_size=st.sampled_from([1, 2, 4, 8]),
+           num_blocks=st.integers(4, 40))
+    def run(data: st.DataObject, block_size: int, num_blocks: int) -> None:
+        spec = KVCacheSpec(num_blocks=num_blocks, block_size=block_size, profile=kv_profile)
+        driver = Driver(kv_impl, spec)
+        for step in range(data.draw(st.integers(1, 14), label="steps")):
+            kind = data.draw(st.sampled_from(["add", "add", "step", "decode", "free"]),
+                             label="op")
+            if kind == "add":
+                prompt = data.draw(st.sampled_from(stems), label="stem") + data.draw(
+                    st.lists(st.integers(0, 30), max_size=9), label="tail")
+                if not prompt:
+                    continue
+                rid = f"r{step}"
+                driver.run([add(rid, prompt), schedule(rid, data.draw(
+                    st.one_of(st.none(), st.integers(1, 10)), label="chunk"))])
+            elif driver.running:
+                rid = data.draw(st.sampled_from(sorted(driver.running)), label="request")
+                n = data.draw(st.integers(1, 6), label="tokens")
+                driver.apply({"step": schedule(rid, n), "decode": decode(rid, n),
+                              "free": free(rid)}[kind])
+            _check_slots(driver, has_slots)
+
+    if kv_seed is not None:
+        run = hypothesis_seed(kv_seed)(run)
+    run()
+
+
+def _check_slots(driver: Driver, has_slots: bool) -> None:
+    spec = driver.spec
+    bs = spec.block_size
+    low = 0 if spec.profile == "generic" else bs  # block 0 is vLLM's null block
+    owners: dict[int, list[tuple[str, int]]] = {}
+    for rid in sorted(driver.running):
+        view = driver.views[rid]
+        ids = list(driver.manager.get_block_ids(rid))
+        n = view.num_computed_tokens
+        assert len(ids) * bs >= n, (
+            f"{rid!r}: {n} computed tokens but {len(ids)} blocks\n" + driver.snippet())
+        slots = expected_slots(ids, bs, 0, n)
+        if has_slots:
+            got = list(driver.manager.slot_mapping(rid, 0, n))
+            assert got == slots, (f"slot_mapping({rid!r}, 0, {n}) = {got}, block table "
+                                  f"{ids} gives {slots}\n" + driver.snippet())
+        for pos, slot in enumerate(slots):
+            assert low <= slot < spec.num_blocks * bs, (
+                f"{rid!r} position {pos}: slot {slot} outside [{low}, "
+                f"{spec.num_blocks * bs})\n" + driver.snippet())
+            owners.setdefault(slot, []).append((rid, pos))
+    for slot, users in owners.items():
+        if len(users) < 2:
+            continue
+        (rid0, pos0), rest = users[0], users[1:]
+        end = (pos0 // bs + 1) * bs  # the shared block must be full, and the same prefix
+        for rid, pos in rest:
+            shared_ok = (
+                pos == pos0
+                and driver.views[rid0].num_computed_tokens >= end
+                and driver.views[rid].num_computed_tokens >= end
+                and driver.views[rid0].token_ids[:end] == driver.views[rid].token_ids[:end]
+            )
+            assert shared_ok, (
+                f"slot {slot} is written by {rid0!r} position {pos0} and {rid!r} position {pos}"
+                f": only a shared full prefix block at the same position may share slots; "
+                f"tables {driver.tables()}\n" + driver.snippet())
