@@ -1,7 +1,10 @@
 """The environment block of a result record, including the ``hardware_key``.
 
 Records are compared (gates, leaderboards) only when their hardware keys are equal: the GPU
-model when a CUDA device is visible, else the CPU model and core count.
+model when a CUDA device is visible (``"gpu:NVIDIA H100 80GB HBM3"``), else the CPU model and
+core count (``"cpu:AMD EPYC x2"``). Software versions (driver, CUDA, torch, triton, Python) are
+recorded beside the key, not in it: a dependency bump must not silently turn a regression gate
+into "no baseline"; the gate prints software differences instead.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import sys
 from importlib import metadata
 from typing import Any
 
-__all__ = ["collect_environment"]
+__all__ = ["SOFTWARE_FIELDS", "collect_environment", "hardware_key", "software_versions"]
+
+# Environment fields that change timings but not the hardware key.
+SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "python")
 
 
 def _version(dist: str) -> str | None:
@@ -44,20 +50,64 @@ def _gpu() -> dict[str, Any] | None:
             "memory_bytes": int(props.total_memory), "count": torch.cuda.device_count()}
 
 
+def _nvidia_driver() -> str | None:
+    # The kernel module reports its version here; no subprocess, no NVML binding needed.
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    for word in first.split():
+        if word[:1].isdigit() and "." in word:
+            return word
+    return None
+
+
+def hardware_key(environment: dict[str, Any]) -> str:
+    """The comparison key of an environment block (see the module docstring)."""
+    return str(environment.get("hardware_key", ""))
+
+
 def collect_environment() -> dict[str, Any]:
-    """Versions and hardware of this process's machine (no network, no CUDA init)."""
+    """Versions and hardware of this process's machine (no network, no CUDA init).
+
+    Fields: ``hardware_key``, ``cpu``, ``cpu_count``, ``gpu`` (object or None), ``gpu_model``,
+    ``driver``, ``cuda``, ``torch``, ``triton``, ``python``, ``platform``, ``implementation``
+    and ``packages`` (distribution name -> version or None).
+    """
     gpu = _gpu()
     cpu = _cpu_model()
     cores = os.cpu_count() or 0
     key = f"gpu:{gpu['name']}" if gpu else f"cpu:{cpu} x{cores}"
+    packages = {name: _version(name) for name in
+                ("kvcheck", "pytest", "hypothesis", "numpy", "torch", "triton", "vllm")}
     return {
         "hardware_key": key,
         "cpu": cpu,
         "cpu_count": cores,
         "gpu": gpu,
+        "gpu_model": gpu["name"] if gpu else None,
+        "driver": _nvidia_driver() if gpu else None,
+        "cuda": gpu["cuda"] if gpu else None,
+        "torch": packages["torch"],
+        "triton": packages["triton"],
         "platform": platform.platform(),
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
-        "packages": {name: _version(name) for name in
-                     ("kvcheck", "pytest", "hypothesis", "numpy", "torch", "triton", "vllm")},
+        "packages": packages,
     }
+
+
+def software_versions(environment: dict[str, Any]) -> dict[str, str | None]:
+    """driver, cuda, torch, triton and python of an environment block; older records that
+    only have ``packages`` fall back to it."""
+    packages = environment.get("packages") or {}
+    out: dict[str, str | None] = {}
+    for name in SOFTWARE_FIELDS:
+        value = environment.get(name)
+        if value is None and isinstance(packages, dict):
+            value = packages.get(name)
+        if value is None and name == "cuda" and isinstance(environment.get("gpu"), dict):
+            value = environment["gpu"].get("cuda")
+        out[name] = None if value is None else str(value)
+    return out

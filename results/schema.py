@@ -6,29 +6,72 @@ raw samples). Both carry the implementation, the profile, the environment (with 
 ``hardware_key`` that decides which records may be compared) and a UTC timestamp.
 
 Loading validates every field and rejects a malformed or future-version file with a message
-naming the file, line and field. No pickle: plain JSON only.
+naming the file, line and field. No pickle: plain JSON only (NaN and Infinity are rejected).
+
+Fields of schema version 1 (``?`` marks an optional field, which may also be ``null``)::
+
+    schema_version  int        1; a file with a newer version is rejected, never guessed at
+    kind            str        "conformance" | "benchmark"
+    timestamp       str        ISO 8601, UTC (e.g. "2026-11-29T10:31:53+00:00")
+    suite_version   str        version of the conformance suite / benchmark set
+    kvcheck_version str        version of kvcheck that wrote the record
+    profile         str        behaviour checked against: "vllm-0.33" | "vllm-0.10" | "generic"
+    seed            int?       workload seed (null: derandomized)
+    implementation  object     name str, version str, commit str?, capabilities [str]?,
+                               target str?, module str?
+    environment     object     hardware_key str (records compare only when equal), and
+                               when known: cpu, cpu_count, gpu, gpu_model, driver, cuda,
+                               torch, triton, python, platform, packages {name: version}
+    metrics         [object]?  name str, unit str, direction "lower_is_better" |
+                               "higher_is_better", value number (the headline statistic,
+                               finite), samples [number]? (raw per-round values, same unit),
+                               case str?, stat str? ("median", "mean", "min"...),
+                               lower number?, upper number?, extra object?
+    extra           object?    free-form data (e.g. pytest-benchmark's JSON, verbatim)
+  conformance only:
+    outcomes        object     test id -> one of OUTCOMES
+    areas           object     area -> {outcome: count >= 0}
+    verdict         str        one human-readable line
+    conforms        bool
+  benchmark only:
+    metrics         at least one metric
+
+A metric is identified inside a record by ``metric_key``: ``"<case>/<name>"`` when it has a
+case, else its name; keys are unique within a record.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DIRECTIONS",
+    "KINDS",
     "OUTCOMES",
     "SCHEMA_VERSION",
     "RecordError",
+    "dump_lines",
+    "implementation_block",
     "load_records",
+    "make_benchmark_record",
+    "make_metric",
+    "metric_key",
     "validate_record",
 ]
 
 SCHEMA_VERSION = 1
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
-_KINDS = ("conformance", "benchmark")
-_DIRECTIONS = ("lower_is_better", "higher_is_better")
+KINDS = ("conformance", "benchmark")
+DIRECTIONS = ("lower_is_better", "higher_is_better")
+_KINDS = KINDS  # older private spelling
+_DIRECTIONS = DIRECTIONS
+_NUMBER = (int, float)
 
 
 class RecordError(ValueError):
@@ -59,8 +102,46 @@ def _type_names(types: type | tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in _tuple(types))
 
 
+def _finite(obj: Mapping[str, Any], key: str, where: str, optional: bool = False) -> Any:
+    value = _req(obj, key, _NUMBER, where, optional)
+    if value is not None and not math.isfinite(value):
+        raise RecordError(f"{where}: field {key!r} must be finite, got {value}")
+    return value
+
+
+def metric_key(metric: Mapping[str, Any]) -> str:
+    """The identity of a metric inside a record: ``"<case>/<name>"``, or the name alone."""
+    case = metric.get("case")
+    return f"{case}/{metric['name']}" if case else str(metric["name"])
+
+
+def _validate_metric(metric: Any, w: str) -> str:
+    if not isinstance(metric, dict):
+        raise RecordError(f"{w}: must be an object")
+    _req(metric, "name", str, w)
+    _req(metric, "unit", str, w)
+    direction = _req(metric, "direction", str, w)
+    if direction not in DIRECTIONS:
+        raise RecordError(f"{w}: field 'direction' must be one of {list(DIRECTIONS)}, "
+                          f"got {direction!r}")
+    _finite(metric, "value", w)
+    samples = _req(metric, "samples", list, w, optional=True) or []
+    for j, x in enumerate(samples):
+        if not isinstance(x, _NUMBER) or isinstance(x, bool) or not math.isfinite(x):
+            raise RecordError(f"{w}: field 'samples' must be a list of finite numbers "
+                              f"(samples[{j}] is {x!r})")
+    _req(metric, "case", str, w, optional=True)
+    _req(metric, "stat", str, w, optional=True)
+    _finite(metric, "lower", w, optional=True)
+    _finite(metric, "upper", w, optional=True)
+    _req(metric, "extra", dict, w, optional=True)
+    return metric_key(metric)
+
+
 def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
     """Check one record against schema version ``SCHEMA_VERSION``; return it unchanged.
+
+    Unknown extra fields are allowed (forward-compatible additions within version 1).
 
     Raises:
         RecordError: naming ``where`` and the offending field.
@@ -76,13 +157,17 @@ def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
     if version < 1:
         raise RecordError(f"{where}: field 'schema_version' must be >= 1, got {version}")
     kind = _req(record, "kind", str, where)
-    if kind not in _KINDS:
-        raise RecordError(f"{where}: field 'kind' must be one of {list(_KINDS)}, got {kind!r}")
-    _req(record, "timestamp", str, where)
+    if kind not in KINDS:
+        raise RecordError(f"{where}: field 'kind' must be one of {list(KINDS)}, got {kind!r}")
+    stamp = _req(record, "timestamp", str, where)
+    if parse_timestamp(stamp) is None:
+        raise RecordError(f"{where}: field 'timestamp' must be an ISO 8601 date and time, "
+                          f"got {stamp!r}")
     _req(record, "suite_version", str, where)
     _req(record, "kvcheck_version", str, where)
     _req(record, "profile", str, where)
     _req(record, "seed", int, where, optional=True)
+    _req(record, "extra", dict, where, optional=True)
     impl = _req(record, "implementation", dict, where)
     _req(impl, "name", str, f"{where}: implementation")
     _req(impl, "version", str, f"{where}: implementation")
@@ -92,6 +177,8 @@ def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
         raise RecordError(f"{where}: implementation.capabilities must be a list of str")
     env = _req(record, "environment", dict, where)
     _req(env, "hardware_key", str, f"{where}: environment")
+    for key in ("cpu", "gpu_model", "driver", "cuda", "torch", "triton", "python", "platform"):
+        _req(env, key, str, f"{where}: environment", optional=True)
     if kind == "conformance":
         outcomes = _req(record, "outcomes", dict, where)
         for test_id, outcome in outcomes.items():
@@ -112,22 +199,32 @@ def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
         _req(record, "verdict", str, where)
         _req(record, "conforms", bool, where)
     metrics = _req(record, "metrics", list, where, optional=True) or []
+    if kind == "benchmark" and not metrics:
+        raise RecordError(f"{where}: field 'metrics' must hold at least one metric in a "
+                          "benchmark record")
+    seen: dict[str, int] = {}
     for i, metric in enumerate(metrics):
-        w = f"{where}: metrics[{i}]"
-        if not isinstance(metric, dict):
-            raise RecordError(f"{w}: must be an object")
-        _req(metric, "name", str, w)
-        _req(metric, "unit", str, w)
-        direction = _req(metric, "direction", str, w)
-        if direction not in _DIRECTIONS:
-            raise RecordError(f"{w}: field 'direction' must be one of {list(_DIRECTIONS)}")
-        value = _req(metric, "value", (int, float), w)
-        if not math.isfinite(value):
-            raise RecordError(f"{w}: field 'value' must be finite, got {value}")
-        samples = _req(metric, "samples", list, w, optional=True) or []
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples):
-            raise RecordError(f"{w}: field 'samples' must be a list of numbers")
+        key = _validate_metric(metric, f"{where}: metrics[{i}]")
+        if key in seen:
+            raise RecordError(f"{where}: metrics[{i}] repeats metric {key!r} "
+                              f"(already metrics[{seen[key]}]); give each a distinct case/name")
+        seen[key] = i
     return record
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """An ISO 8601 timestamp as an aware UTC datetime (naive means UTC); None if unparsable."""
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.astimezone(timezone.utc)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed (JSON has no NaN or Infinity)")
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
@@ -140,6 +237,8 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RecordError(f"{path}: not a UTF-8 text file (is it a result record?)") from None
     except OSError as exc:
         raise RecordError(f"{path}: cannot read ({exc.strerror or exc})") from None
     records = []
@@ -148,9 +247,11 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
             raise RecordError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except (ValueError, RecursionError) as exc:
+            raise RecordError(f"{where}: not valid JSON ({exc})") from None
         records.append(validate_record(obj, where))
     if not records:
         raise RecordError(f"{path}: no records (an empty result file)")
@@ -160,3 +261,109 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
 def dump_lines(records: Iterable[Mapping[str, Any]]) -> str:
     """Records as JSON Lines text: sorted keys, one record per line, no NaN."""
     return "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in records)
+
+
+# ------------------------------------------------------------------ building benchmark records
+def implementation_block(impl: Any) -> dict[str, Any]:
+    """The ``implementation`` object of a record, from a mapping (``name``, ``version``,
+    optional ``commit``...) or from a loaded ``kvcheck.plugin.loader.ImplHandle``."""
+    if isinstance(impl, Mapping):
+        return dict(impl)
+    info = impl.info
+    return {
+        "name": impl.name,
+        "version": info.version,
+        "target": getattr(impl, "target", None),
+        "module": getattr(getattr(impl, "module", None), "__name__", None),
+        "commit": info.commit,
+        "capabilities": sorted(info.capabilities),
+    }
+
+
+def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] = (),
+                value: float | None = None, *, case: str | None = None,
+                stat: str | None = None, extra: Mapping[str, Any] | None = None,
+                ) -> dict[str, Any]:
+    """One metric object.
+
+    Args:
+        name: what is measured, e.g. ``"us_per_call"`` or ``"gbps"``.
+        unit: unit of ``value`` and of every sample, e.g. ``"us"``, ``"GB/s"``, ``"ops/s"``.
+        direction: ``"lower_is_better"`` or ``"higher_is_better"`` (``"lower"`` / ``"higher"``
+            are accepted as shorthands).
+        samples: raw per-round values, kept so a later gate can test significance.
+        value: the headline statistic; default: the median of ``samples`` (``stat`` is then
+            ``"median"``, with ``lower``/``upper`` the 25th/75th percentiles).
+        case: the benchmark case (shape, workload) the metric belongs to.
+
+    Raises:
+        RecordError: no value and no samples, or an invalid field.
+    """
+    direction = {"lower": "lower_is_better", "higher": "higher_is_better"}.get(direction,
+                                                                               direction)
+    samples = [float(x) for x in samples]
+    metric: dict[str, Any] = {"name": name, "unit": unit, "direction": direction,
+                              "samples": samples}
+    if value is None:
+        if not samples:
+            raise RecordError(f"metric {name!r}: give a value or at least one sample")
+        value = statistics.median(samples)
+        stat = stat or "median"
+        if len(samples) >= 2:
+            q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+            metric["lower"], metric["upper"] = q1, q3
+    metric["value"] = float(value)
+    if case is not None:
+        metric["case"] = case
+    if stat is not None:
+        metric["stat"] = stat
+    if extra is not None:
+        metric["extra"] = dict(extra)
+    _validate_metric(metric, f"metric {name!r}")
+    return metric
+
+
+def make_benchmark_record(implementation: Any, metrics: Sequence[Mapping[str, Any]], *,
+                          profile: str, suite_version: str | None = None,
+                          environment: Mapping[str, Any] | None = None,
+                          seed: int | None = None, timestamp: str | None = None,
+                          extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A validated ``kind="benchmark"`` record, ready for ``kvcheck.results.io.write_records``.
+
+    Args:
+        implementation: a mapping with ``name`` and ``version`` (``commit`` recommended), or
+            an ``ImplHandle``.
+        metrics: objects from ``make_metric`` (keys unique per record).
+        profile: the profile the implementation ran under (rows of a leaderboard join a
+            benchmark record to the conformance record with the same implementation and
+            profile).
+        suite_version: version of the benchmark set; default: the conformance suite's.
+        environment: default ``collect_environment()`` of this process.
+        timestamp: default now, UTC.
+        extra: free-form data kept verbatim (e.g. pytest-benchmark's JSON).
+    """
+    from kvcheck import __version__
+
+    if suite_version is None:
+        from kvcheck.conformance import SUITE_VERSION
+
+        suite_version = SUITE_VERSION
+    if environment is None:
+        from kvcheck.results.environment import collect_environment
+
+        environment = collect_environment()
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "benchmark",
+        "timestamp": timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "suite_version": suite_version,
+        "kvcheck_version": __version__,
+        "implementation": implementation_block(implementation),
+        "profile": profile,
+        "seed": seed,
+        "metrics": [dict(m) for m in metrics],
+        "environment": dict(environment),
+    }
+    if extra is not None:
+        record["extra"] = dict(extra)
+    return validate_record(record, f"benchmark record of {record['implementation'].get('name')!r}")

@@ -1,0 +1,345 @@
+"""Pair result records across two runs and describe what changed.
+
+Records are grouped by (implementation name, kind, profile, hardware key); records of one group
+are merged in timestamp order (later outcomes and metrics win). A current group is compared
+only with the baseline group of the same implementation, kind and profile measured on the
+same hardware key; a different key means "no baseline", never a comparison.
+
+Test ids are compared by file name and test name (``conformance/test_x.py::t[impl]`` and
+``../site-packages/kvcheck/conformance/test_x.py::t[impl]`` are the same test), so records
+written from different working directories still line up.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcheck.results.environment import software_versions
+from kvcheck.results.schema import load_records, metric_key, parse_timestamp
+from kvcheck.results.stats import mann_whitney_u, min_p_value
+
+__all__ = [
+    "Group",
+    "MetricChange",
+    "OutcomeChange",
+    "Pair",
+    "diff_metrics",
+    "diff_outcomes",
+    "format_p",
+    "format_value",
+    "glob_match",
+    "group_records",
+    "load_files",
+    "normalize_test_id",
+    "pair_groups",
+    "render_compare",
+    "software_differences",
+]
+
+GroupKey = tuple[str, str, str, str]  # (implementation, kind, profile, hardware_key)
+
+
+def glob_match(pattern: str, text: str) -> bool:
+    """Whole-string match where only ``*`` is special (test ids contain ``[``)."""
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), text) is not None
+
+
+def normalize_test_id(nodeid: str) -> str:
+    """``a/b/test_x.py::test_y[p]`` -> ``test_x.py::test_y[p]`` (folders dropped)."""
+    path, sep, rest = nodeid.partition("::")
+    return path.replace("\\", "/").rsplit("/", 1)[-1] + sep + rest
+
+
+def load_files(paths: Sequence[str | Path]) -> list[tuple[str, dict[str, Any]]]:
+    """(``file:line``-free source name, record) for every record of every file.
+
+    Raises:
+        RecordError: from ``load_records``, naming the file, line and field.
+    """
+    out = []
+    for path in paths:
+        out += [(str(path), r) for r in load_records(path)]
+    return out
+
+
+@dataclass
+class Group:
+    """Merged records of one (implementation, kind, profile, hardware key)."""
+
+    implementation: dict[str, Any]
+    kind: str
+    profile: str
+    hardware_key: str
+    environment: dict[str, Any]
+    timestamp: str
+    suite_version: str
+    sources: list[str] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)      # normalized test id -> outcome
+    areas: dict[str, dict[str, int]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric_key -> metric
+    conforms: bool | None = None
+    verdict: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.implementation["name"])
+
+    @property
+    def key(self) -> GroupKey:
+        return (self.name, self.kind, self.profile, self.hardware_key)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.kind}, {self.profile})"
+
+
+def group_records(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[GroupKey, Group]:
+    """Group and merge records (see the module docstring); input order breaks timestamp ties."""
+    ordered = sorted(enumerate(records),
+                     key=lambda item: (parse_timestamp(item[1][1]["timestamp"]), item[0]))
+    groups: dict[GroupKey, Group] = {}
+    for _, (source, rec) in ordered:
+        key = (rec["implementation"]["name"], rec["kind"], rec["profile"],
+               rec["environment"]["hardware_key"])
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(rec["implementation"], rec["kind"], rec["profile"],
+                                        key[3], rec["environment"], rec["timestamp"],
+                                        rec["suite_version"])
+        group.implementation = rec["implementation"]
+        group.environment = rec["environment"]
+        group.timestamp = rec["timestamp"]
+        group.suite_version = rec["suite_version"]
+        if source not in group.sources:
+            group.sources.append(source)
+        for test_id, outcome in rec.get("outcomes", {}).items():
+            group.outcomes[normalize_test_id(test_id)] = outcome
+        if rec["kind"] == "conformance":
+            group.areas = rec["areas"]
+            group.conforms = rec["conforms"]
+            group.verdict = rec["verdict"]
+        for metric in rec.get("metrics") or []:
+            group.metrics[metric_key(metric)] = metric
+    return groups
+
+
+@dataclass
+class Pair:
+    """A current group and its baseline (None: nothing comparable, ``note`` says why)."""
+
+    current: Group
+    baseline: Group | None
+    note: str | None = None
+
+
+def pair_groups(baseline: dict[GroupKey, Group], current: dict[GroupKey, Group],
+                pair_singletons: bool = False) -> list[Pair]:
+    """One ``Pair`` per current group, in a stable order.
+
+    ``pair_singletons``: when a side holds exactly one group of a kind and nothing pairs by
+    name, compare those two anyway (``kvcheck compare ref.jsonl mine.jsonl``).
+    """
+    pairs = []
+    for key in sorted(current):
+        group = current[key]
+        match = baseline.get(key)
+        if match is not None:
+            pairs.append(Pair(group, match))
+            continue
+        elsewhere = sorted(b.hardware_key for b in baseline.values() if b.key[:3] == key[:3])
+        if elsewhere:
+            note = (f"no baseline for {group.label} on hardware {group.hardware_key!r}: the "
+                    f"baseline was measured on {', '.join(map(repr, elsewhere))}")
+        else:
+            note = f"no baseline for {group.label}: the baseline has no such records"
+        pairs.append(Pair(group, None, note))
+    if pair_singletons:
+        for kind in ("conformance", "benchmark"):
+            cur = [p for p in pairs if p.current.kind == kind]
+            base = [b for b in baseline.values() if b.kind == kind]
+            if len(cur) == 1 and len(base) == 1 and cur[0].baseline is None:
+                b, c = base[0], cur[0].current
+                cur[0].baseline = b
+                cur[0].note = None if b.hardware_key == c.hardware_key else (
+                    f"{b.label} was measured on {b.hardware_key!r}, {c.label} on "
+                    f"{c.hardware_key!r}: differences may be the hardware's")
+    return pairs
+
+
+def software_differences(baseline: Group, current: Group) -> list[str]:
+    """``"torch 2.12.0 -> 2.13.0"`` for each driver/cuda/torch/triton/python that differs."""
+    before = software_versions(baseline.environment)
+    after = software_versions(current.environment)
+    return [f"{name} {before[name] or '-'} -> {after[name] or '-'}"
+            for name in before if before[name] != after[name]]
+
+
+@dataclass
+class OutcomeChange:
+    """A conformance test whose outcome differs (``None``: not in that run)."""
+
+    test_id: str
+    before: str | None
+    after: str | None
+
+    @property
+    def is_new_failure(self) -> bool:
+        """Passed in the baseline, failed (or errored) now: what a gate fails on."""
+        return self.before in ("passed", "xpassed") and self.after in ("failed", "error")
+
+
+def diff_outcomes(baseline: Group, current: Group) -> list[OutcomeChange]:
+    """Every test whose outcome differs, new and vanished tests included, sorted by id."""
+    ids = sorted(set(baseline.outcomes) | set(current.outcomes))
+    return [OutcomeChange(t, baseline.outcomes.get(t), current.outcomes.get(t)) for t in ids
+            if baseline.outcomes.get(t) != current.outcomes.get(t)]
+
+
+@dataclass
+class MetricChange:
+    """One metric in both runs (or in one: the other is None).
+
+    ``worse_by``: how much worse the current value is, in the metric's unit (negative:
+    better), whatever the direction; ``worse_pct``: the same relative to the baseline value
+    (None when the baseline value is 0). ``p``: one-sided Mann-Whitney p-value of a change in
+    the observed direction (None without samples on both sides); ``p_floor``: the smallest
+    p-value these sample sizes allow.
+    """
+
+    key: str
+    baseline: dict[str, Any] | None
+    current: dict[str, Any] | None
+    worse_by: float | None = None
+    worse_pct: float | None = None
+    p: float | None = None
+    p_method: str | None = None
+    p_floor: float | None = None
+
+    @property
+    def metric(self) -> dict[str, Any]:
+        return self.current or self.baseline  # type: ignore[return-value]
+
+    @property
+    def unit(self) -> str:
+        return str(self.metric["unit"])
+
+    @property
+    def n_samples(self) -> tuple[int, int]:
+        return (len((self.baseline or {}).get("samples") or []),
+                len((self.current or {}).get("samples") or []))
+
+
+def _compare_metric(key: str, base: dict[str, Any], cur: dict[str, Any]) -> MetricChange:
+    change = MetricChange(key, base, cur)
+    sign = 1.0 if cur["direction"] == "lower_is_better" else -1.0
+    change.worse_by = sign * (cur["value"] - base["value"])
+    if base["value"] != 0:
+        change.worse_pct = 100.0 * change.worse_by / abs(base["value"])
+    xs, ys = cur.get("samples") or [], base.get("samples") or []
+    if xs and ys:
+        worse_means_greater = (change.worse_by >= 0) == (sign > 0)
+        result = mann_whitney_u(xs, ys, "greater" if worse_means_greater else "less")
+        change.p, change.p_method = result.p, result.method
+        change.p_floor = min_p_value(len(xs), len(ys))
+    return change
+
+
+def diff_metrics(baseline: Group, current: Group) -> list[MetricChange]:
+    """Every metric of either run, in the current run's order then vanished ones.
+
+    A metric whose unit or direction changed is reported as vanished plus new (its values
+    cannot be compared).
+    """
+    out = []
+    for key, cur in current.metrics.items():
+        base = baseline.metrics.get(key)
+        if base is not None and (base["unit"], base["direction"]) == (cur["unit"],
+                                                                      cur["direction"]):
+            out.append(_compare_metric(key, base, cur))
+        else:
+            if base is not None:
+                out.append(MetricChange(key, base, None))
+            out.append(MetricChange(key, None, cur))
+    out += [MetricChange(k, m, None) for k, m in baseline.metrics.items()
+            if k not in current.metrics]
+    return out
+
+
+def format_value(value: float | None, unit: str = "") -> str:
+    """Four significant digits plus the unit; ``-`` for None."""
+    if value is None:
+        return "-"
+    text = f"{value:.4g}"
+    return f"{text} {unit}".rstrip()
+
+
+def format_p(change: MetricChange) -> str:
+    if change.p is None:
+        return "no samples" if change.baseline and change.current else "-"
+    return f"{change.p:.2g}" if change.p >= 1e-4 else "<1e-4"
+
+
+def console(file: Any = None) -> Any:
+    """A rich Console for tables: 160 columns when not writing to a terminal (CI logs)."""
+    from rich.console import Console
+
+    file = file or sys.stdout
+    is_tty = hasattr(file, "isatty") and file.isatty()
+    return Console(file=file, width=None if is_tty else 160, soft_wrap=False,
+                   color_system="auto" if is_tty else None, highlight=False)
+
+
+def render_compare(pairs: list[Pair]) -> str:
+    """The ``kvcheck compare`` report as plain text (rich tables, no colour)."""
+    from rich.table import Table
+
+    buf = io.StringIO()
+    out = console(buf)
+    for pair in pairs:
+        cur, base = pair.current, pair.baseline
+        if base is None:
+            out.print(_esc(f"{cur.label}: {pair.note}"), soft_wrap=True)
+            continue
+        out.print("[bold]" + _esc(f"{base.label} [{base.hardware_key}] -> {cur.label} "
+                                  f"[{cur.hardware_key}]") + "[/bold]", soft_wrap=True)
+        if pair.note:
+            out.print(f"  warning: {_esc(pair.note)}")
+        for diff in software_differences(base, cur):
+            out.print(f"  software differs: {_esc(diff)}")
+        if cur.kind == "conformance":
+            if base.verdict != cur.verdict:
+                out.print(f"  verdict: {_esc(base.verdict or '-')}\n        -> "
+                          f"{_esc(cur.verdict or '-')}")
+            changes = diff_outcomes(base, cur)
+            if changes:
+                table = Table("test", "before", "after", title="conformance outcomes that differ")
+                for c in changes:
+                    table.add_row(_esc(c.test_id), c.before or "(absent)", c.after or "(absent)")
+                out.print(table)
+            else:
+                out.print(f"  all {len(cur.outcomes)} test outcomes identical")
+        metric_changes = diff_metrics(base, cur)
+        if metric_changes:
+            table = Table("metric", "baseline", "current", "change", "p (one-sided)", "n",
+                          title="metrics (change: + is worse, in the metric's direction)")
+            for m in metric_changes:
+                pct = "-" if m.worse_pct is None else f"{m.worse_pct:+.1f}%"
+                n = "/".join(map(str, m.n_samples))
+                table.add_row(_esc(m.key),
+                              format_value((m.baseline or {}).get("value"), m.unit),
+                              format_value((m.current or {}).get("value"), m.unit),
+                              pct, format_p(m), n)
+            out.print(table)
+    return buf.getvalue()
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

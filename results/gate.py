@@ -1,0 +1,474 @@
+"""The regression gate: decide whether a current run regressed against a baseline.
+
+A run fails the gate (exit 1) when
+
+* a conformance test that passed in the baseline fails or errors now, or
+* a metric got worse by more than its threshold (``--threshold SEL:5%``, or an absolute
+  ``SEL:0.3`` in the metric's unit) AND the change is significant on the raw samples
+  (one-sided Mann-Whitney U, ``p < alpha``) AND it exceeds the metric's absolute floor
+  (``--floor SEL:0.5``, in the metric's unit; default 0).
+
+Exact metrics (recorded without samples, or without spread in either run: counts, hit rates)
+need no test, so threshold and floor decide. A noisy metric with too few samples for any
+p-value below alpha (3 against 3 cannot go below 0.05) cannot be significant: it is reported
+as "untestable" with a warning, never failed, so short benchmark runs do not make CI flaky. A waiver file (``metric-or-test-id  #
+reason`` per line) turns matching regressions into "waived". Records measured on a different
+hardware key are "no baseline": a warning, never a failure.
+
+Selectors (``SEL``) are matched against a metric's key (``case/name``), its name, its stat
+and its unit; ``*`` is a wildcard. The most specific match wins: key, then name, then a
+wildcard pattern, then stat or unit, then the default (no selector); among equals the last
+given wins.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcheck.results.compare import (
+    MetricChange,
+    OutcomeChange,
+    Pair,
+    console,
+    diff_metrics,
+    diff_outcomes,
+    format_p,
+    format_value,
+    glob_match,
+    group_records,
+    pair_groups,
+    software_differences,
+)
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_THRESHOLD",
+    "Decision",
+    "GateConfig",
+    "GateInputError",
+    "GateResult",
+    "Rule",
+    "Waiver",
+    "load_thresholds_file",
+    "load_waivers",
+    "parse_rule",
+    "render_gate",
+    "render_gate_markdown",
+    "run_gate",
+]
+
+DEFAULT_THRESHOLD = 5.0  # percent
+DEFAULT_ALPHA = 0.01
+
+
+class GateInputError(ValueError):
+    """Unusable gate configuration (threshold, floor, waiver); the message names the source."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A threshold or floor: ``selector`` (None: every metric), ``value``, ``percent``."""
+
+    selector: str | None
+    value: float
+    percent: bool = False
+
+    @property
+    def check_name(self) -> str:
+        return "PercentageRegressionCheck" if self.percent else "DifferenceRegressionCheck"
+
+    def __str__(self) -> str:
+        return f"{self.value:g}{'%' if self.percent else ''}"
+
+
+_NUMBER_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*$")
+
+
+def parse_rule(text: str, what: str = "--threshold", allow_percent: bool = True) -> Rule:
+    """``"mean:5%"`` / ``"decode*/latency:0.3"`` / ``"5%"`` -> ``Rule``.
+
+    Raises:
+        GateInputError: naming ``what`` and the text.
+    """
+    selector, sep, number = text.rpartition(":")
+    match = _NUMBER_RE.match(number)
+    if not match or (sep and not selector.strip()):
+        form = "[SELECTOR:]N[%]" if allow_percent else "[SELECTOR:]N"
+        raise GateInputError(f"{what} {text!r}: expected {form}, e.g. "
+                             f"{'mean:5%' if allow_percent else 'us_per_call:0.5'}")
+    value, percent = float(match.group(1)), bool(match.group(2))
+    if percent and not allow_percent:
+        raise GateInputError(f"{what} {text!r}: a floor is absolute, in the metric's unit "
+                             "(no %)")
+    if not math.isfinite(value):
+        raise GateInputError(f"{what} {text!r}: the value must be finite")
+    return Rule(selector.strip() or None, value, percent)
+
+
+def _rank(selector: str | None, key: str, metric: dict[str, Any]) -> int | None:
+    """Specificity of a selector for a metric (higher wins), None if it does not match."""
+    if selector is None:
+        return 0
+    if selector == key:
+        return 4
+    if selector == metric["name"]:
+        return 3
+    if "*" in selector and (glob_match(selector, key) or glob_match(selector, metric["name"])):
+        return 2
+    if selector in (metric.get("stat"), metric["unit"]):
+        return 1
+    return None
+
+
+def _resolve(rules: Sequence[Rule], key: str, metric: dict[str, Any]) -> Rule | None:
+    best: tuple[int, int] | None = None
+    chosen = None
+    for i, rule in enumerate(rules):
+        rank = _rank(rule.selector, key, metric)
+        if rank is not None and (best is None or (rank, i) > best):
+            best, chosen = (rank, i), rule
+    return chosen
+
+
+@dataclass
+class Waiver:
+    """One waiver-file line: a test id or metric key (``*`` wildcard) and the reason."""
+
+    pattern: str
+    reason: str
+    source: str
+    used: bool = False
+
+    def matches(self, item: str) -> bool:
+        return self.pattern == item or ("*" in self.pattern and glob_match(self.pattern, item))
+
+
+def _lines(path: str | Path, what: str) -> list[tuple[str, str, str]]:
+    """(source ``file:line``, content, comment) of each non-blank line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise GateInputError(f"{what} {path}: cannot read ({reason})") from None
+    out = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        content, _, comment = raw.partition("#")
+        if content.strip():
+            out.append((f"{path}:{lineno}", content.strip(), comment.strip()))
+    return out
+
+
+def load_waivers(path: str | Path) -> list[Waiver]:
+    """Waiver file: ``test-id-or-metric-key  # reason`` per line (the reason is required)."""
+    waivers = []
+    for source, content, comment in _lines(path, "--waivers"):
+        if not comment:
+            raise GateInputError(f"{source}: waiver {content!r} has no reason; write it as "
+                                 f"'{content}  # why this regression is accepted'")
+        waivers.append(Waiver(content, comment, source))
+    return waivers
+
+
+def load_thresholds_file(path: str | Path) -> tuple[list[Rule], list[Rule]]:
+    """Lines ``threshold SEL:N[%]`` or ``floor SEL:N`` (``#`` comments): (thresholds, floors)."""
+    thresholds, floors = [], []
+    for source, content, _ in _lines(path, "--thresholds-file"):
+        word, _, rest = content.partition(" ")
+        if word == "threshold":
+            thresholds.append(parse_rule(rest.strip(), f"{source}: threshold"))
+        elif word == "floor":
+            floors.append(parse_rule(rest.strip(), f"{source}: floor", allow_percent=False))
+        else:
+            raise GateInputError(f"{source}: expected 'threshold SEL:N[%]' or 'floor SEL:N', "
+                                 f"got {content!r}")
+    return thresholds, floors
+
+
+@dataclass
+class GateConfig:
+    """Thresholds (a default of ``DEFAULT_THRESHOLD`` % comes first), floors, alpha, waivers."""
+
+    thresholds: list[Rule] = field(default_factory=list)
+    floors: list[Rule] = field(default_factory=list)
+    alpha: float = DEFAULT_ALPHA
+    waivers: list[Waiver] = field(default_factory=list)
+
+    def threshold_for(self, key: str, metric: dict[str, Any]) -> Rule:
+        rules = [Rule(None, DEFAULT_THRESHOLD, True), *self.thresholds]
+        return _resolve(rules, key, metric)  # type: ignore[return-value]
+
+    def floor_for(self, key: str, metric: dict[str, Any]) -> float:
+        rule = _resolve(self.floors, key, metric)
+        return rule.value if rule else 0.0
+
+    def waiver_for(self, item: str) -> Waiver | None:
+        for waiver in self.waivers:
+            if waiver.matches(item):
+                return waiver
+        return None
+
+
+# Statuses; only REGRESSION fails the gate.
+REGRESSION = "REGRESSION"
+UNTESTABLE = "untestable"  # worse beyond the threshold, but too few samples to tell
+
+
+@dataclass
+class Decision:
+    """What the gate concluded about one test or metric of one implementation."""
+
+    implementation: str
+    item: str
+    status: str
+    detail: str = ""
+    message: str | None = None       # the failure line, for REGRESSION (and waived ones)
+    outcome: OutcomeChange | None = None
+    metric: MetricChange | None = None
+    threshold: Rule | None = None
+
+
+@dataclass
+class GateResult:
+    decisions: list[Decision]
+    warnings: list[str]
+    compared: int  # pairs that had a baseline
+
+    @property
+    def regressions(self) -> list[Decision]:
+        return [d for d in self.decisions if d.status == REGRESSION]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+
+def _outcome_decision(impl: str, change: OutcomeChange, config: GateConfig) -> Decision:
+    before, after = change.before or "absent", change.after or "absent"
+    d = Decision(impl, change.test_id, "changed", f"{before} -> {after}", outcome=change)
+    if change.is_new_failure:
+        d.message = (f"Test {change.test_id!r} of {impl} has failed ConformanceCheck: "
+                     f"{before} -> {after}")
+        waiver = config.waiver_for(change.test_id)
+        if waiver:
+            waiver.used = True
+            d.status, d.detail = "waived", f"waived: {waiver.reason}"
+        else:
+            d.status = REGRESSION
+    elif change.before is None and after in ("failed", "error"):
+        d.status = "new test failing"
+    elif before in ("failed", "error") and after in ("passed", "xpassed"):
+        d.status = "fixed"
+    elif before in ("passed", "xpassed"):
+        d.status = "no longer passes"  # skipped / xfailed / absent: visible, not failing
+    return d
+
+
+def _metric_decision(impl: str, change: MetricChange, config: GateConfig) -> Decision:
+    key = change.key
+    if change.baseline is None:
+        return Decision(impl, key, "new", "no baseline value", metric=change)
+    if change.current is None:
+        return Decision(impl, key, "missing", "not in the current run", metric=change)
+    threshold = config.threshold_for(key, change.current)
+    floor = config.floor_for(key, change.current)
+    worse, pct = change.worse_by or 0.0, change.worse_pct
+
+    def beyond(amount: float, relative: float | None) -> bool:
+        if threshold.percent:
+            return relative > threshold.value if relative is not None else amount > 0
+        return amount > threshold.value
+
+    d = Decision(impl, key, "ok", metric=change, threshold=threshold)
+    exact, evidence = _evidence(change, config.alpha)
+    significant = exact or (change.p is not None and change.p < config.alpha)
+    if beyond(worse, pct):
+        if not significant and change.p_floor is not None and change.p_floor >= config.alpha:
+            d.status, d.detail = UNTESTABLE, evidence
+        elif not significant:
+            d.status = "noise"
+            d.detail = f"p={change.p:.2g} >= alpha {config.alpha:g}"
+        elif worse <= floor:
+            d.status = "below floor"
+            d.detail = f"{worse:.4g} {change.unit} <= floor {floor:g} {change.unit}"
+        else:
+            amount = pct if threshold.percent else worse
+            shown = "inf" if amount is None else f"{amount:.1f}" if threshold.percent else (
+                f"{amount:.4g}")
+            limit = f"{threshold.value:.1f}" if threshold.percent else f"{threshold.value:g}"
+            d.message = (f"Metric {key!r} of {impl} has failed {threshold.check_name}: "
+                         f"{shown} > {limit}")
+            bits = [(f"{format_value(change.baseline['value'], change.unit)} -> "
+                     f"{format_value(change.current['value'], change.unit)}"), evidence]
+            if floor:
+                bits.append(f"{worse:.4g} {change.unit} > floor {floor:g} {change.unit}")
+            d.message += f" ({'; '.join(bits)})"
+            waiver = config.waiver_for(key)
+            if waiver:
+                waiver.used = True
+                d.status, d.detail = "waived", f"waived: {waiver.reason}"
+            else:
+                d.status, d.detail = REGRESSION, "" if change.p is not None and not exact else (
+                    evidence)
+    elif beyond(-worse, None if pct is None else -pct) and significant:
+        d.status = "improved"
+    return d
+
+
+def _no_spread(metric: dict[str, Any]) -> bool:
+    samples = metric.get("samples") or []
+    return bool(samples) and min(samples) == max(samples)
+
+
+def _evidence(change: MetricChange, alpha: float) -> tuple[bool, str]:
+    """(exact, a note for messages). Exact measurements (no samples, or no spread on either
+    side: counts, hit rates) need no test; otherwise the p-value decides."""
+    assert change.baseline is not None and change.current is not None
+    if change.p is None:
+        return True, "no samples: treated as exact"
+    if _no_spread(change.baseline) and _no_spread(change.current):
+        return True, "no spread in either run: treated as exact"
+    n_base, n_cur = change.n_samples
+    if change.p_floor is not None and change.p_floor >= alpha:
+        return False, (f"n={n_base}/{n_cur} samples cannot reach p < {alpha:g} (smallest "
+                       f"possible p {change.p_floor:.2g})")
+    return False, f"p={change.p:.2g} < {alpha:g}"
+
+
+def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str, dict[str, Any]]],
+             config: GateConfig) -> GateResult:
+    """Compare loaded records (``compare.load_files`` output) and decide."""
+    pairs: list[Pair] = pair_groups(group_records(baseline), group_records(current))
+    decisions: list[Decision] = []
+    warnings: list[str] = []
+    compared = 0
+    for pair in pairs:
+        cur, base = pair.current, pair.baseline
+        if base is None:
+            warnings.append(str(pair.note))
+            continue
+        compared += 1
+        for diff in software_differences(base, cur):
+            warnings.append(f"{cur.label}: software differs from the baseline: {diff}")
+        if base.suite_version != cur.suite_version:
+            warnings.append(f"{cur.label}: suite version {base.suite_version} -> "
+                            f"{cur.suite_version}; re-baseline if timing methods changed")
+        for change in diff_outcomes(base, cur):
+            decisions.append(_outcome_decision(cur.name, change, config))
+        for metric_change in diff_metrics(base, cur):
+            decisions.append(_metric_decision(cur.name, metric_change, config))
+    untestable = [d for d in decisions if d.status == UNTESTABLE]
+    if untestable:
+        warnings.append(
+            f"{len(untestable)} metric(s) got worse beyond their threshold but have too few "
+            f"samples to be significant at alpha {config.alpha:g} ({untestable[0].detail}), so "
+            "they are not gated: record more rounds (e.g. pytest --kv-bench-rounds=10) or "
+            "raise --alpha")
+    if pairs and not compared:
+        warnings.append("no baseline for any current record: nothing was gated")
+    for waiver in config.waivers:
+        if not waiver.used:
+            warnings.append(f"waiver {waiver.pattern!r} ({waiver.source}) matched no "
+                            "regression; remove it once it is no longer needed")
+    return GateResult(decisions, warnings, compared)
+
+
+def _row(d: Decision) -> list[str]:
+    if d.metric is not None:
+        m = d.metric
+        pct = "-" if m.worse_pct is None else f"{m.worse_pct:+.1f}%"
+        return [d.implementation, d.item,
+                format_value((m.baseline or {}).get("value"), m.unit),
+                format_value((m.current or {}).get("value"), m.unit),
+                pct, str(d.threshold or "-"), format_p(m), d.status, d.detail]
+    assert d.outcome is not None
+    return [d.implementation, d.item, d.outcome.before or "absent",
+            d.outcome.after or "absent", "", "", "", d.status, d.detail]
+
+
+_HEADERS = ["implementation", "test / metric", "baseline", "current", "worse by", "threshold",
+            "p", "verdict", "note"]
+
+
+def _summary(result: GateResult) -> str:
+    n = len(result.regressions)
+    if n:
+        tests = sum(d.outcome is not None for d in result.regressions)
+        return (f"kvcheck gate: FAILED, {n} regression{'s' * (n != 1)} "
+                f"({tests} conformance, {n - tests} metric)")
+    if not result.compared:
+        return "kvcheck gate: no baseline, nothing gated (exit 0)"
+    waived = sum(d.status == "waived" for d in result.decisions)
+    extra = f", {waived} waived" if waived else ""
+    return f"kvcheck gate: passed ({result.compared} record group(s) compared{extra})"
+
+
+def _shown(result: GateResult, verbose: bool) -> list[Decision]:
+    return [d for d in result.decisions if verbose or d.status != "ok"]
+
+
+def render_gate(result: GateResult, verbose: bool = False) -> str:
+    """The changes table (metrics within their thresholds only with ``verbose``), warnings,
+    failure lines and the verdict, as printed text."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    buf = io.StringIO()
+    out = console(buf)
+    shown = _shown(result, verbose)
+    if shown:
+        table = Table(title="kvcheck gate: what changed")
+        for header in _HEADERS:  # ids and notes wrap rather than lose their ends
+            wraps = header in ("test / metric", "note")
+            table.add_column(header, overflow="fold" if wraps else "ellipsis",
+                             max_width=30 if header == "note" else None)
+        for d in shown:
+            style = "bold red" if d.status == REGRESSION else None
+            table.add_row(*(escape(c) for c in _row(d)), style=style)
+        out.print(table)
+    hidden = len(result.decisions) - len(shown)
+    if hidden:
+        out.print(f"{hidden} metric(s) within their thresholds not shown (--verbose shows them)")
+    elif result.compared and not result.decisions:
+        out.print("kvcheck gate: no test outcome changed and no metrics to compare")
+    # Messages are never wrapped: CI logs get grepped.
+    for warning in result.warnings:
+        out.print(f"warning: {escape(warning)}", soft_wrap=True)
+    for d in result.decisions:
+        if d.message and d.status == "waived":
+            out.print(escape(f"{d.message} [{d.detail}]"), soft_wrap=True)
+    for d in result.decisions:
+        if d.message and d.status == REGRESSION:
+            out.print(escape(d.message), soft_wrap=True)
+    out.print(_summary(result), soft_wrap=True)
+    return buf.getvalue()
+
+
+def _md(text: str) -> str:
+    import html
+
+    return html.escape(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_gate_markdown(result: GateResult, verbose: bool = False) -> str:
+    """The same report as Markdown (for ``$GITHUB_STEP_SUMMARY`` or a PR comment)."""
+    lines = [f"### {_md(_summary(result))}", ""]
+    shown = _shown(result, verbose)
+    if shown:
+        lines += ["| " + " | ".join(_HEADERS) + " |", "|" + "---|" * len(_HEADERS)]
+        for d in shown:
+            cells = [_md(c) for c in _row(d)]
+            if d.status == REGRESSION:
+                cells[7] = f"**{cells[7]}**"
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [f"- {_md(d.message)} [{_md(d.detail)}]" for d in result.decisions
+              if d.message and d.status == "waived"]
+    lines += [f"- {_md(d.message)}" for d in result.regressions if d.message]
+    lines += [f"- warning: {_md(w)}" for w in result.warnings]
+    return "\n".join(lines).rstrip() + "\n"
