@@ -26,8 +26,12 @@ from kvcheck.conformance.ops import add, decode, free, reset, schedule
 
 __all__ = ["run_workload_machine"]
 
-# System prompts of different lengths so random requests share (and partially share) prefixes.
-_PREFIXES = [[], list(range(1, 5)), list(range(1, 9)), list(range(1, 20)), [7] * 6]
+# System prompts of different lengths so random requests share (and partially share) prefixes;
+# the longer ones are extensions of the shorter ones, as in multi-turn chat. Hypothesis favours
+# the first entry of sampled_from, so the most reusable prompt comes first.
+# 16 tokens first: block-aligned for every block size drawn, which exercises the hit cap.
+_PREFIXES = [list(range(1, 17)), list(range(1, 20)), list(range(1, 9)), list(range(1, 33)),
+             list(range(1, 5)), [], [7] * 6]
 # Token ids of every pickle/CBOR width (spec §2.1), to exercise hash encodings.
 _TOKENS = st.sampled_from([0, 1, 2, 3, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 151643])
 
@@ -44,12 +48,17 @@ def run_workload_machine(make_pair: Callable[..., Any], settings: Settings, seed
             self.pair: Any = None
             self.pending: list[str] = []   # added, not holding blocks
             self.running: list[str] = []   # holding blocks
+            self.prompts: list[list[int]] = []  # every prompt seen, for resubmission
             self.next_id = 0
 
-        @initialize(num_blocks=st.integers(2, 24), block_size=st.sampled_from([1, 2, 4, 16]),
-                    caching=st.booleans(), with_events=st.booleans())
-        def setup(self, num_blocks: int, block_size: int, caching: bool,
+        # Pools sized to the workload (a few requests fit, pressure still happens) and caching
+        # mostly on: otherwise most allocations fail and prefix hits never occur.
+        @initialize(block_size=st.sampled_from([4, 2, 8, 1]), pool_tokens=st.integers(24, 96),
+                    caching=st.sampled_from([True, True, True, False]),
+                    with_events=st.booleans())
+        def setup(self, block_size: int, pool_tokens: int, caching: bool,
                   with_events: bool) -> None:
+            num_blocks = 1 + max(1, pool_tokens // block_size)
             self.pair = make_pair(num_blocks=num_blocks, block_size=block_size,
                                   enable_caching=caching,
                                   enable_kv_cache_events=events and with_events)
@@ -58,9 +67,20 @@ def run_workload_machine(make_pair: Callable[..., Any], settings: Settings, seed
               skip_read=st.booleans(), extra=st.sampled_from(["", "salt", "lora", "mm"]))
         def add_request(self, prefix: list[int], tail: list[int], skip_read: bool,
                         extra: str) -> None:
-            prompt = prefix + tail
+            self._add(prefix + tail, skip_read, extra)
+
+        @precondition(lambda self: bool(self.prompts))
+        @rule(data=st.data(), tail=st.lists(_TOKENS, max_size=6))
+        def resubmit(self, data: st.DataObject, tail: list[int]) -> None:
+            """A new request repeating an earlier prompt (plus a new tail): the prefix-hit path,
+            often on blocks that were freed and sit in the free queue."""
+            prompt = data.draw(st.sampled_from(self.prompts), label="earlier prompt")
+            self._add(prompt + tail, False, "")
+
+        def _add(self, prompt: list[int], skip_read: bool, extra: str) -> None:
             if not prompt:
                 return
+            self.prompts.append(prompt)
             rid = f"r{self.next_id}"
             self.next_id += 1
             kwargs: dict[str, Any] = {"skip_read": skip_read} if skip_read else {}
@@ -83,7 +103,7 @@ def run_workload_machine(make_pair: Callable[..., Any], settings: Settings, seed
                 self.running.append(rid)
 
         @precondition(lambda self: bool(self.running))
-        @rule(data=st.data(), num_tokens=st.integers(1, 6), is_decode=st.booleans())
+        @rule(data=st.data(), num_tokens=st.integers(1, 6), is_decode=st.sampled_from([True, False]))
         def step(self, data: st.DataObject, num_tokens: int, is_decode: bool) -> None:
             rid = data.draw(st.sampled_from(self.running), label="running request")
             self.pair.apply(decode(rid, num_tokens) if is_decode else schedule(rid, num_tokens))
@@ -97,9 +117,12 @@ def run_workload_machine(make_pair: Callable[..., Any], settings: Settings, seed
                 self.running.remove(rid)
                 self.pending.append(rid)  # a freed request may come back (preemption)
 
-        @rule()
-        def reset_cache(self) -> None:
-            self.pair.apply(reset())
+        @rule(dice=st.integers(0, 9))
+        def reset_cache(self, dice: int) -> None:
+            # Rare: a rule without arguments is cheap for Hypothesis to pick, and resetting
+            # often would leave nothing to hit (9, not 0: Hypothesis favours small values).
+            if dice == 9:
+                self.pair.apply(reset())
 
     machine: Any = KVWorkload
     if seed is not None:

@@ -1,0 +1,281 @@
+"""Allocator measurements through the adapter protocol, one ``RoundBench`` per benchmark.
+
+A ``RoundBench`` has pytest-benchmark's pedantic shape: ``setup()`` builds a fresh manager and
+inputs (untimed), ``run(*args)`` measures one round, appends its result and advances
+``ALLOCATOR_CLOCK`` by the time spent inside the implementation's calls, and ``metrics()``
+turns the timed rounds into ``Metric`` objects. The same object measures the reference
+baseline without pytest-benchmark (``measure_rounds``), so both sides run identical code on
+identical inputs.
+
+* ``SchedulerBench``: a workload through the continuous-batching loop (``scheduler.py``).
+* ``HashingBench``: block hashing per algorithm: ``get_computed_blocks`` of a fresh request on
+  a cold cache plus ``block_hashes`` (capability ``block_hashes``), which must return every full
+  block's hash, so the work is known to be done.
+* ``SlotMappingBench``: ``slot_mapping(request_id, 0, n)`` per request (capability
+  ``slot_mapping``), checked against kvcheck's vectorized ``compute_slot_mapping`` on the same
+  block tables, whose throughput is reported too.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from kvcheck.bench.metrics import Metric, per_s, percentile
+from kvcheck.bench.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.timing import ALLOCATOR_CLOCK
+from kvcheck.bench.workloads import Draws, Workload, scaled_count
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.reference_impl.block_table import compute_slot_mapping
+
+__all__ = [
+    "HashingBench",
+    "RoundBench",
+    "SchedulerBench",
+    "SlotMappingBench",
+    "measure_rounds",
+]
+
+
+def _median(samples: list[float]) -> float:
+    return percentile(samples, 50)
+
+
+def _per_round(name: str, unit: str, direction: str, samples: list[float]) -> Metric:
+    return Metric(name, unit, direction, _median(samples), samples)
+
+
+class RoundBench:
+    """Base class: ``setup`` / ``run`` / ``metrics`` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.results: list[Any] = []
+
+    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def run(self, *args: Any) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def metrics(self, results: list[Any]) -> list[Metric]:  # pragma: no cover
+        raise NotImplementedError
+
+    def info(self) -> dict[str, Any]:
+        """Parameters worth recording (sizes, digests)."""
+        return {}
+
+    def timed_results(self, warmup: int) -> list[Any]:
+        """The rounds after the warm-up ones (all of them when pytest-benchmark was disabled
+        and ran a single untimed round)."""
+        return self.results[warmup:] if len(self.results) > warmup else self.results
+
+
+def measure_rounds(bench: RoundBench, rounds: int, warmup: int) -> list[Metric]:
+    """Run ``warmup + rounds`` rounds without pytest-benchmark (GC off inside each round, as
+    the benchmarks run) and return the timed rounds' metrics."""
+    for _ in range(warmup + rounds):
+        args, kwargs = bench.setup()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            bench.run(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+    return bench.metrics(bench.timed_results(warmup))
+
+
+# ------------------------------------------------------------------------------------ scheduler
+def workload_spec(workload: Workload, hash_algo: str = "sha256") -> KVCacheSpec:
+    """The pool a workload is replayed on."""
+    return KVCacheSpec(num_blocks=workload.num_blocks, block_size=workload.block_size,
+                       hash_algo=hash_algo)
+
+
+class SchedulerBench(RoundBench):
+    """One workload per round through ``run_workload`` on a fresh manager."""
+
+    def __init__(self, impl: Any, workload: Workload) -> None:
+        super().__init__()
+        self.impl = impl
+        self.workload = workload
+
+    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        gc.collect()
+        return (self.impl.make_manager(workload_spec(self.workload)),), {}
+
+    def run(self, manager: Any) -> None:
+        result = run_workload(manager, self.workload)
+        self.results.append(result)
+        ALLOCATOR_CLOCK.advance(result.impl_ns / 1e9)
+
+    def info(self) -> dict[str, Any]:
+        w = self.workload
+        return {
+            "scenario": w.scenario, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
+            "num_requests": len(w.requests), "num_prompt_tokens": w.num_prompt_tokens,
+            "num_output_tokens": w.num_output_tokens, "num_blocks": w.num_blocks,
+            "block_size": w.block_size, "working_set_blocks": w.working_set_blocks,
+            "pool_fraction": w.pool_fraction, "max_num_seqs": w.max_num_seqs,
+            "max_num_batched_tokens": w.max_num_batched_tokens,
+            "distributions": dict(w.distributions),
+        }
+
+    def metrics(self, results: list[SchedulerRun]) -> list[Metric]:
+        return scheduler_metrics(results)
+
+
+def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
+    """The scheduler figures of some rounds (see ``SchedulerRun`` for the counters).
+
+    Throughputs are per round (``count / seconds inside the implementation``), headline =
+    median round. Per-call latencies pool every call of every round for the headline
+    percentile; their samples are the per-round percentiles.
+    """
+    if not runs:
+        raise ValueError("scheduler_metrics: no rounds")
+    pooled_us = [ns / 1e3 for run in runs for ns in run.allocate_ns]
+    p50s = [percentile([ns / 1e3 for ns in r.allocate_ns], 50) for r in runs]
+    p99s = [percentile([ns / 1e3 for ns in r.allocate_ns], 99) for r in runs]
+    return [
+        _per_round("scheduled_tokens_per_s", "tokens/s", "higher_is_better",
+                   [per_s(r.scheduled_tokens, r.impl_ns / 1e9) for r in runs]),
+        _per_round("allocate_slots_calls_per_s", "calls/s", "higher_is_better",
+                   [per_s(len(r.allocate_ns), sum(r.allocate_ns) / 1e9) for r in runs]),
+        Metric("allocate_slots_us_p50", "us", "lower_is_better", percentile(pooled_us, 50),
+               p50s, stat="p50 of all calls"),
+        Metric("allocate_slots_us_p99", "us", "lower_is_better", percentile(pooled_us, 99),
+               p99s, stat="p99 of all calls"),
+        _per_round("prefix_hit_rate", "fraction", "higher_is_better",
+                   [r.prefix_hit_rate for r in runs]),
+        _per_round("peak_usage", "fraction", "lower_is_better", [r.peak_usage for r in runs]),
+        _per_round("preemptions", "count", "lower_is_better",
+                   [float(r.preemptions) for r in runs]),
+    ]
+
+
+# -------------------------------------------------------------------------------------- hashing
+class HashingBench(RoundBench):
+    """Hash ``num_requests`` fresh prompts of ``blocks_per_request`` full blocks per round."""
+
+    def __init__(self, impl: Any, hash_algo: str, seed: int = 0, scale: float = 1.0,
+                 block_size: int = 16, blocks_per_request: int = 32) -> None:
+        super().__init__()
+        self.impl = impl
+        self.hash_algo = hash_algo
+        self.seed = seed
+        self.block_size = block_size
+        self.blocks_per_request = blocks_per_request
+        self.num_requests = scaled_count(64, scale)
+        self._round = 0
+
+    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # Fresh tokens every round (the same sequence of rounds for every implementation).
+        draws = Draws(self.seed, f"hashing/{self._round}")
+        self._round += 1
+        length = self.blocks_per_request * self.block_size + 1  # +1: no block is partial
+        views = [RequestView(f"hash-{i:05d}", draws.tokens(length))
+                 for i in range(self.num_requests)]
+        spec = KVCacheSpec(num_blocks=16, block_size=self.block_size, hash_algo=self.hash_algo)
+        gc.collect()
+        return (self.impl.make_manager(spec), views), {}
+
+    def run(self, manager: Any, views: list[RequestView]) -> None:
+        total_ns = 0
+        for view in views:
+            start = time.perf_counter_ns()
+            manager.get_computed_blocks(view)
+            hashes = manager.block_hashes(view.request_id)
+            total_ns += time.perf_counter_ns() - start
+            if len(hashes) != self.blocks_per_request:
+                raise AssertionError(
+                    f"{self.impl.name}: block_hashes({view.request_id!r}) returned "
+                    f"{len(hashes)} hashes after get_computed_blocks of a "
+                    f"{view.num_tokens}-token prompt; expected {self.blocks_per_request} (one "
+                    f"per full block of {self.block_size})")
+            manager.free(view.request_id)
+        self.results.append((self.num_requests * self.blocks_per_request, total_ns))
+        ALLOCATOR_CLOCK.advance(total_ns / 1e9)
+
+    def info(self) -> dict[str, Any]:
+        return {"hash_algo": self.hash_algo, "num_requests": self.num_requests,
+                "blocks_per_request": self.blocks_per_request, "block_size": self.block_size,
+                "seed": self.seed}
+
+    def metrics(self, results: list[tuple[int, int]]) -> list[Metric]:
+        return [_per_round("hash_blocks_per_s", "blocks/s", "higher_is_better",
+                           [per_s(n, ns / 1e9) for n, ns in results])]
+
+
+# ---------------------------------------------------------------------------------- slot_mapping
+class SlotMappingBench(RoundBench):
+    """``num_requests`` requests of ``num_tokens`` allocated (untimed), then their slots."""
+
+    def __init__(self, impl: Any, seed: int = 0, scale: float = 1.0, block_size: int = 16,
+                 num_tokens: int = 2048) -> None:
+        super().__init__()
+        self.impl = impl
+        self.seed = seed
+        self.block_size = block_size
+        self.num_tokens = num_tokens
+        self.num_requests = scaled_count(32, scale)
+        self._round = 0
+
+    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        draws = Draws(self.seed, f"slot_mapping/{self._round}")
+        self._round += 1
+        blocks = math.ceil(self.num_tokens / self.block_size)
+        spec = KVCacheSpec(num_blocks=1 + self.num_requests * blocks,
+                           block_size=self.block_size, enable_caching=False)
+        manager = self.impl.make_manager(spec)
+        rids = []
+        for i in range(self.num_requests):
+            view = RequestView(f"slots-{i:05d}", draws.tokens(self.num_tokens))
+            if manager.allocate_slots(view, self.num_tokens) is None:
+                raise RuntimeError(f"{self.impl.name}: allocate_slots refused {view.request_id}"
+                                   f" in a pool sized for it ({spec.num_blocks} blocks)")
+            rids.append(view.request_id)
+        gc.collect()
+        return (manager, rids), {}
+
+    def run(self, manager: Any, rids: list[str]) -> None:
+        n = self.num_tokens
+        impl_ns, got = 0, []
+        for rid in rids:
+            start = time.perf_counter_ns()
+            slots = manager.slot_mapping(rid, 0, n)
+            impl_ns += time.perf_counter_ns() - start
+            got.append(slots)
+        # kvcheck's vectorized path on the same block tables: timed, and the oracle.
+        table = np.array([manager.get_block_ids(rid) for rid in rids], dtype=np.int32)
+        qsl = np.arange(0, (len(rids) + 1) * n, n, dtype=np.int64)
+        positions = np.tile(np.arange(n, dtype=np.int64), len(rids))
+        start = time.perf_counter_ns()
+        expected = compute_slot_mapping(table, self.block_size, qsl, positions)
+        vector_ns = time.perf_counter_ns() - start
+        flat = np.asarray([s for slots in got for s in slots], dtype=np.int64)
+        if flat.shape != expected.shape or not np.array_equal(flat, expected):
+            bad = int(np.argmax(flat != expected)) if flat.shape == expected.shape else -1
+            where = (f"first mismatch at token {bad % n} of {rids[bad // n]!r}: got "
+                     f"{int(flat[bad])}, expected {int(expected[bad])}" if bad >= 0 else
+                     f"{flat.size} slots returned, {expected.size} expected")
+            raise AssertionError(f"{self.impl.name}: slot_mapping disagrees with "
+                                 f"compute_slot_mapping over its own block tables ({where})")
+        self.results.append((len(rids) * n, impl_ns, vector_ns))
+        ALLOCATOR_CLOCK.advance(impl_ns / 1e9)
+
+    def info(self) -> dict[str, Any]:
+        return {"num_requests": self.num_requests, "tokens_per_request": self.num_tokens,
+                "block_size": self.block_size, "seed": self.seed}
+
+    def metrics(self, results: list[tuple[int, int, int]]) -> list[Metric]:
+        return [
+            _per_round("slot_mapping_tokens_per_s", "tokens/s", "higher_is_better",
+                       [per_s(n, ns / 1e9) for n, ns, _ in results]),
+            _per_round("vectorized_slot_mapping_tokens_per_s", "tokens/s", "higher_is_better",
+                       [per_s(n, ns / 1e9) for n, _, ns in results]),
+        ]

@@ -1,0 +1,59 @@
+"""Allocator benchmarks through the adapter protocol (CPU; every implementation).
+
+Each figure is measured on the implementation through pytest-benchmark and on kvcheck's
+reference, same inputs, same run (once per session), and reported with the ratio. The timer
+is the time spent inside the implementation's calls (``ALLOCATOR_CLOCK``), GC is off during a
+round, and each round starts from a fresh manager.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.bench.allocator import HashingBench, SchedulerBench, SlotMappingBench
+from kvcheck.bench.timing import allocator_time
+from kvcheck.bench.workloads import SCENARIOS
+from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
+
+
+def _require(kv_impl, capability: str, what: str) -> None:
+    if not kv_impl.has(capability):
+        pytest.skip(f"{kv_impl.name} does not declare capability {capability!r} "
+                    f"(needed to benchmark {what})")
+
+
+@pytest.mark.benchmark(group="scheduler", timer=allocator_time, disable_gc=True)
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference, scenario: str) -> None:
+    """Continuous batching of one named workload: scheduled tokens/s, allocate_slots calls/s
+    and latency, prefix hit rate, peak usage, preemptions."""
+    _require(kv_impl, "manager", "the scheduler loop")
+    workload = kv_bench.workload(scenario)
+    kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
+                           lambda impl: SchedulerBench(impl, workload), "scheduler", scenario)
+
+
+@pytest.mark.benchmark(group="hashing", timer=allocator_time, disable_gc=True)
+@pytest.mark.parametrize("hash_algo", list(HASH_FUNCTIONS))
+def test_hashing(benchmark, request, kv_bench, kv_impl, kv_reference, hash_algo: str) -> None:
+    """Block hashes per second for one algorithm (cold-cache lookups of fresh prompts)."""
+    _require(kv_impl, "block_hashes", "block hashing")
+    if hash_algo not in kv_impl.info.hash_algos:
+        pytest.skip(f"{kv_impl.name} does not list {hash_algo!r} in IMPL_INFO.hash_algos")
+    options = kv_bench.options
+    kv_bench.run_allocator(
+        benchmark, request, kv_impl, kv_reference,
+        lambda impl: HashingBench(impl, hash_algo, options.seed, options.scale),
+        "hashing", hash_algo)
+
+
+@pytest.mark.benchmark(group="slot_mapping", timer=allocator_time, disable_gc=True)
+def test_slot_mapping(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+    """slot_mapping tokens per second through the protocol (checked against, and shown
+    beside, kvcheck's vectorized compute_slot_mapping on the same block tables)."""
+    _require(kv_impl, "slot_mapping", "slot_mapping")
+    options = kv_bench.options
+    kv_bench.run_allocator(
+        benchmark, request, kv_impl, kv_reference,
+        lambda impl: SlotMappingBench(impl, options.seed, options.scale),
+        "slot_mapping", "2048-token requests")

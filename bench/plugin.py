@@ -1,0 +1,284 @@
+"""kvcheck's benchmark plugin (pytest11 entry point ``kvcheck-bench``), built on pytest-benchmark.
+
+::
+
+    pytest --kv-impl=reference --kv-bench                 # allocator on the CPU; kernels: CUDA
+    pytest --kv-impl=mypkg.adapter --kv-bench --kv-bench-scale=4 --kv-bench-report=out.jsonl
+    pytest --kv-impl=reference --kv-bench --kv-bench-device=cpu   # time the torch references
+    pytest --kv-impl=reference --kv-bench --benchmark-json=pb.json -k scheduler
+
+Every option lives here (loaded before argument parsing, so ``--pyargs`` works too). With
+``--kv-bench`` and no test paths the installed ``kvcheck.bench`` folder is collected (this
+plugin's ``pytest_configure`` is ``trylast`` and replaces the conformance plugin's default
+paths after it ran); its ``bench_*.py`` files are collected by ``pytest_collect_file`` below,
+whatever ``python_files`` says. Under ``--kv-bench`` the conformance outcome collector is
+unregistered, so benchmark outcomes never produce a conformance verdict or record.
+
+The benchmarks use the conformance plugin's ``kv_impl`` / ``kv_reference`` fixtures,
+pytest-benchmark's ``benchmark`` fixture and ``kv_bench`` (the ``BenchSession``). At the end the
+plugin prints one table per group, and with ``--kv-bench-report`` writes kvcheck result records
+(``kind="benchmark"``, raw samples, environment with GPU, driver, CUDA, torch, triton, CPU and
+the kvcheck commit); pytest-benchmark's own ``--benchmark-json`` carries the same figures in
+``extra_info`` and the same machine details (``pytest_benchmark_update_machine_info``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvcheck.bench.session import BenchOptions, BenchSession
+
+__all__ = ["BENCH_STATE", "BenchState"]
+
+_BENCH_DIR = Path(__file__).resolve().parent
+_PB_COLUMNS = ["min", "median", "iqr", "max", "rounds"]
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _int_at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvcheck-bench", "kvcheck benchmarks (needs pytest-benchmark)")
+    group.addoption(
+        "--kv-bench", action="store_true", default=False,
+        help="run kvcheck's benchmarks (with no test paths: the installed kvcheck.bench suite) "
+             "against --kv-impl; allocator benchmarks on the CPU, kernel benchmarks on CUDA",
+    )
+    group.addoption(
+        "--kv-bench-scale", type=_positive_float, default=1.0, metavar="F",
+        help="multiply the allocator workloads' request counts by F (default 1.0: the whole "
+             "run takes well under a minute on 2 cores with the reference)",
+    )
+    group.addoption(
+        "--kv-bench-seed", type=_int_at_least(0), default=0, metavar="N",
+        help="workload seed (default 0); the same seed gives the same traces everywhere",
+    )
+    group.addoption(
+        "--kv-bench-rounds", type=_int_at_least(1), default=None, metavar="N",
+        help="timed rounds per benchmark (default: 5 allocator, 30 CUDA kernel, 3 CPU kernel)",
+    )
+    group.addoption(
+        "--kv-bench-warmup", type=_int_at_least(0), default=None, metavar="N",
+        help="untimed warm-up rounds per benchmark (default: 1 allocator, 5 CUDA kernel)",
+    )
+    group.addoption(
+        "--kv-bench-device", choices=("auto", "cuda", "cpu"), default="auto",
+        help="kernel benchmarks' device: auto (CUDA if present, else skipped), cuda, or cpu "
+             "(times only the torch references, labelled cpu)",
+    )
+    group.addoption(
+        "--kv-bench-l2", choices=("cold", "warm"), default="cold",
+        help="L2 before each timed kernel call: cold (flushed, the default) or warm; recorded",
+    )
+    group.addoption(
+        "--kv-bench-peak-gbps", type=_positive_float, default=None, metavar="GBPS",
+        help="theoretical DRAM bandwidth to report %% of peak against (default: from the "
+             "driver's memory clock and bus width)",
+    )
+    group.addoption(
+        "--kv-bench-report", default=None, metavar="PATH",
+        help="write kvcheck result records (JSON Lines, one per implementation / kernel "
+             "provider) with raw samples and the full environment, atomically",
+    )
+
+
+def _options(config: pytest.Config) -> BenchOptions:
+    return BenchOptions(
+        enabled=bool(config.getoption("kv_bench", False)),
+        scale=config.getoption("kv_bench_scale", 1.0),
+        seed=config.getoption("kv_bench_seed", 0),
+        rounds=config.getoption("kv_bench_rounds", None),
+        warmup=config.getoption("kv_bench_warmup", None),
+        device=config.getoption("kv_bench_device", "auto"),
+        l2=config.getoption("kv_bench_l2", "cold"),
+        peak_gbps=config.getoption("kv_bench_peak_gbps", None),
+        report=config.getoption("kv_bench_report", None),
+    )
+
+
+class BenchState:
+    """The session object (``config.stash[BENCH_STATE]``), registered for its hooks."""
+
+    def __init__(self, config: pytest.Config, options: BenchOptions) -> None:
+        self.config = config
+        self.session = BenchSession(options)
+        self.skipped: dict[str, int] = {}  # skip reason -> benchmarks
+
+    @property
+    def is_xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        o = self.session.options
+        if not o.enabled:
+            return []
+        return [f"kvcheck-bench: scale={o.scale:g} seed={o.seed} rounds={o.rounds or 'default'}"
+                f" warmup={o.warmup if o.warmup is not None else 'default'} "
+                f"device={o.device} l2={o.l2} report={o.report or '-'}"]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped and _is_bench_nodeid(report.nodeid) and isinstance(
+                report.longrepr, tuple):
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+        # Before pytest-benchmark writes its JSON: cross-provider ratios into extra_info.
+        self.session.finalize()
+        self.session.close()
+        result = yield
+        if self.session.options.report and not self.is_xdist_worker and self.session.results:
+            path = self.write_report()
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(f"kvcheck-bench: result records written to {path}")
+        return result
+
+    def write_report(self) -> Path:
+        from kvcheck.bench.machine import kvcheck_commit
+        from kvcheck.results.environment import collect_environment
+        from kvcheck.results.io import write_records
+
+        environment = {**collect_environment(), "kvcheck_commit": kvcheck_commit()}
+        extra = {"options": dataclasses.asdict(self.session.options),
+                 "kernel_device": self.session.device_info(),
+                 "skipped": dict(self.skipped)}
+        records = self.session.records(_profile(self.config), environment, extra)
+        return write_records(self.session.options.report, records)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_xdist_worker or not (self.session.results or self.session.options.enabled):
+            return
+        from kvcheck.bench.table import render_tables
+
+        self.session.finalize()
+        lines = render_tables(self.session.results, self.session.device_info())
+        if lines:
+            terminalreporter.section("kvcheck benchmarks", sep="=")
+        for line in lines:
+            terminalreporter.write_line(line)
+        for reason, count in sorted(self.skipped.items()):
+            terminalreporter.write_line(f"kvcheck-bench: {count} skipped: {reason}")
+
+
+def _is_bench_nodeid(nodeid: str) -> bool:
+    return "bench_" in nodeid.split("::", 1)[0]
+
+
+def _profile(config: pytest.Config) -> str:
+    from kvcheck.plugin.plugin import KV_STATE
+
+    state = config.stash.get(KV_STATE, None)
+    if state is None or not state.impls:
+        return "vllm-0.33"
+    return state.profile_for(state.impls[0])
+
+
+BENCH_STATE = pytest.StashKey[BenchState]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Checks and pytest-benchmark defaults, before any plugin's ``pytest_configure`` (so
+    before pytest-benchmark builds its session from the options)."""
+    if not config.getoption("kv_bench", False):
+        return
+    if not (config.pluginmanager.hasplugin("benchmark")
+            or config.pluginmanager.hasplugin("pytest_benchmark.plugin")):
+        raise pytest.UsageError(
+            "kvcheck: --kv-bench needs pytest-benchmark\n"
+            "  Fix: pip install 'kvcheck[bench]' (and do not pass -p no:benchmark)")
+    if getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError(
+            "kvcheck: --kv-bench runs benchmarks one at a time; pytest-benchmark disables "
+            "itself under xdist\n  Fix: drop -n / --numprocesses for benchmark runs")
+    if getattr(config.option, "benchmark_columns", "unset") is None:
+        config.option.benchmark_columns = list(_PB_COLUMNS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # trylast: after the conformance plugin's pytest_configure, which points config.args at
+    # its own suite when --kv-impl is given without paths and registers its outcome collector.
+    options = _options(config)
+    state = BenchState(config, options)
+    config.stash[BENCH_STATE] = state
+    config.pluginmanager.register(state, "kvcheck-bench-session")
+    if not options.enabled:
+        return
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        # `pytest --kv-impl=X --kv-bench` with no paths runs the shipped benchmarks.
+        config.args = [str(_BENCH_DIR)]
+    collector = config.pluginmanager.get_plugin("kvcheck-session")
+    if collector is not None:
+        config.pluginmanager.unregister(collector)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    """Collect ``bench_*.py`` of the kvcheck.bench folder (``python_files`` need not list
+    them); files pytest collects anyway (explicit paths, matching patterns) are left to it."""
+    if not (file_path.name.startswith("bench_") and file_path.suffix == ".py"):
+        return None
+    try:
+        if file_path.resolve().parent != _BENCH_DIR:
+            return None
+    except OSError:
+        return None
+    if parent.session.isinitpath(file_path):
+        return None
+    if any(fnmatch.fnmatch(file_path.name, pattern)
+           for pattern in parent.config.getini("python_files")):
+        return None
+    return pytest.Module.from_parent(parent, path=file_path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config,
+                                         machine_info: dict[str, Any]) -> None:
+    """GPU, driver, CUDA, torch, triton and the kvcheck commit in pytest-benchmark's JSON."""
+    state = config.stash.get(BENCH_STATE, None)
+    if state is None or not state.session.results:
+        return
+    from kvcheck.bench.machine import kvcheck_commit
+    from kvcheck.results.environment import collect_environment
+
+    env = collect_environment()
+    machine_info["kvcheck"] = {
+        "hardware_key": env["hardware_key"], "gpu": env.get("gpu_model"),
+        "driver": env.get("driver"), "cuda": env.get("cuda"), "torch": env.get("torch"),
+        "triton": env.get("triton"), "cpu": env.get("cpu"), "commit": kvcheck_commit(),
+        "kernel_device": state.session.device_info(),
+    }
+
+
+@pytest.fixture(scope="session")
+def kv_bench(pytestconfig: pytest.Config) -> BenchSession:
+    """The benchmark session: options, workloads, baselines, the kernel device, results."""
+    return pytestconfig.stash[BENCH_STATE].session

@@ -1,0 +1,128 @@
+"""The terminal tables of a benchmark session (plain text through ``rich``, one per group).
+
+Ratios read "implementation / reference" for the allocator (the same unit, same direction as
+the figure: above 1 is better for a throughput, worse for a latency) and "speedup" (reference
+time / time, above 1 is faster) for kernels: ``speedup/ref`` against the torch reference,
+``vs triton`` against kvcheck's Triton kernel. ``% peak`` is of the theoretical DRAM
+bandwidth, ``% copy`` of the copy bandwidth measured before the first kernel benchmark. A
+trailing ``~`` marks a figure whose per-round coefficient of variation exceeds 5 % (noisy).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from typing import Any
+
+from kvcheck.bench.metrics import Metric, summarize
+from kvcheck.bench.session import BenchResult
+
+__all__ = ["fmt_number", "render_tables"]
+
+
+def fmt_number(value: float | None, digits: int = 3) -> str:
+    """Compact human number: ``1234567 -> '1.23M'``, ``45600 -> '45.6k'``, ``0.8123 ->
+    '0.812'``, ``None -> '-'``."""
+    if value is None:
+        return "-"
+    magnitude = abs(value)
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= limit:
+            return f"{value / limit:.{digits}g}{suffix}"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _cell(metric: Metric | None) -> str:
+    if metric is None:
+        return "-"
+    noisy = len(metric.samples) > 1 and summarize(metric.samples).is_noisy
+    return fmt_number(metric.value) + ("~" if noisy else "")
+
+
+def _ratio(metric: Metric | None) -> str:
+    r = None if metric is None else metric.ratio_to_reference
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def _speedup(result: BenchResult) -> str:
+    m = result.metric("time_us")
+    r = None if m is None else m.ratio_to_reference
+    return "-" if not r else f"{1 / r:.2f}x"
+
+
+def _table(title: str, columns: list[tuple[str, str]], rows: Iterable[list[str]]) -> list[str]:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rich.text import Text
+
+    table = Table(title=title)
+    for name, justify in columns:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # Text: "[sha256]" is not markup
+    buf = io.StringIO()
+    Console(file=buf, width=160, force_terminal=False, color_system=None).print(table)
+    return buf.getvalue().rstrip("\n").splitlines()
+
+
+def render_tables(results: list[BenchResult], device: dict[str, Any] | None = None) -> list[str]:
+    """Every group's table as text lines (groups without results are left out)."""
+    lines: list[str] = []
+    sched = [r for r in results if r.group == "scheduler"]
+    if sched:
+        cols = [("implementation", "left"), ("scenario", "left"), ("tokens/s", "right"),
+                ("x ref", "right"), ("alloc calls/s", "right"), ("x ref", "right"),
+                ("us/call p50", "right"), ("p99", "right"), ("x ref p99", "right"),
+                ("prefix hit", "right"), ("peak usage", "right"), ("preempt", "right")]
+        rows = []
+        for r in sched:
+            m = r.metric
+            rows.append([r.subject, r.case, _cell(m("scheduled_tokens_per_s")),
+                         _ratio(m("scheduled_tokens_per_s")),
+                         _cell(m("allocate_slots_calls_per_s")),
+                         _ratio(m("allocate_slots_calls_per_s")),
+                         _cell(m("allocate_slots_us_p50")), _cell(m("allocate_slots_us_p99")),
+                         _ratio(m("allocate_slots_us_p99")), _cell(m("prefix_hit_rate")),
+                         _cell(m("peak_usage")), _cell(m("preemptions"))])
+        lines += _table("kvcheck bench: scheduler loop through the adapter protocol "
+                        "(time inside the implementation's calls)", cols, rows)
+    small = [r for r in results if r.group in ("hashing", "slot_mapping")]
+    if small:
+        cols = [("implementation", "left"), ("benchmark", "left"), ("figure", "left"),
+                ("value", "right"), ("unit", "left"), ("x ref", "right")]
+        rows = [[r.subject, f"{r.group}[{r.case}]", m.name, _cell(m), m.unit, _ratio(m)]
+                for r in small for m in r.metrics]
+        lines += _table("kvcheck bench: hashing and slot_mapping throughput", cols, rows)
+    kernels = [r for r in results if r.group == "kernels"]
+    if kernels:
+        cols = [("op", "left"), ("case", "left"), ("provider", "left"), ("device", "left"),
+                ("time us", "right"), ("GB/s", "right"), ("% peak", "right"),
+                ("% copy", "right"), ("speedup/ref", "right"), ("vs triton", "right")]
+        rows = []
+        for r in kernels:
+            vs = r.info.get("speedup_vs_kvcheck_triton")
+            op, _, case = r.case.partition("/")
+            rows.append([op, case, r.subject, r.device,
+                         _cell(r.metric("time_us")), _cell(r.metric("gbps")),
+                         _cell(r.metric("pct_theoretical_peak")),
+                         _cell(r.metric("pct_copy_peak")), _speedup(r),
+                         "-" if vs is None else f"{vs:.2f}x"])
+        lines += _table("kvcheck bench: kernels (CUDA events, compulsory-bytes model)"
+                        if kernels[0].device == "cuda" else
+                        "kvcheck bench: kernels on the CPU (torch references, host-timed)",
+                        cols, rows)
+        if device:
+            peak = device.get("theoretical_gbps")
+            labels = sorted({f"{r.subject} = {r.info['provider_label']}" for r in kernels
+                             if "provider_label" in r.info})
+            if labels:
+                lines.append("providers: " + "; ".join(labels))
+            lines.append(
+                f"kernel device: {device.get('device')} {device.get('name')}; L2 "
+                f"{device.get('l2_mode')} (flush {fmt_number(device.get('flush_bytes'))}B); "
+                f"theoretical peak {fmt_number(peak)} GB/s ({device.get('theoretical_source')})"
+                f"; measured copy peak {fmt_number(device.get('copy_gbps'))} GB/s")
+    return lines

@@ -1,0 +1,144 @@
+"""The --kv-bench plugin seen from the command line (pytester): options, usage errors, the
+shipped suite at a tiny scale, the printed tables, the result records and pytest-benchmark's
+JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy  # noqa: F401  (see below)
+import pytest
+
+import kvcheck.bench.bench_allocator  # noqa: F401
+import kvcheck.reference_impl.adapter  # noqa: F401
+from kvcheck.results.schema import load_records
+
+# pytester's in-process runs drop the modules they imported when they end; numpy and torch
+# refuse to be imported twice in one process, so what the benchmarks import is imported here.
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
+    import triton  # noqa: F401
+
+    import kvcheck.bench.kernel_bench  # noqa: F401
+    import kvcheck.gpu_kernels.conformance  # noqa: F401
+    import kvcheck.gpu_kernels.reference  # noqa: F401
+
+    HAS_TORCH, HAS_CUDA = True, torch.cuda.is_available()
+except ImportError:
+    HAS_TORCH = HAS_CUDA = False
+
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process runs are plain pytest sessions even when this file runs under -n:
+    pytest-benchmark disables itself when it sees PYTEST_XDIST_WORKER."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+
+TINY = ("-p", "no:cacheprovider", "--kv-impl=reference", "--kv-bench", "--kv-bench-scale=0.03",
+        "--kv-bench-rounds=1", "--kv-bench-warmup=0")
+
+
+def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines([
+        "*kvcheck benchmarks (needs pytest-benchmark)*",
+        "*--kv-bench *run kvcheck's benchmarks*",
+        "*--kv-bench-scale=F*",
+        "*--kv-bench-seed=N*",
+        "*--kv-bench-rounds=N*",
+        "*--kv-bench-warmup=N*",
+        "*--kv-bench-device=*",
+        "*--kv-bench-l2=*",
+        "*--kv-bench-peak-gbps=GBPS*",
+        "*--kv-bench-report=PATH*",
+    ])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--kv-bench-scale=0",), "*--kv-bench-scale: must be > 0, got 0*"),
+    (("--kv-bench-rounds=0",), "*--kv-bench-rounds: must be >= 1, got 0*"),
+    (("--kv-bench", "-p", "no:benchmark"), "*--kv-bench needs pytest-benchmark*"),
+    (("--kv-bench", "-n", "2"), "*--kv-bench runs benchmarks one at a time*"),
+])
+def test_bad_invocations_are_usage_errors(pytester: pytest.Pytester, args, message) -> None:
+    result = pytester.runpytest("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_without_kv_bench_the_conformance_suite_is_collected(pytester: pytest.Pytester) -> None:
+    """The bench plugin leaves `pytest --kv-impl=X` (no --kv-bench) alone."""
+    result = pytester.runpytest("-p", "no:cacheprovider", "--kv-impl=reference",
+                                "--collect-only", "-q")
+    assert "test_allocation.py" in result.stdout.str()
+    assert "bench_allocator.py" not in result.stdout.str()
+
+
+def test_tiny_run_prints_tables_and_writes_records(pytester: pytest.Pytester) -> None:
+    """`pytest --kv-impl=reference --kv-bench` on a tiny scale: the allocator benchmarks pass,
+    kernel benchmarks skip with the reason (no CUDA here), tables are printed, no conformance
+    verdict appears, and both result files carry the figures."""
+    result = pytester.runpytest(*TINY, "--kv-bench-report=out/records.jsonl",
+                                "--benchmark-json=pb.json", "-k", "not kernels or store_kv_cache")
+    result.assert_outcomes(passed=11, skipped=None if HAS_CUDA else 10)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*kvcheck bench: scheduler loop through the adapter protocol*",
+        "*implementation*scenario*tokens/s*x ref*alloc calls/s*us/call p50*p99*prefix hit*",
+        "*reference*shared_system_prompt*1.00x*",
+        "*reference*eviction_pressure*",
+        "*kvcheck bench: hashing and slot_mapping throughput*",
+        "*hashing[[]sha256_cbor[]]*hash_blocks_per_s*blocks/s*1.00x*",
+        "*slot_mapping*vectorized_slot_mapping_tokens_per_s*",
+        "*result records written to out/records.jsonl*",
+    ])
+    assert "kvcheck conformance" not in out and "verdict:" not in out
+    if not HAS_CUDA:
+        assert "skipped: no CUDA device: kernel benchmarks time CUDA kernels" in out
+
+    records = load_records(pytester.path / "out" / "records.jsonl")
+    (record,) = records
+    assert record["kind"] == "benchmark" and record["implementation"]["name"] == "reference"
+    metric = next(m for m in record["metrics"]
+                  if m["case"] == "scheduler/burst_short" and m["name"] == "allocate_slots_us_p99")
+    assert metric["unit"] == "us" and metric["direction"] == "lower_is_better"
+    assert len(metric["samples"]) == 1 and metric["extra"]["ratio_to_reference"] == 1.0
+    assert record["environment"]["torch"] is not None or not HAS_TORCH
+    assert "kvcheck_commit" in record["environment"]
+    names = {(m["case"], m["name"]) for m in record["metrics"]}
+    assert ("hashing/xxhash", "hash_blocks_per_s") in names
+    assert record["extra"]["options"]["scale"] == 0.03
+
+    data = json.loads((pytester.path / "pb.json").read_text())
+    assert data["machine_info"]["kvcheck"]["hardware_key"] == record["environment"][
+        "hardware_key"]
+    bench = next(b for b in data["benchmarks"] if b["name"].endswith("burst_short]"))
+    assert bench["extra_info"]["scheduled_tokens_per_s_unit"] == "tokens/s"
+    assert bench["extra_info"]["digest"]
+    assert bench["options"]["timer"].endswith("allocator_time")
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch (the kernels extra)")
+def test_cpu_device_times_the_torch_references(pytester: pytest.Pytester) -> None:
+    """--kv-bench-device=cpu: the torch references run, labelled cpu, with the copy peak;
+    every other provider skips with the reason."""
+    result = pytester.runpytest(*TINY, "--kv-bench-device=cpu", "-k", "kernels",
+                                "--kv-bench-report=k.jsonl")
+    result.assert_outcomes(passed=3, skipped=12)
+    result.stdout.fnmatch_lines([
+        "*kvcheck bench: kernels on the CPU (torch references, host-timed)*",
+        "*store_kv_cache*decode-b16*torch_ref*cpu*",
+        "*paged_attention_decode*torch_ref*cpu*",
+        "*measured copy peak*GB/s*",
+        "*12 skipped: --kv-bench-device=cpu times only the torch references*",
+    ])
+    (record,) = load_records(pytester.path / "k.jsonl")
+    assert record["implementation"]["name"] == "torch_ref"
+    assert {m["name"] for m in record["metrics"]} == {"time_us", "gbps", "pct_copy_peak"}
+    assert record["extra"]["kernel_device"]["device"] == "cpu"
