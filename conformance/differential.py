@@ -44,6 +44,7 @@ class Pair:
     def apply(self, op: dict[str, Any]) -> dict[str, Any]:
         """Run ``op`` on both sides, check laws and compare; returns the implementation's
         answer (``{"hits": (ids, n), "new": ids | None}`` for a schedule)."""
+        __tracebackhide__ = True  # failures point at the test, not at the harness
         self.ops.append(op)
         try:
             got = self.impl.apply(op)
@@ -65,10 +66,12 @@ class Pair:
         return got
 
     def run(self, ops: Iterable[dict[str, Any]]) -> None:
+        __tracebackhide__ = True
         for op in ops:
             self.apply(op)
 
     def fail(self, problem: str, op: dict[str, Any]) -> None:
+        __tracebackhide__ = True
         path = None
         if self.trace_name:
             path = write_trace(self.trace_name, self.impl.impl.target, self.spec, self.ops)
