@@ -86,7 +86,8 @@ class Pair:
 def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any]]:
     """Every observable the implementation declares, paired with the oracle's value."""
     mine, theirs = impl.manager, oracle.manager
-    caps = impl.impl.info.capabilities
+    # Only what both sides can show (an oracle such as vLLM may lack an observation).
+    caps = impl.impl.info.capabilities & oracle.impl.info.capabilities
     out: list[tuple[str, Any, Any]] = [
         ("block tables", impl.tables(), oracle.tables()),
         ("num_free_blocks()", mine.num_free_blocks(), theirs.num_free_blocks()),

@@ -47,9 +47,13 @@ class KVSessionState:
     """
 
     def __init__(self, config: pytest.Config, impls: list[ImplHandle], profile: str | None,
-                 max_examples: int, seed: int | None, report_path: str | None) -> None:
+                 max_examples: int, seed: int | None, report_path: str | None,
+                 oracle: ImplHandle | None = None) -> None:
         self.config = config
         self.impls = impls
+        # What kv_pair compares the implementation with (--kv-oracle; the reference by
+        # default). None until needed when no implementation is selected.
+        self.oracle = oracle
         self.profile_override = profile
         self.max_examples = max_examples
         self.seed = seed
@@ -101,6 +105,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "comma list runs each as its own parametrization (env KV_IMPL as fallback)",
     )
     group.addoption(
+        "--kv-oracle", default="reference", metavar="MODULE[:FACTORY]",
+        help="what differential tests (the kv_pair fixture) compare each implementation with: "
+             "'reference' (default), 'vllm' (the installed vLLM, kvcheck.adapters.vllm) or "
+             "any adapter module; kv_reference stays kvcheck's reference",
+    )
+    group.addoption(
         "--kv-profile", default=None, choices=PROFILES,
         help="behaviour to check against: vllm-0.33, vllm-0.10, or generic (invariants only, "
              "for radix-tree engines); default: the profile IMPL_INFO claims",
@@ -144,8 +154,10 @@ def pytest_configure(config: pytest.Config) -> None:
             f"kvcheck: --kv-max-examples={max_examples}: must be >= 1\n"
             "  Fix: pass a positive number of examples, e.g. --kv-max-examples=40")
     impls = load_impls(value) if value.strip() else []
+    oracle_value = (config.getoption("kv_oracle") or "reference").strip()
+    oracle = (_load_oracle(oracle_value) if impls or oracle_value != "reference" else None)
     state = KVSessionState(config, impls, config.getoption("kv_profile"), max_examples,
-                           config.getoption("kv_seed"), config.getoption("kv_report"))
+                           config.getoption("kv_seed"), config.getoption("kv_report"), oracle)
     config.stash[KV_STATE] = state
     config.pluginmanager.register(state, "kvcheck-session")
     if impls and config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -153,6 +165,20 @@ def pytest_configure(config: pytest.Config) -> None:
         import kvcheck.conformance
 
         config.args = [str(Path(kvcheck.conformance.__file__).parent)]
+
+
+def _load_oracle(value: str) -> ImplHandle:
+    """``--kv-oracle``: loaded and checked like ``--kv-impl`` (UsageError naming the option)."""
+    try:
+        return load_impl(value)
+    except pytest.UsageError as exc:
+        raise pytest.UsageError(str(exc).replace("--kv-impl=", "--kv-oracle=", 1)) from None
+
+
+def _note_lines(impl: ImplHandle) -> list[str]:
+    """An adapter module's ``PROFILE_NOTE`` (how the wrapped release relates to the profile)."""
+    note = getattr(impl.module, "PROFILE_NOTE", None)
+    return [f"  note: {note}"] if isinstance(note, str) and note else []
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -169,6 +195,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         )
         lines.append(f"  capabilities: {', '.join(sorted(impl.info.capabilities))}; "
                      f"hash algos: {', '.join(impl.info.hash_algos)}")
+        lines.extend(_note_lines(impl))
+    oracle = state.oracle
+    if oracle is not None:
+        lines.append(f"kvcheck: oracle {oracle.name} {oracle.info.version} "
+                     f"({oracle.module.__name__}) claims profile={oracle.info.profile}")
+        # The reference follows whatever profile a spec asks for; other oracles (vLLM) are
+        # one release and behave as the profile they claim.
+        fixed = oracle.module.__name__ != "kvcheck.reference_impl.adapter"
+        if fixed:
+            lines.extend(_note_lines(oracle))
+        for impl in state.impls:
+            active = state.profile_for(impl)
+            if fixed and active not in ("generic", oracle.info.profile):
+                lines.append(f"kvcheck warning: differential tests of {impl.name} run under "
+                             f"profile {active}, but the oracle behaves as "
+                             f"{oracle.info.profile}: pass --kv-profile={oracle.info.profile}")
     return lines
 
 
@@ -266,12 +308,22 @@ def kv_seed(pytestconfig: pytest.Config) -> int | None:
     return pytestconfig.stash[KV_STATE].seed
 
 
+@pytest.fixture(scope="session")
+def kv_oracle(pytestconfig: pytest.Config) -> ImplHandle:
+    """The oracle ``kv_pair`` compares with: ``--kv-oracle`` (kvcheck's reference by default)."""
+    state = pytestconfig.stash[KV_STATE]
+    if state.oracle is None:
+        state.oracle = _load_oracle(pytestconfig.getoption("kv_oracle") or "reference")
+    return state.oracle
+
+
 @pytest.fixture
-def kv_pair(kv_impl: ImplHandle, kv_reference: ImplHandle, kv_profile: str,
+def kv_pair(kv_impl: ImplHandle, kv_oracle: ImplHandle, kv_profile: str,
             request: pytest.FixtureRequest) -> Any:
-    """``kv_pair(spec=None, **spec_fields) -> Pair``: the implementation and the reference
-    oracle driven in lockstep (no oracle under ``--kv-profile=generic``: laws only). A
-    mismatch writes its trace under ``.kvcheck/repro/`` named after the test."""
+    """``kv_pair(spec=None, **spec_fields) -> Pair``: the implementation and the oracle
+    (``--kv-oracle``, the reference by default) driven in lockstep (no oracle under
+    ``--kv-profile=generic``: laws only). A mismatch writes its trace under
+    ``.kvcheck/repro/`` named after the test."""
     from kvcheck.conformance.differential import Pair
 
     def make(spec: KVCacheSpec | None = None, *, with_oracle: bool = True,
@@ -280,7 +332,7 @@ def kv_pair(kv_impl: ImplHandle, kv_reference: ImplHandle, kv_profile: str,
             fields.setdefault("num_blocks", 16)
             fields.setdefault("block_size", 4)
             spec = KVCacheSpec(profile=kv_profile, **fields)
-        oracle = None if kv_profile == "generic" or not with_oracle else kv_reference
+        oracle = None if kv_profile == "generic" or not with_oracle else kv_oracle
         pair = Pair(kv_impl, oracle, spec)
         pair.trace_name = request.node.name
         return pair
