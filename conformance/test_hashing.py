@@ -365,18 +365,34 @@ def _process_cases(kv_impl: Any, kv_profile: str) -> tuple[list, list]:
     return fixed, random_root
 
 
+def _child_pythonpath() -> str:
+    """This process's sys.path, absolute, minus folders whose ``kvcheck/`` is not the kvcheck
+    imported here (a source checkout's near-empty ``kvcheck/`` would shadow the install)."""
+    import kvcheck
+
+    installed = os.path.dirname(os.path.abspath(kvcheck.__file__))
+    keep = []
+    for entry in sys.path:
+        entry = os.path.abspath(entry or os.curdir)
+        candidate = os.path.join(entry, "kvcheck")
+        if os.path.isdir(candidate) and os.path.abspath(candidate) != installed:
+            continue
+        keep.append(entry)
+    return os.pathsep.join(keep)
+
+
 @pytest.fixture(scope="module")
-def child_hashes(kv_impl, kv_profile) -> dict[str, list[str]]:
+def child_hashes(kv_impl, kv_profile, tmp_path_factory) -> dict[str, list[str]]:
     """Block hashes of the golden prompt computed in a fresh interpreter whose environment
     PYTHONHASHSEED differs from the spec's, for every (algo, seed) case."""
     fixed, random_root = _process_cases(kv_impl, kv_profile)
     # The child sees this process's sys.path, so an implementation importable here (a
     # --kv-impl module found through pytest's rootdir, say) is importable there too.
-    env = dict(os.environ, PYTHONHASHSEED=_CHILD_ENV_SEED,
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env = dict(os.environ, PYTHONHASHSEED=_CHILD_ENV_SEED, PYTHONPATH=_child_pythonpath())
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, kv_impl.target, kv_profile, json.dumps(fixed + random_root)],
-        capture_output=True, text=True, env=env, timeout=120, check=False)
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+        cwd=tmp_path_factory.mktemp("kvcheck-child"))  # `-c` puts the cwd first on sys.path
     assert proc.returncode == 0, (
         f"the child process hashing with --kv-impl={kv_impl.target} failed "
         f"(rc {proc.returncode}):\n{proc.stderr[-3000:]}")
