@@ -13,9 +13,9 @@
 #
 # Needs python3 with torch (CUDA), triton, pytest, pytest-benchmark, numpy, rich, xxhash,
 # hypothesis and cbor2. Nothing is installed: kvcheck is made importable from this tree through
-# a folder of symlinks in /tmp. A missing pure dependency (cbor2 on a bare CUDA image) can be
+# a folder of symlinks in a scratch folder (mktemp -d). A missing pure dependency (cbor2 on a bare CUDA image) can be
 # carried as wheels in .whl/ (pip download --no-deps cbor2 ...); they are unpacked into
-# /tmp/kvcheck-site. Set KVCHECK_COMMIT=<sha> when the tree arrives without .git, so the
+# the scratch folder. Set KVCHECK_COMMIT=<sha> when the tree arrives without .git, so the
 # records name the commit. KV_BENCH_DEVICE=cpu is a dry run without a GPU (torch references
 # only); KV_BENCH_NO_INSTALL=1 takes the symlink route even where kvcheck is installed.
 # Exit codes: 2 missing dependency, 3 no CUDA device, else pytest's.
@@ -30,19 +30,20 @@ py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
+scratch=$(mktemp -d -t kvcheck-gpu.XXXXXX)  # symlinked package and carried wheels
 device=${KV_BENCH_DEVICE:-cuda}  # KV_BENCH_DEVICE=cpu: a dry run of this script without a GPU
 
 plugins=()
 if [ -n "${KV_BENCH_NO_INSTALL:-}" ] || ! "$py" -c "import sys
 from importlib.metadata import entry_points as e
 sys.exit(0 if any(p.name == 'kvcheck-bench' for p in e(group='pytest11')) else 1)"; then
-  # kvcheck is not installed: a package of symlinks, /tmp/kvcheck-pkg/kvcheck/<sub> -> ./<sub>,
+  # kvcheck is not installed: a package of symlinks, $scratch/pkg/kvcheck/<sub> -> ./<sub>,
   # and the plugins named explicitly with entry-point autoloading off (so an installed copy,
   # if any, is not registered twice).
-  pkg=/tmp/kvcheck-pkg
+  pkg=$scratch/pkg
   rm -rf "$pkg" && mkdir -p "$pkg/kvcheck"
   ln -s "$repo/kvcheck/__init__.py" "$pkg/kvcheck/__init__.py"
-  for sub in reference_impl conformance gpu_kernels plugin bench results; do
+  for sub in reference_impl conformance gpu_kernels plugin bench results adapters; do
     ln -s "$repo/$sub" "$pkg/kvcheck/$sub"
   done
   export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
@@ -50,8 +51,8 @@ sys.exit(0 if any(p.name == 'kvcheck-bench' for p in e(group='pytest11')) else 1
 fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/kvcheck-site .whl/*.whl
-  export PYTHONPATH="$PYTHONPATH:/tmp/kvcheck-site"
+    --target "$scratch/site" .whl/*.whl
+  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$scratch/site"
 fi
 
 if ! "$py" -c "import torch, triton, numpy, rich, xxhash, cbor2, hypothesis, pytest_benchmark" \
