@@ -3,7 +3,7 @@
 # (KVCacheManager, BlockPool, the request block hasher, BlockTable) through
 # `pytest --kv-impl=vllm`.
 #
-#   scripts/vllm-cpu-env.sh VERSION DIR      e.g. scripts/vllm-cpu-env.sh 0.33.0 /tmp/vllm-0.33
+#   scripts/vllm-cpu-env.sh VERSION DIR      e.g. scripts/vllm-cpu-env.sh 0.33.0 envs/vllm-0.33
 #
 # What it does (nothing of vLLM is ever copied into this repository):
 #   1. `pip download --no-deps vllm==VERSION` into a wheel cache that persists on the machine
