@@ -28,7 +28,7 @@
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
-  echo "usage: $0 VERSION DIR   (e.g. $0 0.33.0 /tmp/vllm-0.33)" >&2
+  echo "usage: $0 VERSION DIR   (e.g. $0 0.33.0 envs/vllm-0.33)" >&2
   exit 2
 fi
 version=$1
