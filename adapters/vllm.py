@@ -54,6 +54,7 @@ from kvcheck.adapters.vllm_features import (
     release_behaviour,
 )
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
+from kvcheck.conformance.view_sync import RequestViewSync
 from kvcheck.reference_impl import events as _reference_events
 
 __all__ = [
@@ -296,32 +297,11 @@ class _Hashing:
         _kcu.NONE_HASH = self.none_hash
 
 
-class _Requests:
-    """One vLLM ``Request`` per request id, kept in step with the immutable views."""
-
-    def __init__(self, hashing: _Hashing) -> None:
-        self.hashing = hashing
-        self.requests: dict[str, Any] = {}
-
-    def sync(self, view: RequestView) -> Any:
-        req = self.requests.get(view.request_id)
-        if req is None or tuple(req.prompt_token_ids) != view.prompt_token_ids:
-            self.hashing.install()
-            req = _make_request(view, self.hashing.block_hasher)
-            self.requests[view.request_id] = req
-        known = len(req.output_token_ids)
-        if len(view.output_token_ids) < known:
-            raise ValueError(
-                f"request {view.request_id!r}: output_token_ids shrank from {known} to "
-                f"{len(view.output_token_ids)}; views may only grow")
-        if len(view.output_token_ids) > known:
-            self.hashing.install()
-            req.append_output_token_ids(list(view.output_token_ids[known:]))
-        req.num_computed_tokens = view.num_computed_tokens
-        return req
-
-    def pop(self, request_id: str) -> Any:
-        return self.requests.pop(request_id, None)
+def _request_sync(hashing: _Hashing) -> RequestViewSync[Any]:
+    """One vLLM ``Request`` per request id, kept in step with the immutable views; the
+    spec's NONE_HASH is reinstalled before vLLM hashes new blocks."""
+    return RequestViewSync(lambda view: _make_request(view, hashing.block_hasher),
+                           before_hashing=hashing.install)
 
 
 # ------------------------------------------------------------------------------ events
@@ -435,7 +415,7 @@ class VLLMManager:
             enable_caching=spec.enable_caching, log_stats=False,
             enable_kv_cache_events=spec.enable_kv_cache_events))
         self.pool = self.manager.block_pool
-        self._requests = _Requests(self.hashing)
+        self._requests = _request_sync(self.hashing)
         self._slots: _SlotMapper | None = None
 
     # -- manager
@@ -482,7 +462,7 @@ class VLLMManager:
         return self.pool.blocks[block_id].ref_cnt
 
     def block_hashes(self, request_id: str) -> list[bytes]:
-        req = self._requests.requests.get(request_id)
+        req = self._requests.get(request_id)
         return [] if req is None else [bytes(h) for h in req.block_hashes]
 
     def take_events(self) -> list[dict[str, Any]]:
@@ -501,7 +481,7 @@ class VLLMBlockPool:
         self.spec = spec
         self.pool = _make_block_pool(spec.num_blocks, spec.block_size, spec.enable_caching,
                                      spec.enable_kv_cache_events)
-        self._requests = _Requests(_Hashing(spec))
+        self._requests = _request_sync(_Hashing(spec))
 
     def _blocks(self, block_ids: Sequence[int]) -> list[Any]:
         return [self.pool.blocks[i] for i in block_ids]

@@ -11,8 +11,8 @@ Every option lives here (loaded before argument parsing, so ``--pyargs`` works t
 ``--kv-bench`` and no test paths the installed ``kvcheck.bench`` folder is collected (this
 plugin's ``pytest_configure`` is ``trylast`` and replaces the conformance plugin's default
 paths after it ran); its ``bench_*.py`` files are collected by ``pytest_collect_file`` below,
-whatever ``python_files`` says. Under ``--kv-bench`` the conformance outcome collector is
-unregistered, so benchmark outcomes never produce a conformance verdict or record.
+whatever ``python_files`` says. Under ``--kv-bench`` the conformance plugin prints no verdict
+and writes no record (``KVSessionState.reports_conformance``).
 
 The benchmarks use the conformance plugin's ``kv_impl`` / ``kv_reference`` fixtures,
 pytest-benchmark's ``benchmark`` fixture and ``kv_bench`` (the ``BenchSession``). At the end the
@@ -226,7 +226,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     # trylast: after the conformance plugin's pytest_configure, which points config.args at
-    # its own suite when --kv-impl is given without paths and registers its outcome collector.
+    # its own suite when --kv-impl is given without paths.
     options = _options(config)
     state = BenchState(config, options)
     config.stash[BENCH_STATE] = state
@@ -236,9 +236,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         # `pytest --kv-impl=X --kv-bench` with no paths runs the shipped benchmarks.
         config.args = [str(_BENCH_DIR)]
-    collector = config.pluginmanager.get_plugin("kvcheck-session")
-    if collector is not None:
-        config.pluginmanager.unregister(collector)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.conformance.ops import add, decode, free, schedule
-from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
 
 @pytest.mark.kv_generic
@@ -124,8 +124,6 @@ def test_ref_counts_follow_sharing(kv_pair) -> None:
 def test_lookahead_slots(kv_impl, kv_profile) -> None:
     """Lookahead slots are allocated but their tokens are never cached."""
     spec = KVCacheSpec(num_blocks=10, block_size=4, profile=kv_profile)
-    from kvcheck.conformance.protocol import RequestView
-
     mgr = kv_impl.make_manager(spec)
     view = RequestView("r", tuple(range(4)))
     new = mgr.allocate_slots(view, 4, 0, [], 3)

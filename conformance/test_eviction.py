@@ -123,6 +123,7 @@ def test_eviction_is_tail_first_within_a_request(kv_pair) -> None:
         f"got {got['hits']}\n" + pair.impl.snippet())
 
 
+@pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
 def test_unhashed_blocks_reused_before_cached_ones(kv_pair, kv_profile) -> None:
     """0.33: a request's unhashed tail block is reused first (LIFO head) and cached blocks
     stay; 0.10: everything is appended, so the never-used blocks go first."""
@@ -130,6 +131,5 @@ def test_unhashed_blocks_reused_before_cached_ones(kv_pair, kv_profile) -> None:
     pair.run([add("a", range(10)), schedule("a"), free("a"), add("n", [7, 7, 7]),
               schedule("n")])
     new = pair.impl.tables()["n"]
-    expected = {"vllm-0.33": [3], "vllm-0.10": [4]}.get(kv_profile)
-    if expected is not None:
-        assert new == expected, f"next single block: got {new}, vLLM gives {expected}"
+    expected = {"vllm-0.33": [3], "vllm-0.10": [4]}[kv_profile]
+    assert new == expected, f"next single block: got {new}, vLLM gives {expected}"

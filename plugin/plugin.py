@@ -66,8 +66,12 @@ class KVSessionState:
         return self.profile_override or impl.info.profile
 
     @property
-    def is_xdist_worker(self) -> bool:
-        return hasattr(self.config, "workerinput")
+    def reports_conformance(self) -> bool:
+        """Whether this process prints the verdict and writes the record: an implementation
+        was selected, this is not an xdist worker (the controller aggregates), and the run is
+        not a ``--kv-bench`` run (benchmark outcomes are no conformance verdict)."""
+        return (bool(self.impls) and not hasattr(self.config, "workerinput")
+                and not self.config.getoption("kv_bench", False))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -75,7 +79,7 @@ class KVSessionState:
             self.outcomes.add(report, props)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.impls or self.is_xdist_worker:
+        if not self.reports_conformance:
             return
         for impl in self.impls:
             for line in render_summary(impl, self.profile_for(impl), self.outcomes):
@@ -84,7 +88,7 @@ class KVSessionState:
             terminalreporter.write_line(f"kvcheck warning: {message}", yellow=True)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.impls or not self.report_path or self.is_xdist_worker:
+        if not self.reports_conformance or not self.report_path:
             return
         path = write_report(self.report_path, self.impls, self.profile_for, self.outcomes,
                             self.seed)

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvcheck import __version__
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
+from kvcheck.conformance.view_sync import RequestViewSync
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.block_pool import BlockPool
@@ -31,6 +32,8 @@ __all__ = [
     "make_block_pool",
     "make_kv_cache_manager",
     "none_hash_for",
+    "reference_profile",
+    "request_sync",
 ]
 
 IMPL_INFO = ImplInfo(
@@ -45,7 +48,7 @@ IMPL_INFO = ImplInfo(
 )
 
 
-def _reference_profile(spec: KVCacheSpec) -> str:
+def reference_profile(spec: KVCacheSpec) -> str:
     # "generic" checks profile-independent laws; the reference then behaves as the newest vLLM.
     return "vllm-0.33" if spec.profile == "generic" else spec.profile
 
@@ -57,36 +60,22 @@ def event_to_dict(event: KVCacheEvent) -> dict[str, Any]:
     return out
 
 
-class _RequestSync:
-    """Keeps one reference ``Request`` per request id in step with the views it is given."""
+def request_sync(block_hasher: RequestBlockHasher) -> RequestViewSync[Request]:
+    """One reference ``Request`` per request id, hashed by ``block_hasher`` and kept in step
+    with the views the suite passes."""
 
-    def __init__(self, block_hasher: RequestBlockHasher) -> None:
-        self.block_hasher = block_hasher
-        self.requests: dict[str, Request] = {}
+    def make(view: RequestView) -> Request:
+        return Request(
+            view.request_id,
+            view.prompt_token_ids,
+            block_hasher=block_hasher,
+            lora_request=None if view.lora is None else LoRARequest(*view.lora),
+            mm_features=tuple(MultiModalFeature(*f) for f in view.mm_features),
+            cache_salt=view.cache_salt,
+            skip_reading_prefix_cache=view.skip_reading_prefix_cache,
+        )
 
-    def sync(self, view: RequestView) -> Request:
-        req = self.requests.get(view.request_id)
-        if req is None or tuple(req.prompt_token_ids) != view.prompt_token_ids:
-            req = Request(
-                view.request_id,
-                view.prompt_token_ids,
-                block_hasher=self.block_hasher,
-                lora_request=None if view.lora is None else LoRARequest(*view.lora),
-                mm_features=tuple(MultiModalFeature(*f) for f in view.mm_features),
-                cache_salt=view.cache_salt,
-                skip_reading_prefix_cache=view.skip_reading_prefix_cache,
-            )
-            self.requests[view.request_id] = req
-        known = len(req.output_token_ids)
-        if len(view.output_token_ids) < known:
-            raise ValueError(
-                f"request {view.request_id!r}: output_token_ids shrank from {known} to "
-                f"{len(view.output_token_ids)}; views may only grow"
-            )
-        if len(view.output_token_ids) > known:
-            req.append_output_token_ids(view.output_token_ids[known:])
-        req.num_computed_tokens = view.num_computed_tokens
-        return req
+    return RequestViewSync(make)
 
 
 class ReferenceManager:
@@ -100,11 +89,11 @@ class ReferenceManager:
             max_model_len=spec.max_model_len,
             enable_caching=spec.enable_caching,
             hash_algo=spec.hash_algo,
-            profile=_reference_profile(spec),
+            profile=reference_profile(spec),
             enable_kv_cache_events=spec.enable_kv_cache_events,
             pythonhashseed=spec.pythonhashseed,
         )
-        self._requests = _RequestSync(self.manager.block_hasher)
+        self._requests = request_sync(self.manager.block_hasher)
 
     # -- manager
     def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
@@ -128,7 +117,7 @@ class ReferenceManager:
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)
-        self._requests.requests.pop(request_id, None)
+        self._requests.pop(request_id)
 
     def get_block_ids(self, request_id: str) -> list[int]:
         return self.manager.get_block_ids(request_id)
@@ -147,7 +136,7 @@ class ReferenceManager:
         return self.manager.block_pool.blocks[block_id].ref_cnt
 
     def block_hashes(self, request_id: str) -> list[bytes]:
-        req = self._requests.requests.get(request_id)
+        req = self._requests.get(request_id)
         return [] if req is None else list(req.block_hashes)
 
     def take_events(self) -> list[dict[str, Any]]:
@@ -167,10 +156,10 @@ class ReferenceBlockPool:
 
     def __init__(self, spec: KVCacheSpec) -> None:
         self.spec = spec
-        profile = _reference_profile(spec)
+        profile = reference_profile(spec)
         self.pool = BlockPool(spec.num_blocks, spec.enable_caching,
                               spec.enable_kv_cache_events, profile=profile)
-        self._requests = _RequestSync(
+        self._requests = request_sync(
             RequestBlockHasher(spec.block_size, spec.hash_algo, profile=profile,
                                none_hash=none_hash_for(spec))
         )
@@ -222,4 +211,4 @@ def kernels() -> Any:
 
 def none_hash_for(spec: KVCacheSpec) -> bytes:
     """The NONE_HASH the reference uses for ``spec`` (for hash-vector checks)."""
-    return resolve_none_hash(spec.hash_algo, _reference_profile(spec), spec.pythonhashseed)
+    return resolve_none_hash(spec.hash_algo, reference_profile(spec), spec.pythonhashseed)

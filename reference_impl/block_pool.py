@@ -30,6 +30,7 @@ from kvcheck.reference_impl.events import (
     BlockStored,
     KVCacheEvent,
 )
+from kvcheck.reference_impl.extra_keys import generate_block_hash_extra_keys, to_event_extra_keys
 from kvcheck.reference_impl.free_block_queue import FreeKVCacheBlockQueue
 from kvcheck.reference_impl.profiles import Profile, get_profile
 
@@ -181,11 +182,6 @@ class BlockPool:
 
     def _event_extra_keys(self, request: Request, block_idx: int, block_size: int) -> object:
         """The untagged extra keys of one block, as 0.33's BlockStored publishes them."""
-        from kvcheck.reference_impl.extra_keys import (
-            generate_block_hash_extra_keys,
-            to_event_extra_keys,
-        )
-
         start = block_idx * block_size
         keys, _ = generate_block_hash_extra_keys(
             request, start, start + block_size, 0, self.profile

@@ -57,6 +57,23 @@ def _as_int_1d(name: str, values: npt.ArrayLike) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def _check_offsets(name: str, offsets: np.ndarray, count: str) -> np.ndarray:
+    """Validate a prefix-sum array (``query_start_loc``, ``kv_indptr``): at least one entry,
+    starts at 0, non-decreasing. Returns the per-entry lengths ``np.diff(offsets)``."""
+    if offsets.size == 0:
+        raise ValueError(f"{name} must have {count} >= 1 entries")
+    if offsets[0] != 0:
+        raise ValueError(f"{name}[0] must be 0, got {int(offsets[0])}")
+    lengths = np.diff(offsets)
+    if lengths.size and lengths.min() < 0:
+        i = int(np.argmax(lengths < 0))
+        raise ValueError(
+            f"{name} must be non-decreasing: {name}[{i}]={int(offsets[i])} > "
+            f"{name}[{i + 1}]={int(offsets[i + 1])}"
+        )
+    return lengths
+
+
 def _as_block_table(block_table_rows: BlockTableRows) -> tuple[np.ndarray, np.ndarray]:
     """Normalise block table rows.
 
@@ -229,17 +246,7 @@ def compute_slot_mapping(
             raise ValueError(f"num_blocks_per_row must lie in [0, {table.shape[1]}]")
 
     qsl = _as_int_1d("query_start_loc", query_start_loc)
-    if qsl.size == 0:
-        raise ValueError("query_start_loc must have num_reqs + 1 >= 1 entries")
-    if qsl[0] != 0:
-        raise ValueError(f"query_start_loc[0] must be 0, got {int(qsl[0])}")
-    query_lens = np.diff(qsl)
-    if query_lens.size and query_lens.min() < 0:
-        r = int(np.argmax(query_lens < 0))
-        raise ValueError(
-            f"query_start_loc must be non-decreasing: query_start_loc[{r}]={int(qsl[r])} > "
-            f"query_start_loc[{r + 1}]={int(qsl[r + 1])}"
-        )
+    query_lens = _check_offsets("query_start_loc", qsl, "num_reqs + 1")
     num_reqs = qsl.size - 1
     if num_reqs > table.shape[0]:
         raise ValueError(f"{num_reqs} requests but the block table has {table.shape[0]} rows")

@@ -20,7 +20,12 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from kvcheck.reference_impl.block_table import BlockTableRows, _as_block_table, _as_int_1d
+from kvcheck.reference_impl.block_table import (
+    BlockTableRows,
+    _as_block_table,
+    _as_int_1d,
+    _check_offsets,
+)
 
 __all__ = [
     "block_table_from_sglang_req_to_token",
@@ -124,17 +129,7 @@ def to_flashinfer_csr(
 
 def _check_indptr(kv_indptr: np.ndarray, num_indices: int) -> np.ndarray:
     """Validate a CSR ``kv_indptr`` against ``len(kv_indices)``; returns the page counts."""
-    if kv_indptr.size == 0:
-        raise ValueError("kv_indptr must have B + 1 >= 1 entries")
-    if kv_indptr[0] != 0:
-        raise ValueError(f"kv_indptr[0] must be 0, got {int(kv_indptr[0])}")
-    num_pages = np.diff(kv_indptr)
-    if num_pages.size and num_pages.min() < 0:
-        b = int(np.argmax(num_pages < 0))
-        raise ValueError(
-            f"kv_indptr must be non-decreasing: kv_indptr[{b}]={int(kv_indptr[b])} > "
-            f"kv_indptr[{b + 1}]={int(kv_indptr[b + 1])}"
-        )
+    num_pages = _check_offsets("kv_indptr", kv_indptr, "B + 1")
     if kv_indptr[-1] > num_indices:
         raise ValueError(
             f"kv_indptr[-1] = {int(kv_indptr[-1])} exceeds len(kv_indices) = {num_indices}"

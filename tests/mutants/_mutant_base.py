@@ -25,8 +25,8 @@ from kvcheck.reference_impl.adapter import (
 from kvcheck.reference_impl.adapter import (
     ReferenceBlockPool,
     ReferenceManager,
-    _reference_profile,
-    _RequestSync,
+    reference_profile,
+    request_sync,
     none_hash_for,
 )
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
@@ -48,7 +48,7 @@ class MutantManager(ReferenceManager):
 
     def __init__(self, spec: KVCacheSpec) -> None:  # noqa: D107 - mirrors ReferenceManager
         self.spec = spec
-        profile = _reference_profile(spec)
+        profile = reference_profile(spec)
         mgr = self.manager_cls(
             spec.num_blocks, spec.block_size, max_model_len=spec.max_model_len,
             enable_caching=spec.enable_caching, hash_algo=spec.hash_algo, profile=profile,
@@ -61,7 +61,7 @@ class MutantManager(ReferenceManager):
         mgr.block_hasher = self.hasher_cls(spec.block_size, spec.hash_algo, profile=profile,
                                            none_hash=self.none_hash(spec))
         self.manager = mgr
-        self._requests = _RequestSync(mgr.block_hasher)
+        self._requests = request_sync(mgr.block_hasher)
 
 
 class MutantBlockPool(ReferenceBlockPool):
@@ -73,10 +73,10 @@ class MutantBlockPool(ReferenceBlockPool):
 
     def __init__(self, spec: KVCacheSpec) -> None:  # noqa: D107 - mirrors ReferenceBlockPool
         self.spec = spec
-        profile = _reference_profile(spec)
+        profile = reference_profile(spec)
         self.pool = self.pool_cls(spec.num_blocks, spec.enable_caching,
                                   spec.enable_kv_cache_events, profile=profile)
-        self._requests = _RequestSync(
+        self._requests = request_sync(
             self.hasher_cls(spec.block_size, spec.hash_algo, profile=profile,
                             none_hash=self.none_hash(spec))
         )
