@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcheck.bench.kernel_inputs import KernelInputs
+from kvcheck.errors import KVCheckError
 
 __all__ = ["PROVIDERS", "Provider", "ProviderUnavailable", "make_provider"]
 
@@ -30,7 +31,7 @@ PROVIDERS = ("torch_ref", "kvcheck_triton", "impl", "vllm", "flashinfer")
 Prepared = Callable[[], Any]
 
 
-class ProviderUnavailable(Exception):
+class ProviderUnavailable(KVCheckError):
     """The provider cannot run this op here; the message is the skip reason."""
 
 

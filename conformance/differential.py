@@ -18,6 +18,7 @@ from typing import Any
 from kvcheck.conformance.driver import Driver
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.errors import KVCheckFailure
 from kvcheck.plugin.loader import ImplHandle
 
 __all__ = ["ConformanceMismatch", "Pair", "REPRO_DIR", "load_trace", "replay_trace",
@@ -27,7 +28,7 @@ REPRO_DIR = Path(".kvcheck") / "repro"
 TRACE_VERSION = 1
 
 
-class ConformanceMismatch(AssertionError):
+class ConformanceMismatch(KVCheckFailure):
     """The implementation and the oracle disagree (or a law broke) after some op."""
 
 

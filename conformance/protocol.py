@@ -10,18 +10,28 @@ The module named by ``--kv-impl`` defines:
 Everything crossing the boundary is a primitive (``int``, ``bytes``, ``str``, lists, tuples,
 dicts) or one of the frozen dataclasses below, so a third party implements the protocol
 structurally, without importing or subclassing kvcheck's classes. Block ids are physical
-(``0 <= block_id < spec.num_blocks``); block 0 is the reserved null block in vLLM's design.
+(``0 <= block_id < spec.num_blocks``); block 0 is the reserved null block in vLLM's design
+(``ImplInfo.reserved_block_ids`` says which blocks a design reserves, if any).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+from kvcheck.errors import KVCheckError
 
 __all__ = [
     "CAPABILITIES",
+    "DESIGN_CAPABILITIES",
+    "HASH_ALGOS",
     "PROFILES",
+    "VLLM_PROFILES",
+    "Profile",
+    "UnsupportedSpec",
+    "effective_capabilities",
+    "reserved_block_ids",
     "BlockPoolAdapter",
     "ImplInfo",
     "KVCacheManagerAdapter",
@@ -49,11 +59,39 @@ CAPABILITIES: dict[str, str] = {
     "slot_mapping": "manager.slot_mapping(request_id, start, end): its own slot arithmetic",
     "invariants": "manager.check_invariants(): raises AssertionError naming a broken law",
     "kernels": "a module-level kernels() returning a kvcheck.gpu_kernels.conformance.KernelSet",
+    # Design features: vLLM has them all, so the vLLM profiles imply them (see
+    # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
+    "reset_prefix_cache": "manager.reset_prefix_cache(): drop every cached hash when idle",
+    "caching_off": "a spec with enable_caching=False is honoured (no hits, nothing cached)",
+    "skip_reading_prefix_cache": "RequestView.skip_reading_prefix_cache: no hits, still caches",
+    "lookahead": "allocate_slots(..., num_lookahead_tokens=k) reserves k more slots, uncached",
+    "multi_token_decode": "a decode step may append several tokens (speculative decoding)",
 }
 
-#: Profiles the suite can check against. ``generic`` checks only profile-independent laws
-#: (conservation, all-or-nothing, hit caps...), for radix-tree engines such as SGLang.
-PROFILES: tuple[str, ...] = ("vllm-0.33", "vllm-0.10", "generic")
+#: Features of vLLM's design that another design may lack. Every vLLM profile implies them
+#: (an implementation checked against vLLM must have them); under ``generic`` only the
+#: declared ones are tested.
+DESIGN_CAPABILITIES: frozenset[str] = frozenset(
+    {"reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
+     "multi_token_decode"})
+
+#: The behaviour to check against. ``generic`` checks only profile-independent laws
+#: (conservation, all-or-nothing, hit correctness, hit caps...), for any design.
+Profile = Literal["vllm-0.33", "vllm-0.10", "generic"]
+#: Every ``Profile``, in display order (derived from the Literal, never spelled again).
+PROFILES: tuple[Profile, ...] = get_args(Profile)
+#: The profiles that reproduce one vLLM release line exactly.
+VLLM_PROFILES: tuple[Profile, ...] = tuple(p for p in PROFILES if p != "generic")
+
+#: vLLM's block-hash algorithms (``KVCacheSpec.hash_algo``), byte-identical in the reference.
+HASH_ALGOS: tuple[str, ...] = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+
+
+class UnsupportedSpec(KVCheckError):
+    """Raised by a factory to decline a spec its design does not support (a block size, a
+    pool size...). A scripted test whose spec is declined is skipped as not applicable;
+    random workloads draw another spec. Declare the supported sizes in ``ImplInfo`` where
+    you can (``block_sizes``, ``num_blocks_range``): declared limits are visible up front."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +157,20 @@ class ImplInfo:
     """What the implementation is and what it claims.
 
     Attributes:
-        name: short display name, used in test ids and reports.
+        name: short display name, used in test ids and reports (printable, no spaces).
         version: the implementation's version string.
         capabilities: names from ``CAPABILITIES``.
         profile: the profile it claims to follow (default for ``--kv-profile``).
-        hash_algos: hash algorithms it supports (hash tests iterate these).
+        hash_algos: vLLM hash algorithms (``HASH_ALGOS``) it reproduces byte for byte; block
+            hashes are compared, and hash tests run, only for these. ``()`` for a design with
+            its own hashing.
         commit: optional source revision, copied into result records.
+        reserved_block_ids: block ids the pool never hands out (vLLM's null block 0). None:
+            the profile's default, ``(0,)`` under the vLLM profiles and ``()`` under
+            ``generic``.
+        block_sizes: the block sizes (tokens) the design supports; None: any size >= 1.
+        num_blocks_range: ``(min, max)`` pool sizes (blocks, reserved ones included) it
+            supports, inclusive; None: any.
     """
 
     name: str
@@ -133,6 +179,34 @@ class ImplInfo:
     profile: str = "vllm-0.33"
     hash_algos: tuple[str, ...] = ("sha256",)
     commit: str | None = None
+    reserved_block_ids: tuple[int, ...] | None = None
+    block_sizes: tuple[int, ...] | None = None
+    num_blocks_range: tuple[int, int] | None = None
+
+    def supports(self, spec: KVCacheSpec) -> bool:
+        """Whether ``spec``'s block size and pool size are within the declared limits."""
+        if self.block_sizes is not None and spec.block_size not in self.block_sizes:
+            return False
+        if self.num_blocks_range is not None:
+            low, high = self.num_blocks_range
+            return low <= spec.num_blocks <= high
+        return True
+
+
+def effective_capabilities(info: ImplInfo, profile: str) -> frozenset[str]:
+    """The capabilities tests may rely on under ``profile``: the declared ones, plus every
+    ``DESIGN_CAPABILITIES`` feature under a vLLM profile (vLLM's design has them all)."""
+    if profile != "generic" and "manager" in info.capabilities:
+        return info.capabilities | DESIGN_CAPABILITIES
+    return info.capabilities
+
+
+def reserved_block_ids(info: ImplInfo, profile: str) -> tuple[int, ...]:
+    """Block ids never handed out: the declared ones, else the profile's default (vLLM's null
+    block 0 under the vLLM profiles, none under ``generic``)."""
+    if info.reserved_block_ids is not None:
+        return tuple(info.reserved_block_ids)
+    return () if profile == "generic" else (0,)
 
 
 @runtime_checkable
@@ -167,7 +241,8 @@ class KVCacheManagerAdapter(Protocol):
         ...
 
     def reset_prefix_cache(self) -> bool:
-        """Drop every cached hash; False and no change while any block is in use."""
+        """Drop every cached hash; False and no change while any block is in use. Needed only
+        with the ``reset_prefix_cache`` capability (implied by the vLLM profiles)."""
         ...
 
     def num_free_blocks(self) -> int:

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from kvcheck.conformance.protocol import CAPABILITIES, PROFILES, ImplInfo, KVCacheSpec
+from kvcheck.conformance.protocol import (
+    CAPABILITIES,
+    PROFILES,
+    ImplInfo,
+    KVCacheSpec,
+    effective_capabilities,
+)
 
 __all__ = ["ALIASES", "ImplHandle", "load_impl", "load_impls"]
 
@@ -29,7 +35,8 @@ ALIASES: dict[str, str] = {
 # Methods each capability requires on the manager object (or, for "module", on the module).
 _REQUIRED_METHODS: dict[str, tuple[str, ...]] = {
     "manager": ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
-                "reset_prefix_cache", "num_free_blocks"),
+                "num_free_blocks"),
+    "reset_prefix_cache": ("reset_prefix_cache",),
     "free_queue_order": ("free_block_ids",),
     "ref_counts": ("ref_cnt",),
     "block_hashes": ("block_hashes",),
@@ -166,8 +173,10 @@ def load_impl(target: str) -> ImplHandle:
                          "name yours with --kv-impl=module:factory")
         _check_factory(target, factory_name, factory)
         probe = _probe(target, factory_name, factory)
+        # Under a vLLM profile the design capabilities are implied, so their methods too.
+        caps = effective_capabilities(info, info.profile)
         for cap, methods in _REQUIRED_METHODS.items():
-            if cap in info.capabilities:
+            if cap in caps:
                 _check_methods(target, probe, "manager", methods, cap)
     pool_factory = getattr(module, "make_block_pool", None)
     if "block_pool" in info.capabilities:

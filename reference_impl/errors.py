@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from kvcheck.errors import KVCheckInputError
+
 __all__ = ["KVCacheMisuseError"]
 
 
-class KVCacheMisuseError(ValueError):
+class KVCacheMisuseError(KVCheckInputError):
     """A call that vLLM accepts but that breaks the pool's bookkeeping.
 
     Examples: freeing a block whose ``ref_cnt`` is already 0 (double free), listing a block

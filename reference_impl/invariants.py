@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from kvcheck.errors import KVCheckFailure
+
 if TYPE_CHECKING:
     from kvcheck.reference_impl.block_pool import BlockPool
     from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["InvariantViolation", "check_invariants", "check_manager_invariants"]
 
 
-class InvariantViolation(AssertionError):
+class InvariantViolation(KVCheckFailure):
     """A pool law is broken; the message names every term of the failed law."""
 
 

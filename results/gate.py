@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcheck.errors import KVCheckInputError
 from kvcheck.results.compare import (
     MetricChange,
     OutcomeChange,
@@ -67,7 +68,7 @@ DEFAULT_THRESHOLD = 5.0  # percent
 DEFAULT_ALPHA = 0.01
 
 
-class GateInputError(ValueError):
+class GateInputError(KVCheckInputError):
     """Unusable gate configuration (threshold, floor, waiver); the message names the source."""
 
 

@@ -50,6 +50,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kvcheck.errors import KVCheckInputError
+
 __all__ = [
     "DIRECTIONS",
     "KINDS",
@@ -74,7 +76,7 @@ _DIRECTIONS = DIRECTIONS
 _NUMBER = (int, float)
 
 
-class RecordError(ValueError):
+class RecordError(KVCheckInputError):
     """A record file or object that does not follow the schema; the message names the field."""
 
 
