@@ -575,7 +575,11 @@ BEHAVIOUR: Behaviour = _detect()
 _SLOT_PROBLEM = _slot_mapping_problem()
 
 _capabilities = {"manager", "block_pool", "prefix_caching", "free_queue_order", "ref_counts",
-                 "block_hashes", "events"}
+                 "block_hashes", "events",
+                 # vLLM's design features: implied by the vLLM profiles, declared so that
+                 # --kv-profile=generic tests them too.
+                 "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache",
+                 "lookahead", "multi_token_decode"}
 _notes = []
 if _HAS_EXTRAS:
     _capabilities.add("extra_keys")
@@ -629,6 +633,7 @@ IMPL_INFO = ImplInfo(
     profile=_PROFILE,
     hash_algos=HASH_ALGOS,
     commit=_commit(),
+    reserved_block_ids=(0,),  # vLLM's null block, under every profile
 )
 
 

@@ -106,7 +106,7 @@ class SchedulerBench(RoundBench):
 
     def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         gc.collect()
-        return (self.impl.make_manager(workload_spec(self.workload)),), {}
+        return (self.impl.make_manager(workload_spec(self.workload), guard=False),), {}
 
     def run(self, manager: Any) -> None:
         result = run_workload(manager, self.workload)
@@ -182,7 +182,7 @@ class HashingBench(RoundBench):
                  for i in range(self.num_requests)]
         spec = KVCacheSpec(num_blocks=16, block_size=self.block_size, hash_algo=self.hash_algo)
         gc.collect()
-        return (self.impl.make_manager(spec), views), {}
+        return (self.impl.make_manager(spec, guard=False), views), {}
 
     def run(self, manager: Any, views: list[RequestView]) -> None:
         total_ns = 0
@@ -231,7 +231,7 @@ class SlotMappingBench(RoundBench):
         blocks = math.ceil(self.num_tokens / self.block_size)
         spec = KVCacheSpec(num_blocks=1 + self.num_requests * blocks,
                            block_size=self.block_size, enable_caching=False)
-        manager = self.impl.make_manager(spec)
+        manager = self.impl.make_manager(spec, guard=False)
         rids = []
         for i in range(self.num_requests):
             view = RequestView(f"slots-{i:05d}", draws.tokens(self.num_tokens))

@@ -8,6 +8,7 @@ runnable snippet of every call made so far; the workload is also written as a JS
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -15,14 +16,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kvcheck.conformance.call_limit import AdapterTimeout
 from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.guard import ProtocolViolation
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.conformance.trace_check import TraceError, check_ops, check_spec
 from kvcheck.errors import KVCheckFailure
 from kvcheck.plugin.loader import ImplHandle
 
-__all__ = ["ConformanceMismatch", "Pair", "REPRO_DIR", "load_trace", "replay_trace",
-           "write_trace"]
+__all__ = ["ConformanceMismatch", "Pair", "REPRO_DIR", "TraceError", "load_trace",
+           "replay_trace", "write_trace"]
 
 REPRO_DIR = Path(".kvcheck") / "repro"
 TRACE_VERSION = 1
@@ -50,17 +54,27 @@ class Pair:
         try:
             got = self.impl.apply(op)
         except Exception as exc:
-            self.fail(f"{type(exc).__name__} from the implementation: {exc}", op)
-        laws = check_laws(self.impl)
+            self.fail(_failure_text(exc, "the implementation"), op)
+        try:  # the laws and observations call the adapters too (guarded, time-limited)
+            laws = check_laws(self.impl)
+        except _ADAPTER_FAILURES as exc:
+            self.fail(_failure_text(exc, "the implementation"), op)
         if laws:
             self.fail("; ".join(laws), op)
         if self.oracle is None:
             return got
-        want = self.oracle.apply(op)
+        try:
+            want = self.oracle.apply(op)
+        except Exception as exc:
+            self.fail(_failure_text(exc, f"the oracle ({self.oracle.impl.name})"), op)
         if got != want:
             self.fail(f"answer differs: implementation {got!r}, {self.oracle.impl.name} {want!r}",
                       op)
-        for what, mine, theirs in observe(self.impl, self.oracle):
+        try:
+            observed = observe(self.impl, self.oracle)
+        except _ADAPTER_FAILURES as exc:
+            self.fail(_failure_text(exc, "an observation"), op)
+        for what, mine, theirs in observed:
             if mine != theirs:
                 self.fail(f"{what} differs: implementation {mine!r}, "
                           f"{self.oracle.impl.name} {theirs!r}", op)
@@ -74,14 +88,30 @@ class Pair:
     def fail(self, problem: str, op: dict[str, Any]) -> None:
         __tracebackhide__ = True
         path = None
-        if self.trace_name:
-            path = write_trace(self.trace_name, self.impl.impl.target, self.spec, self.ops)
         message = [f"after op #{len(self.ops)} {op}: {problem}"]
+        if self.trace_name:
+            try:
+                path = write_trace(self.trace_name, self.impl.impl.target, self.spec, self.ops)
+            except OSError as exc:  # an unwritable directory must not hide the failure
+                message.append(f"trace not written ({REPRO_DIR}: {exc.strerror or exc})")
         if path is not None:
             message.append(f"trace written to {path} (kvcheck replay {path} "
                            f"--kv-impl={self.impl.impl.target})")
         message.append("runnable repro of the calls made:\n" + self.impl.snippet(problem[:80]))
         raise ConformanceMismatch("\n".join(message))
+
+
+# Failures an adapter call raises through the guard; named as such wherever they surface.
+_ADAPTER_FAILURES = (ProtocolViolation, AdapterTimeout)
+
+
+def _failure_text(exc: Exception, source: str) -> str:
+    """How an exception raised while driving reads in a failure message."""
+    if isinstance(exc, ProtocolViolation):
+        return f"protocol violation: {exc}"
+    if isinstance(exc, AdapterTimeout):
+        return f"timeout: {exc}"
+    return f"{type(exc).__name__} from {source}: {exc}"
 
 
 def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any]]:
@@ -97,10 +127,14 @@ def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any]]:
         out.append(("free queue (head first)", list(mine.free_block_ids()),
                     list(theirs.free_block_ids())))
     if "ref_counts" in caps:
-        n = impl.spec.num_blocks
-        out.append(("ref counts", [mine.ref_cnt(i) for i in range(1, n)],
-                    [theirs.ref_cnt(i) for i in range(1, n)]))
-    if "block_hashes" in caps:
+        # Every id but the reserved ones (vLLM's null block 0; none under generic).
+        ids = [i for i in impl.ordinary_block_ids if i not in oracle.reserved]
+        out.append(("ref counts", [mine.ref_cnt(i) for i in ids],
+                    [theirs.ref_cnt(i) for i in ids]))
+    algo = impl.spec.hash_algo
+    if ("block_hashes" in caps and algo in impl.impl.info.hash_algos
+            and algo in oracle.impl.info.hash_algos):
+        # Hashes are comparable only for an algorithm both reproduce byte for byte.
         for rid in sorted(impl.running):
             out.append((f"block_hashes({rid!r})", [bytes(h) for h in mine.block_hashes(rid)],
                         list(theirs.block_hashes(rid))))
@@ -127,13 +161,25 @@ def normalize_events(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- traces
+#: Largest trace file ``load_trace`` reads (the suite's traces are a few KiB).
+MAX_TRACE_BYTES = 256 << 20
+
+
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:120]
+    """A file name for ``name``: readable (runs of other characters become ``_``), and when
+    sanitising changed the name, followed by a short stable hash of the raw name, so names
+    that sanitise alike (``test_x[a b]``, ``test_x[a/b]``: both ``test_x_a_b_``) never share
+    a trace file; names that are already safe are kept as they are."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    if safe == name and len(safe) <= 120:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{safe[:109]}-{digest}"
 
 
 def write_trace(name: str, target: str, spec: KVCacheSpec, ops: list[dict[str, Any]],
                 directory: Path | None = None) -> Path:
-    """Write a replayable JSON trace atomically; returns its path."""
+    """Write a replayable JSON trace atomically; returns its path (``_safe(name)`` + .json)."""
     from kvcheck.results.io import write_atomic
 
     directory = directory or REPRO_DIR
@@ -142,31 +188,40 @@ def write_trace(name: str, target: str, spec: KVCacheSpec, ops: list[dict[str, A
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:
-    """Read and check a trace file.
+    """Read and fully check a trace file (``kvcheck.conformance.trace_check``) before anything
+    runs.
 
     Raises:
-        ValueError: unreadable, not JSON, a newer trace_version, or missing fields; the
-            message names the file and the field.
+        TraceError: (a ``ValueError``) unreadable, not UTF-8 JSON, too large, a newer
+            trace_version, an unknown op or request id, a mistyped or out-of-bounds field;
+            the message names the file, the op and the problem.
     """
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_TRACE_BYTES:
+            raise TraceError(f"{path}: {size} bytes; a trace is at most {MAX_TRACE_BYTES}")
         trace = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read trace ({exc.strerror or exc})") from None
+        raise TraceError(f"{path}: cannot read trace ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not a JSON trace (not UTF-8 text: byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a JSON trace ({exc.msg} at line {exc.lineno})") from None
+        raise TraceError(f"{path}: not a JSON trace ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, deep nesting
+        raise TraceError(f"{path}: not a usable JSON trace ({type(exc).__name__}: "
+                         f"{str(exc)[:120]})") from None
     if not isinstance(trace, dict):
-        raise ValueError(f"{path}: a trace is a JSON object")
+        raise TraceError(f"{path}: a trace is a JSON object")
     version = trace.get("trace_version")
-    if not isinstance(version, int) or version > TRACE_VERSION:
-        raise ValueError(f"{path}: field 'trace_version' must be an int <= {TRACE_VERSION}")
-    for key, kind in (("spec", dict), ("ops", list)):
-        if not isinstance(trace.get(key), kind):
-            raise ValueError(f"{path}: field {key!r} missing or not a {kind.__name__}")
-    try:
-        trace["spec"] = KVCacheSpec(**trace["spec"])
-    except TypeError as exc:
-        raise ValueError(f"{path}: field 'spec' is not a KVCacheSpec ({exc})") from None
+    if type(version) is not int or not 1 <= version <= TRACE_VERSION:
+        raise TraceError(f"{path}: field 'trace_version' must be an int <= {TRACE_VERSION} "
+                         f"(and >= 1), got {version!r}")
+    impl = trace.get("impl")
+    if impl is not None and (not isinstance(impl, str) or not impl.strip()):
+        raise TraceError(f"{path}: field 'impl' must be a module name (a string), got {impl!r}")
+    trace["spec"] = check_spec(trace.get("spec"), str(path))
+    check_ops(trace.get("ops"), str(path))
     return trace
 
 

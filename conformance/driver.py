@@ -20,7 +20,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, replace
 from typing import Any
 
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.laws import WrittenBlocks, check_hits
+from kvcheck.conformance.protocol import (
+    KVCacheSpec,
+    RequestView,
+    effective_capabilities,
+    reserved_block_ids,
+)
 from kvcheck.plugin.loader import ImplHandle
 
 __all__ = ["Driver", "StepResult", "output_token"]
@@ -35,15 +41,36 @@ StepResult = dict[str, Any]
 
 
 class Driver:
-    """One implementation instance plus the request views and the call log."""
+    """One implementation instance plus the request views and the call log.
+
+    Besides driving, it keeps what the profile-independent laws (``kvcheck.conformance.laws``)
+    judge against: ``initial_free`` (``num_free_blocks()`` of the fresh pool, read right after
+    the manager is built) and ``written``, the record of which tokens the scheduler computed
+    into which block. Hit correctness is judged when ``get_computed_blocks`` answers and the
+    problems wait in ``take_law_problems()`` until ``check_laws`` reports them.
+    """
 
     def __init__(self, impl: ImplHandle, spec: KVCacheSpec) -> None:
         self.impl = impl
         self.spec = spec
         self.manager = impl.make_manager(spec)
+        self.initial_free: int = self.manager.num_free_blocks()
+        #: What tests may rely on: declared capabilities, plus vLLM's design features under a
+        #: vLLM profile (``effective_capabilities``).
+        self.capabilities: frozenset[str] = effective_capabilities(impl.info, spec.profile)
+        self.reserved: frozenset[int] = frozenset(reserved_block_ids(impl.info, spec.profile))
+        self.ordinary_block_ids: tuple[int, ...] = tuple(
+            b for b in range(spec.num_blocks) if b not in self.reserved)
         self.views: dict[str, RequestView] = {}
         self.running: set[str] = set()  # requests that hold blocks
         self.lines: list[str] = []
+        self.written = WrittenBlocks(spec.block_size)
+        self._law_problems: list[str] = []
+
+    def take_law_problems(self) -> list[str]:
+        """Hit-law problems found since the last call (and forget them)."""
+        problems, self._law_problems = self._law_problems, []
+        return problems
 
     # ------------------------------------------------------------------ the ops
     def apply(self, op: dict[str, Any]) -> StepResult:
@@ -80,6 +107,7 @@ class Driver:
             skip_reading_prefix_cache=bool(op.get("skip_read", False)),
         )
         self.views[view.request_id] = view
+        self.written.forget(view.request_id)
         self.lines.append(f"views[{view.request_id!r}] = {_view_repr(view)}")
         return {}
 
@@ -93,6 +121,7 @@ class Driver:
                 f"m.get_computed_blocks(views[{rid!r}])", self.manager.get_computed_blocks, view)
             hits = list(hits)
             out["hits"] = (hits, num_hit)
+            self._law_problems += check_hits(self.written, view, hits, num_hit)
         remaining = view.num_tokens - view.num_computed_tokens - num_hit
         if rid in self.running and (decode or remaining <= 0):
             # Decode: the request samples `num_tokens` new tokens, then asks for their slots.
@@ -112,15 +141,24 @@ class Driver:
         out["new"] = None if new is None else list(new)
         if new is not None:
             self.running.add(rid)
-            self.views[rid] = replace(view, num_computed_tokens=view.num_computed_tokens
-                                      + num_hit + num_new)
+            start = view.num_computed_tokens + num_hit  # hits are read, not written
+            view = self.views[rid] = replace(view, num_computed_tokens=start + num_new)
+            self.written.clear(out["new"])
+            if num_new:
+                table = self.manager.get_block_ids(rid)
+                self.written.write(view, table, start, start + num_new)
             self.lines.append(
                 f"views[{rid!r}] = replace(views[{rid!r}], num_computed_tokens="
                 f"{self.views[rid].num_computed_tokens})")
         return out
 
     def _call(self, text: str, fn: Any, *args: Any) -> Any:
-        result = fn(*args)
+        try:
+            result = fn(*args)
+        except BaseException as exc:
+            # The failing (or hung) call belongs in the repro too: it is the one to look at.
+            self.lines.append(f"{text}  # raised {type(exc).__name__}")
+            raise
         self.lines.append(f"{text}  # -> {result!r}")
         return result
 
@@ -135,7 +173,8 @@ class Driver:
             "from dataclasses import replace",
             "from kvcheck.conformance.protocol import KVCacheSpec, RequestView",
             "from kvcheck.plugin.loader import load_impl",
-            f"m = load_impl({self.impl.target!r}).make_manager(KVCacheSpec(**{asdict(self.spec)!r}))",
+            f"m = load_impl({self.impl.target!r}).make_manager("
+            f"KVCacheSpec(**{asdict(self.spec)!r}))",
             "views = {}",
         ]
         return "\n".join(head + self.lines)

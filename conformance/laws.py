@@ -1,59 +1,86 @@
 """Profile-independent laws checked on an implementation after every op, with or without
-an oracle (they are all that ``--kv-profile=generic`` checks)."""
+an oracle (they are all that ``--kv-profile=generic`` checks besides its scripted tests).
+
+* conservation: ``num_free_blocks()`` + distinct blocks held by live requests equals the
+  ``num_free_blocks()`` of the fresh pool;
+* ownership: a request holds enough blocks for its computed tokens, none twice, none of the
+  reserved ids (``reserved_block_ids``: vLLM's null block 0; none under ``generic`` unless
+  declared); free and held blocks are disjoint (``free_queue_order``); ``ref_cnt`` equals the
+  number of holders for every other id (``ref_counts``);
+* hit caps: ``get_computed_blocks`` returns whole blocks, at most ``num_tokens - 1`` tokens;
+* hit correctness: every block ``get_computed_blocks`` returns at index ``i`` holds exactly the
+  request's tokens ``[0, (i + 1) * block_size)`` under the same LoRA / salt / multimodal
+  context. ``WrittenBlocks`` is the shadow record of what the suite's scheduler wrote into
+  each block, so the law holds whatever the hashing scheme (stale hits after reuse,
+  content-only hashes and broken chains all fail it).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kvcheck.conformance.protocol import RequestView
 
 if TYPE_CHECKING:
     from kvcheck.conformance.driver import Driver
 
-__all__ = ["check_laws"]
+__all__ = ["WrittenBlocks", "check_hits", "check_laws"]
 
 
 def check_laws(driver: Driver) -> list[str]:
-    """The broken laws (empty when all hold). Each message names its terms."""
-    problems: list[str] = []
+    """The broken laws (empty when all hold). Each message names its terms.
+
+    Also drains the hit-correctness problems the driver recorded while running the last op
+    (they are judged when ``get_computed_blocks`` answers, before the op writes anything).
+    """
+    problems: list[str] = driver.take_law_problems()
     spec, mgr = driver.spec, driver.manager
-    caps = driver.impl.info.capabilities
+    caps = driver.capabilities
+    reserved = driver.reserved
     tables = driver.tables()
     holders: Counter[int] = Counter()
     for rid, ids in tables.items():
-        for block_id in ids:
-            holders[block_id] += 1
+        holders.update(ids)
         bad = [b for b in ids if not 0 <= b < spec.num_blocks]
         if bad:
             problems.append(f"request {rid!r} holds out-of-range block ids {bad}")
-        dup = sorted(b for b, n in Counter(ids).items() if n > 1)
-        if dup:
+        if len(set(ids)) != len(ids):
+            dup = sorted(b for b, n in Counter(ids).items() if n > 1)
             problems.append(f"request {rid!r} holds blocks {dup} more than once")
-        if spec.profile != "generic" and 0 in ids:
-            problems.append(f"request {rid!r} holds the null block 0")
+        held_reserved = [b for b in ids if b in reserved]
+        if held_reserved:
+            problems.append(f"reserved blocks: request {rid!r} holds {held_reserved}, which "
+                            f"the design reserves (reserved_block_ids {list(reserved)})")
         need = -(-driver.views[rid].num_computed_tokens // spec.block_size)
         if len(ids) < need:
             problems.append(f"request {rid!r} has {driver.views[rid].num_computed_tokens} "
                             f"computed tokens but only {len(ids)} blocks of {spec.block_size}")
     num_free = mgr.num_free_blocks()
-    if spec.profile != "generic":
-        usable = spec.num_blocks - 1
-        if num_free + len(holders) != usable:
-            problems.append(
-                f"conservation: num_free_blocks ({num_free}) + distinct blocks held by "
-                f"running requests ({len(holders)}) = {num_free + len(holders)} != usable "
-                f"blocks ({usable} = num_blocks {spec.num_blocks} - null block)")
+    initial = driver.initial_free
+    if num_free + len(holders) != initial:
+        problems.append(
+            f"conservation: num_free_blocks() ({num_free}) + distinct blocks held by live "
+            f"requests ({len(holders)}) = {num_free + len(holders)} != {initial}, the "
+            f"num_free_blocks() of the fresh pool (a block was "
+            f"{'lost' if num_free + len(holders) < initial else 'counted twice'})")
     if "free_queue_order" in caps:
         queue = list(mgr.free_block_ids())
         if len(queue) != num_free:
             problems.append(f"free queue holds {len(queue)} blocks but num_free_blocks() "
                             f"is {num_free}")
-        held_and_free = sorted(set(queue) & set(holders))
+        queue_set = set(queue)
+        held_and_free = sorted(queue_set.intersection(holders))
         if held_and_free:
             problems.append(f"blocks {held_and_free} are both free and held by a request")
-        if len(set(queue)) != len(queue):
+        if len(queue_set) != len(queue):
             problems.append("the free queue lists a block twice")
+        free_reserved = sorted(queue_set.intersection(reserved))
+        if free_reserved:
+            problems.append(f"reserved blocks {free_reserved} are in the free queue")
     if "ref_counts" in caps:
-        for block_id in range(1, spec.num_blocks):
+        for block_id in driver.ordinary_block_ids:
             rc = mgr.ref_cnt(block_id)
             if rc != holders[block_id]:
                 problems.append(f"block {block_id}: ref_cnt {rc} but {holders[block_id]} "
@@ -64,3 +91,169 @@ def check_laws(driver: Driver) -> list[str]:
         except AssertionError as exc:
             problems.append(f"the implementation's own check_invariants(): {exc}")
     return problems
+
+
+def check_hits(written: WrittenBlocks, view: RequestView, hits: Sequence[int],
+               num_hit: int) -> list[str]:
+    """Hit caps and hit correctness of one ``get_computed_blocks(view) -> (hits, num_hit)``
+    answer, judged against what was written into each block so far."""
+    bs = written.block_size
+    rid = view.request_id
+    problems = []
+    if num_hit != len(hits) * bs:
+        problems.append(f"hit cap: get_computed_blocks({rid!r}) returned {len(hits)} blocks of "
+                        f"{bs} tokens but num_computed_tokens {num_hit} (whole blocks only)")
+    if num_hit > max(0, view.num_tokens - 1):
+        problems.append(f"hit cap: get_computed_blocks({rid!r}) hit {num_hit} tokens of a "
+                        f"{view.num_tokens}-token request; at most num_tokens - 1 = "
+                        f"{view.num_tokens - 1} (the last token is always recomputed)")
+    for index, block_id in enumerate(hits):
+        problem = written.mismatch(block_id, view, index)
+        if problem:
+            problems.append(f"hit correctness: get_computed_blocks({rid!r}) returned block "
+                            f"{block_id} at index {index} (positions {index * bs}.."
+                            f"{(index + 1) * bs - 1}): {problem}")
+            break  # later blocks of a wrong chain say nothing new
+    return problems
+
+
+class _Write:
+    """What one block holds: written by ``rid`` as its block ``index``, ``filled`` tokens from
+    the block start, and once full the id of the prefix it holds (``None`` until then)."""
+
+    __slots__ = ("filled", "index", "prefix", "rid")
+
+    def __init__(self, rid: str, index: int, filled: int, prefix: int | None) -> None:
+        self.rid, self.index, self.filled, self.prefix = rid, index, filled, prefix
+
+
+class WrittenBlocks:
+    """The shadow record of what the scheduler wrote into each block.
+
+    A *prefix id* names one (context, tokens ``[0, (i + 1) * block_size)``) identity: the root
+    is the request's LoRA and cache salt; each full block adds its tokens and the multimodal
+    items overlapping it (identifier and offset in the block, as vLLM keys them). Equal ids
+    mean the KV computed for that block is the same, so ids are interned integers and the
+    law is one comparison per hit block.
+    """
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._ids: dict[tuple[Any, ...], int] = {}
+        self._parts: list[tuple[Any, ...]] = []  # prefix id -> its key (for messages)
+        self._chains: dict[str, list[int]] = {}  # request id -> prefix ids of its blocks
+        self._blocks: dict[int, _Write] = {}
+
+    # ------------------------------------------------------------------ request identities
+    def forget(self, rid: str) -> None:
+        """A new request under ``rid`` (its tokens may differ from the old one's)."""
+        self._chains.pop(rid, None)
+
+    def _intern(self, key: tuple[Any, ...]) -> int:
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = len(self._parts)
+            self._parts.append(key)
+        return found
+
+    def prefix_id(self, view: RequestView, index: int) -> int:
+        """The prefix id of ``view``'s block ``index`` (its tokens must all be known)."""
+        chain = self._chains.get(view.request_id)
+        if chain is None:
+            root = ("root", view.lora, view.cache_salt or None)
+            chain = self._chains[view.request_id] = [self._intern(root)]
+        bs = self.block_size
+        tokens = view.token_ids
+        while len(chain) <= index + 1:
+            start = (len(chain) - 1) * bs
+            end = start + bs
+            mm = tuple((ident, offset - start) for ident, offset, length in view.mm_features
+                       if offset < end and offset + length > start)
+            chain.append(self._intern((chain[-1], tokens[start:end], mm)))
+        return chain[index + 1]
+
+    # ------------------------------------------------------------------ writes
+    def clear(self, block_ids: Sequence[int]) -> None:
+        """Blocks just handed out as new: whatever they held is being overwritten."""
+        for block_id in block_ids:
+            self._blocks.pop(block_id, None)
+
+    def write(self, view: RequestView, table: Sequence[int], start: int, end: int) -> None:
+        """``view`` computed its positions ``[start, end)`` into the blocks of ``table``."""
+        bs = self.block_size
+        rid = view.request_id
+        for index in range(start // bs, min(len(table), -(-end // bs))):
+            block_id = table[index]
+            lo = max(start, index * bs) - index * bs
+            hi = min(end, (index + 1) * bs) - index * bs
+            old = self._blocks.get(block_id)
+            if lo == 0:
+                write = self._blocks[block_id] = _Write(rid, index, hi, None)
+            elif (old is not None and old.rid == rid and old.index == index
+                  and old.filled == lo and old.prefix is None):
+                write = old
+                write.filled = hi
+            else:  # a write continuing someone else's (or nobody's) tokens: mixed content
+                self._blocks[block_id] = _Write(rid, index, -1, None)
+                continue
+            if write.filled == bs:
+                write.prefix = self.prefix_id(view, index)
+
+    # ------------------------------------------------------------------ the law
+    def mismatch(self, block_id: int, view: RequestView, index: int) -> str | None:
+        """Why ``block_id`` does not hold ``view``'s prefix through block ``index`` (None if
+        it does)."""
+        need = self.prefix_id(view, index)
+        write = self._blocks.get(block_id)
+        if write is not None and write.prefix == need:
+            return None
+        bs = self.block_size
+        wanted = list(view.token_ids[index * bs:(index + 1) * bs])
+        if write is None:
+            held = "nothing computed since it was last handed out as a new block"
+        elif write.filled < 0:
+            held = (f"a mix of tokens from more than one write (last by request "
+                    f"{write.rid!r} as its block {write.index})")
+        elif write.prefix is None:
+            held = (f"only {write.filled} of {bs} tokens (request {write.rid!r}'s block "
+                    f"{write.index}, not full)")
+        else:
+            held = (f"{self._describe(write.prefix, need)} written by request {write.rid!r} "
+                    f"as its block {write.index}")
+        return f"it holds {held}; request {view.request_id!r} needs tokens {wanted}{_ctx(view)}"
+
+    def _describe(self, held: int, need: int) -> str:
+        """What prefix ``held`` is, relative to the one needed."""
+        held_parts, need_parts = self._unroll(held), self._unroll(need)
+        tokens = list(held_parts[-1][1])
+        if held_parts[0] != need_parts[0]:
+            _, lora, salt = held_parts[0]
+            return f"tokens {tokens} under another context (lora={lora!r}, cache_salt={salt!r})"
+        if len(held_parts) != len(need_parts):
+            return f"tokens {tokens} at another position in the sequence"
+        for i, (mine, theirs) in enumerate(zip(held_parts[1:], need_parts[1:])):
+            if mine != theirs:
+                if i == len(held_parts) - 2:
+                    what = "tokens" if mine[1] != theirs[1] else "multimodal items"
+                    return f"tokens {tokens} (different {what}: {list(mine[1])}, mm {mine[2]})"
+                return (f"tokens {tokens} after a different prefix (block {i} held "
+                        f"{list(mine[1])}, mm {mine[2]}; needed {list(theirs[1])}, "
+                        f"mm {theirs[2]})")
+        return f"tokens {tokens}"  # pragma: no cover - equal chains have equal ids
+
+    def _unroll(self, prefix: int) -> list[tuple[Any, ...]]:
+        """Root key first, then each block's key."""
+        out = []
+        while True:
+            key = self._parts[prefix]
+            out.append(key)
+            if key[0] == "root":
+                return out[::-1]
+            prefix = key[0]
+
+
+def _ctx(view: RequestView) -> str:
+    extras = [f"{name}={value!r}" for name, value in (
+        ("lora", view.lora), ("cache_salt", view.cache_salt),
+        ("mm_features", view.mm_features)) if value]
+    return f" ({', '.join(extras)})" if extras else ""

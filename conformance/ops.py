@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["add", "decode", "free", "reset", "schedule"]
+__all__ = ["add", "decode", "free", "one_token_decodes", "reset", "schedule"]
 
 
 def add(rid: str, prompt: Sequence[int], **extras: Any) -> dict[str, Any]:
@@ -36,3 +36,17 @@ def free(rid: str) -> dict[str, Any]:
 
 def reset() -> dict[str, Any]:
     return {"op": "reset"}
+
+
+def one_token_decodes(ops: Iterable[dict[str, Any]], multi_token: bool) -> list[dict[str, Any]]:
+    """``ops`` with every ``decode`` of n > 1 tokens split into n one-token decodes unless
+    ``multi_token`` (the ``multi_token_decode`` capability). The sampled tokens are the same
+    (they depend on the request and the output position only); only the step size changes."""
+    out: list[dict[str, Any]] = []
+    for op in ops:
+        n = int(op.get("num_tokens") or 1)
+        if op["op"] == "decode" and n > 1 and not multi_token:
+            out += [decode(op["rid"], 1) for _ in range(n)]
+        else:
+            out.append(op)
+    return out

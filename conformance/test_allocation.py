@@ -1,15 +1,17 @@
 """Allocation: capacity, the null block, initial order, all-or-nothing, ref counts.
 
 Every test drives the implementation and the reference in lockstep (``kv_pair``), so any
-divergence in answers or declared observables fails with a runnable repro.
+divergence in answers or declared observables fails with a runnable repro. Capacities are
+sized from the fresh pool's ``num_free_blocks()``, never from ``num_blocks - 1``: only the
+blocks a design declares reserved (``reserved_block_ids``) are missing from it.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kvcheck.conformance.ops import add, decode, free, schedule
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.ops import add, decode, free, one_token_decodes, schedule
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView, reserved_block_ids
 
 
 @pytest.mark.kv_generic
@@ -24,24 +26,34 @@ def test_first_allocation(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 def test_initial_free_count(kv_impl, kv_profile) -> None:
-    """num_free_blocks() of a fresh pool is num_blocks - 1 (the null block is reserved)."""
-    for num_blocks in (2, 7, 64):
-        mgr = kv_impl.make_manager(KVCacheSpec(num_blocks=num_blocks, block_size=16,
-                                               profile=kv_profile))
-        got = mgr.num_free_blocks()
-        if kv_profile == "generic":
-            assert 0 < got <= num_blocks, f"{num_blocks} blocks, num_free_blocks()={got}"
-        else:
-            assert got == num_blocks - 1, (
-                f"a fresh {num_blocks}-block pool reports num_free_blocks()={got}, expected "
-                f"{num_blocks - 1} (all blocks but the null block)")
+    """num_free_blocks() of a fresh pool is num_blocks minus the reserved blocks (vLLM: the
+    null block; under generic only the ids IMPL_INFO.reserved_block_ids declares)."""
+    reserved = reserved_block_ids(kv_impl.info, kv_profile)
+    specs = [KVCacheSpec(num_blocks=n, block_size=16, profile=kv_profile) for n in (2, 7, 64)]
+    specs = [spec for spec in specs if kv_impl.info.supports(spec)]
+    if not specs:
+        pytest.skip("IMPL_INFO declares none of the pool sizes 2, 7, 64 of 16-token blocks")
+    for spec in specs:
+        num_blocks = spec.num_blocks
+        got = kv_impl.make_manager(spec).num_free_blocks()
+        want = num_blocks - len([b for b in reserved if b < num_blocks])
+        assert got == want, (
+            f"a fresh {num_blocks}-block pool reports num_free_blocks()={got}, expected "
+            f"{want} (every block but the reserved ones, {list(reserved)}; declare "
+            f"IMPL_INFO.reserved_block_ids if the design reserves others)")
 
 
 @pytest.mark.kv_generic
 def test_capacity_exact_fit_then_none(kv_pair) -> None:
-    """A request needing exactly every usable block fits; one more token returns None."""
+    """A request needing exactly every free block of the fresh pool fits; one more token
+    returns None."""
     pair = kv_pair(num_blocks=6, block_size=4)
-    pair.run([add("big", range(20)), schedule("big"), add("one", [99, 98]), schedule("one")])
+    capacity = pair.impl.initial_free
+    pair.run([add("big", range(capacity * 4)), schedule("big"), add("one", [99, 98]),
+              schedule("one")])
+    assert "big" in pair.impl.running, (
+        f"a request of {capacity * 4} tokens must fit a fresh pool of {capacity} free blocks "
+        f"of 4\n" + pair.impl.snippet())
     assert "one" not in pair.impl.running, "allocation into a full pool must return None"
     assert pair.impl.manager.num_free_blocks() == 0
 
@@ -51,9 +63,10 @@ def test_all_or_nothing(kv_pair) -> None:
     """allocate_slots returns None and changes nothing when the pool is short, even for a
     request whose prefix hits sit in the free queue."""
     pair = kv_pair(num_blocks=8, block_size=4)
+    others = pair.impl.initial_free - 4  # vLLM: 7 free blocks, so 3
     pair.run([
         add("a", range(12)), schedule("a"), free("a"),      # 3 cached blocks, now free
-        add("b", range(100, 112)), schedule("b"),           # holds 3 more
+        add("b", range(100, 100 + 4 * others)), schedule("b"),  # holds all but 4 free blocks
         # 3 free hits + 3 new blocks consume 6 free blocks; only 4 are free.
         add("c", list(range(12)) + list(range(200, 212))),
     ])
@@ -99,14 +112,18 @@ def test_decode_within_block_allocates_nothing(kv_pair) -> None:
     assert got["new"] is not None and len(got["new"]) == 1
 
 
+@pytest.mark.kv_generic
 def test_chunked_prefill_matches(kv_pair) -> None:
-    """A prompt scheduled in chunks allocates the same blocks, in the same order."""
+    """A prompt scheduled in chunks allocates the same blocks, in the same order (under
+    generic: the laws hold through chunked prefill and decode)."""
     pair = kv_pair(num_blocks=16, block_size=4)
-    pair.run([add("r", range(23)), schedule("r", 5), schedule("r", 7), schedule("r", 11),
-              decode("r", 3)])
+    pair.run(one_token_decodes([add("r", range(23)), schedule("r", 5), schedule("r", 7),
+                                schedule("r", 11), decode("r", 3)],
+                               "multi_token_decode" in pair.impl.capabilities))
 
 
-@pytest.mark.kv_capability("ref_counts")
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("ref_counts", "prefix_caching")
 def test_ref_counts_follow_sharing(kv_pair) -> None:
     """Full blocks shared by a prefix hit have ref_cnt 2; private blocks 1; freed ones 0."""
     pair = kv_pair(num_blocks=12, block_size=4)
@@ -121,6 +138,8 @@ def test_ref_counts_follow_sharing(kv_pair) -> None:
     assert [mgr.ref_cnt(x) for x in a[:3]] == [1, 1, 1] and mgr.ref_cnt(a[3]) == 0
 
 
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("lookahead", "prefix_caching")
 def test_lookahead_slots(kv_impl, kv_profile) -> None:
     """Lookahead slots are allocated but their tokens are never cached."""
     spec = KVCacheSpec(num_blocks=10, block_size=4, profile=kv_profile)

@@ -14,16 +14,17 @@ from kvcheck.conformance.workload_machine import run_workload_machine
 
 
 @pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_random_workloads_match_reference(kv_impl, kv_pair, kv_settings, kv_seed) -> None:
+def test_random_workloads_match_reference(kv_impl, kv_profile, kv_pair, kv_settings,
+                                          kv_seed) -> None:
     """Random scheduler workloads (no extra keys) behave exactly like the reference."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
-                         events=kv_impl.has("events"))
+                         events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile)
 
 
 @pytest.mark.kv_capability("extra_keys")
 @pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_random_workloads_with_extra_keys_match_reference(kv_impl, kv_pair, kv_settings,
-                                                          kv_seed) -> None:
+def test_random_workloads_with_extra_keys_match_reference(kv_impl, kv_profile, kv_pair,
+                                                          kv_settings, kv_seed) -> None:
     """The same with cache salts, LoRA adapters and multimodal items mixed in."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=True,
-                         events=kv_impl.has("events"))
+                         events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile)

@@ -102,6 +102,7 @@ def test_lru_refresh_on_hit(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching")
 def test_lazy_eviction_freed_block_still_hits(kv_pair) -> None:
     """A freed cached block keeps its hash and still hits until it is reused."""
     pair = kv_pair(num_blocks=10, block_size=4)

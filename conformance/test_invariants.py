@@ -1,39 +1,51 @@
-"""Invariants: the profile-independent laws (conservation of blocks, no block held twice by
-one request, the null block never handed out, free <=> unreferenced, ref counts = holders, the
-implementation's own check_invariants) after every op of random workloads, with no oracle.
+"""Invariants: the profile-independent laws of ``kvcheck.conformance.laws`` (conservation of
+blocks, no block held twice by one request, reserved blocks never handed out, free <=>
+unreferenced, ref counts = holders, hit caps, hit correctness against the record of what was
+written into each block, the implementation's own check_invariants) after every op of random
+workloads, with no oracle.
 
-These are the only checks that run under ``--kv-profile=generic`` besides the other
-``kv_generic`` tests, so radix-tree engines get a meaningful verdict too.
+They run under every profile, ``--kv-profile=generic`` included (with the other ``kv_generic``
+tests), so designs other than vLLM's get a meaningful verdict too.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kvcheck.conformance.ops import add, decode, free, reset, schedule
+from kvcheck.conformance.ops import add, decode, free, one_token_decodes, reset, schedule
+from kvcheck.conformance.protocol import effective_capabilities
 from kvcheck.conformance.workload_machine import run_workload_machine
 
 
 @pytest.mark.kv_generic
-def test_laws_hold_under_random_workloads(kv_impl, kv_pair, kv_settings, kv_seed) -> None:
-    """Conservation and ownership laws hold after every step of random workloads."""
+def test_laws_hold_under_random_workloads(kv_impl, kv_profile, kv_pair, kv_settings,
+                                          kv_seed) -> None:
+    """Conservation, ownership, hit-cap and hit-correctness laws hold after every step of
+    random workloads (with LoRA / salt / multimodal requests where extra_keys is declared)."""
 
     def laws_only(**fields):
         return kv_pair(with_oracle=False, **fields)
 
-    run_workload_machine(laws_only, kv_settings, kv_seed, extras=False, events=False)
+    extras = "extra_keys" in effective_capabilities(kv_impl.info, kv_profile)
+    run_workload_machine(laws_only, kv_settings, kv_seed, extras=extras, events=False,
+                         impl=kv_impl, profile=kv_profile)
 
 
 @pytest.mark.kv_generic
 def test_laws_hold_through_a_full_drain(kv_pair) -> None:
-    """Fill the pool, free everything, reset: the free count returns to its initial value."""
+    """Fill the pool, free everything (and reset, with reset_prefix_cache): the free count
+    returns to its initial value."""
     pair = kv_pair(num_blocks=9, block_size=4, with_oracle=False)
+    caps = pair.impl.capabilities
     initial = pair.impl.manager.num_free_blocks()
     ops = []
     for i in range(4):
         ops += [add(f"r{i}", range(i, i + 7)), schedule(f"r{i}"), decode(f"r{i}", 2)]
-    pair.run(ops)
-    pair.run([free(f"r{i}") for i in range(4)] + [reset()])
+    pair.run(one_token_decodes(ops, "multi_token_decode" in caps))
+    pair.run([free(f"r{i}") for i in range(4)])
+    if "reset_prefix_cache" in caps:
+        assert pair.apply(reset()) == {"reset": True}, (
+            "reset_prefix_cache() with every request freed must succeed\n" + pair.impl.snippet())
     assert pair.impl.manager.num_free_blocks() == initial, (
         f"after freeing everything num_free_blocks() is {pair.impl.manager.num_free_blocks()}, "
         f"initially {initial}: a leak\n" + pair.impl.snippet())

@@ -15,7 +15,8 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.kv_capability("kernels")
+# Kernel numerics do not depend on a vLLM release: checked under every profile, generic too.
+pytestmark = [pytest.mark.kv_capability("kernels"), pytest.mark.kv_generic]
 
 _HAS_KERNEL_DEPS = all(importlib.util.find_spec(m) is not None for m in ("torch", "triton"))
 if _HAS_KERNEL_DEPS:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvcheck.conformance.ops import add, decode, free, reset, schedule
+from kvcheck.conformance.ops import add, decode, free, one_token_decodes, reset, schedule
 
 
 @pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching")
 @pytest.mark.parametrize("num_tokens", [47, 48, 49])
 def test_hit_cap_is_num_tokens_minus_one(kv_pair, num_tokens: int) -> None:
     """The last token is always recomputed: with 48 cached tokens (3 blocks of 16), a 48-token
@@ -24,6 +25,7 @@ def test_hit_cap_is_num_tokens_minus_one(kv_pair, num_tokens: int) -> None:
 
 
 @pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching")
 def test_partial_block_never_hits(kv_pair) -> None:
     """Only full blocks are cached: a prompt sharing 2 full blocks and a partial third hits 2."""
     pair = kv_pair(num_blocks=12, block_size=4)
@@ -33,6 +35,7 @@ def test_partial_block_never_hits(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching")
 def test_shared_prefix_is_shared(kv_pair) -> None:
     """A second request with the same prefix reuses the same physical blocks."""
     pair = kv_pair(num_blocks=12, block_size=4)
@@ -43,6 +46,39 @@ def test_shared_prefix_is_shared(kv_pair) -> None:
     assert tables["b"][:3] == tables["a"][:3], f"b should share a's first 3 blocks: {tables}"
     assert got["hits"] == (tables["a"][:3], 12)
     assert pair.impl.manager.num_free_blocks() == free_before - 1
+
+
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching")
+def test_hits_hold_the_requested_prefix(kv_pair) -> None:
+    """A hit is a block holding the request's whole prefix through that block, whatever the
+    hashing scheme (the hit-correctness law judges every hit of every test; these cases aim
+    at it): the same tokens at another position, the same tokens after another prefix, and
+    a cached block handed out again to other tokens never hit."""
+    pair = kv_pair(num_blocks=12, block_size=4)
+    # The same 4 tokens twice in one sequence: only the first block holds them at index 0.
+    pair.run([add("rep", [1, 2, 3, 4, 1, 2, 3, 4, 9]), schedule("rep"), add("a", [1, 2, 3, 4, 5])])
+    got = pair.apply(schedule("a"))
+    assert got["hits"] == (pair.impl.tables()["rep"][:1], 4), (
+        f"a must hit rep's first block only, got {got['hits']}\n" + pair.impl.snippet())
+    # The same tokens after another prefix (written last): still only rep's first block.
+    pair.run([add("shift", [5, 5, 5, 5, 1, 2, 3, 4, 9]), schedule("shift"),
+              add("b", [1, 2, 3, 4, 7])])
+    got = pair.apply(schedule("b"))
+    assert got["hits"] == (pair.impl.tables()["rep"][:1], 4), (
+        f"b must hit rep's first block only, got {got['hits']}\n" + pair.impl.snippet())
+
+    # Cached blocks handed out again (evicted) hold other tokens: no hit on them.
+    pair = kv_pair(num_blocks=8, block_size=4)
+    every_block = 4 * pair.impl.initial_free
+    pair.run([add("old", range(1, 9)), schedule("old"), free("old"),
+              add("fill", range(100, 100 + every_block)), schedule("fill"),
+              add("new", range(1, 10))])
+    got = pair.apply(schedule("new"))
+    assert got["hits"] == ([], 0), (
+        f"old's blocks were all handed out to fill: new must not hit them, got {got['hits']}"
+        "\n" + pair.impl.snippet())
+    pair.run([free("fill"), schedule("new")])
 
 
 def test_own_hits_not_evicted_by_own_allocation(kv_pair) -> None:
@@ -57,6 +93,7 @@ def test_own_hits_not_evicted_by_own_allocation(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching", "skip_reading_prefix_cache")
 def test_skip_reading_prefix_cache_still_writes(kv_pair) -> None:
     """A prompt-logprobs request gets no hit but caches its blocks (duplicates under the same
     keys); later lookups still find blocks."""
@@ -69,6 +106,7 @@ def test_skip_reading_prefix_cache_still_writes(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
+@pytest.mark.kv_capability("caching_off")
 def test_caching_disabled_never_hits(kv_pair) -> None:
     pair = kv_pair(num_blocks=12, block_size=4, enable_caching=False)
     pair.run([add("a", range(12)), schedule("a"), add("b", range(12))])
@@ -76,6 +114,7 @@ def test_caching_disabled_never_hits(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching", "reset_prefix_cache")
 def test_reset_prefix_cache(kv_pair) -> None:
     """reset fails while any block is in use (cache intact); once all is free it succeeds and
     nothing hits afterwards."""
@@ -101,6 +140,8 @@ def test_duplicates_first_inserted_wins(kv_pair) -> None:
     assert got["hits"] == (a[:2], 8), f"c must hit a's blocks {a[:2]}, got {got['hits']}"
 
 
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching")
 def test_decode_blocks_become_hits(kv_pair) -> None:
     """A block filled during decode is cached and hits for a request with the same tokens."""
     pair = kv_pair(num_blocks=16, block_size=4)
@@ -111,9 +152,12 @@ def test_decode_blocks_become_hits(kv_pair) -> None:
     assert got["hits"][1] == 8, f"a's 2 full blocks (one filled by decode) should hit: {got}"
 
 
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching")
 def test_preempted_request_readmitted_from_cache(kv_pair) -> None:
     """A request freed mid-decode (preemption) hits its own cached blocks when re-admitted."""
     pair = kv_pair(num_blocks=16, block_size=4)
-    pair.run([add("a", range(10)), schedule("a"), decode("a", 3), free("a")])
+    pair.run(one_token_decodes([add("a", range(10)), schedule("a"), decode("a", 3), free("a")],
+                               "multi_token_decode" in pair.impl.capabilities))
     got = pair.apply(schedule("a"))
     assert got["hits"][1] == 12, f"re-admitted request should hit 12 tokens, got {got}"

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from kvcheck.conformance.driver import Driver
-from kvcheck.conformance.ops import add, decode, free, schedule
-from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.conformance.ops import add, decode, free, one_token_decodes, schedule
+from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec
+from kvcheck.conformance.workload_machine import supported_block_sizes
 from kvcheck.reference_impl.page_table import to_flashinfer_csr
 
 pytestmark = pytest.mark.kv_capability("manager")
@@ -43,8 +44,9 @@ def _ranges(start_of_step: int, end: int) -> list[tuple[int, int]]:
 
 
 def _workload(driver: Driver, ops: list[dict[str, Any]], check: Any) -> None:
-    """Run ``ops``, calling ``check(driver, computed_before)`` after each."""
-    for op in ops:
+    """Run ``ops`` (decodes one token at a time without ``multi_token_decode``), calling
+    ``check(driver, computed_before)`` after each."""
+    for op in one_token_decodes(ops, "multi_token_decode" in driver.capabilities):
         before = {rid: driver.views[rid].num_computed_tokens for rid in driver.running}
         driver.apply(op)
         check(driver, before)
@@ -95,8 +97,11 @@ def test_flashinfer_csr_cross_check(kv_impl, kv_profile) -> None:
         rids = [r for r in sorted(driver.running) if driver.views[r].num_computed_tokens > 0]
         if not rids:
             return
-        rows = [list(driver.manager.get_block_ids(r)) for r in rids]
         seq_lens = [driver.views[r].num_computed_tokens for r in rids]
+        # The pages attention reads: a design may hold blocks past the computed tokens
+        # (lookahead, or the whole sequence reserved at admission).
+        rows = [list(driver.manager.get_block_ids(r))[:-(-n // bs)]
+                for r, n in zip(rids, seq_lens)]
         try:
             indptr, indices, last = to_flashinfer_csr(rows, seq_lens, bs)
         except ValueError as exc:
@@ -125,20 +130,26 @@ def test_slots_unique_except_shared_prefix_blocks(kv_impl, kv_profile, kv_settin
     """Random prompts sharing prefixes, random chunks, decode and frees: every computed token's
     slot lies in the pool (never in the null block 0) and belongs to one live request, except
     tokens of a shared full prefix block at the same position."""
-    from hypothesis import given
+    from hypothesis import assume, given
     from hypothesis import seed as hypothesis_seed
     from hypothesis import strategies as st
 
     has_slots = kv_impl.has("slot_mapping")
     stems = [[], [1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23, 24],
              [9] * 12]
+    block_sizes = sorted(supported_block_sizes(kv_impl.info))
 
     @kv_settings
-    @given(data=st.data(), block_size=st.sampled_from([1, 2, 4, 8]),
+    @given(data=st.data(), block_size=st.sampled_from(block_sizes),
            num_blocks=st.integers(4, 40))
     def run(data: st.DataObject, block_size: int, num_blocks: int) -> None:
         spec = KVCacheSpec(num_blocks=num_blocks, block_size=block_size, profile=kv_profile)
-        driver = Driver(kv_impl, spec)
+        assume(kv_impl.info.supports(spec))
+        try:
+            driver = Driver(kv_impl, spec)
+        except UnsupportedSpec:
+            assume(False)  # declined by the factory: another spec
+        multi_token = "multi_token_decode" in driver.capabilities
         for step in range(data.draw(st.integers(1, 14), label="steps")):
             kind = data.draw(st.sampled_from(["add", "add", "step", "decode", "free"]),
                              label="op")
@@ -153,6 +164,10 @@ def test_slots_unique_except_shared_prefix_blocks(kv_impl, kv_profile, kv_settin
             elif driver.running:
                 rid = data.draw(st.sampled_from(sorted(driver.running)), label="request")
                 n = data.draw(st.integers(1, 6), label="tokens")
+                view = driver.views[rid]
+                if not multi_token and (kind == "decode"
+                                        or view.num_computed_tokens >= view.num_tokens):
+                    n = 1  # one token per decode step: all the design promises
                 driver.apply({"step": schedule(rid, n), "decode": decode(rid, n),
                               "free": free(rid)}[kind])
             _check_slots(driver, has_slots)
@@ -165,7 +180,6 @@ def test_slots_unique_except_shared_prefix_blocks(kv_impl, kv_profile, kv_settin
 def _check_slots(driver: Driver, has_slots: bool) -> None:
     spec = driver.spec
     bs = spec.block_size
-    low = 0 if spec.profile == "generic" else bs  # block 0 is vLLM's null block
     owners: dict[int, list[tuple[str, int]]] = {}
     for rid in sorted(driver.running):
         view = driver.views[rid]
@@ -179,9 +193,9 @@ def _check_slots(driver: Driver, has_slots: bool) -> None:
             assert got == slots, (f"slot_mapping({rid!r}, 0, {n}) = {got}, block table "
                                   f"{ids} gives {slots}\n" + driver.snippet())
         for pos, slot in enumerate(slots):
-            assert low <= slot < spec.num_blocks * bs, (
-                f"{rid!r} position {pos}: slot {slot} outside [{low}, "
-                f"{spec.num_blocks * bs})\n" + driver.snippet())
+            assert 0 <= slot < spec.num_blocks * bs and slot // bs not in driver.reserved, (
+                f"{rid!r} position {pos}: slot {slot} outside [0, {spec.num_blocks * bs}) or "
+                f"in a reserved block {sorted(driver.reserved)}\n" + driver.snippet())
             owners.setdefault(slot, []).append((rid, pos))
     for slot, users in owners.items():
         if len(users) < 2:

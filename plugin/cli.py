@@ -5,6 +5,8 @@
     kvcheck compare base.jsonl r.jsonl
     kvcheck gate --baseline base.jsonl --current r.jsonl [--threshold mean:5%] [--waivers W]
     kvcheck leaderboard results/records/*.jsonl r.jsonl --format html -o leaderboard.html
+    kvcheck new-adapter myengine_adapter       (writes myengine_adapter.py and pytest.ini)
+    kvcheck --version
 
 Exit codes: 0 success, 1 a check failed (a divergence, a gated regression), 2 unusable input
 (bad module, trace, record file or arguments; the message names the file and field).
@@ -32,39 +34,78 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    import pytest
-
+    """Exit 0: no divergence; 1: the implementation diverges, breaks the protocol or hangs;
+    2: unusable input (the trace, the module, the options), never blamed on the
+    implementation."""
+    from kvcheck.conformance.call_limit import DEFAULT_CALL_TIMEOUT, AdapterTimeout
     from kvcheck.conformance.differential import ConformanceMismatch, load_trace, replay_trace
-    from kvcheck.plugin.loader import load_impl
+    from kvcheck.conformance.protocol import UnsupportedSpec
+    from kvcheck.plugin.loader import ImplLoadError, load_impl
 
+    timeout = DEFAULT_CALL_TIMEOUT if args.kv_timeout is None else args.kv_timeout
+    if not timeout >= 0 or timeout == float("inf"):
+        print(f"kvcheck replay: --kv-timeout={timeout}: must be a finite number of seconds >= 0"
+              " (0 = no limit)", file=sys.stderr)
+        return 2
     try:
-        trace = load_trace(args.trace)
+        trace = load_trace(args.trace)  # fully validated before anything runs
     except ValueError as exc:
         print(f"kvcheck replay: {exc}", file=sys.stderr)
         return 2
     target = args.kv_impl or trace.get("impl")
-    if not target:
+    if not target or not target.strip():
         print("kvcheck replay: the trace names no implementation; pass --kv-impl=MODULE",
               file=sys.stderr)
         return 2
     try:
-        impl = load_impl(target)
+        impl = load_impl(target, call_timeout=timeout)
         oracle = None if args.no_oracle or trace["spec"].profile == "generic" else (
-            load_impl("reference"))
-    except pytest.UsageError as exc:
+            load_impl("reference", call_timeout=timeout))
+    except ImplLoadError as exc:
         print(str(exc), file=sys.stderr)
+        return 2
+    spec = trace["spec"]
+    if not impl.info.supports(spec):
+        print(f"kvcheck replay: {args.trace}: the trace's pool (num_blocks={spec.num_blocks}, "
+              f"block_size={spec.block_size}) is outside what {impl.name} declares "
+              f"(block_sizes={impl.info.block_sizes}, "
+              f"num_blocks_range={impl.info.num_blocks_range})", file=sys.stderr)
         return 2
     try:
         replay_trace(trace, impl, oracle)
     except ConformanceMismatch as exc:
         print(f"kvcheck replay: {impl.name} diverges\n{exc}")
         return 1
+    except UnsupportedSpec as exc:
+        print(f"kvcheck replay: {args.trace}: {impl.name} declines the trace's spec "
+              f"(UnsupportedSpec: {exc})", file=sys.stderr)
+        return 2
+    except AdapterTimeout as exc:  # the factory itself hung
+        print(f"kvcheck replay: {impl.name} hangs: {exc}")
+        return 1
     against = "laws only" if oracle is None else f"compared with {oracle.name}"
     print(f"kvcheck replay: {len(trace['ops'])} ops on {impl.name} ({against}): no divergence")
     return 0
 
 
-def _fail_input(command: str, exc: Exception) -> int:
+def _cmd_new_adapter(args: argparse.Namespace) -> int:
+    from kvcheck.plugin.scaffold import ScaffoldError, write_skeleton
+
+    try:
+        written = write_skeleton(args.name, args.dir, profile=args.profile)
+    except ScaffoldError as exc:
+        return _fail_input("new-adapter", exc)
+    for path in written:
+        print(f"kvcheck new-adapter: wrote {path}")
+    where = "" if args.dir == "." else f"cd {args.dir} && "
+    print(f"kvcheck new-adapter: next: `{where}pytest -x` runs the suite on {args.name} "
+          "(every method raises NotImplementedError until you implement it; see "
+          "docs/writing-an-adapter.md)")
+    return 0
+
+
+def _fail_input(command: str, exc: Exception | str) -> int:
+    """Print ``kvcheck COMMAND: message`` to stderr and return exit code 2 (unusable input)."""
     print(f"kvcheck {command}: {exc}", file=sys.stderr)
     return 2
 
@@ -99,13 +140,18 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         render_gate_markdown,
         run_gate,
     )
-    from kvcheck.results.io import write_atomic
+    from kvcheck.results.io import OutputPathError, check_output_path, write_atomic
     from kvcheck.results.schema import RecordError
 
     try:
+        if args.markdown is not None:  # before anything is read or written
+            inputs = [*args.baseline, *args.current, *filter(None, (args.waivers,
+                                                                      args.thresholds_file))]
+            check_output_path(args.markdown, "--markdown", inputs, example="gate.md")
         if not 0 < args.alpha < 1:
             raise GateInputError(f"--alpha {args.alpha}: must be between 0 and 1")
-        config = GateConfig(alpha=args.alpha)
+        config = GateConfig(alpha=args.alpha, allow_missing=args.allow_missing,
+                            allow_incomplete=args.allow_incomplete)
         if args.thresholds_file:
             config.thresholds, config.floors = load_thresholds_file(args.thresholds_file)
         config.thresholds += [parse_rule(t, "--threshold") for t in args.threshold]
@@ -113,11 +159,11 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         if args.waivers:
             config.waivers = load_waivers(args.waivers)
         baseline, current = load_files(args.baseline), load_files(args.current)
-    except (RecordError, GateInputError) as exc:
+    except (RecordError, GateInputError, OutputPathError) as exc:
         return _fail_input("gate", exc)
     result = run_gate(baseline, current, config)
     sys.stdout.write(render_gate(result, verbose=args.verbose))
-    if args.markdown:
+    if args.markdown is not None:
         try:
             write_atomic(args.markdown, render_gate_markdown(result, verbose=args.verbose))
         except OSError as exc:
@@ -128,18 +174,22 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
     from kvcheck.results.compare import load_files
     from kvcheck.results.html import render_html
-    from kvcheck.results.io import write_atomic
+    from kvcheck.results.io import OutputPathError, check_output_path, write_atomic
     from kvcheck.results.leaderboard import build_boards, render_markdown, render_table
     from kvcheck.results.schema import RecordError
 
     try:
+        if args.output is not None:  # before anything is read or written
+            example = {"html": "leaderboard.html", "markdown": "leaderboard.md"}.get(
+                args.format, "leaderboard.txt")
+            check_output_path(args.output, "-o", args.files, example=example)
         records = load_files(args.files)
-    except RecordError as exc:
+    except (RecordError, OutputPathError) as exc:
         return _fail_input("leaderboard", exc)
     boards = build_boards(records, reference=args.reference, metric_patterns=args.metric)
     render = {"table": render_table, "markdown": render_markdown, "html": render_html}
     text = render[args.format](boards)
-    if args.output:
+    if args.output is not None:
         try:
             path = write_atomic(args.output, text)
         except OSError as exc:
@@ -151,18 +201,46 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kvcheck import __version__
+    from kvcheck.conformance.protocol import PROFILES
+
     parser = argparse.ArgumentParser(
         prog="kvcheck",
         description="Check paged KV-cache managers against vLLM V1 semantics.")
+    parser.add_argument("--version", action="version", version=f"kvcheck {__version__}",
+                        help="print kvcheck's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the conformance suite (a thin wrapper over pytest)")
-    run.add_argument("--impl", required=True, help="implementation module (as --kv-impl)")
-    run.add_argument("--profile", choices=("vllm-0.33", "vllm-0.10", "generic"))
-    run.add_argument("--report", help="write a JSON Lines result record here")
+    run.add_argument("--impl", required=True, metavar="MODULE[:FACTORY][,...]",
+                     help="implementation(s) under test, as pytest's --kv-impl (e.g. "
+                          "mypkg.kv_adapter, or 'reference')")
+    run.add_argument("--profile", choices=PROFILES,
+                     help="behaviour to check against, as --kv-profile (default: the profile "
+                          "IMPL_INFO claims)")
+    run.add_argument("--report", metavar="PATH",
+                     help="write the JSON Lines result record here, as --kv-report "
+                          "(replaced atomically)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER,
-                     help="further pytest arguments, after --")
+                     help="further pytest arguments, after -- (e.g. -- -q -n 2)")
     run.set_defaults(func=_cmd_run)
+
+    new_adapter = sub.add_parser(
+        "new-adapter", help="write a documented adapter skeleton NAME.py and a pytest.ini",
+        description="Write NAME.py (an adapter skeleton: IMPL_INFO, the factory and every "
+                    "protocol method, each raising NotImplementedError until you implement "
+                    "it, with the capability it belongs to) and pytest.ini (so that `pytest` "
+                    "in this folder runs the suite on it) into a folder. Existing files are "
+                    "never overwritten. See docs/writing-an-adapter.md.")
+    new_adapter.add_argument("name", metavar="NAME",
+                             help="module name of the adapter: a Python identifier, e.g. "
+                                  "myengine_adapter")
+    new_adapter.add_argument("--dir", default=".", metavar="DIR",
+                             help="folder to write into (default: the current folder)")
+    new_adapter.add_argument("--profile", choices=PROFILES, default="generic",
+                             help="profile IMPL_INFO claims (default generic: the laws every "
+                                  "design must keep; switch to vllm-0.33 once it conforms)")
+    new_adapter.set_defaults(func=_cmd_new_adapter)
 
     replay = sub.add_parser("replay", help="re-run a JSON trace written by a failing test")
     replay.add_argument("trace", help="path of the trace (.kvcheck/repro/*.json)")
@@ -170,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "recorded in the trace)")
     replay.add_argument("--no-oracle", action="store_true",
                         help="check the laws only, without comparing with the reference")
+    replay.add_argument("--kv-timeout", type=float, default=None, metavar="SECONDS",
+                        help="per-call limit on every adapter call, as the pytest option "
+                             "(default 60; 0 = no limit)")
     replay.set_defaults(func=_cmd_replay)
 
     compare = sub.add_parser(
@@ -184,11 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     gate = sub.add_parser(
         "gate", help="fail (exit 1) on a regression of the current run against a baseline",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Exit 1 if a conformance test that passed in the baseline fails now, or\n"
-                    "if a metric got worse by more than its threshold AND significantly\n"
-                    "(one-sided Mann-Whitney U on the raw samples, p < alpha) AND by more\n"
-                    "than its floor. Records from a different hardware key are 'no baseline'\n"
-                    "(warning, exit 0). Exit 2 on unusable input.",
+        description="Exit 1 if a conformance test that passed in the baseline fails now or\n"
+                    "is missing from the current record, if a current conformance record is\n"
+                    "incomplete (not every applicable test ran), or if a metric got worse by\n"
+                    "more than its threshold AND significantly (one-sided Mann-Whitney U on\n"
+                    "the raw samples, p < alpha) AND by more than its floor. Records from a\n"
+                    "different hardware key are 'no baseline' (warning, exit 0). Exit 2 on\n"
+                    "unusable input.",
         epilog="SEL matches a metric's key (case/name), name, stat or unit; '*' is a\n"
                "wildcard; the most specific match wins.\n\nexamples:\n"
                "  kvcheck gate --baseline base.jsonl --current r.jsonl\n"
@@ -210,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="significance level of the Mann-Whitney test (default 0.01)")
     gate.add_argument("--waivers", metavar="FILE",
                       help="accepted regressions: 'test-id-or-metric-key  # reason' per line")
+    gate.add_argument("--allow-missing", action="store_true",
+                      help="accept tests that passed in the baseline but are absent from the "
+                           "current record (a waiver can accept single tests instead)")
+    gate.add_argument("--allow-incomplete", action="store_true",
+                      help="accept a current conformance record of an incomplete run "
+                           "(complete: false: -k, -x, Ctrl-C...)")
     gate.add_argument("-v", "--verbose", action="store_true",
                       help="also list the metrics that stayed within their thresholds")
     gate.add_argument("--markdown", metavar="OUT",
@@ -226,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="table (terminal, default), markdown, or html (one self-contained "
                             "page with bar charts and sortable columns)")
     board.add_argument("-o", "--output", metavar="OUT", help="write here (atomically) instead "
-                       "of standard output")
+                       "of standard output; never one of the input FILEs")
     board.add_argument("--reference", default="reference", metavar="NAME",
                        help="implementation the ratios are relative to (default: reference)")
     board.add_argument("--metric", action="append", default=[], metavar="PATTERN",

@@ -41,10 +41,15 @@ IMPL_INFO = ImplInfo(
     version=__version__,
     capabilities=frozenset(
         {"manager", "block_pool", "prefix_caching", "extra_keys", "free_queue_order",
-         "ref_counts", "block_hashes", "events", "slot_mapping", "invariants", "kernels"}
+         "ref_counts", "block_hashes", "events", "slot_mapping", "invariants", "kernels",
+         # vLLM's design features, declared so they are also tested under --kv-profile=generic
+         # (the vLLM profiles imply them).
+         "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
+         "multi_token_decode"}
     ),
     profile="vllm-0.33",
     hash_algos=tuple(HASH_FUNCTIONS),
+    reserved_block_ids=(0,),  # vLLM's null block, under every profile
 )
 
 

@@ -2,9 +2,11 @@
 
 Modules (one idea each):
 
-- ``schema``: the JSON Lines record format, validation, ``make_metric`` and
+- ``schema``: the JSON Lines record format (version 2; version 1 still loads), validation,
+  the shared ``envelope``, ``make_conformance_record``, ``make_metric`` and
   ``make_benchmark_record``;
-- ``io``: atomic writes; ``environment``: the environment block and its ``hardware_key``;
+- ``io``: atomic writes and output-path checks; ``environment``: the environment block and
+  its ``hardware_key``; ``text``: untrusted record text made visible (control/bidi chars);
 - ``stats``: the Mann-Whitney U test; ``compare``: pairing records and what changed;
 - ``gate``: thresholds, floors, waivers and the regression decision;
 - ``leaderboard`` and ``html``: tables per hardware key (terminal, Markdown, HTML page).
@@ -18,6 +20,7 @@ from kvcheck.results.schema import (
     RecordError,
     load_records,
     make_benchmark_record,
+    make_conformance_record,
     make_metric,
     validate_record,
 )
@@ -27,6 +30,7 @@ __all__ = [
     "RecordError",
     "load_records",
     "make_benchmark_record",
+    "make_conformance_record",
     "make_metric",
     "validate_record",
     "write_atomic",

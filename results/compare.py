@@ -85,6 +85,28 @@ class Group:
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric_key -> metric
     conforms: bool | None = None
     verdict: str | None = None
+    complete: bool | None = None                 # conformance: the latest record's
+    completeness: dict[str, Any] | None = None   # None: unknown (a schema-1 record)
+    schema_version: int | None = None            # of the latest record
+
+    @property
+    def legacy(self) -> bool:
+        """A conformance group whose latest record predates completeness (schema 1)."""
+        return self.kind == "conformance" and self.completeness is None
+
+    @property
+    def incomplete(self) -> bool:
+        return self.kind == "conformance" and self.complete is False
+
+    def completeness_text(self) -> str:
+        """``"ran 140 of 152 applicable tests (deselected with -k)"``; ``""`` if unknown."""
+        info = self.completeness
+        if not info:
+            return ""
+        applicable = "?" if info.get("applicable") is None else info["applicable"]
+        text = f"ran {info['ran']} of {applicable} applicable tests"
+        reasons = "; ".join(info.get("reasons") or [])
+        return f"{text} ({reasons})" if reasons else text
 
     @property
     def name(self) -> str:
@@ -116,6 +138,7 @@ def group_records(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[GroupKe
         group.environment = rec["environment"]
         group.timestamp = rec["timestamp"]
         group.suite_version = rec["suite_version"]
+        group.schema_version = rec["schema_version"]
         if source not in group.sources:
             group.sources.append(source)
         for test_id, outcome in rec.get("outcomes", {}).items():
@@ -124,6 +147,8 @@ def group_records(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[GroupKe
             group.areas = rec["areas"]
             group.conforms = rec["conforms"]
             group.verdict = rec["verdict"]
+            group.complete = rec.get("complete", True)
+            group.completeness = rec.get("completeness")
         for metric in rec.get("metrics") or []:
             group.metrics[metric_key(metric)] = metric
     return groups
@@ -192,6 +217,11 @@ class OutcomeChange:
     def is_new_failure(self) -> bool:
         """Passed in the baseline, failed (or errored) now: what a gate fails on."""
         return self.before in ("passed", "xpassed") and self.after in ("failed", "error")
+
+    @property
+    def is_missing(self) -> bool:
+        """Passed in the baseline, absent from the current record."""
+        return self.before in ("passed", "xpassed") and self.after is None
 
 
 def diff_outcomes(baseline: Group, current: Group) -> list[OutcomeChange]:
@@ -313,6 +343,13 @@ def render_compare(pairs: list[Pair]) -> str:
         for diff in software_differences(base, cur):
             out.print(f"  software differs: {_esc(diff)}")
         if cur.kind == "conformance":
+            for side, group in (("before", base), ("after", cur)):
+                if group.incomplete:
+                    out.print(f"  {side}: incomplete record, {_esc(group.completeness_text())}",
+                              soft_wrap=True)
+                elif group.legacy:
+                    out.print(f"  {side}: legacy record (schema 1), completeness unknown",
+                              soft_wrap=True)
             if base.verdict != cur.verdict:
                 out.print(f"  verdict: {_esc(base.verdict or '-')}\n        -> "
                           f"{_esc(cur.verdict or '-')}")
@@ -320,7 +357,8 @@ def render_compare(pairs: list[Pair]) -> str:
             if changes:
                 table = Table("test", "before", "after", title="conformance outcomes that differ")
                 for c in changes:
-                    table.add_row(_esc(c.test_id), c.before or "(absent)", c.after or "(absent)")
+                    table.add_row(_esc(c.test_id), _esc(c.before or "(absent)"),
+                              _esc(c.after or "(absent)"))
                 out.print(table)
             else:
                 out.print(f"  all {len(cur.outcomes)} test outcomes identical")
@@ -340,6 +378,9 @@ def render_compare(pairs: list[Pair]) -> str:
 
 
 def _esc(text: str) -> str:
+    """Record text for a rich console: hidden characters made visible, markup escaped."""
     from rich.markup import escape
 
-    return escape(text)
+    from kvcheck.results.text import visible
+
+    return str(escape(visible(text)))

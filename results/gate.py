@@ -3,6 +3,10 @@
 A run fails the gate (exit 1) when
 
 * a conformance test that passed in the baseline fails or errors now, or
+* a conformance test that passed in the baseline is absent from the current record
+  ("missing"; accepted by ``--allow-missing`` or a waiver naming it), or
+* a current conformance record is incomplete (``complete: false``: not every applicable suite
+  test ran; accepted by ``--allow-incomplete``), whether or not it has a baseline, or
 * a metric got worse by more than its threshold (``--threshold SEL:5%``, or an absolute
   ``SEL:0.3`` in the metric's unit) AND the change is significant on the raw samples
   (one-sided Mann-Whitney U, ``p < alpha``) AND it exceeds the metric's absolute floor
@@ -11,9 +15,11 @@ A run fails the gate (exit 1) when
 Exact metrics (recorded without samples, or without spread in either run: counts, hit rates)
 need no test, so threshold and floor decide. A noisy metric with too few samples for any
 p-value below alpha (3 against 3 cannot go below 0.05) cannot be significant: it is reported
-as "untestable" with a warning, never failed, so short benchmark runs do not make CI flaky. A waiver file (``metric-or-test-id  #
-reason`` per line) turns matching regressions into "waived". Records measured on a different
-hardware key are "no baseline": a warning, never a failure.
+as "untestable" with a warning, never failed, so short benchmark runs do not make CI flaky.
+A waiver file (``metric-or-test-id  # reason`` per line) turns matching regressions into
+"waived". Records measured on a different hardware key are "no baseline": a warning, never a
+failure. A schema-1 (legacy) current
+record says nothing about completeness: it is treated as complete, with a warning.
 
 Selectors (``SEL``) are matched against a metric's key (``case/name``), its name, its stat
 and its unit; ``*`` is a wildcard. The most specific match wins: key, then name, then a
@@ -33,6 +39,7 @@ from typing import Any
 
 from kvcheck.errors import KVCheckInputError
 from kvcheck.results.compare import (
+    Group,
     MetricChange,
     OutcomeChange,
     Pair,
@@ -46,6 +53,7 @@ from kvcheck.results.compare import (
     pair_groups,
     software_differences,
 )
+from kvcheck.results.text import visible
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -199,6 +207,8 @@ class GateConfig:
     floors: list[Rule] = field(default_factory=list)
     alpha: float = DEFAULT_ALPHA
     waivers: list[Waiver] = field(default_factory=list)
+    allow_missing: bool = False     # tests that passed in the baseline may be absent now
+    allow_incomplete: bool = False  # a current record of an incomplete run may pass
 
     def threshold_for(self, key: str, metric: dict[str, Any]) -> Rule:
         rules = [Rule(None, DEFAULT_THRESHOLD, True), *self.thresholds]
@@ -218,6 +228,10 @@ class GateConfig:
 # Statuses; only REGRESSION fails the gate.
 REGRESSION = "REGRESSION"
 UNTESTABLE = "untestable"  # worse beyond the threshold, but too few samples to tell
+MISSING_ALLOWED = "missing (allowed)"
+INCOMPLETE_ALLOWED = "incomplete (allowed)"
+RECORD_ITEM = "(whole record)"  # the item of a decision about a record, not a test or metric
+SHOWN_MISSING = 5               # missing test ids named in a report line
 
 
 @dataclass
@@ -233,12 +247,24 @@ class Decision:
     metric: MetricChange | None = None
     threshold: Rule | None = None
 
+    @property
+    def is_missing(self) -> bool:
+        """A test that passed in the baseline and is absent from the current record."""
+        return self.outcome is not None and self.outcome.is_missing
+
+    @property
+    def is_incomplete(self) -> bool:
+        """A decision about an incomplete current record."""
+        return self.outcome is None and self.metric is None
+
 
 @dataclass
 class GateResult:
     decisions: list[Decision]
     warnings: list[str]
     compared: int  # pairs that had a baseline
+    failures: list[str] = field(default_factory=list)  # lines about missing tests and
+    #                                                     incomplete records, one per record
 
     @property
     def regressions(self) -> list[Decision]:
@@ -259,6 +285,18 @@ def _outcome_decision(impl: str, change: OutcomeChange, config: GateConfig) -> D
         if waiver:
             waiver.used = True
             d.status, d.detail = "waived", f"waived: {waiver.reason}"
+        else:
+            d.status = REGRESSION
+    elif change.is_missing:
+        waiver = config.waiver_for(change.test_id)
+        d.detail = "missing from the current record"
+        if waiver:  # a line of its own, like other waived regressions
+            waiver.used = True
+            d.status, d.detail = "waived", f"missing; waived: {waiver.reason}"
+            d.message = (f"Test {change.test_id!r} of {impl} passed in the baseline and is "
+                         "missing from the current record")
+        elif config.allow_missing:
+            d.status = MISSING_ALLOWED
         else:
             d.status = REGRESSION
     elif change.before is None and after in ("failed", "error"):
@@ -347,9 +385,11 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
     pairs: list[Pair] = pair_groups(group_records(baseline), group_records(current))
     decisions: list[Decision] = []
     warnings: list[str] = []
+    failures: list[str] = []
     compared = 0
     for pair in pairs:
         cur, base = pair.current, pair.baseline
+        _judge_completeness(cur, config, decisions, warnings, failures)
         if base is None:
             warnings.append(str(pair.note))
             continue
@@ -359,8 +399,11 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
         if base.suite_version != cur.suite_version:
             warnings.append(f"{cur.label}: suite version {base.suite_version} -> "
                             f"{cur.suite_version}; re-baseline if timing methods changed")
-        for change in diff_outcomes(base, cur):
-            decisions.append(_outcome_decision(cur.name, change, config))
+        outcome_decisions = [_outcome_decision(cur.name, change, config)
+                             for change in diff_outcomes(base, cur)]
+        decisions += outcome_decisions
+        _report_missing(cur, [d for d in outcome_decisions if d.is_missing], config,
+                        warnings, failures)
         for metric_change in diff_metrics(base, cur):
             decisions.append(_metric_decision(cur.name, metric_change, config))
     untestable = [d for d in decisions if d.status == UNTESTABLE]
@@ -376,7 +419,58 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
         if not waiver.used:
             warnings.append(f"waiver {waiver.pattern!r} ({waiver.source}) matched no "
                             "regression; remove it once it is no longer needed")
-    return GateResult(decisions, warnings, compared)
+    return GateResult(decisions, warnings, compared, failures)
+
+
+def _judge_completeness(cur: Group, config: GateConfig, decisions: list[Decision],
+                        warnings: list[str], failures: list[str]) -> None:
+    """An incomplete current conformance record fails (unless allowed), baseline or not; a
+    legacy one is treated as complete, with a warning."""
+    if cur.kind != "conformance":
+        return
+    if cur.legacy:
+        warnings.append(f"{cur.label}: legacy record (schema {cur.schema_version}), "
+                        "completeness unknown: treated as complete; re-run with this kvcheck "
+                        "for a record that says whether every applicable test ran")
+        return
+    if not cur.incomplete:
+        return
+    what = f"incomplete: {cur.completeness_text()}"
+    if config.allow_incomplete:
+        decisions.append(Decision(cur.name, RECORD_ITEM, INCOMPLETE_ALLOWED, what))
+        warnings.append(f"the current record of {cur.label} is {what}; accepted by "
+                        "--allow-incomplete")
+        return
+    decisions.append(Decision(cur.name, RECORD_ITEM, REGRESSION, what))
+    failures.append(f"The current record of {cur.label} is {what}. Run the whole suite "
+                    "(no -k/-m/deselection, path subset, --lf, -x or --maxfail), or accept "
+                    "a partial run with --allow-incomplete")
+
+
+def _ids(decisions: list[Decision]) -> str:
+    shown = ", ".join(repr(d.item) for d in decisions[:SHOWN_MISSING])
+    more = len(decisions) - SHOWN_MISSING
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _report_missing(cur: Group, missing: list[Decision], config: GateConfig,
+                    warnings: list[str], failures: list[str]) -> None:
+    """One line per record about its missing tests: how many and the first few ids."""
+    failing = [d for d in missing if d.status == REGRESSION]
+    allowed = [d for d in missing if d.status == MISSING_ALLOWED]
+    if failing:
+        n = len(failing)
+        failures.append(
+            f"{n} test{'s' * (n != 1)} of {cur.name} that passed in the baseline "
+            f"{'are' if n != 1 else 'is'} missing from the current record: {_ids(failing)}. "
+            + ("Run them, or accept their absence with --allow-missing or a waiver naming them"
+               if n != 1 else
+               "Run it, or accept its absence with --allow-missing or a waiver naming it"))
+    if allowed:
+        n = len(allowed)
+        warnings.append(f"{n} test{'s' * (n != 1)} of {cur.name} that passed in the baseline "
+                        f"{'are' if n != 1 else 'is'} missing from the current record "
+                        f"(accepted by --allow-missing): {_ids(allowed)}")
 
 
 def _row(d: Decision) -> list[str]:
@@ -387,7 +481,8 @@ def _row(d: Decision) -> list[str]:
                 format_value((m.baseline or {}).get("value"), m.unit),
                 format_value((m.current or {}).get("value"), m.unit),
                 pct, str(d.threshold or "-"), format_p(m), d.status, d.detail]
-    assert d.outcome is not None
+    if d.outcome is None:  # a decision about a whole record (incomplete)
+        return [d.implementation, d.item, "", "", "", "", "", d.status, d.detail]
     return [d.implementation, d.item, d.outcome.before or "absent",
             d.outcome.after or "absent", "", "", "", d.status, d.detail]
 
@@ -399,9 +494,16 @@ _HEADERS = ["implementation", "test / metric", "baseline", "current", "worse by"
 def _summary(result: GateResult) -> str:
     n = len(result.regressions)
     if n:
-        tests = sum(d.outcome is not None for d in result.regressions)
-        return (f"kvcheck gate: FAILED, {n} regression{'s' * (n != 1)} "
-                f"({tests} conformance, {n - tests} metric)")
+        missing = sum(d.is_missing for d in result.regressions)
+        incomplete = sum(d.is_incomplete for d in result.regressions)
+        tests = sum(d.outcome is not None for d in result.regressions) - missing
+        metrics = n - tests - missing - incomplete
+        parts = [f"{tests} conformance", f"{metrics} metric"]
+        if missing:
+            parts.append(f"{missing} missing test{'s' * (missing != 1)}")
+        if incomplete:
+            parts.append(f"{incomplete} incomplete record{'s' * (incomplete != 1)}")
+        return f"kvcheck gate: FAILED, {n} regression{'s' * (n != 1)} ({', '.join(parts)})"
     if not result.compared:
         return "kvcheck gate: no baseline, nothing gated (exit 0)"
     waived = sum(d.status == "waived" for d in result.decisions)
@@ -416,8 +518,11 @@ def _shown(result: GateResult, verbose: bool) -> list[Decision]:
 def render_gate(result: GateResult, verbose: bool = False) -> str:
     """The changes table (metrics within their thresholds only with ``verbose``), warnings,
     failure lines and the verdict, as printed text."""
-    from rich.markup import escape
+    from rich.markup import escape as _rich_escape
     from rich.table import Table
+
+    def escape(text: str) -> str:
+        return str(_rich_escape(visible(text)))
 
     buf = io.StringIO()
     out = console(buf)
@@ -446,6 +551,8 @@ def render_gate(result: GateResult, verbose: bool = False) -> str:
     for d in result.decisions:
         if d.message and d.status == REGRESSION:
             out.print(escape(d.message), soft_wrap=True)
+    for line in result.failures:
+        out.print(escape(line), soft_wrap=True)
     out.print(_summary(result), soft_wrap=True)
     return buf.getvalue()
 
@@ -453,7 +560,7 @@ def render_gate(result: GateResult, verbose: bool = False) -> str:
 def _md(text: str) -> str:
     import html
 
-    return html.escape(text).replace("|", "\\|").replace("\n", " ")
+    return html.escape(visible(text)).replace("|", "\\|")
 
 
 def render_gate_markdown(result: GateResult, verbose: bool = False) -> str:
@@ -471,5 +578,6 @@ def render_gate_markdown(result: GateResult, verbose: bool = False) -> str:
     lines += [f"- {_md(d.message)} [{_md(d.detail)}]" for d in result.decisions
               if d.message and d.status == "waived"]
     lines += [f"- {_md(d.message)}" for d in result.regressions if d.message]
+    lines += [f"- {_md(line)}" for line in result.failures]
     lines += [f"- warning: {_md(w)}" for w in result.warnings]
     return "\n".join(lines).rstrip() + "\n"

@@ -7,7 +7,9 @@ can be linked. Column keys of the main table: ``impl``, ``profile``, ``conforman
 ``m-better`` and ``m-impl-N`` (sorted by ratio to the reference). N counts from 0. Every
 metric also gets a bar chart (inline SVG), grouped by benchmark case.
 
-Every record string is untrusted and goes through ``html.escape``; nothing from a record is
+Every record string is untrusted and goes through ``html.escape``, after control and bidi
+characters were made visible (``kvcheck.results.text.visible``: an RTL override in a name
+shows as ``\u202e`` instead of reversing the verdict beside it); nothing from a record is
 ever placed inside the script. The Content-Security-Policy allows only the page's own script
 (by hash) and no network at all, so even an escaping bug could not run injected code.
 ``<html data-ready="1">`` is set once the script has run (tests look for it).
@@ -18,7 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Sequence
-from html import escape
+from html import escape as _html_escape
 
 from kvcheck.results.compare import format_value
 from kvcheck.results.leaderboard import (
@@ -29,6 +31,7 @@ from kvcheck.results.leaderboard import (
     metric_header,
     metrics_note,
 )
+from kvcheck.results.text import visible
 
 __all__ = ["render_html"]
 
@@ -80,16 +83,25 @@ _SCRIPT = """
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em; color: #1d1d1f; }
+/* The page itself never scrolls sideways (1280 px and up): long unbroken record text (names,
+   file paths, hardware keys) wraps anywhere, and wide tables and charts scroll inside their
+   own box. */
+html, body { overflow-wrap: anywhere; }
 h1 { font-size: 1.6em; } h2 { margin-top: 2em; font-size: 1.25em; }
 .legend, .env, footer { color: #555; }
-.scroll { overflow-x: auto; max-width: 100%; }
+.scroll, figure { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #d0d0d7; padding: 4px 8px; white-space: nowrap; }
+th, td { border: 1px solid #d0d0d7; padding: 4px 8px; white-space: nowrap;
+         overflow-wrap: normal; }
+/* A long implementation name wraps in its cell instead of widening the whole table. */
+table.leaderboard td:first-child { white-space: normal; overflow-wrap: anywhere;
+                                   min-width: 10em; max-width: 22em; }
 th { background: #f2f2f7; cursor: pointer; user-select: none; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; }
 th[aria-sort="descending"]::after { content: " \\25BC"; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.pass { background: #e7f6ea; } td.fail { background: #fde8e8; } td.skip { color: #888; }
+td.incomplete { background: #fdf5e0; }
 tr.reference td:first-child { font-weight: 600; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
 figure { margin: 0; } figcaption { font-weight: 600; margin-bottom: .3em; }
@@ -105,8 +117,13 @@ def _csp(script: str) -> str:
             "img-src data:; base-uri 'none'; form-action 'none'")
 
 
+def escape(value: object) -> str:
+    """Text content: invisible characters made visible, then HTML-escaped."""
+    return _html_escape(visible(value))
+
+
 def _attr(value: object) -> str:
-    return escape(str(value), quote=True)
+    return _html_escape(visible(value), quote=True)
 
 
 def _th(key: str, label: str, numeric: bool, title: str = "") -> str:
@@ -128,7 +145,7 @@ def _table(board: Board, index: int) -> str:
     for row in board.rows:
         cls = ' class="reference"' if row.is_reference else ""
         conf = row.conformance_cell
-        verdict = row.conformance.verdict if row.conformance and row.conformance.verdict else ""
+        verdict = row.verdict
         cells = [f'<td data-sort="{_attr(row.name.lower())}">{escape(row.label)}</td>',
                  f"<td>{escape(row.profile)}</td>",
                  (f'<td class="{conf.status}" data-sort="{conf.sort:.6f}" '
@@ -229,9 +246,8 @@ def render_html(boards: Sequence[Board], title: str = "kvcheck leaderboard") -> 
             parts.append(f'<p class="note">{escape(note)}</p>')
         if board.metric_keys:
             parts += ["<h3>Metrics</h3>", _metrics_table(board, i), _charts(board)]
-        verdicts = [f"<li>{escape(r.label)} ({escape(r.profile)}): "
-                    f"{escape(r.conformance.verdict)}</li>"
-                    for r in board.rows if r.conformance and r.conformance.verdict]
+        verdicts = [f"<li>{escape(r.label)} ({escape(r.profile)}): {escape(r.verdict)}</li>"
+                    for r in board.rows if r.verdict]
         if verdicts:
             parts.append('<ul class="verdicts">' + "".join(verdicts) + "</ul>")
         parts.append('<p class="env">Records: ' + escape(", ".join(board.sources)) + "</p>")
@@ -251,7 +267,8 @@ def render_html(boards: Sequence[Board], title: str = "kvcheck leaderboard") -> 
 <body>
 <h1>{escape(title)}</h1>
 <p class="legend">One table per hardware key; rows are compared only on the same hardware.
-Click a column header to sort (again to reverse). Area cells: ✓ passed tests, ✗ failing tests.
+Click a column header to sort (again to reverse). Area cells: ✓ passed tests, ✗ failing tests;
+incomplete (ran N of M): not every applicable test ran, so no ✓.
 Metrics: ↓ lower is better, ↑ higher is better; × ref = value / the reference's value.</p>
 {chr(10).join(sections)}
 <footer>Generated by kvcheck {escape(__version__)}.</footer>

@@ -11,7 +11,14 @@ metric when there are at most ``MAX_KEY_METRICS``. Below it a metrics table list
 metric (one row per metric, one column per implementation), so a benchmark suite with dozens
 of cases still reads well.
 
-Every string in a record is untrusted: the renderers escape it for their format.
+A conformance record of an incomplete run (``complete: false``: deselected tests, ``-x``,
+Ctrl-C...) is shown as ``incomplete (ran N of M)``, never with a ✓, in the verdict and area
+cells alike; one with failures stays ``✗``. A schema-1 record (completeness unknown) is shown
+as before, with "legacy record: completeness unknown" beside its verdict.
+
+Every string in a record is untrusted: the renderers escape it for their format, after
+``kvcheck.results.text.visible`` has made control and bidi characters visible (an RTL
+override in a name must not reverse the verdict shown after it).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 from kvcheck.results.compare import Group, console, format_value, glob_match, group_records
 from kvcheck.results.environment import SOFTWARE_FIELDS, software_versions
 from kvcheck.results.schema import parse_timestamp
+from kvcheck.results.text import visible
 
 __all__ = ["MAX_KEY_METRICS", "AreaCell", "Board", "Row", "area_cell", "build_boards",
            "render_markdown", "render_table"]
@@ -44,8 +52,9 @@ class AreaCell:
     sort: float
 
 
-def area_cell(counts: dict[str, int] | None) -> AreaCell:
-    """Summarize one area's outcome counts."""
+def area_cell(counts: dict[str, int] | None, complete: bool = True) -> AreaCell:
+    """Summarize one area's outcome counts; ``complete=False`` (an incomplete run) words a
+    passing area as ``"3 passed"``, without the ✓ that would claim the area was checked."""
     if not counts:
         return AreaCell("", "none", -1.0)
     failing = sum(counts.get(o, 0) for o in _FAILING)
@@ -57,8 +66,9 @@ def area_cell(counts: dict[str, int] | None) -> AreaCell:
         return AreaCell(f"✗ {failing} failed", "fail", share)
     if passed + xfailed == 0:
         return AreaCell("skipped", "skip", -1.0)
-    text = f"✓ {passed}" + (f" ({xfailed} xfail)" if xfailed else "")
-    return AreaCell(text, "pass", share)
+    text = (f"✓ {passed}" if complete else f"{passed} passed") + (
+        f" ({xfailed} xfail)" if xfailed else "")
+    return AreaCell(text, "pass" if complete else "incomplete", share)
 
 
 @dataclass
@@ -94,16 +104,38 @@ class Row:
             for outcome, n in counts.items():
                 totals[outcome] = totals.get(outcome, 0) + n
         cell = area_cell(totals)
-        word = "conforms" if group.conforms else "does NOT conform"
         passed = totals.get("passed", 0) + totals.get("xpassed", 0)
-        checked = passed + sum(totals.get(o, 0) for o in _FAILING)
+        failing = sum(totals.get(o, 0) for o in _FAILING)
+        checked = passed + failing
+        share = max(cell.sort, 0.0)
+        if group.incomplete:
+            info = group.completeness or {}
+            applicable = info.get("applicable")
+            ran = f"ran {info.get('ran', '?')} of {'?' if applicable is None else applicable}"
+            if failing:  # failures are failures, however much ran
+                return AreaCell(f"✗ does NOT conform ({passed}/{checked}), incomplete ({ran})",
+                                "fail", share / 2)
+            # Below every conforming row, above every failing one.
+            return AreaCell(f"incomplete ({ran})", "incomplete", 0.5 + share / 4)
         # Conforming rows sort above every non-conforming one.
+        word = "conforms" if group.conforms else "does NOT conform"
         return AreaCell(f"{'✓' if group.conforms else '✗'} {word} ({passed}/{checked})",
                         "pass" if group.conforms else "fail",
-                        (1.0 if group.conforms else 0.0) + max(cell.sort, 0.0) / 2)
+                        (1.0 if group.conforms else 0.0) + share / 2)
+
+    @property
+    def verdict(self) -> str:
+        """The record's verdict line, with a note when its completeness is unknown."""
+        group = self.conformance
+        if group is None or not group.verdict:
+            return ""
+        return group.verdict + (" (legacy record: completeness unknown)" if group.legacy
+                                else "")
 
     def area(self, name: str) -> AreaCell:
-        return area_cell(self.conformance.areas.get(name) if self.conformance else None)
+        if self.conformance is None:
+            return area_cell(None)
+        return area_cell(self.conformance.areas.get(name), not self.conformance.incomplete)
 
 
 @dataclass
@@ -269,6 +301,9 @@ def areas_summary(board: Board, row: Row) -> str:
     failing = [f"{a} ({c.text.split()[1]})" for a, c in cells.items() if c.status == "fail"]
     if failing:
         return "✗ " + ", ".join(failing)
+    if row.conformance.incomplete:
+        passing = sum(c.status == "incomplete" for c in cells.values())
+        return f"{passing}/{len(cells)} areas without failures (incomplete run)"
     passing = sum(c.status == "pass" for c in cells.values())
     return f"✓ {passing}/{len(cells)} areas pass"
 
@@ -276,8 +311,11 @@ def areas_summary(board: Board, row: Row) -> str:
 def render_table(boards: Sequence[Board]) -> str:
     """Rich tables for the terminal, one per hardware key (areas folded into one column;
     the Markdown and HTML pages have a column per area)."""
-    from rich.markup import escape
+    from rich.markup import escape as _rich_escape
     from rich.table import Table
+
+    def escape(text: str) -> str:
+        return str(_rich_escape(visible(text)))
 
     buf = io.StringIO()
     out = console(buf)
@@ -311,7 +349,7 @@ def _software_line(board: Board) -> str:
 
 def _md(text: str) -> str:
     """Escape untrusted text for a Markdown table cell (no HTML, no markup, no pipes)."""
-    text = html.escape(text.replace("\r", " ").replace("\n", " "))
+    text = html.escape(visible(text))
     for ch in "\\`*_[]|#~":
         text = text.replace(ch, "\\" + ch)
     return text
@@ -323,6 +361,7 @@ def render_markdown(boards: Sequence[Board], title: str = "kvcheck leaderboard")
 
     intro = (f"Generated by `kvcheck leaderboard` (kvcheck {__version__}). Rows are compared "
              "only within one hardware key. Area cells: ✓ passed tests, ✗ failing tests; "
+             "incomplete (ran N of M): not every applicable test ran, so no ✓; "
              "metrics: ↓ lower is better, ↑ higher is better; `× ref` = value / the "
              "reference's value.")
     lines = [f"# {_md(title)}", "", intro, ""]
@@ -344,8 +383,7 @@ def render_markdown(boards: Sequence[Board], title: str = "kvcheck leaderboard")
                       "|" + "|".join(["---"] * 3 + ["---:"] * (len(headers) - 3)) + "|"]
             lines += ["| " + " | ".join(_md(c) for c in cells) + " |" for cells in body]
             lines.append("")
-        verdicts = [(r, r.conformance.verdict) for r in board.rows
-                    if r.conformance and r.conformance.verdict]
+        verdicts = [(r, r.verdict) for r in board.rows if r.verdict]
         if verdicts:
             lines += ["Verdicts:", ""]
             lines += [f"- {_md(r.label)} ({_md(r.profile)}): {_md(v)}" for r, v in verdicts]

@@ -1,16 +1,19 @@
 """kvcheck result records: one versioned JSON object per line (JSON Lines).
 
 A record is either a conformance run (``kind="conformance"``: per-test outcomes, per-area
-counts, a verdict) or a benchmark run (``kind="benchmark"``: metrics with unit, direction and
-raw samples). Both carry the implementation, the profile, the environment (with a
-``hardware_key`` that decides which records may be compared) and a UTC timestamp.
+counts, a verdict, whether the run was complete) or a benchmark run (``kind="benchmark"``:
+metrics with unit, direction and raw samples). Both carry the same envelope (``envelope``):
+the implementation, the profile, the environment (with a ``hardware_key`` that decides which
+records may be compared) and a UTC timestamp.
 
 Loading validates every field and rejects a malformed or future-version file with a message
 naming the file, line and field. No pickle: plain JSON only (NaN and Infinity are rejected).
+Writing (``make_conformance_record``, ``make_benchmark_record``,
+``kvcheck.results.io.write_records``) validates first, so an invalid record is never written.
 
-Fields of schema version 1 (``?`` marks an optional field, which may also be ``null``)::
+Fields of schema version 2 (``?`` marks an optional field, which may also be ``null``)::
 
-    schema_version  int        1; a file with a newer version is rejected, never guessed at
+    schema_version  int        2; a file with a newer version is rejected, never guessed at
     kind            str        "conformance" | "benchmark"
     timestamp       str        ISO 8601, UTC (e.g. "2026-11-29T10:31:53+00:00")
     suite_version   str        version of the conformance suite / benchmark set
@@ -32,9 +35,28 @@ Fields of schema version 1 (``?`` marks an optional field, which may also be ``n
     outcomes        object     test id -> one of OUTCOMES
     areas           object     area -> {outcome: count >= 0}
     verdict         str        one human-readable line
-    conforms        bool
+    conforms        bool       true only when ``complete`` is true
+    complete        bool       every suite test applicable to the implementation's
+                               capabilities and profile ran and reported an outcome
+    completeness    object     applicable int >= 0 (suite tests applicable to the
+                               capabilities and profile; null only in an incomplete record
+                               whose collection never completed, when it is unknown),
+                               ran int, 0 <= ran <= applicable (of
+                               those, how many reported an outcome), reasons [str] (why the
+                               run is incomplete: empty when complete, at least one when
+                               not), interrupted bool (the run was stopped, e.g. Ctrl-C);
+                               complete is true exactly when ran == applicable, reasons is
+                               empty and interrupted is false
   benchmark only:
     metrics         at least one metric
+
+Version 1 (before ``complete`` / ``completeness`` existed) still loads. ``load_records``
+returns a version-1 conformance record with ``schema_version`` left at 1 and two fields
+added: ``complete: true`` (version 1 had no notion of an incomplete run, and its
+``conforms`` is kept as written) and ``completeness: null``, the marker of a legacy record
+whose completeness is unknown (``is_legacy`` / ``completeness_known``). The gate treats such
+a current record as complete and warns; the leaderboard notes it beside the verdict.
+Version-1 benchmark records load unchanged. New records are always written as version 2.
 
 A metric is identified inside a record by ``metric_key``: ``"<case>/<name>"`` when it has a
 case, else its name; keys are unique within a record.
@@ -58,16 +80,22 @@ __all__ = [
     "OUTCOMES",
     "SCHEMA_VERSION",
     "RecordError",
+    "completeness_known",
     "dump_lines",
+    "envelope",
     "implementation_block",
+    "is_legacy",
     "load_records",
     "make_benchmark_record",
+    "make_conformance_record",
     "make_metric",
     "metric_key",
+    "upgrade_record",
     "validate_record",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+OLDEST_VERSION = 1  # still loaded (see "Version 1" in the module docstring)
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
 KINDS = ("conformance", "benchmark")
 DIRECTIONS = ("lower_is_better", "higher_is_better")
@@ -140,10 +168,48 @@ def _validate_metric(metric: Any, w: str) -> str:
     return metric_key(metric)
 
 
-def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
-    """Check one record against schema version ``SCHEMA_VERSION``; return it unchanged.
+def _count(obj: Mapping[str, Any], key: str, where: str) -> int:
+    value = _req(obj, key, int, where)
+    if value < 0:
+        raise RecordError(f"{where}: field {key!r} must be >= 0, got {value}")
+    return int(value)
 
-    Unknown extra fields are allowed (forward-compatible additions within version 1).
+
+def _validate_completeness(record: Mapping[str, Any], where: str) -> None:
+    """The version-2 conformance fields: ``complete``, ``completeness`` and the rule that
+    ``conforms`` needs a complete run."""
+    complete = _req(record, "complete", bool, where)
+    info = _req(record, "completeness", dict, where)
+    w = f"{where}: completeness"
+    # null: unknown, when the collection never completed (only in an incomplete record)
+    if "applicable" not in info:
+        raise RecordError(f"{w}: missing field 'applicable'")
+    applicable = None if info["applicable"] is None else _count(info, "applicable", w)
+    ran = _count(info, "ran", w)
+    if applicable is not None and ran > applicable:
+        raise RecordError(f"{w}: field 'ran' ({ran}) cannot exceed 'applicable' ({applicable})")
+    reasons = _req(info, "reasons", list, w)
+    if not all(isinstance(r, str) for r in reasons):
+        raise RecordError(f"{w}: field 'reasons' must be a list of str")
+    interrupted = _req(info, "interrupted", bool, w)
+    if complete and (ran != applicable or reasons or interrupted):
+        raise RecordError(
+            f"{where}: field 'complete' is true but completeness says otherwise (ran {ran} of "
+            f"{applicable}, reasons {reasons!r}, interrupted {interrupted}); a complete run "
+            "ran every applicable test, has no reasons and was not interrupted")
+    if not complete and not reasons:
+        raise RecordError(f"{w}: field 'reasons' must say why the run is incomplete "
+                          "(at least one reason when 'complete' is false)")
+    if record.get("conforms") is True and not complete:
+        raise RecordError(f"{where}: field 'conforms' is true but 'complete' is false; an "
+                          "incomplete run cannot conform (write conforms: false)")
+
+
+def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
+    """Check one record against its ``schema_version`` (1 or ``SCHEMA_VERSION``); return it
+    unchanged. Loading also upgrades version-1 records (``upgrade_record``).
+
+    Unknown extra fields are allowed (forward-compatible additions within a version).
 
     Raises:
         RecordError: naming ``where`` and the offending field.
@@ -156,8 +222,9 @@ def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
             f"{where}: schema_version {version} is newer than this kvcheck understands "
             f"({SCHEMA_VERSION}); upgrade kvcheck to read it"
         )
-    if version < 1:
-        raise RecordError(f"{where}: field 'schema_version' must be >= 1, got {version}")
+    if version < OLDEST_VERSION:
+        raise RecordError(f"{where}: field 'schema_version' must be >= {OLDEST_VERSION}, "
+                          f"got {version}")
     kind = _req(record, "kind", str, where)
     if kind not in KINDS:
         raise RecordError(f"{where}: field 'kind' must be one of {list(KINDS)}, got {kind!r}")
@@ -200,6 +267,8 @@ def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
                 )
         _req(record, "verdict", str, where)
         _req(record, "conforms", bool, where)
+        if version >= 2:
+            _validate_completeness(record, where)
     metrics = _req(record, "metrics", list, where, optional=True) or []
     if kind == "benchmark" and not metrics:
         raise RecordError(f"{where}: field 'metrics' must hold at least one metric in a "
@@ -251,13 +320,37 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
         try:
             obj = json.loads(line, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
-            raise RecordError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            raise RecordError(
+                f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         except (ValueError, RecursionError) as exc:
             raise RecordError(f"{where}: not valid JSON ({exc})") from None
-        records.append(validate_record(obj, where))
+        records.append(upgrade_record(validate_record(obj, where)))
     if not records:
         raise RecordError(f"{path}: no records (an empty result file)")
     return records
+
+
+def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A validated record in today's reading: a version-1 conformance record gets
+    ``complete: true`` and ``completeness: null`` (the legacy marker; ``schema_version``
+    stays 1, so it is never mistaken for a version-2 record). Other records are returned
+    unchanged. The argument is not modified."""
+    if record.get("schema_version", SCHEMA_VERSION) >= 2 or record.get("kind") != "conformance":
+        return record
+    upgraded = dict(record)
+    upgraded["complete"] = True
+    upgraded["completeness"] = None
+    return upgraded
+
+
+def is_legacy(record: Mapping[str, Any]) -> bool:
+    """Whether a record was written under an older schema version (loaded by upgrading)."""
+    return int(record.get("schema_version", SCHEMA_VERSION)) < SCHEMA_VERSION
+
+
+def completeness_known(record: Mapping[str, Any]) -> bool:
+    """Whether a conformance record says how complete its run was (false for version 1)."""
+    return record.get("kind") == "conformance" and isinstance(record.get("completeness"), dict)
 
 
 def dump_lines(records: Iterable[Mapping[str, Any]]) -> str:
@@ -271,7 +364,10 @@ def implementation_block(impl: Any) -> dict[str, Any]:
     optional ``commit``...) or from a loaded ``kvcheck.plugin.loader.ImplHandle``."""
     if isinstance(impl, Mapping):
         return dict(impl)
-    info = impl.info
+    info = getattr(impl, "info", None)
+    if info is None:
+        raise RecordError("implementation: expected a mapping with 'name' and 'version' or an "
+                          f"ImplHandle, got {type(impl).__name__}")
     return {
         "name": impl.name,
         "version": info.version,
@@ -325,6 +421,103 @@ def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] =
     return metric
 
 
+def envelope(kind: str, implementation: Any, *, profile: str, seed: int | None,
+             suite_version: str | None = None, environment: Mapping[str, Any] | None = None,
+             timestamp: str | None = None) -> dict[str, Any]:
+    """The fields every record kind shares, as the start of a record (not yet validated).
+
+    Args:
+        kind: ``"conformance"`` or ``"benchmark"``.
+        implementation: a mapping with ``name`` and ``version`` (``commit`` recommended), or
+            an ``ImplHandle`` (see ``implementation_block``).
+        profile: the profile the implementation ran under.
+        seed: the workload seed (None: derandomized).
+        suite_version: default: the conformance suite's ``SUITE_VERSION``.
+        environment: default ``collect_environment()`` of this process.
+        timestamp: default now, UTC, to the second.
+    """
+    from kvcheck import __version__
+
+    if suite_version is None:
+        from kvcheck.conformance import SUITE_VERSION
+
+        suite_version = SUITE_VERSION
+    if environment is None:
+        from kvcheck.results.environment import collect_environment
+
+        environment = collect_environment()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "timestamp": timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "suite_version": suite_version,
+        "kvcheck_version": __version__,
+        "implementation": implementation_block(implementation),
+        "profile": profile,
+        "seed": seed,
+        "environment": dict(environment),
+    }
+
+
+def _where(kind: str, record: Mapping[str, Any]) -> str:
+    impl = record.get("implementation")
+    name = impl.get("name") if isinstance(impl, Mapping) else None
+    return f"{kind} record of {name!r}"
+
+
+def _plain_completeness(completeness: Any) -> Any:
+    """A copy as plain JSON types (a tuple of reasons becomes a list); anything else is left
+    for validation to reject with a message."""
+    if not isinstance(completeness, Mapping):
+        return completeness
+    out = dict(completeness)
+    if isinstance(out.get("reasons"), tuple):
+        out["reasons"] = list(out["reasons"])
+    return out
+
+
+def make_conformance_record(*, implementation: Any, profile: str, seed: int | None,
+                            outcomes: Mapping[str, str], areas: Mapping[str, Mapping[str, int]],
+                            verdict: str, conforms: bool, complete: bool,
+                            completeness: Mapping[str, Any],
+                            environment: Mapping[str, Any] | None = None,
+                            suite_version: str | None = None,
+                            timestamp: str | None = None) -> dict[str, Any]:
+    """A validated ``kind="conformance"`` record (schema version 2).
+
+    Args:
+        implementation: mapping with ``name``, ``version`` and optionally ``commit``,
+            ``capabilities``, ``target``, ``module`` (or an ``ImplHandle``).
+        profile: the profile checked against.
+        seed: workload seed, None when derandomized.
+        outcomes: test id -> one of ``OUTCOMES``.
+        areas: area -> {outcome: count}.
+        verdict: the one-line verdict.
+        conforms: true only when ``complete`` is true.
+        complete: every applicable suite test ran and reported.
+        completeness: ``{"applicable": int, "ran": int, "reasons": [str],
+            "interrupted": bool}`` (see the module docstring for the rules).
+        environment: default ``collect_environment()``; suite_version: default the suite's;
+        timestamp: default now (UTC).
+
+    Raises:
+        RecordError: any field breaking the schema, e.g. ``conforms`` with an incomplete run.
+    """
+    record = envelope("conformance", implementation, profile=profile, seed=seed,
+                      suite_version=suite_version, environment=environment,
+                      timestamp=timestamp)
+    record.update({
+        "outcomes": dict(outcomes),
+        "areas": {area: dict(counts) for area, counts in areas.items()},
+        "verdict": verdict,
+        "conforms": conforms,
+        "complete": complete,
+        "completeness": _plain_completeness(completeness),
+        "metrics": [],
+    })
+    return validate_record(record, _where("conformance", record))
+
+
 def make_benchmark_record(implementation: Any, metrics: Sequence[Mapping[str, Any]], *,
                           profile: str, suite_version: str | None = None,
                           environment: Mapping[str, Any] | None = None,
@@ -344,28 +537,10 @@ def make_benchmark_record(implementation: Any, metrics: Sequence[Mapping[str, An
         timestamp: default now, UTC.
         extra: free-form data kept verbatim (e.g. pytest-benchmark's JSON).
     """
-    from kvcheck import __version__
-
-    if suite_version is None:
-        from kvcheck.conformance import SUITE_VERSION
-
-        suite_version = SUITE_VERSION
-    if environment is None:
-        from kvcheck.results.environment import collect_environment
-
-        environment = collect_environment()
-    record: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "benchmark",
-        "timestamp": timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "suite_version": suite_version,
-        "kvcheck_version": __version__,
-        "implementation": implementation_block(implementation),
-        "profile": profile,
-        "seed": seed,
-        "metrics": [dict(m) for m in metrics],
-        "environment": dict(environment),
-    }
+    record = envelope("benchmark", implementation, profile=profile, seed=seed,
+                      suite_version=suite_version, environment=environment,
+                      timestamp=timestamp)
+    record["metrics"] = [dict(m) for m in metrics]
     if extra is not None:
         record["extra"] = dict(extra)
-    return validate_record(record, f"benchmark record of {record['implementation'].get('name')!r}")
+    return validate_record(record, _where("benchmark", record))

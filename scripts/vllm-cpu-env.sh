@@ -14,12 +14,14 @@
 #      KV-cache code kvcheck drives is plain Python. (Keep the dist-info: without it vLLM
 #      cannot read its own version and disables features such as Triton.)
 #   3. Creates DIR/venv with torch==2.13.0 (the CPU build), the pure-Python packages those
-#      modules import, and kvcheck itself (editable, from this checkout), and puts DIR/site on
-#      that venv's sys.path through a .pth file.
+#      modules import, and kvcheck itself with its `bench` extra (editable, from this
+#      checkout), and puts DIR/site on that venv's sys.path through a .pth file.
 #
 # Afterwards, either of:
 #   DIR/venv/bin/pytest -p no:cacheprovider --kv-impl=vllm
 #   . DIR/venv/bin/activate && pytest --kv-impl=vllm
+# and the allocator benchmarks on vLLM's own KV-cache code:
+#   DIR/venv/bin/pytest -p no:cacheprovider --kv-impl=vllm --kv-bench --kv-bench-report=bench.jsonl
 # To check a patched vLLM instead of the released one, put your checkout's vllm/ in front:
 #   PYTHONPATH=/path/to/your/vllm-checkout DIR/venv/bin/pytest --kv-impl=vllm
 # (see "Checking a patched vLLM" in README.md).
@@ -90,7 +92,8 @@ fi
 # vLLM's own pins (torch, xgrammar...) are for its GPU build and are not asked for here; pip
 # may report conflicts with the vllm dist-info, which do not concern the modules kvcheck drives.
 log="$dir/pip-install.log"
-if ! "$dir/venv/bin/python" -m pip install -q "${deps[@]}" -e "$repo" >"$log" 2>&1; then
+# kvcheck with its `bench` extra (pytest-benchmark), so `--kv-bench` runs here too.
+if ! "$dir/venv/bin/python" -m pip install -q "${deps[@]}" -e "$repo[bench]" >"$log" 2>&1; then
   cat "$log" >&2
   echo "kvcheck: pip install into $dir/venv failed (log: $log)" >&2
   exit 1
@@ -112,5 +115,7 @@ cat <<MSG
 kvcheck: ready. Run the suite on vLLM $version with either of
   $dir/venv/bin/pytest -p no:cacheprovider --kv-impl=vllm
   . $dir/venv/bin/activate && pytest --kv-impl=vllm
+and its benchmarks with
+  $dir/venv/bin/pytest -p no:cacheprovider --kv-impl=vllm --kv-bench --kv-bench-report=bench.jsonl
 (DIR/site is on that venv's path; elsewhere: export PYTHONPATH=$dir/site)
 MSG

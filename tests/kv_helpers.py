@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import textwrap
+
+import pytest
+
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
 
@@ -28,3 +32,25 @@ def schedule(mgr: KVCacheManager, req: Request, num_new_tokens: int | None = Non
         return None
     req.num_computed_tokens += num_hit + num_new_tokens
     return [b.block_id for b in new]
+
+
+# ------------------------------------------------------------------------- pytester adapters
+REF_NO_KERNELS = """
+from dataclasses import replace
+import kvcheck.reference_impl.adapter as _ref
+IMPL_INFO = replace(_ref.IMPL_INFO, name={name!r},
+                    capabilities=_ref.IMPL_INFO.capabilities - {{"kernels"}})
+make_block_pool = _ref.make_block_pool
+{body}
+"""
+PLAIN_FACTORY = "make_kv_cache_manager = _ref.make_kv_cache_manager\n"
+
+
+def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref",
+             body: str = PLAIN_FACTORY) -> str:
+    """Write a module wrapping kvcheck's reference without the (slow, interpreted) kernel
+    area, so a whole-suite run takes seconds; ``body`` defines its factory. Returns the
+    ``--kv-impl=`` option naming it."""
+    pytester.makepyfile(**{module: REF_NO_KERNELS.format(name=name, body=textwrap.dedent(body))})
+    pytester.syspathinsert()
+    return f"--kv-impl={module}"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvcheck.plugin.loader import load_impl
+from kvcheck.plugin.loader import ImplLoadError, load_impl
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -35,7 +35,7 @@ def test_import_without_vllm_names_the_recipe(no_vllm: None) -> None:
 
 
 def test_kv_impl_vllm_without_vllm_is_a_clean_usage_error(no_vllm: None) -> None:
-    with pytest.raises(pytest.UsageError) as info:
+    with pytest.raises(ImplLoadError) as info:
         load_impl("vllm")
     message = str(info.value)
     assert "--kv-impl=vllm: cannot import 'kvcheck.adapters.vllm'" in message

@@ -77,7 +77,8 @@ def test_hashing_bench_fails_when_hashes_are_missing(reference) -> None:
         def block_hashes(self, request_id):
             return self.inner.block_hashes(request_id)[:-1]
 
-    impl = type("H", (), {"name": "lazy", "make_manager": staticmethod(Lazy)})()
+    impl = type("H", (), {"name": "lazy",
+                          "make_manager": staticmethod(lambda spec, guard=True: Lazy(spec))})()
     with pytest.raises(AssertionError, match="returned 31 hashes .* expected 32"):
         measure_rounds(HashingBench(impl, "sha256", scale=0.02), rounds=1, warmup=0)
 
@@ -100,6 +101,7 @@ def test_slot_mapping_bench_checks_against_the_vectorized_reference(reference) -
             slots = self.inner.slot_mapping(request_id, start, end)
             return slots[:5] + [s + 1 for s in slots[5:]]
 
-    impl = type("S", (), {"name": "offbyone", "make_manager": staticmethod(OffByOne)})()
+    impl = type("S", (), {"name": "offbyone",
+                          "make_manager": staticmethod(lambda spec, guard=True: OffByOne(spec))})()
     with pytest.raises(AssertionError, match="first mismatch at token 5 of 'slots-00000'"):
         measure_rounds(SlotMappingBench(impl, scale=0.05, num_tokens=64), rounds=1, warmup=0)

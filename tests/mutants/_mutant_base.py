@@ -112,6 +112,7 @@ def build(
         capabilities=REFERENCE_INFO.capabilities - {"kernels"} - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,
+        reserved_block_ids=REFERENCE_INFO.reserved_block_ids,
     )
 
     def make_kv_cache_manager(spec: KVCacheSpec) -> Any:

@@ -91,7 +91,8 @@ def test_replay_bad_impl_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_written_trace_is_json_with_spec(tmp_path: Path) -> None:
     path = write_trace("a/b c", "reference", KVCacheSpec(num_blocks=8, block_size=4), OPS,
                        directory=tmp_path)
-    assert path.name == "a_b_c.json"
+    # Sanitising changed the name, so a short hash of the raw name keeps it unique.
+    assert path.name.startswith("a_b_c-") and path.name.endswith(".json")
     data = json.loads(path.read_text())
     assert data["spec"]["num_blocks"] == 8 and data["ops"] == OPS
 

@@ -4,29 +4,14 @@ skip / xfail files, the summary, the report record and xdist aggregation."""
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
-import numpy  # noqa: F401  (see below)
 import pytest
+from kv_helpers import make_ref
 
-import kvcheck.conformance.workload_machine  # noqa: F401
-import kvcheck.reference_impl.adapter  # noqa: F401
 from kvcheck.results.schema import load_records
 
-# pytester's in-process runs drop the modules they imported when they end; numpy and torch
-# refuse to be imported twice in one process, so everything the suite imports is imported here
-# first (torch and triton only when the `kernels` extra is installed).
-try:
-    import torch
-
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
-    import triton  # noqa: F401
-
-    import kvcheck.gpu_kernels.conformance  # noqa: F401
-except ImportError:
-    pass
+# conftest.py imports what the suite needs before pytester's in-process runs.
 
 GOOD = """
 from kvcheck.reference_impl.adapter import IMPL_INFO as _REF, make_kv_cache_manager
@@ -43,7 +28,9 @@ def make_impl(pytester: pytest.Pytester, name: str, body: str) -> None:
 
 
 def run(pytester: pytest.Pytester, *args: str, kernels: bool = False) -> pytest.RunResult:
-    """An in-process suite run; the (slow, interpreted) kernel area only when asked."""
+    """An in-process suite run; the (slow, interpreted) kernel area only when asked. Without
+    it a run of the reference is incomplete (deselected tests): tests that need a complete
+    verdict run ``make_ref``'s reference-without-kernels with ``kernels=True``."""
     extra = () if kernels or "-k" in args else ("-k", "not test_kernel_matches_reference")
     return pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=5", *extra, *args)
 
@@ -121,7 +108,7 @@ def test_reference_passes_whole_suite_with_header_and_summary(pytester: pytest.P
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "kvcheck: reference * (kvcheck.reference_impl.adapter) profile=vllm-0.33 seed=derandomized*",
-        "*capabilities: block_hashes, block_pool, events*",
+        "*capabilities: block_hashes, block_pool, caching_off, events*",
         "*kvcheck conformance: reference*",
         "*allocation*",
         "*eviction*",
@@ -182,12 +169,14 @@ def test_missing_skips_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 
 def test_report_record_is_valid_and_complete(pytester: pytest.Pytester) -> None:
-    result = run(pytester, "--kv-impl=reference", "--kv-report=out/r.jsonl", "--kv-seed=7")
+    impl = make_ref(pytester, name="reference")
+    result = run(pytester, impl, "--kv-report=out/r.jsonl", "--kv-seed=7", kernels=True)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["kvcheck: result record written to *r.jsonl"])
     path = pytester.path / "out" / "r.jsonl"
     (record,) = load_records(path)
     assert record["kind"] == "conformance" and record["conforms"] is True
+    assert record["complete"] is True and record["completeness"]["reasons"] == []
     assert record["implementation"]["name"] == "reference"
     assert record["profile"] == "vllm-0.33" and record["seed"] == 7
     assert record["environment"]["hardware_key"].startswith(("cpu:", "gpu:"))
@@ -201,7 +190,9 @@ def test_report_record_is_valid_and_complete(pytester: pytest.Pytester) -> None:
 
 def test_comma_list_parametrizes_each_impl(pytester: pytest.Pytester) -> None:
     make_impl(pytester, "second_impl", GOOD.format(caps=MINIMAL_CAPS))
-    result = run(pytester, "--kv-impl=reference,second_impl", "--kv-report=r.jsonl", "-v")
+    make_ref(pytester, name="reference")
+    result = run(pytester, "--kv-impl=refnk,second_impl", "--kv-report=r.jsonl", "-v",
+                 kernels=True)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*test_first_allocation[[]reference[]] PASSED*",
                                  "*test_first_allocation[[]good[]] PASSED*",
@@ -224,9 +215,9 @@ def test_kv_impl_env_fallback(pytester: pytest.Pytester, monkeypatch: pytest.Mon
 
 
 def test_without_impl_conformance_tests_skip(pytester: pytest.Pytester) -> None:
-    import kvcheck.conformance
-
     from pathlib import Path
+
+    import kvcheck.conformance
 
     suite = Path(kvcheck.conformance.__file__).parent / "test_allocation.py"
     result = run(pytester, str(suite), "-rs")
@@ -245,15 +236,15 @@ def test_generic_profile_runs_only_generic_tests(pytester: pytest.Pytester) -> N
 
 def test_xdist_aggregates_every_worker(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
-    single = run(pytester, "--kv-impl=reference", "--kv-report=one.jsonl")
+    impl = make_ref(pytester, name="reference")
+    single = run(pytester, impl, "--kv-report=one.jsonl", kernels=True)
     assert single.ret == 0
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kv-max-examples=5",
-                                           "-k", "not test_kernel_matches_reference",
-                                           "--kv-impl=reference", "-n", "2",
-                                           "--kv-report=two.jsonl")
+                                           impl, "-n", "2", "--kv-report=two.jsonl")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["verdict: reference conforms to vllm-0.33*"])
     (one,) = load_records(pytester.path / "one.jsonl")
     (two,) = load_records(pytester.path / "two.jsonl")
     assert two["outcomes"] == one["outcomes"], "the -n 2 record must hold every test"
     assert two["areas"] == one["areas"]
+    assert two["completeness"] == one["completeness"] and two["complete"] is True

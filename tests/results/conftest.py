@@ -25,8 +25,12 @@ def environment(hardware_key: str = CPU, **software: str | None) -> dict[str, An
 def conformance(name: str = "mine", outcomes: dict[str, str] | None = None, *,
                 profile: str = "vllm-0.33", hardware_key: str = CPU,
                 timestamp: str = "2026-01-01T00:00:00+00:00", version: str = "1.0",
+                incomplete: tuple[int, int, str] | None = None, legacy: bool = False,
                 ) -> dict[str, Any]:
-    """A schema-valid conformance record; areas are counted from the test file names."""
+    """A schema-valid conformance record; areas are counted from the test file names.
+
+    ``incomplete=(ran, applicable, reason)``: a version-2 record of an incomplete run
+    (``conforms`` false). ``legacy``: a version-1 record (no completeness fields)."""
     if outcomes is None:
         outcomes = {f"conformance/test_eviction.py::test_lru[{name}]": "passed",
                     f"conformance/test_hashing.py::test_chain[{name}]": "passed"}
@@ -37,14 +41,27 @@ def conformance(name: str = "mine", outcomes: dict[str, str] | None = None, *,
             ("passed", "failed", "skipped", "xfailed", "xpassed", "error"), 0))
         row[outcome] += 1
     failing = sorted(a for a, c in areas.items() if c["failed"] or c["error"])
-    return {
-        "schema_version": 1, "kind": "conformance", "timestamp": timestamp,
+    record = {
+        "schema_version": 2, "kind": "conformance", "timestamp": timestamp,
         "suite_version": "0.1.0", "kvcheck_version": "0.1.0", "profile": profile, "seed": None,
         "implementation": {"name": name, "version": version, "commit": None},
         "outcomes": outcomes, "areas": areas,
         "verdict": f"{name} does NOT conform" if failing else f"{name} conforms to {profile}",
         "conforms": not failing, "metrics": [], "environment": environment(hardware_key),
+        "complete": True,
+        "completeness": {"applicable": len(outcomes), "ran": len(outcomes), "reasons": [],
+                         "interrupted": False},
     }
+    if incomplete is not None:
+        ran, applicable, reason = incomplete
+        record.update(complete=False, conforms=False,
+                      verdict=f"incomplete: ran {ran} of {applicable} applicable tests ({reason})",
+                      completeness={"applicable": applicable, "ran": ran, "reasons": [reason],
+                                    "interrupted": False})
+    if legacy:
+        record["schema_version"] = 1
+        del record["complete"], record["completeness"]
+    return record
 
 
 def metric(name: str, samples: Sequence[float] = (), value: float | None = None, *,
@@ -65,7 +82,7 @@ def benchmark(name: str, metrics: Iterable[dict[str, Any]], *, profile: str = "v
               hardware_key: str = CPU, timestamp: str = "2026-01-01T00:00:00+00:00",
               **software: str | None) -> dict[str, Any]:
     return {
-        "schema_version": 1, "kind": "benchmark", "timestamp": timestamp,
+        "schema_version": 2, "kind": "benchmark", "timestamp": timestamp,
         "suite_version": "0.1.0", "kvcheck_version": "0.1.0", "profile": profile, "seed": 0,
         "implementation": {"name": name, "version": "1.0", "commit": "0123456789abcdef"},
         "metrics": list(metrics), "environment": environment(hardware_key, **software),

@@ -38,20 +38,30 @@ def test_report_to_gate_and_page(pytester: pytest.Pytester,
                                            "--kv-report=r.jsonl", "-k", "test_first_allocation")
     assert result.ret == 0
     report = pytester.path / "r.jsonl"
+    record = json.loads(report.read_text())
+    assert record["schema_version"] == 2 and record["complete"] is False
+    assert record["conforms"] is False and record["completeness"]["ran"] == 1
 
-    assert main(["gate", "--baseline", str(report), "--current", str(report)]) == 0
+    # A -k run is incomplete: the gate fails it unless a partial run is accepted.
+    assert main(["gate", "--baseline", str(report), "--current", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert "The current record of reference (conformance, vllm-0.33) is incomplete: ran 1 of " in out
+    assert "kvcheck gate: FAILED, 1 regression (0 conformance, 0 metric, 1 incomplete record)" in out
+    assert main(["gate", "--baseline", str(report), "--current", str(report),
+                 "--allow-incomplete"]) == 0
     assert "kvcheck gate: passed" in capsys.readouterr().out
     assert main(["leaderboard", str(report), "--format", "html", "-o", "board.html"]) == 0
     page = (pytester.path / "board.html").read_text()
-    assert "reference 0.1.0" in page and "✓ conforms" in page
+    assert "reference 0.1.0" in page and "incomplete (ran 1 of " in page
+    assert "✓ conforms" not in page
 
     # The same run, but one test that passed now fails: the gate says so and exits 1.
-    record = json.loads(report.read_text())
     test_id = next(t for t, o in record["outcomes"].items() if o == "passed")
     record["outcomes"][test_id] = "failed"
     broken = pytester.path / "broken.jsonl"
     broken.write_text(json.dumps(record) + "\n")
-    assert main(["gate", "--baseline", str(report), "--current", str(broken)]) == 1
+    assert main(["gate", "--baseline", str(report), "--current", str(broken),
+                 "--allow-incomplete"]) == 1
     short_id = test_id.rsplit("/", 1)[-1]
     assert (f"Test '{short_id}' of reference has failed ConformanceCheck: passed -> failed"
             in capsys.readouterr().out)

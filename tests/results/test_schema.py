@@ -31,7 +31,7 @@ def test_valid_records_round_trip(rec: SimpleNamespace, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.update(schema_version=2), "schema_version 2 is newer than this kvcheck"),
+        (lambda r: r.update(schema_version=3), "schema_version 3 is newer than this kvcheck"),
         (lambda r: r.update(schema_version=0), "field 'schema_version' must be >= 1"),
         (lambda r: r.pop("implementation"), "missing field 'implementation'"),
         (lambda r: r["implementation"].update(version=3), "field 'version' must be str"),
@@ -166,3 +166,172 @@ def test_written_files_get_normal_permissions(tmp_path: Path) -> None:
         assert path.stat().st_mode & 0o777 == 0o640 and path.read_text() == "b"
     finally:
         os.umask(mask)
+
+
+# ------------------------------------------------------------------ schema version 2
+def _incomplete(rec: SimpleNamespace) -> dict:
+    return rec.conformance("mine", incomplete=(1, 2, "1 deselected (-k)"))
+
+
+def test_version_1_conformance_record_loads_as_legacy(rec: SimpleNamespace) -> None:
+    """A schema-1 record (no completeness fields) loads: complete, completeness unknown."""
+    from kvcheck.results.schema import completeness_known, is_legacy
+
+    old = rec.conformance("mine", legacy=True)
+    assert "complete" not in old and old["schema_version"] == 1
+    (loaded,) = load_records(rec.write("old.jsonl", old))
+    assert loaded["schema_version"] == 1
+    assert loaded["complete"] is True and loaded["completeness"] is None
+    assert loaded["conforms"] is True and loaded["verdict"] == "mine conforms to vllm-0.33"
+    assert is_legacy(loaded) and not completeness_known(loaded)
+    assert "complete" not in old  # the input dict is not modified
+
+
+def test_version_1_benchmark_record_loads_unchanged(rec: SimpleNamespace) -> None:
+    old = rec.benchmark("mine", [rec.metric("t", [1.0, 2.0, 3.0])])
+    old["schema_version"] = 1
+    assert load_records(rec.write("old.jsonl", old)) == [old]
+
+
+def test_version_2_records_keep_their_fields(rec: SimpleNamespace) -> None:
+    from kvcheck.results.schema import completeness_known, is_legacy
+
+    (loaded,) = load_records(rec.write("r.jsonl", _incomplete(rec)))
+    assert loaded["complete"] is False and loaded["conforms"] is False
+    assert loaded["completeness"] == {"applicable": 2, "ran": 1,
+                                      "reasons": ["1 deselected (-k)"], "interrupted": False}
+    assert completeness_known(loaded) and not is_legacy(loaded)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda r: r.update(conforms=True),
+         "field 'conforms' is true but 'complete' is false; an incomplete run cannot conform"),
+        (lambda r: r.pop("complete"), "missing field 'complete'"),
+        (lambda r: r.pop("completeness"), "missing field 'completeness'"),
+        (lambda r: r.update(completeness=None), ("field 'completeness' must be dict, got "
+                                                "NoneType")),
+        (lambda r: r.update(complete="no"), "field 'complete' must be bool, got str"),
+        (lambda r: r["completeness"].update(ran=3), ("field 'ran' (3) cannot exceed "
+                                                    "'applicable' (2)")),
+        (lambda r: r["completeness"].update(ran=-1), "field 'ran' must be >= 0, got -1"),
+        (lambda r: r["completeness"].update(applicable=True), "field 'applicable' must be int"),
+        (lambda r: r["completeness"].update(reasons="deselected"),
+         "field 'reasons' must be list, got str"),
+        (lambda r: r["completeness"].update(reasons=[1]), "'reasons' must be a list of str"),
+        (lambda r: r["completeness"].update(reasons=[]),
+         "'reasons' must say why the run is incomplete"),
+        (lambda r: r["completeness"].pop("interrupted"), "missing field 'interrupted'"),
+        (lambda r: r["completeness"].pop("applicable"), "missing field 'applicable'"),
+        (lambda r: r.update(complete=True, conforms=True, completeness={
+            "applicable": None, "ran": 0, "reasons": [], "interrupted": False}),
+         "field 'complete' is true but completeness says otherwise (ran 0 of None"),
+        (lambda r: r.update(complete=True),
+         "field 'complete' is true but completeness says otherwise (ran 1 of 2"),
+    ],
+)
+def test_invalid_completeness_is_rejected(rec: SimpleNamespace, mutate, message: str) -> None:
+    record = _incomplete(rec)
+    mutate(record)
+    with pytest.raises(RecordError, match="^where: ") as info:
+        validate_record(record, "where")
+    assert message in str(info.value)
+
+
+def test_unknown_applicable_count_is_allowed_in_an_incomplete_record(
+        rec: SimpleNamespace) -> None:
+    """A run whose collection never completed cannot say how many tests apply."""
+    record = _incomplete(rec)
+    record["completeness"] = {"applicable": None, "ran": 0, "interrupted": True,
+                              "reasons": ["the test collection never completed", "interrupted"]}
+    (loaded,) = load_records(rec.write("r.jsonl", record))
+    assert loaded["completeness"]["applicable"] is None
+
+
+def test_a_loaded_file_with_conforms_but_incomplete_is_exit_2(
+        rec: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvcheck.plugin.cli import main
+
+    bad = _incomplete(rec)
+    bad["conforms"] = True
+    path = rec.write("bad.jsonl", bad)
+    assert main(["leaderboard", str(path)]) == 2
+    assert ("bad.jsonl:1: field 'conforms' is true but 'complete' is false"
+            in capsys.readouterr().err)
+
+
+_IMPL = {"name": "mine", "version": "2.0", "commit": "abc", "capabilities": ["manager"],
+         "target": "pkg.mod", "module": "pkg.mod"}
+_ENV = {"hardware_key": "cpu:Test CPU x4", "python": "3.11.7"}
+
+
+def _conformance_kwargs(**changes: object) -> dict:
+    kwargs: dict = {
+        "implementation": _IMPL, "profile": "generic", "seed": 7,
+        "outcomes": {"conformance/test_x.py::test_a[mine]": "passed",
+                  "conformance/test_x.py::test_b[mine]": "skipped"},
+        "areas": {"x": {"passed": 1, "failed": 0, "skipped": 1, "xfailed": 0, "xpassed": 0,
+                     "error": 0}},
+        "verdict": "mine conforms to generic", "conforms": True, "complete": True,
+        "completeness": {"applicable": 1, "ran": 1, "reasons": (), "interrupted": False},
+        "environment": _ENV, "suite_version": "9.9"}
+    kwargs.update(changes)
+    return kwargs
+
+
+def test_make_conformance_record_builds_every_field(tmp_path: Path) -> None:
+    from kvcheck import __version__
+    from kvcheck.results.schema import make_conformance_record
+
+    record = make_conformance_record(**_conformance_kwargs(), timestamp="2026-05-01T00:00:00Z")
+    assert record == {
+        "schema_version": 2, "kind": "conformance", "timestamp": "2026-05-01T00:00:00Z",
+        "suite_version": "9.9", "kvcheck_version": __version__, "implementation": _IMPL,
+        "profile": "generic", "seed": 7,
+        "outcomes": {"conformance/test_x.py::test_a[mine]": "passed",
+                     "conformance/test_x.py::test_b[mine]": "skipped"},
+        "areas": {"x": {"passed": 1, "failed": 0, "skipped": 1, "xfailed": 0, "xpassed": 0,
+                        "error": 0}},
+        "verdict": "mine conforms to generic", "conforms": True, "complete": True,
+        "completeness": {"applicable": 1, "ran": 1, "reasons": [], "interrupted": False},
+        "metrics": [], "environment": _ENV,
+    }
+    path = write_records(tmp_path / "r.jsonl", [record])
+    assert load_records(path) == [record]
+
+
+def test_make_conformance_record_validates() -> None:
+    from kvcheck.results.schema import make_conformance_record
+
+    incomplete = {"applicable": 3, "ran": 1, "reasons": ["-x stopped the run"],
+                  "interrupted": False}
+    with pytest.raises(RecordError, match="conformance record of 'mine': field 'conforms' is "
+                                          "true but 'complete' is false"):
+        make_conformance_record(**_conformance_kwargs(complete=False, completeness=incomplete))
+    with pytest.raises(RecordError, match=r"outcomes\['conformance/test_x.py::test_a\[mine\]'\]"):
+        make_conformance_record(**_conformance_kwargs(
+            outcomes={"conformance/test_x.py::test_a[mine]": "ok"}))
+    with pytest.raises(RecordError, match="implementation: field 'version' must be str"):
+        make_conformance_record(**_conformance_kwargs(implementation={"name": "m",
+                                                                      "version": 1}))
+    with pytest.raises(TypeError):  # keyword-only: no positional mix-ups
+        make_conformance_record(_IMPL)  # type: ignore[misc]
+    ok = make_conformance_record(**_conformance_kwargs(conforms=False, complete=False,
+                                                       completeness=incomplete))
+    assert ok["complete"] is False and ok["completeness"]["ran"] == 1
+
+
+def test_both_kinds_share_the_envelope() -> None:
+    from kvcheck.results.schema import make_conformance_record
+
+    common = {"implementation": _IMPL, "profile": "generic", "seed": 7, "environment": _ENV,
+              "suite_version": "9.9", "timestamp": "2026-05-01T00:00:00+00:00"}
+    conf = make_conformance_record(**{**_conformance_kwargs(), **common})
+    bench = make_benchmark_record(common["implementation"],
+                                  [make_metric("t", "us", "lower", value=1.0)],
+                                  **{k: v for k, v in common.items() if k != "implementation"})
+    shared = ("schema_version", "timestamp", "suite_version", "kvcheck_version",
+              "implementation", "profile", "seed", "environment")
+    assert {k: conf[k] for k in shared} == {k: bench[k] for k in shared}
+    assert bench["schema_version"] == 2 and bench["kind"] == "benchmark"

@@ -1,0 +1,409 @@
+"""A per-call time limit on adapter calls (``--kv-timeout``): a hung call fails its test with
+``AdapterTimeout`` naming the call, and the session goes on.
+
+Mechanism, cheapest first:
+
+* **Main thread** (where pytest runs tests): a real-time interval timer
+  (``signal.setitimer(ITIMER_REAL)``) armed before and disarmed after each call, and one
+  SIGALRM handler that raises ``AdapterTimeout`` inside the stuck call. Arm + disarm are two
+  system calls (about 0.6 us). Another user of SIGALRM (pytest-timeout's ``signal`` method) is
+  respected: its pending timer is saved, re-armed afterwards with what it had left, and when
+  its deadline comes first the alarm is handed to its handler.
+* **Other threads**, or a platform without SIGALRM: a watchdog thread raises
+  ``AdapterTimeout`` in the calling thread (``PyThreadState_SetAsyncExc``) once the limit has
+  passed; it takes effect at the next Python bytecode of that thread.
+* **A call that cannot be abandoned** (stuck in C code; or one that swallows the exception and
+  keeps going): ``limit + grace`` seconds after it started, the watchdog writes
+  ``kvcheck: IMPL.METHOD(...) did not return within N s and could not be interrupted; ending
+  the session: no verdict`` to the original standard error, dumps every thread's stack and
+  exits the process with ``STUCK_EXIT_CODE``. Code that holds the GIL starves the watchdog
+  too, so while calls are being made ``faulthandler.dump_traceback_later(..., exit=True)`` is
+  kept armed a little beyond that point as the last resort (its output is ``Timeout
+  (h:mm:ss)!`` and the stack of the stuck call). Known cost of the last resort: a process
+  suspended (Ctrl-Z) for longer than ``limit + grace`` in the middle of the run may be ended
+  when resumed; pass ``--kv-timeout=0`` when debugging.
+
+A limit of ``0`` or ``None`` turns all of this off (the call is made directly).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kvcheck.conformance.protocol import RequestView
+from kvcheck.errors import KVCheckFailure
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "GRACE_S",
+    "STUCK_EXIT_CODE",
+    "AdapterTimeout",
+    "CallLimit",
+    "abbreviate",
+    "arg_text",
+    "set_last_resort",
+]
+
+#: Default per-call limit in seconds. Adapter calls on a small pool take microseconds to
+#: milliseconds; a minute is far beyond any sane call (Triton-interpreted kernels are not
+#: adapter calls through this limit).
+DEFAULT_CALL_TIMEOUT = 60.0
+#: Seconds after the limit during which an interrupted call may still unwind; a call still
+#: running then ends the session.
+GRACE_S = 10.0
+#: Exit status of a session ended because a call could not be interrupted (pytest's
+#: "interrupted": there is no verdict).
+STUCK_EXIT_CODE = 2
+
+_MAIN_IDENT: int = threading.main_thread().ident or 0
+_HAVE_TIMER = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
+# Bound once: the arm / disarm path runs on every adapter call.
+_get_ident = threading.get_ident
+_monotonic = time.monotonic
+if _HAVE_TIMER:
+    _setitimer = signal.setitimer
+    _REAL = signal.ITIMER_REAL
+    _SIGALRM = signal.SIGALRM
+# A private copy of the standard error the process started with: while pytest captures
+# output, fd 2 points at a temporary file that a dying process never shows.
+try:
+    _STDERR_FD = os.dup(2)
+except OSError:  # no standard error at all
+    _STDERR_FD = -1
+
+
+def abbreviate(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to ``limit`` characters (with ``...`` where cut)."""
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not hide the real problem
+        text = f"<{type(value).__name__} (repr raised {type(exc).__name__})>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def arg_text(value: Any) -> str:
+    """An argument as failure messages show it: a ``RequestView`` by its id and sizes (its
+    token tuple can be long), anything else abbreviated."""
+    if type(value) is RequestView:
+        return (f"RequestView({value.request_id!r}, {value.num_tokens} tokens, "
+                f"num_computed_tokens={value.num_computed_tokens})")
+    return abbreviate(value, 60)
+
+
+class AdapterTimeout(KVCheckFailure):
+    """An adapter call did not return within the per-call limit (``--kv-timeout``)."""
+
+
+class _Call:
+    """One timed call in progress (read by the alarm handler and the watchdog)."""
+
+    __slots__ = ("args", "deadline", "done", "limit", "method", "raised", "start", "thread")
+
+    def __init__(self, limit: CallLimit, method: str, args: tuple[Any, ...], start: float,
+                 thread: int) -> None:
+        self.limit = limit
+        self.method = method
+        self.args = args
+        self.start = start
+        self.deadline = start + limit.seconds
+        self.thread = thread
+        self.done = False
+        self.raised = False
+
+    def describe(self) -> str:
+        args = ", ".join(arg_text(a) for a in self.args)
+        return f"{self.limit.impl}.{self.method}({args})"
+
+    def timeout_message(self) -> str:
+        return (f"{self.describe()} did not return within {self.limit.seconds:g} s "
+                f"(--kv-timeout={self.limit.seconds:g}; 0 = no limit)")
+
+
+class CallLimit:
+    """The per-call limit of one implementation.
+
+    Args:
+        seconds: the limit; ``0`` or ``None``: no limit.
+        impl: the implementation's name, for messages.
+        grace: seconds after the limit before an uninterruptible call ends the session.
+    """
+
+    __slots__ = ("grace", "impl", "seconds")
+
+    def __init__(self, seconds: float | None, impl: str = "implementation",
+                 grace: float = GRACE_S) -> None:
+        if seconds is not None and not (seconds >= 0 and seconds != float("inf")):
+            raise ValueError(f"call limit {seconds!r}: must be a finite number of seconds >= 0")
+        self.seconds = float(seconds) if seconds else 0.0
+        self.impl = impl
+        self.grace = grace
+
+    def __repr__(self) -> str:
+        return f"CallLimit({self.seconds:g}, impl={self.impl!r})"
+
+    def call(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` under the limit; ``method`` names the call in messages.
+
+        Raises:
+            AdapterTimeout: the call ran past the limit (it was interrupted).
+        """
+        if not self.seconds:
+            return fn(*args)
+        thread = _get_ident()
+        if thread == _MAIN_IDENT and _HAVE_TIMER:
+            if _ALARM.call is not None:  # nested in a timed call: the outer limit covers it
+                return fn(*args)
+            return _ALARM.run(self, method, fn, args)
+        return _WATCHDOG.run_threaded(self, method, fn, args, thread)
+
+
+# ---------------------------------------------------------------- main thread: SIGALRM
+class _Alarm:
+    """The SIGALRM timer of the main thread (one per process)."""
+
+    def __init__(self) -> None:
+        self.call: _Call | None = None
+        self.previous: Any = signal.SIG_DFL  # the handler ours replaced
+        self.their_deadline: float | None = None  # pending timer of someone else
+        self.last_deadline = float("-inf")  # of our latest call
+
+    def run(self, limit: CallLimit, method: str, fn: Callable[..., Any],
+            args: tuple[Any, ...]) -> Any:
+        current = _getsignal(_SIGALRM)
+        swapped = False
+        if current is not _on_alarm:
+            if current is None:  # a handler installed from C: we cannot chain to it
+                return _WATCHDOG.run_threaded(limit, method, fn, args, _MAIN_IDENT)
+            self.previous = current
+            signal.signal(signal.SIGALRM, _on_alarm)
+            # Default / ignore: ours stays installed (it behaves like them when the alarm is
+            # not ours). Someone's Python handler: put it back after the call.
+            swapped = callable(current)
+        start = _monotonic()
+        call = _Call(limit, method, args, start, _MAIN_IDENT)
+        self.call = call
+        self.last_deadline = call.deadline
+        watchdog = _WATCHDOG
+        watchdog.main = call
+        if watchdog.thread is None or not watchdog.last_resort_armed:
+            watchdog.watch(call)
+        # Arm ours; what it returns is someone else's pending timer (usually none).
+        left, interval = _setitimer(_REAL, limit.seconds)
+        if left:
+            self.their_deadline = start + left
+            if left < limit.seconds:
+                _setitimer(_REAL, left)
+        try:
+            return fn(*args)
+        finally:
+            call.done = True
+            self.call = None
+            if left:
+                remaining = self.their_deadline - time.monotonic() if (
+                    self.their_deadline is not None) else 0.0
+                self.their_deadline = None
+                # Theirs fired already (remaining <= 0 and handled): only the interval.
+                signal.setitimer(signal.ITIMER_REAL, max(remaining, 1e-6) if remaining > 0
+                                 else interval, interval)
+            else:
+                _setitimer(_REAL, 0)
+            if swapped:
+                signal.signal(signal.SIGALRM, self.previous)
+
+    def delegate(self, signum: int, frame: Any) -> Any:
+        """The alarm is not ours: do what the replaced handler would have done."""
+        previous = self.previous
+        if callable(previous):
+            return previous(signum, frame)
+        if previous == signal.SIG_IGN:
+            return None
+        # SIG_DFL terminates the process on SIGALRM: let it.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGALRM)
+        return None
+
+
+try:  # the C-level getsignal skips the enum conversion of signal.getsignal (~25x faster)
+    from _signal import getsignal as _getsignal  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - CPython always has it
+    _getsignal = signal.getsignal
+_ALARM = _Alarm()
+
+
+def _on_alarm(signum: int, frame: Any) -> Any:
+    alarm = _ALARM
+    now = time.monotonic()
+    call = alarm.call
+    theirs = alarm.their_deadline
+    if theirs is not None and now >= theirs - 1e-3:
+        alarm.their_deadline = None
+        if call is not None and not call.done:  # ours is still pending: re-arm it
+            signal.setitimer(signal.ITIMER_REAL, max(call.deadline - now, 1e-4))
+        return alarm.delegate(signum, frame)
+    if call is None or call.done:
+        # Our own alarm can race our disarm (the call returned just at its deadline): that
+        # one is ignored; any other alarm is someone else's.
+        if theirs is None and abs(now - alarm.last_deadline) > 0.5:
+            return alarm.delegate(signum, frame)
+        return None
+    if now >= call.deadline - 1e-3:
+        call.raised = True
+        raise AdapterTimeout(call.timeout_message())
+    signal.setitimer(signal.ITIMER_REAL, call.deadline - now)  # woke early
+    return None
+
+
+# ---------------------------------------------------------------- watchdog
+class _Watchdog:
+    """One daemon thread: interrupts timed calls of other threads, ends the session when a
+    call cannot be interrupted, and keeps the faulthandler last resort armed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: dict[int, _Call] = {}  # thread ident -> its timed call
+        self.main: _Call | None = None  # the main thread's call (also in _ALARM.call)
+        self.thread: threading.Thread | None = None
+        self.period = 0.5
+        self.last_resort_armed = False
+        self.last_resort = True
+
+    def _start(self, limit: CallLimit) -> None:
+        self.period = min(self.period, max(0.02, min(limit.seconds, limit.grace) / 4))
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._loop, name="kvcheck-call-limit",
+                                           daemon=True)
+            self.thread.start()
+
+    def watch(self, call: _Call) -> None:
+        """Start the thread if needed and arm the last resort (the main thread's call path
+        calls this only when one of them is missing)."""
+        self.main = call
+        if self.thread is None or call.limit.seconds / 4 < self.period:
+            self._start(call.limit)
+        if not self.last_resort_armed and self.last_resort:
+            self._arm_last_resort(call.limit.seconds + call.limit.grace + 2 * self.period)
+
+    def run_threaded(self, limit: CallLimit, method: str, fn: Callable[..., Any],
+                     args: tuple[Any, ...], thread: int) -> Any:
+        if thread in self.calls:  # nested
+            return fn(*args)
+        call = _Call(limit, method, args, time.monotonic(), thread)
+        self._start(limit)
+        self.calls[thread] = call
+        try:
+            return fn(*args)
+        except _AsyncTimeout:
+            raise AdapterTimeout(call.timeout_message()) from None
+        finally:
+            call.done = True
+            self.calls.pop(thread, None)
+
+    def _arm_last_resort(self, seconds: float) -> None:
+        with self.lock:
+            fd = _STDERR_FD if _STDERR_FD >= 0 else 2
+            try:
+                faulthandler.dump_traceback_later(seconds, exit=True, file=fd)
+            except (ValueError, OSError, RuntimeError):
+                self.last_resort = False
+                return
+            self.last_resort_armed = True
+
+    def _loop(self) -> None:
+        if _HAVE_TIMER:
+            # The kernel may deliver the process-wide SIGALRM to any thread that does not
+            # block it; delivered here, it would not interrupt the main thread's blocking
+            # call. Block it in this thread.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        while True:
+            time.sleep(self.period)
+            now = time.monotonic()
+            active = [c for c in [self.main, *list(self.calls.values())]
+                      if c is not None and not c.done]
+            for call in active:
+                if now >= call.deadline + call.limit.grace and not call.done:
+                    _end_session(call)
+                if call.thread != _MAIN_IDENT:
+                    if now >= call.deadline and not call.raised:
+                        call.raised = True
+                        _async_raise(call.thread)
+                elif (_HAVE_TIMER and now >= call.deadline + self.period and not call.raised
+                      and _getsignal(_SIGALRM) is _on_alarm):
+                    # The alarm went to another thread (one of the process's threads that
+                    # does not block SIGALRM): send it to the main thread itself, which
+                    # interrupts its blocking system call.
+                    signal.pthread_kill(_MAIN_IDENT, signal.SIGALRM)
+            if self.last_resort:
+                self._refresh_last_resort()
+
+    def _refresh_last_resort(self) -> None:
+        """Re-arm the last resort to the soonest "end the session" point of the calls in
+        progress, or disarm it when there is none (the next call re-arms it). The flag is
+        cleared before the calls are read, so a call starting meanwhile arms it itself."""
+        with self.lock:
+            self.last_resort_armed = False
+            now = time.monotonic()
+            pending = [c for c in [self.main, *list(self.calls.values())]
+                       if c is not None and not c.done]
+            try:
+                if pending:
+                    soonest = min(c.deadline + c.limit.grace for c in pending)
+                    faulthandler.dump_traceback_later(
+                        max(soonest - now, 0) + 2 * self.period, exit=True,
+                        file=_STDERR_FD if _STDERR_FD >= 0 else 2)
+                    self.last_resort_armed = True
+                else:
+                    faulthandler.cancel_dump_traceback_later()
+            except (ValueError, OSError, RuntimeError):
+                self.last_resort = False  # unusable here: the watchdog still acts
+
+
+class _AsyncTimeout(BaseException):
+    """Raised asynchronously in a thread whose timed call ran past its limit (a
+    BaseException, so adapter code catching Exception does not swallow it); converted to
+    ``AdapterTimeout`` with the message where the call was made."""
+
+
+def _async_raise(thread: int) -> None:
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
+                                               ctypes.py_object(_AsyncTimeout))
+
+
+def _end_session(call: _Call) -> None:
+    """The call did not stop: say so on the real standard error and exit (no verdict)."""
+    message = (f"\nkvcheck: {call.describe()} did not return within {call.limit.seconds:g} s "
+               f"and could not be interrupted; ending the session: no verdict\n"
+               f"  (--kv-timeout={call.limit.seconds:g}; it was given {call.limit.grace:g} s "
+               "more to unwind. Its stack and every thread's follow.)\n")
+    fd = _STDERR_FD if _STDERR_FD >= 0 else 2
+    try:
+        os.write(fd, message.encode("utf-8", "replace"))
+        faulthandler.dump_traceback(file=fd, all_threads=True)
+    except OSError:
+        pass
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    os._exit(STUCK_EXIT_CODE)
+
+
+_WATCHDOG = _Watchdog()
+
+
+def set_last_resort(enabled: bool) -> None:
+    """Turn the faulthandler last resort on or off (e.g. off when pytest's own
+    ``faulthandler_timeout`` uses faulthandler's single later-dump timer)."""
+    _WATCHDOG.last_resort = enabled
+    if not enabled and _WATCHDOG.last_resort_armed:
+        with _WATCHDOG.lock:
+            faulthandler.cancel_dump_traceback_later()
+            _WATCHDOG.last_resort_armed = False

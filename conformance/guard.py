@@ -1,0 +1,377 @@
+"""Answer validation: every adapter answer is checked against the protocol before anyone
+compares it (issue 10 item 3), in every profile.
+
+``ImplHandle.make_manager(spec)`` returns a ``GuardedManager`` around the adapter's manager
+(``make_block_pool`` a ``GuardedBlockPool``), so the Driver, the oracle and scripted tests that
+call manager methods directly all go through it. Every call also runs under the handle's
+per-call limit (``kvcheck.conformance.call_limit``).
+
+Rules (a broken one raises ``ProtocolViolation`` naming the method, its arguments, the
+returned value and the rule):
+
+* types: block-id answers are lists (or tuples) of ``int``, never ``bool``, ``str`` or None
+  where a list is due; counts are ``int``; ``reset_prefix_cache()`` a ``bool``;
+* ranges: block ids in ``[0, num_blocks)``, never a reserved id
+  (``reserved_block_ids(info, spec.profile)``), no id twice in one answer;
+  ``num_free_blocks()`` in ``[0, num_blocks]``;
+* ``get_computed_blocks(view)`` is ``(ids, n)`` with ``0 <= n <= view.num_tokens`` and
+  ``len(ids) == ceil(n / block_size)``;
+* ``allocate_slots`` returns None or the *new* blocks only: none of them is one of the hits
+  passed in, and none is held by a live request (a cache hit, i.e. an id returned by
+  ``get_computed_blocks`` and passed back, is legitimately shared; a newly allocated block
+  never is);
+* ``get_block_ids(rid)`` equals what the calls imply: the previous table + the hits passed to
+  ``allocate_slots`` + the new ids it returned; ``[]`` after ``free`` or for an unknown id;
+* optional capabilities: ``free_block_ids()`` an id list, ``ref_cnt(b)`` an int >= 0,
+  ``block_hashes(rid)`` a list of bytes, ``take_events()`` a list of dicts with a ``"type"``,
+  ``slot_mapping(...)`` a list of int;
+* the adapter does not mutate the ``RequestView`` it is given (it is frozen; a write through
+  ``object.__setattr__`` still counts).
+
+Validation is a few C-level set/min/max operations per answer (the ``ref_cnt`` loop of the
+observations makes it a hot path). After an adapter call raised, the guard stops checking
+table consistency for that manager (its state is unknown; the test fails anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from kvcheck.conformance.call_limit import CallLimit, abbreviate, arg_text
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.errors import KVCheckFailure
+
+__all__ = ["GuardedBlockPool", "GuardedManager", "ProtocolViolation"]
+
+
+class ProtocolViolation(KVCheckFailure):
+    """An adapter answer breaks the protocol (a type, a range, a consistency rule)."""
+
+
+def _view_state(view: Any) -> tuple[Any, ...] | None:
+    if type(view) is not RequestView:
+        return None
+    return (view.request_id, view.prompt_token_ids, view.output_token_ids,
+            view.num_computed_tokens, view.lora, view.mm_features, view.cache_salt,
+            view.skip_reading_prefix_cache)
+
+
+_INT_ONLY = frozenset({int})
+
+
+def _type_name(value: Any) -> str:
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _ints_problem(value: Any, what: str) -> str | None:
+    """Why ``value`` is not a list of int (None if it is)."""
+    if type(value) is not list and type(value) is not tuple:
+        return f"{what} must be a list of int, not a {_type_name(value)}"
+    if value and not _INT_ONLY.issuperset(map(type, value)):
+        for x in value:
+            if type(x) is not int:
+                return (f"{what} must be a list of int; element {abbreviate(x, 30)} is a "
+                        f"{_type_name(x)}")
+    return None
+
+
+class _Guard:
+    """What the manager and block-pool guards share: the raw object, the spec's bounds and
+    the violation message."""
+
+    __slots__ = ("_bs", "_call", "_impl", "_n", "_raw", "_reserved")
+
+    def __init__(self, raw: Any, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
+                 limit: CallLimit) -> None:
+        self._raw = raw
+        self._impl = impl
+        self._call = limit.call
+        self._n = spec.num_blocks
+        self._bs = spec.block_size
+        self._reserved = frozenset(reserved)
+
+    def __getattr__(self, name: str) -> Any:  # anything the guard does not know about
+        return getattr(object.__getattribute__(self, "_raw"), name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self._raw!r}>"
+
+    def _violation(self, method: str, args: tuple[Any, ...], value: Any, rule: str) -> NoReturn:
+        __tracebackhide__ = True
+        shown = ", ".join(arg_text(a) for a in args)
+        raise ProtocolViolation(f"{self._impl}.{method}({shown}) returned "
+                                f"{abbreviate(value)}: {rule}")
+
+    def _ids(self, method: str, args: tuple[Any, ...], value: Any, what: str) -> list[int]:
+        """``value`` checked as block ids (types, range, reserved, duplicates); as a list."""
+        __tracebackhide__ = True
+        problem = _ints_problem(value, what)
+        if problem is None and value:
+            low, high = min(value), max(value)
+            if low < 0 or high >= self._n:
+                bad = low if low < 0 else high
+                problem = f"block id {bad} in {what} is outside [0, num_blocks={self._n})"
+            elif not self._reserved.isdisjoint(value):
+                bad = sorted(self._reserved.intersection(value))
+                problem = (f"{what} contains reserved block id(s) {bad} (reserved: "
+                           f"{sorted(self._reserved)}; ImplInfo.reserved_block_ids or the "
+                           "profile's default)")
+            elif len(set(value)) != len(value):
+                dup = sorted({b for b in value if value.count(b) > 1})
+                problem = f"{what} lists block id(s) {dup} more than once"
+        if problem is not None:
+            self._violation(method, args, value, problem)
+        return value if type(value) is list else list(value)
+
+    def _count(self, method: str, args: tuple[Any, ...], value: Any, high: int) -> int:
+        __tracebackhide__ = True
+        if type(value) is not int or not 0 <= value <= high:
+            what = (f"an int in [0, {high}]" if type(value) is int
+                    else f"an int, not a {_type_name(value)}")
+            self._violation(method, args, value, f"must be {what}")
+        return value
+
+    def _unchanged(self, method: str, args: tuple[Any, ...], before: Any, after: Any,
+                   value: Any) -> None:
+        __tracebackhide__ = True
+        if before != after:
+            self._violation(method, args, value,
+                            f"the adapter mutated the RequestView it was given (before: "
+                            f"{abbreviate(before, 80)}, after: {abbreviate(after, 80)}); "
+                            "views are immutable snapshots: keep your own request state")
+
+    # ---------------------------------------------------------- shared pool observations
+    def num_free_blocks(self) -> int:
+        return self._count("num_free_blocks", (), self._call(
+            "num_free_blocks", self._raw.num_free_blocks), self._n)
+
+    def free_block_ids(self) -> list[int]:
+        value = self._call("free_block_ids", self._raw.free_block_ids)
+        return self._ids("free_block_ids", (), value, "the free queue")
+
+
+class GuardedManager(_Guard):
+    """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
+
+    __slots__ = ("_held", "_lost", "_tables")
+
+    def __init__(self, raw: Any, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
+                 limit: CallLimit) -> None:
+        super().__init__(raw, impl=impl, spec=spec, reserved=reserved, limit=limit)
+        self._tables: dict[str, list[int]] = {}  # the block tables the answers imply
+        self._held: dict[int, int] = {}  # block id -> number of live requests holding it
+        self._lost = False  # an adapter call raised: its state is unknown from then on
+
+    def _raising(self, method: str, fn: Any, *args: Any) -> Any:
+        try:
+            return self._call(method, fn, *args)
+        except BaseException:
+            self._lost = True
+            raise
+
+    # ---------------------------------------------------------- the manager
+    def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
+        __tracebackhide__ = True
+        before = _view_state(request)
+        value = self._call("get_computed_blocks", self._raw.get_computed_blocks, request)
+        args = (request,)
+        if before is not None:
+            self._unchanged("get_computed_blocks", args, before, _view_state(request), value)
+        if type(value) not in (tuple, list) or len(value) != 2:
+            self._violation("get_computed_blocks", args, value,
+                            "must be a pair (block_ids: list[int], num_computed_tokens: int)")
+        ids = self._ids("get_computed_blocks", args, value[0], "the hit block ids")
+        num = value[1]
+        total = request.num_tokens
+        if type(num) is not int or not 0 <= num <= total:
+            self._violation("get_computed_blocks", args, value,
+                            f"num_computed_tokens must be an int in [0, {total}] (the "
+                            "request's tokens)")
+        if len(ids) != -(-num // self._bs):
+            self._violation("get_computed_blocks", args, value,
+                            f"{num} hit tokens fill {-(-num // self._bs)} block(s) of "
+                            f"{self._bs}, but {len(ids)} block ids were returned")
+        return ids, num
+
+    def allocate_slots(self, request: RequestView, num_new_tokens: int,
+                       num_new_computed_tokens: int = 0,
+                       new_computed_block_ids: Sequence[int] = (),
+                       num_lookahead_tokens: int = 0) -> list[int] | None:
+        __tracebackhide__ = True
+        hits = list(new_computed_block_ids)
+        args: tuple[Any, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
+        if num_lookahead_tokens:
+            args += (num_lookahead_tokens,)
+        before = _view_state(request)
+        # The adapter gets its own copy of the hits: the caller's list stays what it was.
+        value = self._raising("allocate_slots", self._raw.allocate_slots, request,
+                              *((num_new_tokens, num_new_computed_tokens, list(hits))
+                                + args[4:]))
+        if before is not None:
+            self._unchanged("allocate_slots", args, before, _view_state(request), value)
+        if value is None:
+            return None
+        new = self._ids("allocate_slots", args, value, "the new block ids")
+        if self._lost:
+            return new
+        rid = request.request_id
+        held = self._held
+        clash = [b for b in new if b in held]
+        if clash or (hits and not set(new).isdisjoint(hits)):
+            self._double_hand_out(args, value, new, hits)
+        table = self._tables.get(rid)
+        if table is None:
+            table = self._tables[rid] = []
+        for b in hits:
+            held[b] = held.get(b, 0) + (b not in table)
+        for b in new:
+            held[b] = 1
+        table += hits
+        table += new
+        return new
+
+    def _double_hand_out(self, args: tuple[Any, ...], value: Any, new: list[int],
+                         hits: list[int]) -> NoReturn:
+        __tracebackhide__ = True
+        for b in new:
+            if b in hits:
+                self._violation("allocate_slots", args, value,
+                                f"block {b} is one of the cache hits passed in "
+                                "(new_computed_block_ids); allocate_slots returns only newly "
+                                "allocated blocks")
+            owners = sorted(r for r, t in self._tables.items() if b in t)
+            if owners:
+                self._violation("allocate_slots", args, value,
+                                f"block {b} is handed out anew but request(s) {owners} still "
+                                "hold it (only cache hits passed back may be shared)")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def free(self, request_id: str) -> None:
+        result = self._raising("free", self._raw.free, request_id)
+        table = self._tables.pop(request_id, None)
+        if table:
+            held = self._held
+            for b in set(table):
+                left = held.get(b, 0) - 1
+                if left > 0:
+                    held[b] = left
+                else:
+                    held.pop(b, None)
+        return result  # type: ignore[no-any-return]
+
+    def get_block_ids(self, request_id: str) -> list[int]:
+        __tracebackhide__ = True
+        value = self._call("get_block_ids", self._raw.get_block_ids, request_id)
+        # The table holds shared hits, but never a block twice.
+        ids = self._ids("get_block_ids", (request_id,), value, "the block table")
+        if not self._lost:
+            expected = self._tables.get(request_id, [])
+            if ids != expected:
+                self._violation(
+                    "get_block_ids", (request_id,), value,
+                    f"the block table must be {abbreviate(expected)} (the previous table + the "
+                    "hits passed to allocate_slots + the new ids it returned; [] after free "
+                    "or for an unknown request)")
+        return ids
+
+    def reset_prefix_cache(self) -> bool:
+        __tracebackhide__ = True
+        value = self._raising("reset_prefix_cache", self._raw.reset_prefix_cache)
+        if type(value) is not bool:
+            self._violation("reset_prefix_cache", (), value,
+                            f"must be a bool, not a {_type_name(value)}")
+        return value  # type: ignore[no-any-return]
+
+    # ---------------------------------------------------------- optional capabilities
+    def ref_cnt(self, block_id: int) -> int:
+        value = self._call("ref_cnt", self._raw.ref_cnt, block_id)
+        if type(value) is not int or value < 0:
+            self._ref_cnt_violation(block_id, value)
+        return value  # type: ignore[no-any-return]
+
+    def _ref_cnt_violation(self, block_id: int, value: Any) -> NoReturn:
+        __tracebackhide__ = True
+        self._violation("ref_cnt", (block_id,), value, "must be an int >= 0" if type(value)
+                        is int else f"must be an int >= 0, not a {_type_name(value)}")
+
+    def block_hashes(self, request_id: str) -> list[bytes]:
+        __tracebackhide__ = True
+        value = self._call("block_hashes", self._raw.block_hashes, request_id)
+        if type(value) is not list and type(value) is not tuple:
+            self._violation("block_hashes", (request_id,), value,
+                            f"must be a list of bytes, not a {_type_name(value)}")
+        for h in value:
+            if not isinstance(h, (bytes, bytearray)):
+                self._violation("block_hashes", (request_id,), value,
+                                f"must be a list of bytes; element {abbreviate(h, 40)} is a "
+                                f"{_type_name(h)}")
+        return list(value)
+
+    def take_events(self) -> list[dict[str, Any]]:
+        __tracebackhide__ = True
+        value = self._call("take_events", self._raw.take_events)
+        if type(value) is not list and type(value) is not tuple:
+            self._violation("take_events", (), value,
+                            f"must be a list of dicts, not a {_type_name(value)}")
+        for event in value:
+            if not isinstance(event, dict) or "type" not in event:
+                self._violation("take_events", (), value,
+                                f"every event must be a dict with a 'type' key; got "
+                                f"{abbreviate(event, 60)}")
+        return list(value)
+
+    def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
+        __tracebackhide__ = True
+        args = (request_id, start, end)
+        value = self._call("slot_mapping", self._raw.slot_mapping, *args)
+        problem = _ints_problem(value, "the slot mapping")
+        if problem is not None:
+            self._violation("slot_mapping", args, value, problem)
+        return value  # type: ignore[no-any-return]
+
+    def check_invariants(self) -> None:
+        return self._call("check_invariants", self._raw.check_invariants)  # type: ignore[no-any-return]
+
+
+class GuardedBlockPool(_Guard):
+    """A ``BlockPoolAdapter`` whose answers are checked for types, ranges, reserved ids and
+    duplicates, under the per-call limit."""
+
+    __slots__ = ()
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        __tracebackhide__ = True
+        value = self._call("get_new_blocks", self._raw.get_new_blocks, num_blocks)
+        ids = self._ids("get_new_blocks", (num_blocks,), value, "the new block ids")
+        if len(ids) != num_blocks:
+            self._violation("get_new_blocks", (num_blocks,), value,
+                            f"must return exactly {num_blocks} block ids")
+        return ids
+
+    def free_blocks(self, ordered_block_ids: Sequence[int]) -> None:
+        return self._call("free_blocks", self._raw.free_blocks, list(ordered_block_ids))  # type: ignore[no-any-return]
+
+    def touch(self, block_ids: Sequence[int]) -> None:
+        return self._call("touch", self._raw.touch, list(block_ids))  # type: ignore[no-any-return]
+
+    def cache_full_blocks(self, request: RequestView, block_ids: Sequence[int],
+                          num_cached_blocks: int, num_full_blocks: int) -> None:
+        __tracebackhide__ = True
+        args = (request, list(block_ids), num_cached_blocks, num_full_blocks)
+        before = _view_state(request)
+        value = self._call("cache_full_blocks", self._raw.cache_full_blocks, *args)
+        if before is not None:
+            self._unchanged("cache_full_blocks", args, before, _view_state(request), value)
+        return value  # type: ignore[no-any-return]
+
+    def get_cached_block(self, block_hash: bytes) -> int | None:
+        __tracebackhide__ = True
+        value = self._call("get_cached_block", self._raw.get_cached_block, block_hash)
+        if value is not None:
+            if type(value) is not int:
+                self._violation("get_cached_block", (block_hash,), value,
+                                f"must be None or an int block id, not a {_type_name(value)}")
+            self._ids("get_cached_block", (block_hash,), [value], "the cached block id")
+        return value  # type: ignore[no-any-return]

@@ -1,0 +1,161 @@
+"""Validation of a replay trace (``kvcheck replay``) before anything runs.
+
+A trace is untrusted input: a hand-edited or truncated file, a trace from a newer kvcheck, or
+one asking for absurd sizes. Every problem is a ``TraceError`` (an input error: exit 2, never
+blamed on the implementation) naming the file, the op (``ops[i]``, i.e. op #i+1 as failure
+messages count) and the problem.
+
+Bounds (what a trace may ask for; the suite's own traces are far below them):
+
+* ``num_blocks`` 1 .. ``MAX_NUM_BLOCKS`` (2**20), ``block_size`` 1 .. ``MAX_BLOCK_SIZE``
+  (2**16), ``max_model_len`` None or 1 .. ``MAX_REQUEST_TOKENS``;
+* a prompt of at most ``MAX_REQUEST_TOKENS`` (2**20) tokens, and at most as many asked for by
+  the ``schedule`` / ``decode`` ops of one request (each count an int >= 0);
+* at most ``MAX_OPS`` (10**6) ops; token ids are ints in [0, 2**63);
+* ``hash_algo`` one of ``HASH_ALGOS``, ``profile`` one of ``PROFILES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from kvcheck.conformance.protocol import HASH_ALGOS, PROFILES, KVCacheSpec
+from kvcheck.errors import KVCheckInputError
+
+__all__ = ["MAX_BLOCK_SIZE", "MAX_NUM_BLOCKS", "MAX_OPS", "MAX_REQUEST_TOKENS", "TraceError",
+           "check_ops", "check_spec"]
+
+MAX_NUM_BLOCKS = 1 << 20
+MAX_BLOCK_SIZE = 1 << 16
+MAX_REQUEST_TOKENS = 1 << 20
+MAX_OPS = 1_000_000
+_MAX_TOKEN_ID = 1 << 63
+
+_OP_FIELDS: dict[str, frozenset[str]] = {
+    "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read"}),
+    "schedule": frozenset({"op", "rid", "num_tokens"}),
+    "decode": frozenset({"op", "rid", "num_tokens"}),
+    "free": frozenset({"op", "rid"}),
+    "reset": frozenset({"op"}),
+}
+
+
+class TraceError(KVCheckInputError):
+    """A trace file that cannot be replayed; the message names the file, the op and the
+    problem."""
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def check_spec(raw: Any, where: str) -> KVCacheSpec:
+    """The trace's ``spec`` object as a ``KVCacheSpec``, every field checked."""
+    if not isinstance(raw, dict):
+        raise TraceError(f"{where}: field 'spec' missing or not an object")
+    known = {f.name for f in fields(KVCacheSpec)}
+    unknown = sorted(set(map(str, raw)) - known)
+    if unknown:
+        raise TraceError(f"{where}: field 'spec' is not a KVCacheSpec: unknown fields {unknown}"
+                         f" (known: {sorted(known)})")
+    for key in ("num_blocks", "block_size"):
+        if key not in raw:
+            raise TraceError(f"{where}: field 'spec' is not a KVCacheSpec: {key} is missing")
+    bounds = {"num_blocks": MAX_NUM_BLOCKS, "block_size": MAX_BLOCK_SIZE}
+    for key, high in bounds.items():
+        value = raw[key]
+        if not _is_int(value) or not 1 <= value <= high:
+            raise TraceError(f"{where}: spec.{key}={value!r}: must be an int in [1, {high}]")
+    for key in ("enable_caching", "enable_kv_cache_events"):
+        if key in raw and type(raw[key]) is not bool:
+            raise TraceError(f"{where}: spec.{key}={raw[key]!r}: must be true or false")
+    if "hash_algo" in raw and raw["hash_algo"] not in HASH_ALGOS:
+        raise TraceError(f"{where}: spec.hash_algo={raw['hash_algo']!r}: unknown hash "
+                         f"algorithm (known: {list(HASH_ALGOS)})")
+    if "profile" in raw and raw["profile"] not in PROFILES:
+        raise TraceError(f"{where}: spec.profile={raw['profile']!r}: unknown profile "
+                         f"(known: {list(PROFILES)})")
+    seed = raw.get("pythonhashseed")
+    if seed is not None and not isinstance(seed, str):
+        raise TraceError(f"{where}: spec.pythonhashseed={seed!r}: must be a string or null")
+    mml = raw.get("max_model_len")
+    if mml is not None and (not _is_int(mml) or not 1 <= mml <= MAX_REQUEST_TOKENS):
+        raise TraceError(f"{where}: spec.max_model_len={mml!r}: must be null or an int in "
+                         f"[1, {MAX_REQUEST_TOKENS}]")
+    return KVCacheSpec(**raw)
+
+
+def check_ops(ops: Any, where: str) -> None:
+    """Check every op: a known kind, its fields and their types, request ids that were
+    added, counts within bounds."""
+    if not isinstance(ops, list):
+        raise TraceError(f"{where}: field 'ops' missing or not a list")
+    if len(ops) > MAX_OPS:
+        raise TraceError(f"{where}: {len(ops)} ops; a trace holds at most {MAX_OPS}")
+    tokens: dict[str, int] = {}  # request id -> tokens its schedule / decode ops asked for
+    for index, op in enumerate(ops):
+        at = f"{where}: ops[{index}] (op #{index + 1})"
+        if not isinstance(op, dict):
+            raise TraceError(f"{at}: an op is an object, got {type(op).__name__}")
+        kind = op.get("op")
+        if kind not in _OP_FIELDS:
+            raise TraceError(f"{at}: unknown op {kind!r} (known: {sorted(_OP_FIELDS)})")
+        extra = sorted(set(map(str, op)) - _OP_FIELDS[kind])
+        if extra:
+            raise TraceError(f"{at}: {kind!r} op has unknown fields {extra}")
+        if kind == "reset":
+            continue
+        rid = op.get("rid")
+        if not isinstance(rid, str) or not rid:
+            raise TraceError(f"{at}: field 'rid' must be a non-empty string, got {rid!r}")
+        if kind == "add":
+            _check_add(op, at)
+            tokens[rid] = 0
+            continue
+        if rid not in tokens:
+            raise TraceError(f"{at}: {kind!r} names request {rid!r}, which no earlier 'add' op "
+                             "added")
+        if kind in ("schedule", "decode"):
+            n = op.get("num_tokens")
+            if n is None and kind == "schedule":
+                continue
+            if type(n) is not int or not 0 <= n <= MAX_REQUEST_TOKENS:
+                raise TraceError(f"{at}: num_tokens={n!r}: must be an int in "
+                                 f"[0, {MAX_REQUEST_TOKENS}]"
+                                 + (" or null" if kind == "schedule" else ""))
+            tokens[rid] += n
+            if tokens[rid] > MAX_REQUEST_TOKENS:
+                raise TraceError(f"{at}: the schedule and decode ops of request {rid!r} ask "
+                                 f"for {tokens[rid]} tokens; at most {MAX_REQUEST_TOKENS}")
+
+
+def _check_add(op: dict[str, Any], at: str) -> None:
+    prompt = op.get("prompt")
+    if not isinstance(prompt, list):
+        raise TraceError(f"{at}: field 'prompt' must be a list of token ids")
+    if len(prompt) > MAX_REQUEST_TOKENS:
+        raise TraceError(f"{at}: a {len(prompt)}-token prompt; at most {MAX_REQUEST_TOKENS}")
+    bad = next((t for t in prompt if not _is_int(t) or not 0 <= t < _MAX_TOKEN_ID), None)
+    if bad is not None:
+        raise TraceError(f"{at}: token id {bad!r} in 'prompt': token ids are ints in "
+                         "[0, 2**63)")
+    lora = op.get("lora")
+    if lora is not None and not (
+            isinstance(lora, list) and len(lora) == 3 and isinstance(lora[0], str)
+            and _is_int(lora[1]) and lora[1] >= 0 and isinstance(lora[2], str)):
+        raise TraceError(f"{at}: field 'lora'={lora!r}: must be [name, int id >= 0, path]")
+    mm = op.get("mm", [])
+    if not isinstance(mm, list):
+        raise TraceError(f"{at}: field 'mm' must be a list of [identifier, offset, length]")
+    for item in mm:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                and _is_int(item[1]) and _is_int(item[2]) and item[1] >= 0 and item[2] >= 1
+                and item[1] + item[2] <= len(prompt)):
+            raise TraceError(f"{at}: multimodal item {item!r}: must be [identifier, offset >= 0,"
+                             f" length >= 1] inside the {len(prompt)}-token prompt")
+    salt = op.get("salt")
+    if salt is not None and not isinstance(salt, str):
+        raise TraceError(f"{at}: field 'salt'={salt!r}: must be a string or null")
+    if "skip_read" in op and type(op["skip_read"]) is not bool:
+        raise TraceError(f"{at}: field 'skip_read'={op['skip_read']!r}: must be true or false")

@@ -1,0 +1,190 @@
+"""The per-call limit (kvcheck.conformance.call_limit): a hung adapter call fails with
+AdapterTimeout naming the call and the session goes on; other SIGALRM users keep their timer;
+a call that cannot be interrupted ends the process with a clear message."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from kvcheck.conformance.call_limit import STUCK_EXIT_CODE, AdapterTimeout, CallLimit
+from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.errors import KVCheckFailure
+from kvcheck.plugin.loader import load_impl
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="POSIX timers")
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def test_sleeping_call_times_out_naming_the_call_and_the_next_call_works() -> None:
+    limit = CallLimit(0.2, "slowimpl")
+    start = time.monotonic()
+    with pytest.raises(AdapterTimeout) as info:
+        limit.call("allocate_slots", time.sleep, 30)
+    assert time.monotonic() - start < 5
+    assert str(info.value).startswith("slowimpl.allocate_slots(30) did not return within 0.2 s")
+    assert isinstance(info.value, KVCheckFailure)
+    assert limit.call("free", lambda rid: rid, "a") == "a"  # the session goes on
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # nothing left armed
+
+
+def test_busy_loop_times_out() -> None:
+    with pytest.raises(AdapterTimeout, match=r"busy\.get_block_ids\(\) did not return"):
+        CallLimit(0.2, "busy").call("get_block_ids", spin)
+
+
+def test_off_means_no_limit() -> None:
+    for off in (0, None):
+        assert CallLimit(off, "x").call("f", lambda: time.sleep(0.3) or 7) == 7
+    with pytest.raises(ValueError, match="finite number of seconds"):
+        CallLimit(-1, "x")
+
+
+def test_nested_call_is_covered_by_the_outer_limit() -> None:
+    outer, inner = CallLimit(0.3, "outer"), CallLimit(50, "inner")
+    with pytest.raises(AdapterTimeout, match="outer.f"):
+        outer.call("f", lambda: inner.call("g", time.sleep, 30))
+
+
+def test_someone_elses_pending_timer_is_kept_and_fires_on_time() -> None:
+    """pytest-timeout's signal method: a handler plus a timer. Our calls do not steal it."""
+    fired: list[float] = []
+    previous = signal.signal(signal.SIGALRM, lambda s, f: fired.append(time.monotonic()))
+    try:
+        start = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.6)
+        limit = CallLimit(5, "impl")
+        for _ in range(3):
+            assert limit.call("f", time.sleep, 0.05) is None
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 0 < left < 0.6
+        time.sleep(1.0)
+        assert len(fired) == 1 and 0.5 < fired[0] - start < 0.9
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_their_earlier_deadline_reaches_their_handler_during_our_call() -> None:
+    class TheirTimeout(Exception):
+        pass
+
+    def theirs(signum: int, frame: Any) -> None:
+        raise TheirTimeout("pytest-timeout fired")
+
+    previous = signal.signal(signal.SIGALRM, theirs)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(TheirTimeout):
+            CallLimit(5, "impl").call("f", time.sleep, 3)
+        assert signal.getsignal(signal.SIGALRM) is theirs  # handed back
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_call_off_the_main_thread_times_out() -> None:
+    got: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            CallLimit(0.2, "threaded").call("ref_cnt", spin)
+        except BaseException as exc:
+            got.append(exc)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert isinstance(got[0], AdapterTimeout)
+    assert "threaded.ref_cnt() did not return within 0.2 s" in str(got[0])
+
+
+def test_factory_hang_times_out_through_the_handle() -> None:
+    handle = dataclasses.replace(load_impl("reference"), call_timeout=0.2,
+                                 factory=lambda spec: time.sleep(30))
+    with pytest.raises(AdapterTimeout, match=r"reference\.make_kv_cache_manager\(KVCacheSpec"):
+        handle.make_manager(KVCacheSpec(num_blocks=8, block_size=4))
+
+
+STUCK = """
+import itertools, signal, sys, time
+from kvcheck.conformance.call_limit import CallLimit
+limit = CallLimit(0.3, "stuckimpl", grace=0.4)
+def blocked():   # signals cannot reach it (as in C code that never checks them)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(60)
+def swallowing():  # catches the timeout and carries on
+    while True:
+        try:
+            time.sleep(1)
+        except Exception:
+            pass
+def gil():  # C code holding the GIL: only faulthandler can act
+    return sum(itertools.repeat(1, 10**12))
+kinds = {"blocked": blocked, "swallowing": swallowing, "gil": gil}
+limit.call("allocate_slots", kinds[sys.argv[1]])
+"""
+
+
+@pytest.mark.parametrize("kind", ["blocked", "swallowing"])
+def test_uninterruptible_call_ends_the_process_with_a_message(tmp_path: Any, kind: str) -> None:
+    script = tmp_path / "stuck.py"
+    script.write_text(textwrap.dedent(STUCK))
+    proc = subprocess.run([sys.executable, str(script), kind], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == STUCK_EXIT_CODE
+    assert ("kvcheck: stuckimpl.allocate_slots() did not return within 0.3 s and could not be "
+            "interrupted; ending the session: no verdict") in proc.stderr
+
+
+def test_gil_holding_call_ends_the_process_via_faulthandler(tmp_path: Any) -> None:
+    script = tmp_path / "stuck.py"
+    script.write_text(textwrap.dedent(STUCK))
+    proc = subprocess.run([sys.executable, str(script), "gil"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode != 0
+    assert "Timeout (" in proc.stderr and "in gil" in proc.stderr
+
+
+HANGING_IMPL = """
+import time
+from kvcheck.reference_impl.adapter import IMPL_INFO as _R, ReferenceManager
+from kvcheck.conformance.protocol import ImplInfo
+IMPL_INFO = ImplInfo("hangs", "0", _R.capabilities - {"block_pool", "kernels"})
+class M(ReferenceManager):
+    def allocate_slots(self, request, *args):
+        if request.num_tokens > 12:
+            time.sleep(3600)
+        return super().allocate_slots(request, *args)
+def make_kv_cache_manager(spec):
+    return M(spec)
+"""
+
+
+def test_hanging_adapter_fails_its_tests_and_the_session_finishes(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(hanging_impl=HANGING_IMPL)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kv-impl=hanging_impl", "--kv-timeout=0.5",
+        "-k", "test_first_allocation or test_decode_within_block_allocates_nothing",
+        timeout=120)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        ("*timeout: hangs.allocate_slots(RequestView('r0', 14 tokens, num_computed_tokens=0), "
+         "14, 0, []) did not return within 0.5 s*"),
+    ])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("passed") == 1
