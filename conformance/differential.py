@@ -97,7 +97,7 @@ class Pair:
         if path is not None:
             message.append(f"trace written to {path} (kvcheck replay {path} "
                            f"--kv-impl={self.impl.impl.target})")
-        message.append("runnable repro of the calls made:\n" + self.impl.snippet(problem[:80]))
+        message.append("runnable repro of the calls made:\n" + self.impl.snippet(problem))
         raise ConformanceMismatch("\n".join(message))
 
 

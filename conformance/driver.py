@@ -168,8 +168,10 @@ class Driver:
 
     def snippet(self, note: str = "") -> str:
         """A runnable Python program replaying every call made so far."""
+        # The whole note, one comment line per line of it (never cut off).
         head = [
-            "# kvcheck repro" + (f": {note}" if note else ""),
+            "# kvcheck repro" + (":" if note else ""),
+            *(f"#   {line}" for line in note.splitlines()),
             "from dataclasses import replace",
             "from kvcheck.conformance.protocol import KVCacheSpec, RequestView",
             "from kvcheck.plugin.loader import load_impl",
