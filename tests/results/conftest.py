@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -100,3 +101,13 @@ def rec(tmp_path: Path) -> SimpleNamespace:
 
     return SimpleNamespace(CPU=CPU, GPU=GPU, conformance=conformance, metric=metric,
                            benchmark=benchmark, environment=environment, write=write)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Headless Chromium's path, for the page tests (skipped, saying why, without one)."""
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.skip("shutil.which('chromium') found no browser "
+                    "(install Debian's package: apt-get install -y chromium)")
+    return path

@@ -4,7 +4,6 @@ injected ``<script>`` in an implementation name is shown as text, never executed
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -55,15 +54,6 @@ class _Dom(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._cell is not None:
             self._cell.append(data)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.skip("shutil.which('chromium') found no browser "
-                    "(install Debian's package: apt-get install -y chromium)")
-    return path
 
 
 @pytest.fixture

@@ -10,12 +10,9 @@ same-origin), writing the numbers into its own DOM for ``--dump-dom``."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
-
-import pytest
 
 from kvcheck.plugin.cli import main
 
@@ -41,15 +38,6 @@ document.getElementById("f").addEventListener("load", function () {
 });
 </script></body></html>
 """
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.skip("shutil.which('chromium') found no browser "
-                    "(install Debian's package: apt-get install -y chromium)")
-    return path
 
 
 def measure(chromium: str, folder: Path) -> dict[str, str]:
