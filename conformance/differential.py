@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.conformance.call_limit import AdapterTimeout
-from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.driver import Check, Driver
 from kvcheck.conformance.guard import ProtocolViolation
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.protocol import KVCacheSpec
@@ -69,15 +69,16 @@ class Pair:
             self.fail(_failure_text(exc, f"the oracle ({self.oracle.impl.name})"), op)
         if got != want:
             self.fail(f"answer differs: implementation {got!r}, {self.oracle.impl.name} {want!r}",
-                      op)
+                      op, _answer_check(got, want))
         try:
             observed = observe(self.impl, self.oracle)
         except _ADAPTER_FAILURES as exc:
             self.fail(_failure_text(exc, "an observation"), op)
-        for what, mine, theirs in observed:
+        for what, mine, theirs, expression in observed:
             if mine != theirs:
+                check = Check(what, theirs, expression) if expression else None
                 self.fail(f"{what} differs: implementation {mine!r}, "
-                          f"{self.oracle.impl.name} {theirs!r}", op)
+                          f"{self.oracle.impl.name} {theirs!r}", op, check)
         return got
 
     def run(self, ops: Iterable[dict[str, Any]]) -> None:
@@ -85,19 +86,26 @@ class Pair:
         for op in ops:
             self.apply(op)
 
-    def fail(self, problem: str, op: dict[str, Any]) -> None:
+    def fail(self, problem: str, op: dict[str, Any], check: Check | None = None) -> None:
+        """Raise ``ConformanceMismatch`` with the op, the problem, the trace (written for
+        ``kvcheck replay``) and a runnable repro, also written beside the trace as
+        ``<trace>.py``; with ``check`` the repro ends by comparing that value."""
         __tracebackhide__ = True
         path = None
         message = [f"after op #{len(self.ops)} {op}: {problem}"]
+        snippet = self.impl.snippet(problem, check)
         if self.trace_name:
             try:
                 path = write_trace(self.trace_name, self.impl.impl.target, self.spec, self.ops)
+                from kvcheck.results.io import write_atomic
+
+                repro = write_atomic(path.with_suffix(".py"), snippet + "\n")
             except OSError as exc:  # an unwritable directory must not hide the failure
                 message.append(f"trace not written ({REPRO_DIR}: {exc.strerror or exc})")
         if path is not None:
             message.append(f"trace written to {path} (kvcheck replay {path} "
-                           f"--kv-impl={self.impl.impl.target})")
-        message.append("runnable repro of the calls made:\n" + self.impl.snippet(problem))
+                           f"--kv-impl={self.impl.impl.target}); repro: python {repro}")
+        message.append("runnable repro of the calls made:\n" + snippet)
         raise ConformanceMismatch("\n".join(message))
 
 
@@ -114,38 +122,56 @@ def _failure_text(exc: Exception, source: str) -> str:
     return f"{type(exc).__name__} from {source}: {exc}"
 
 
-def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any]]:
-    """Every observable the implementation declares, paired with the oracle's value."""
+def _answer_check(got: dict[str, Any], want: dict[str, Any]) -> Check | None:
+    """The repro's check for a differing answer: the call whose answer differs."""
+    if got.get("hits") != want.get("hits"):
+        return Check("get_computed_blocks answer", want["hits"], call="get_computed_blocks",
+                     normalize="(list({0}[0]), {0}[1])")
+    if got.get("new") != want.get("new"):
+        return Check("allocate_slots answer", want["new"], call="allocate_slots",
+                     normalize="None if {0} is None else list({0})")
+    return None
+
+
+def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any, str | None]]:
+    """Every observable the implementation declares: ``(what, implementation's value, oracle's
+    value, Python expression computing it from the repro's manager m, or None)``."""
     mine, theirs = impl.manager, oracle.manager
     # Only what both sides can show (an oracle such as vLLM may lack an observation).
     caps = impl.impl.info.capabilities & oracle.impl.info.capabilities
-    out: list[tuple[str, Any, Any]] = [
-        ("block tables", impl.tables(), oracle.tables()),
-        ("num_free_blocks()", mine.num_free_blocks(), theirs.num_free_blocks()),
+    rids = sorted(impl.running)
+    out: list[tuple[str, Any, Any, str | None]] = [
+        ("block tables", impl.tables(), oracle.tables(),
+         f"{{rid: list(m.get_block_ids(rid)) for rid in {rids!r}}}"),
+        ("num_free_blocks()", mine.num_free_blocks(), theirs.num_free_blocks(),
+         "m.num_free_blocks()"),
     ]
     if "free_queue_order" in caps:
         out.append(("free queue (head first)", list(mine.free_block_ids()),
-                    list(theirs.free_block_ids())))
+                    list(theirs.free_block_ids()), "list(m.free_block_ids())"))
     if "ref_counts" in caps:
         # Every id but the reserved ones (vLLM's null block 0; none under generic).
         ids = [i for i in impl.ordinary_block_ids if i not in oracle.reserved]
         out.append(("ref counts", [mine.ref_cnt(i) for i in ids],
-                    [theirs.ref_cnt(i) for i in ids]))
+                    [theirs.ref_cnt(i) for i in ids], f"[m.ref_cnt(i) for i in {ids!r}]"))
     algo = impl.spec.hash_algo
     if ("block_hashes" in caps and algo in impl.impl.info.hash_algos
             and algo in oracle.impl.info.hash_algos):
         # Hashes are comparable only for an algorithm both reproduce byte for byte.
         for rid in sorted(impl.running):
             out.append((f"block_hashes({rid!r})", [bytes(h) for h in mine.block_hashes(rid)],
-                        list(theirs.block_hashes(rid))))
+                        list(theirs.block_hashes(rid)),
+                        f"[bytes(h) for h in m.block_hashes({rid!r})]"))
     if "events" in caps and impl.spec.enable_kv_cache_events:
+        # Events are drained per op; a replay from the start would see them all at once.
         out.append(("KV events", normalize_events(mine.take_events()),
-                    normalize_events(theirs.take_events())))
+                    normalize_events(theirs.take_events()), None))
     if "slot_mapping" in caps:
         for rid in sorted(impl.running):
             end = impl.views[rid].num_computed_tokens
             out.append((f"slot_mapping({rid!r}, 0, {end})", list(mine.slot_mapping(rid, 0, end)),
-                        list(theirs.slot_mapping(rid, 0, end))))
+                        list(theirs.slot_mapping(rid, 0, end)),
+                        f"list(m.slot_mapping({rid!r}, 0, {end}))"))
     return out
 
 

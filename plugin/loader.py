@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from dataclasses import dataclass, field, fields, replace
 from types import ModuleType
 from typing import Any
@@ -304,31 +306,60 @@ def _parse_target(target: str) -> tuple[str, str]:
     return module_name, factory_name or "make_kv_cache_manager"
 
 
-def load_impl(target: str, *,
-              call_timeout: float | None = DEFAULT_CALL_TIMEOUT) -> ImplHandle:
+def _import(target: str, module_name: str, search: Sequence[Path]) -> ModuleType:
+    """Import ``module_name``; a top-level module or package that is not on ``sys.path`` but
+    sits in one of the ``search`` folders (the current folder, pytest's rootdir) is found
+    there, as pytest's ``pythonpath`` setting would find it: that folder joins ``sys.path``.
+    """
+    top = module_name.partition(".")[0]
+    searched = [Path(d).resolve() for d in search]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != top and not module_name.startswith(f"{exc.name}."):
+            # The module exists but something it imports does not.
+            raise _usage(target, f"importing {module_name!r} failed: {exc}",
+                         f"install {exc.name!r} in this environment (a dependency of "
+                         f"{module_name!r})") from None
+        for folder in searched:
+            if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
+                if str(folder) not in sys.path:
+                    sys.path.insert(0, str(folder))
+                importlib.invalidate_caches()
+                return _import(target, module_name, ())
+        where = ", ".join(str(f) for f in searched) or "nowhere else"
+        raise _usage(
+            target,
+            f"cannot import {module_name!r} ({type(exc).__name__}: {exc}); searched "
+            f"sys.path and {where}",
+            "check the dotted module path; a module in another folder needs that folder on "
+            "PYTHONPATH (or `pythonpath = FOLDER` in pytest.ini), a package must be installed "
+            "in this environment",
+        ) from None
+    except ImportError as exc:
+        raise _usage(target, f"cannot import {module_name!r} ({type(exc).__name__}: {exc})",
+                     "fix the import in that module, or install what it needs") from None
+    except Exception as exc:  # the module itself crashed at import time
+        raise _usage(target, f"importing {module_name!r} raised {type(exc).__name__}: {exc}",
+                     "fix the error in that module's import-time code") from None
+
+
+def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+              search: Sequence[Path | str] = (".",)) -> ImplHandle:
     """Import and check one ``--kv-impl`` value (``module``, ``module:factory`` or an alias).
 
     Args:
         call_timeout: per-call limit in seconds for the factories (the load-time probe
             included) and every adapter call (0 or None: none); stored on the handle.
+        search: folders where a module that is not on ``sys.path`` is also looked for (the
+            current folder by default; the plugin adds pytest's rootdir).
 
     Raises:
         ImplLoadError: with the problem and the fix, for every contract violation.
     """
     target = target.strip()
     module_name, factory_name = _parse_target(target)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise _usage(
-            target,
-            f"cannot import {module_name!r} ({type(exc).__name__}: {exc})",
-            "check the dotted module path and that its package is installed in this "
-            "environment (python -c 'import " + module_name + "')",
-        ) from None
-    except Exception as exc:  # the module itself crashed at import time
-        raise _usage(target, f"importing {module_name!r} raised {type(exc).__name__}: {exc}",
-                     "fix the error in that module's import-time code") from None
+    module = _import(target, module_name, [Path(s) for s in search])
     info = _impl_info(target, module)
     if not info.capabilities & {"manager", "block_pool"}:
         raise _usage(target, "IMPL_INFO declares neither 'manager' nor 'block_pool'",
@@ -404,8 +435,8 @@ def _probe(target: str, name: str, factory: Callable[[KVCacheSpec], Any], info: 
                  "so they match what the factory accepts")
 
 
-def load_impls(value: str, *,
-               call_timeout: float | None = DEFAULT_CALL_TIMEOUT) -> list[ImplHandle]:
+def load_impls(value: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+               search: Sequence[Path | str] = (".",)) -> list[ImplHandle]:
     """Load a comma list; names must be unique (they become test ids). Call it only when an
     implementation was asked for: an empty value or an empty entry (``""``, ``","``,
     ``"a,,b"``) is a usage error.
@@ -420,7 +451,7 @@ def load_impls(value: str, *,
             f"kvcheck: --kv-impl={value}: the implementation list {what}\n"
             "  Fix: pass --kv-impl=package.module (or reference), a comma list without empty "
             "entries, or leave the option out to run without an implementation")
-    handles = [load_impl(part, call_timeout=call_timeout) for part in parts]
+    handles = [load_impl(part, call_timeout=call_timeout, search=search) for part in parts]
     names = [h.name for h in handles]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

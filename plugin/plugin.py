@@ -292,7 +292,10 @@ def pytest_configure(config: pytest.Config) -> None:
         set_last_resort(False)
     try:
         # An explicit --kv-impl= (empty, or only commas) is a mistake, not "no implementation".
-        impls = (load_impls(value, call_timeout=timeout)
+        # A module in the current folder or the rootdir is found, as pytest's `pythonpath`
+        # setting would find it.
+        search = (Path.cwd(), config.rootpath)
+        impls = (load_impls(value, call_timeout=timeout, search=search)
                  if value.strip() or option_value is not None else [])
         oracle_value = (config.getoption("kv_oracle") or "reference").strip()
         oracle = (_load_oracle(oracle_value, timeout)
