@@ -35,13 +35,18 @@ MUTANT_MAX_EXAMPLES = 15
 #: mutant -> the conformance areas (suite module names) that must each fail at least one test.
 #: The area that owns the bug, plus ``differential`` where the bug shows in nearly every random
 #: workload (it then fails at any example count); other areas failing too is fine.
+#: Free-order bugs show only when a workload frees a running request holding the right kind of
+#: block, which the random workloads do in few examples: ``differential`` catches them under
+#: about 80% of seeds, so it is not required of them. Which examples a derandomized run draws
+#: is not fixed either: Hypothesis mixes in literals from every non-test module imported so far
+#: (its "local constants"), so it depends on what else this process collected and ran.
 EXPECTED: dict[str, set[str]] = {
-    "mut_forward_free_order": {"eviction", "differential"},
-    "mut_all_to_tail": {"eviction", "block_pool", "differential"},
+    "mut_forward_free_order": {"eviction"},
+    "mut_all_to_tail": {"eviction", "block_pool"},
     "mut_hash_not_chained": {"hashing", "differential"},
     "mut_salt_every_block": {"hashing"},
     "mut_hit_cap_num_tokens": {"prefix_caching"},
-    "mut_partial_block_cached": {"eviction", "differential"},
+    "mut_partial_block_cached": {"eviction"},
     "mut_evict_keeps_map_entry": {"block_pool", "eviction"},
     "mut_refcnt_leak_failed_alloc": {"allocation", "invariants"},
     "mut_touch_keeps_in_queue": {"prefix_caching", "block_pool"},
