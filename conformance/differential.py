@@ -24,6 +24,7 @@ from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.conformance.trace_check import TraceError, check_ops, check_spec
 from kvcheck.errors import KVCheckFailure
 from kvcheck.plugin.loader import ImplHandle
+from kvcheck.results.io import write_atomic
 
 __all__ = ["ConformanceMismatch", "Pair", "REPRO_DIR", "TraceError", "load_trace",
            "replay_trace", "write_trace"]
@@ -97,8 +98,6 @@ class Pair:
         if self.trace_name:
             try:
                 path = write_trace(self.trace_name, self.impl.impl.target, self.spec, self.ops)
-                from kvcheck.results.io import write_atomic
-
                 repro = write_atomic(path.with_suffix(".py"), snippet + "\n")
             except OSError as exc:  # an unwritable directory must not hide the failure
                 message.append(f"trace not written ({REPRO_DIR}: {exc.strerror or exc})")
@@ -206,8 +205,6 @@ def _safe(name: str) -> str:
 def write_trace(name: str, target: str, spec: KVCacheSpec, ops: list[dict[str, Any]],
                 directory: Path | None = None) -> Path:
     """Write a replayable JSON trace atomically; returns its path (``_safe(name)`` + .json)."""
-    from kvcheck.results.io import write_atomic
-
     directory = directory or REPRO_DIR
     trace = {"trace_version": TRACE_VERSION, "impl": target, "spec": asdict(spec), "ops": ops}
     return write_atomic(directory / f"{_safe(name)}.json", json.dumps(trace, indent=1) + "\n")

@@ -73,7 +73,8 @@ class KVSessionState:
 
     def __init__(self, config: pytest.Config, impls: list[ImplHandle], profile: str | None,
                  max_examples: int, seed: int | None, report_path: str | None,
-                 oracle: ImplHandle | None = None, impl_value: str = "") -> None:
+                 oracle: ImplHandle | None = None, impl_value: str = "",
+                 call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
         self.config = config
         self.impls = impls
         self.impl_value = impl_value  # the --kv-impl text, for the inventory subprocess
@@ -94,7 +95,7 @@ class KVSessionState:
         self.internal_error = False
         self.stop_reason: str | None = None
         self._completeness: dict[str, Completeness] | None = None
-        self.call_timeout: float = DEFAULT_CALL_TIMEOUT
+        self.call_timeout = call_timeout  # --kv-timeout, for adapters loaded later
         self.written: Path | None = None  # the --kv-report file, once written
 
     def profile_for(self, impl: ImplHandle) -> str:
@@ -306,8 +307,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if report_path is not None and impls and not hasattr(config, "workerinput"):
         check_report_path(report_path, "--kv-report")
     state = KVSessionState(config, impls, config.getoption("kv_profile"), max_examples,
-                           config.getoption("kv_seed"), report_path, oracle, value)
-    state.call_timeout = timeout
+                           config.getoption("kv_seed"), report_path, oracle, value, timeout)
     config.stash[KV_STATE] = state
     config.pluginmanager.register(state, "kvcheck-session")
     if (impls and config.args_source != pytest.Config.ArgsSource.ARGS
