@@ -1,6 +1,6 @@
 """The installed vLLM behind kvcheck's protocol (``--kv-impl=vllm``, ``--kv-oracle=vllm``).
 
-It wraps vLLM's own code, built the way vLLM's unit tests build it (spec §5.1): one
+It wraps vLLM's own code, built as vLLM's unit tests build it (docs/semantics.md#running-vllm): one
 full-attention KV-cache group (``FullAttentionSpec(block_size, num_kv_heads=1, head_size=1,
 dtype=torch.float32)``), ``KVCacheManager`` / ``BlockPool`` over ``spec.num_blocks`` blocks,
 ``Request`` objects hashed by ``get_request_block_hasher(block_size, hash_fn)``, and the
@@ -53,7 +53,7 @@ from kvcheck.adapters.vllm_features import (
     pythonhashseed,
     release_behaviour,
 )
-from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView, UnsupportedSpec
 from kvcheck.conformance.view_sync import RequestViewSync
 from kvcheck.reference_impl import events as _reference_events
 
@@ -400,6 +400,99 @@ def _slot_mapping_problem() -> str | None:
     return None
 
 
+# ------------------------------------------------------------------------------ batch metadata
+# 0.33 and later: the Triton kernel takes the DCP interleave size (BlockTable's constructor
+# argument); 0.10.x: numpy, DCP with an interleave of one token, no interleave argument.
+_HAS_INTERLEAVE = BlockTable is not None and "cp_kv_cache_interleave_size" in _params(
+    BlockTable.__init__)
+
+
+class _StepTable:
+    """vLLM's worker ``BlockTable`` sized for one step: one row per request, and
+    ``max_num_batched_tokens`` = the padded batch size (what 0.33's kernel pads up to).
+
+    The DCP world size and rank are set on the table after construction: ``BlockTable``
+    reads them from vLLM's DCP process group, which a single CPU process does not have (it then
+    falls back to 1 and 0, as vLLM's own unit tests rely on).
+    """
+
+    def __init__(self, block_size: int, block_tables: Sequence[Sequence[int]], num_reqs: int,
+                 num_padded_tokens: int, dcp_world_size: int, dcp_rank: int,
+                 interleave: int) -> None:
+        if dcp_world_size > 1 and interleave > 1 and not _HAS_INTERLEAVE:
+            raise UnsupportedSpec(
+                f"vLLM {VERSION} has no cp_kv_cache_interleave_size: its DCP deals out single "
+                f"tokens (interleave 1), not chunks of {interleave}")
+        width = max((len(row) for row in block_tables[:num_reqs]), default=0)
+        self.table = BlockTable(**_accepting(
+            BlockTable.__init__, block_size=block_size, max_num_reqs=max(num_reqs, 1),
+            max_num_blocks_per_req=max(width, 1),
+            max_num_batched_tokens=max(num_padded_tokens, 1), pin_memory=False,
+            device=_slot_device(), cp_kv_cache_interleave_size=interleave,
+            kernel_block_size=block_size))
+        if dcp_world_size > 1 and not hasattr(self.table, "dcp_rank"):
+            raise UnsupportedSpec(f"vLLM {VERSION}'s BlockTable has no decode context "
+                                  "parallelism (dcp_world_size)")
+        if hasattr(self.table, "dcp_rank"):
+            self.table.dcp_world_size = dcp_world_size
+            self.table.dcp_rank = dcp_rank
+        for row_idx, row in enumerate(block_tables[:num_reqs]):
+            self.table.add_row([int(b) for b in row], row_idx)
+
+    def slot_mapping(self, num_scheduled_tokens: Sequence[int], req_indices: Any,
+                     positions: Any, num_padded_tokens: int) -> list[int]:
+        """vLLM's slot mapping of the step, ``num_padded_tokens`` entries."""
+        import numpy as np
+
+        table, num_tokens = self.table, len(positions)
+        if _SLOT_KIND == "numpy":
+            # 0.10.x: numpy on the CPU, then the model runner copies it to the device buffer
+            # and fills the rest with -1 (GPUModelRunner._prepare_inputs, "Fill unused with
+            # -1. Needed for reshape_and_cache in full cuda graph mode").
+            table.compute_slot_mapping(req_indices, positions)
+            table.commit_slot_mapping(num_tokens)
+            table.slot_mapping[num_tokens:].fill_(-1)
+            return [int(s) for s in table.slot_mapping[:num_padded_tokens].tolist()]
+        device = _slot_device()
+        qsl = np.zeros(len(num_scheduled_tokens) + 1, dtype=np.int32)
+        np.cumsum(num_scheduled_tokens, out=qsl[1:])
+        table.commit_block_table(len(num_scheduled_tokens))
+        # The kernel pads [num_tokens, max_num_batched_tokens) with PAD_SLOT_ID itself.
+        table.compute_slot_mapping(len(num_scheduled_tokens),
+                                   torch.from_numpy(qsl).to(device),
+                                   torch.from_numpy(positions).to(device))
+        return [int(s) for s in table.slot_mapping.gpu[:num_padded_tokens].tolist()]
+
+
+def _build_batch(block_size: int, block_tables: Sequence[Sequence[int]],
+                 num_computed_tokens: Sequence[int], num_scheduled_tokens: Sequence[int],
+                 num_padded_tokens: int, dcp_world_size: int = 1, dcp_rank: int = 0,
+                 interleave: int = 1) -> tuple[list[int], list[int], list[int]]:
+    """``(slot_mapping, positions, req_indices)``: the slots from vLLM's ``BlockTable``; the
+    request indices and positions by the model runner's arithmetic (``np.repeat`` of the
+    request indices, ``num_computed_tokens[req] + offset in the request``), which lives in
+    ``GPUModelRunner._prepare_inputs`` and cannot run without a model."""
+    import numpy as np
+
+    num_reqs = len(num_scheduled_tokens)
+    if len(num_computed_tokens) != num_reqs or num_reqs > len(block_tables):
+        raise ValueError(f"{len(block_tables)} rows, {len(num_computed_tokens)} computed "
+                         f"counts and {num_reqs} scheduled counts do not match")
+    scheduled = np.asarray(num_scheduled_tokens, dtype=np.int64).reshape(-1)
+    computed = np.asarray(num_computed_tokens, dtype=np.int64).reshape(-1)
+    num_tokens = int(scheduled.sum())
+    if num_padded_tokens < num_tokens:
+        raise ValueError(f"num_padded_tokens={num_padded_tokens} < {num_tokens} tokens")
+    req_indices = np.repeat(np.arange(num_reqs, dtype=np.int64), scheduled)
+    starts = np.cumsum(scheduled) - scheduled
+    positions = computed[req_indices] + np.arange(num_tokens, dtype=np.int64) - starts[
+        req_indices]
+    step = _StepTable(block_size, block_tables, num_reqs, num_padded_tokens, dcp_world_size,
+                      dcp_rank, interleave)
+    slots = step.slot_mapping(list(scheduled), req_indices, positions, num_padded_tokens)
+    return slots, [int(p) for p in positions], [int(r) for r in req_indices]
+
+
 # ------------------------------------------------------------------------------ the adapters
 class VLLMManager:
     """``KVCacheManagerAdapter`` over vLLM's ``KVCacheManager`` (one full-attention group)."""
@@ -472,6 +565,42 @@ class VLLMManager:
         if self._slots is None:
             self._slots = _SlotMapper(self.spec.num_blocks, self.spec.block_size)
         return self._slots(self.get_block_ids(request_id), start, end)
+
+    # -- batch metadata: vLLM's worker BlockTable (stateless; the tables are arguments)
+    def build_batch(
+        self,
+        block_tables: Sequence[Sequence[int]],
+        num_computed_tokens: Sequence[int],
+        num_scheduled_tokens: Sequence[int],
+        num_padded_tokens: int,
+        dcp_world_size: int = 1,
+        dcp_rank: int = 0,
+        cp_kv_cache_interleave_size: int = 1,
+    ) -> tuple[list[int], list[int], list[int]]:
+        return _build_batch(self.spec.block_size, block_tables, num_computed_tokens,
+                            num_scheduled_tokens, num_padded_tokens, dcp_world_size,
+                            dcp_rank, cp_kv_cache_interleave_size)
+
+    def flashinfer_csr(self, block_tables: Sequence[Sequence[int]],
+                       seq_lens: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        # vLLM builds the CSR inside FlashInferMetadataBuilder, which needs a whole VllmConfig
+        # and the flashinfer package; the adapter does not drive it.
+        raise UnsupportedSpec(
+            "vLLM builds FlashInfer's CSR page table only inside its FlashInfer attention "
+            "backend (a VllmConfig and the flashinfer package); the adapter does not drive it")
+
+    def req_to_token(self, block_tables: Sequence[Sequence[int]],
+                     seq_lens: Sequence[int]) -> list[list[int]]:
+        # SGLang's req_to_token[b, pos] is the slot of every position: vLLM's slot mapping of
+        # a step that schedules each request's whole sequence.
+        lens = [int(n) for n in seq_lens]
+        slots, _, _ = _build_batch(self.spec.block_size, block_tables, [0] * len(lens), lens,
+                                   sum(lens))
+        out, start = [], 0
+        for n in lens:
+            out.append(slots[start:start + n])
+            start += n
+        return out
 
 
 class VLLMBlockPool:
@@ -587,9 +716,14 @@ else:
     _notes.append("extra_keys not declared: this release's Request takes LoRA / multimodal / "
                   "cache_salt inputs in a form the adapter does not know.")
 if _SLOT_PROBLEM is None:
-    _capabilities.add("slot_mapping")
+    _capabilities.update({"slot_mapping", "batch_metadata"})
+    _notes.append("batch_metadata: slots from vLLM's BlockTable"
+                  + ("" if _HAS_INTERLEAVE else " (DCP without interleave size: interleaved "
+                     "batches are declined)")
+                  + "; FlashInfer CSR not checked (vLLM builds it only inside its FlashInfer "
+                  "backend).")
 else:
-    _notes.append(f"slot_mapping not declared: {_SLOT_PROBLEM}.")
+    _notes.append(f"slot_mapping and batch_metadata not declared: {_SLOT_PROBLEM}.")
 
 
 def _release_version() -> str:

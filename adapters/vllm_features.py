@@ -1,7 +1,7 @@
 """Feature detection and profile selection for the vLLM adapter (no vLLM import here).
 
 The adapter (``kvcheck.adapters.vllm``) never trusts a version string alone: it *observes* the
-few behaviours kvcheck's profiles differ in (spec §10), by driving tiny throwaway objects of
+few behaviours kvcheck's profiles differ in (docs/semantics.md#differences), driving tiny objects of
 the installed vLLM, and picks the profile whose free order matches:
 
 * ``free_unhashed``: where ``BlockPool.free_blocks`` puts an unhashed block with prefix
@@ -69,7 +69,7 @@ class Behaviour:
     event_extra_keys: str | None = None
 
 
-#: What each kvcheck profile expects (spec §10 "Differences a reference must version-gate").
+#: What each kvcheck profile expects (docs/semantics.md#differences).
 PROFILE_BEHAVIOUR: dict[str, Behaviour] = {
     "vllm-0.33": Behaviour(free_unhashed="head", free_caching_off="head",
                            none_hash="default_seed", extra_keys="tagged", mm_keys="tagged",
@@ -139,7 +139,7 @@ def select_profile(behaviour: Behaviour) -> tuple[str, list[str]]:
 
 
 def release_behaviour(version: str) -> Behaviour | None:
-    """What the released vLLM ``version`` does, per the spec's version table (§10, §2.3);
+    """What the released vLLM ``version`` does, per docs/semantics.md#release-history;
     None for a version string without a ``MAJOR.MINOR`` prefix. Fields the table leaves
     uncertain (the LoRA key of 0.11-0.12) are None."""
     match = re.match(r"\s*v?(\d+)\.(\d+)", version)
@@ -318,7 +318,7 @@ def detect_mm_key_format(extra_keys_of_mm_block: Callable[[], Any]) -> str | Non
     observed."""
     try:
         keys = extra_keys_of_mm_block()
-    except Exception:
+    except Exception:  # noqa: BLE001 - internals differ per release: not observable here
         return None
     if not keys:
         return None
@@ -346,7 +346,7 @@ def detect_extra_key_format(extra_keys_of_lora_block: Callable[[], Any]) -> str 
     nothing else; None when they cannot be observed."""
     try:
         keys = extra_keys_of_lora_block()
-    except Exception:
+    except Exception:  # noqa: BLE001 - internals differ per release: not observable here
         return None
     if not keys:
         return None

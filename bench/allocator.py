@@ -30,6 +30,7 @@ from kvcheck.bench.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.timing import ALLOCATOR_CLOCK
 from kvcheck.bench.workloads import Draws, Workload, scaled_count
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.errors import KVCheckFailure, KVCheckInputError
 from kvcheck.reference_impl.block_table import compute_slot_mapping
 
 __all__ = [
@@ -137,7 +138,7 @@ def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
     percentile; their samples are the per-round percentiles.
     """
     if not runs:
-        raise ValueError("scheduler_metrics: no rounds")
+        raise KVCheckInputError("scheduler_metrics: no rounds")
     pooled_us = [ns / 1e3 for run in runs for ns in run.allocate_ns]
     p50s = [percentile([ns / 1e3 for ns in r.allocate_ns], 50) for r in runs]
     p99s = [percentile([ns / 1e3 for ns in r.allocate_ns], 99) for r in runs]
@@ -236,8 +237,8 @@ class SlotMappingBench(RoundBench):
         for i in range(self.num_requests):
             view = RequestView(f"slots-{i:05d}", draws.tokens(self.num_tokens))
             if manager.allocate_slots(view, self.num_tokens) is None:
-                raise RuntimeError(f"{self.impl.name}: allocate_slots refused {view.request_id}"
-                                   f" in a pool sized for it ({spec.num_blocks} blocks)")
+                raise KVCheckFailure(f"{self.impl.name}: allocate_slots refused {view.request_id}"
+                                     f" in a pool sized for it ({spec.num_blocks} blocks)")
             rids.append(view.request_id)
         gc.collect()
         return (manager, rids), {}

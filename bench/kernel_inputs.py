@@ -21,12 +21,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvcheck.bench.metrics import paged_decode_bytes, paged_varlen_bytes, store_kv_cache_bytes
 from kvcheck.bench.workloads import Draws
+from kvcheck.errors import KVCheckInputError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ITEMSIZE",
@@ -70,11 +74,12 @@ class KernelBenchCase:
 
     def __post_init__(self) -> None:
         if self.op not in KERNEL_OPS:
-            raise ValueError(f"unknown kernel op {self.op!r}; one of {KERNEL_OPS}")
+            raise KVCheckInputError(f"unknown kernel op {self.op!r}; one of {KERNEL_OPS}")
         if len(self.seq_lens) != len(self.query_lens):
-            raise ValueError(f"{self.name}: seq_lens and query_lens differ in length")
-        if any(q > s or q < 0 for q, s in zip(self.query_lens, self.seq_lens)):
-            raise ValueError(f"{self.name}: need 0 <= query_len <= seq_len for every sequence")
+            raise KVCheckInputError(f"{self.name}: seq_lens and query_lens differ in length")
+        if any(q > s or q < 0 for q, s in zip(self.query_lens, self.seq_lens, strict=True)):
+            raise KVCheckInputError(
+                f"{self.name}: need 0 <= query_len <= seq_len for every sequence")
 
     @property
     def num_heads(self) -> int:
@@ -109,7 +114,7 @@ def kernel_cases(op: str, device: str) -> list[KernelBenchCase]:
     block 16) on CUDA; tiny shapes (2 KV heads, head 64, fp32) on the CPU, where only the
     torch references run."""
     if op not in KERNEL_OPS:
-        raise ValueError(f"unknown kernel op {op!r}; one of {KERNEL_OPS}")
+        raise KVCheckInputError(f"unknown kernel op {op!r}; one of {KERNEL_OPS}")
     if device == "cpu":
         common: dict[str, Any] = dict(num_kv_heads=2, queries_per_kv=2, head_size=64,
                                       block_size=16, dtype="float32")
@@ -178,10 +183,10 @@ def slots_of_new_tokens(rows: Sequence[Sequence[int]], seq_lens: Sequence[int],
     ``[[7, 3]]``, seq_len 20, query_len 2, block 16: positions 18, 19 -> block 3, rows 2, 3 ->
     slots 50, 51.
     """
-    slots = []
-    for row, seq_len, query_len in zip(rows, seq_lens, query_lens):
-        for pos in range(seq_len - query_len, seq_len):
-            slots.append(row[pos // block_size] * block_size + pos % block_size)
+    slots: list[int] = []
+    for row, seq_len, query_len in zip(rows, seq_lens, query_lens, strict=False):
+        slots.extend(row[pos // block_size] * block_size + pos % block_size
+                     for pos in range(seq_len - query_len, seq_len))
     return slots + [-1] * num_pad
 
 
@@ -248,13 +253,16 @@ class KernelInputPool:
             case.seq_lens, case.block_size, case.num_input_sets, case.seed, case.name)
         shape = (self.num_blocks, case.block_size, case.num_kv_heads, case.head_size)
         self._gen = torch.Generator(device=device).manual_seed(case.seed)
-        self.key_cache = torch.zeros(shape, dtype=self._dtype, device=device)
-        self.value_cache = torch.zeros(shape, dtype=self._dtype, device=device)
+        # None once released.
+        self.key_cache: torch.Tensor | None = torch.zeros(shape, dtype=self._dtype, device=device)
+        self.value_cache: torch.Tensor | None = torch.zeros(shape, dtype=self._dtype,
+                                                            device=device)
         if case.op != "store_kv_cache":
             # Filled in slices of at most 2**28 elements: one random call stays far from
             # 32-bit element counts whatever the pool size.
             step = max(1, 2**28 // math.prod(shape[1:]))
             for cache in (self.key_cache, self.value_cache):
+                assert cache is not None  # allocated just above
                 for start in range(0, self.num_blocks, step):
                     cache[start:start + step].normal_(generator=self._gen)
         width = max(len(r) for r in self.tables[0])
@@ -277,11 +285,14 @@ class KernelInputPool:
     @property
     def pool_bytes(self) -> int:
         """Bytes of the key and value caches together."""
+        assert self.key_cache is not None, "the pool was released"
         return 2 * self.key_cache.numel() * self.key_cache.element_size()
 
     def next_round(self) -> KernelInputs:
         """Inputs of the next round: the next disjoint block set, fresh Q / K / V."""
         torch, case = self._torch, self.case
+        assert self.key_cache is not None and self.value_cache is not None, (
+            "the pool was released")
         index = self._round % case.num_input_sets
         self._round += 1
         block_table, seq_lens, qsl, slot_mapping = self._sets[index]

@@ -111,6 +111,7 @@ class KernelDevice:
             props = torch.cuda.get_device_properties(0)
             l2 = int(getattr(props, "L2_cache_size", 0) or 0) or None
             flusher = L2Flusher("cuda", l2, l2_mode)
+            peak: float | None
             if peak_override_gbps:
                 peak, source = peak_override_gbps, "--kv-bench-peak-gbps"
             else:

@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvcheck.errors import KVCheckInputError
+
 __all__ = [
     "NOISY_CV",
     "Metric",
@@ -45,12 +47,12 @@ def percentile(samples: Sequence[float], q: float) -> float:
     -> position 1.5 -> 2.5; at 99 -> position 2.97 -> 3.97.
 
     Raises:
-        ValueError: no samples, or ``q`` outside [0, 100].
+        KVCheckInputError: no samples, or ``q`` outside [0, 100].
     """
     if not samples:
-        raise ValueError("percentile of an empty sample list")
+        raise KVCheckInputError("percentile of an empty sample list")
     if not 0.0 <= q <= 100.0:
-        raise ValueError(f"percentile q must lie in [0, 100], got {q}")
+        raise KVCheckInputError(f"percentile q must lie in [0, 100], got {q}")
     ordered = sorted(samples)
     pos = (len(ordered) - 1) * q / 100.0
     lo = math.floor(pos)
@@ -85,7 +87,7 @@ def summarize(samples: Sequence[float]) -> SampleSummary:
     cv = stdev 1.2910 / 2.5 = 0.5164.
     """
     if not samples:
-        raise ValueError("summarize: no samples")
+        raise KVCheckInputError("summarize: no samples")
     n = len(samples)
     mean = sum(samples) / n
     if n > 1 and mean != 0:
@@ -109,11 +111,11 @@ def per_s(count: float, seconds: float) -> float:
     """Events per second: ``count / seconds`` (e.g. tokens/s, calls/s, blocks/s).
 
     Raises:
-        ValueError: ``seconds <= 0`` (a zero duration means the clock did not advance; a
+        KVCheckInputError: ``seconds <= 0`` (a zero duration means the clock did not advance; a
             figure computed from it would be infinite, never a measurement).
     """
     if seconds <= 0:
-        raise ValueError(f"per_s: duration must be > 0 s, got {seconds}")
+        raise KVCheckInputError(f"per_s: duration must be > 0 s, got {seconds}")
     return count / seconds
 
 
@@ -237,11 +239,11 @@ def paged_varlen_bytes(
     entries 7 + 2 = 9 -> 36; seq_lens 8: total 512_044 (plus query_start_loc for varlen).
     """
     if len(seq_lens) != len(query_lens):
-        raise ValueError(f"{len(seq_lens)} seq_lens but {len(query_lens)} query_lens")
+        raise KVCheckInputError(f"{len(seq_lens)} seq_lens but {len(query_lens)} query_lens")
     total = 0
-    for seq_len, query_len in zip(seq_lens, query_lens):
+    for seq_len, query_len in zip(seq_lens, query_lens, strict=True):  # lengths checked above
         if query_len > seq_len:
-            raise ValueError(f"query_len {query_len} > seq_len {seq_len}")
+            raise KVCheckInputError(f"query_len {query_len} > seq_len {seq_len}")
         total += query_len * num_heads * head_size * (q_itemsize + out_itemsize)
         kv_tokens = _visible_kv_tokens(seq_len, query_len, sliding_window)
         total += 2 * kv_tokens * num_kv_heads * head_size * kv_itemsize

@@ -8,18 +8,20 @@
     pytest --kv-impl=reference --kv-bench --benchmark-json=pb.json -k scheduler
 
 Every option lives here (loaded before argument parsing, so ``--pyargs`` works too). With
-``--kv-bench`` and no test paths the installed ``kvcheck.bench`` folder is collected (this
-plugin's ``pytest_configure`` is ``trylast`` and replaces the conformance plugin's default
-paths after it ran); its ``bench_*.py`` files are collected by ``pytest_collect_file`` below,
-whatever ``python_files`` says. Under ``--kv-bench`` the conformance plugin prints no verdict
-and writes no record (``KVSessionState.reports_conformance``).
+``--kv-bench`` and no test paths the installed ``kvcheck.bench`` folder is collected; its
+``bench_*.py`` files are collected by ``pytest_collect_file`` below, whatever ``python_files``
+says.
 
-The benchmarks use the conformance plugin's ``kv_impl`` / ``kv_reference`` fixtures,
-pytest-benchmark's ``benchmark`` fixture and ``kv_bench`` (the ``BenchSession``). At the end the
-plugin prints one table per group, and with ``--kv-bench-report`` writes kvcheck result records
-(``kind="benchmark"``, raw samples, environment with GPU, driver, CUDA, torch, triton, CPU and
-the kvcheck commit); pytest-benchmark's own ``--benchmark-json`` carries the same figures in
-``extra_info`` and the same machine details (``pytest_benchmark_update_machine_info``).
+The two plugins cooperate only through the hooks of ``kvcheck.plugin.hooks``: this plugin
+answers ``pytest_kvcheck_bench_active`` (so under ``--kv-bench`` the conformance plugin leaves
+the test paths to it, prints no verdict and writes no record) and asks
+``pytest_kvcheck_profiles`` for the profile its records name. The benchmarks use the
+conformance plugin's ``kv_impl`` / ``kv_reference`` fixtures, pytest-benchmark's ``benchmark``
+fixture and ``kv_bench`` (the ``BenchSession``). At the end the plugin prints one table per
+group, and with ``--kv-bench-report`` writes kvcheck result records (``kind="benchmark"``, raw
+samples, environment with GPU, driver, CUDA, torch, triton, CPU and the kvcheck commit);
+pytest-benchmark's own ``--benchmark-json`` carries the same figures in ``extra_info`` and the
+same machine details (``pytest_benchmark_update_machine_info``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import pytest
 
 from kvcheck.bench.session import BenchOptions, BenchSession
+from kvcheck.plugin.hooks import add_hookspecs
 
 __all__ = ["BENCH_STATE", "BenchState"]
 
@@ -138,9 +141,10 @@ class BenchState:
         o = self.session.options
         if not o.enabled:
             return []
-        return [f"kvcheck-bench: scale={o.scale:g} seed={o.seed} rounds={o.rounds or 'default'}"
-                f" warmup={o.warmup if o.warmup is not None else 'default'} "
-                f"device={o.device} l2={o.l2} report={o.report or '-'}"]
+        return [(f"kvcheck-bench: scale={o.scale:g} seed={o.seed} "
+                 f"rounds={o.rounds or 'default'} "
+                 f"warmup={o.warmup if o.warmup is not None else 'default'} "
+                 f"device={o.device} l2={o.l2} report={o.report or '-'}")]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.skipped and _is_bench_nodeid(report.nodeid) and isinstance(
@@ -154,14 +158,16 @@ class BenchState:
         self.session.finalize()
         self.session.close()
         result = yield
-        if self.session.options.report and not self.is_xdist_worker and self.session.results:
-            path = self.write_report()
+        report = self.session.options.report
+        if report and not self.is_xdist_worker and self.session.results:
+            path = self.write_report(report)
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:
                 terminal.write_line(f"kvcheck-bench: result records written to {path}")
         return result
 
-    def write_report(self) -> Path:
+    def write_report(self, report: str) -> Path:
+        """Write the result records to ``report`` (``--kv-bench-report``), atomically."""
         from kvcheck.bench.machine import kvcheck_commit
         from kvcheck.results.environment import collect_environment
         from kvcheck.results.io import write_records
@@ -171,7 +177,7 @@ class BenchState:
                  "kernel_device": self.session.device_info(),
                  "skipped": dict(self.skipped)}
         records = self.session.records(_profile(self.config), environment, extra)
-        return write_records(self.session.options.report, records)
+        return write_records(report, records)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_xdist_worker or not (self.session.results or self.session.options.enabled):
@@ -193,15 +199,23 @@ def _is_bench_nodeid(nodeid: str) -> bool:
 
 
 def _profile(config: pytest.Config) -> str:
-    from kvcheck.plugin.plugin import KV_STATE
-
-    state = config.stash.get(KV_STATE, None)
-    if state is None or not state.impls:
-        return "vllm-0.33"
-    return state.profile_for(state.impls[0])
+    """The records' profile: the first ``--kv-impl``'s active profile, as the conformance
+    plugin answers ``pytest_kvcheck_profiles`` (vllm-0.33 when nothing answers)."""
+    profiles = config.hook.pytest_kvcheck_profiles(config=config)
+    return next(iter(profiles.values())) if profiles else "vllm-0.33"
 
 
 BENCH_STATE = pytest.StashKey[BenchState]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare the hooks shared with the conformance plugin (``kvcheck.plugin.hooks``)."""
+    add_hookspecs(pluginmanager)
+
+
+def pytest_kvcheck_bench_active(config: pytest.Config) -> bool:
+    """``--kv-bench``: this session runs the benchmarks, not a conformance check."""
+    return bool(config.getoption("kv_bench"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -223,10 +237,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.benchmark_columns = list(_PB_COLUMNS)
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    # trylast: after the conformance plugin's pytest_configure, which points config.args at
-    # its own suite when --kv-impl is given without paths.
+    # With --kv-bench the conformance plugin leaves config.args alone
+    # (pytest_kvcheck_bench_active), so the order of the two pytest_configure does not matter.
     options = _options(config)
     state = BenchState(config, options)
     config.stash[BENCH_STATE] = state

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcheck.bench.kernel_inputs import KernelInputs
-from kvcheck.errors import KVCheckError
+from kvcheck.errors import KVCheckError, KVCheckInputError
 
 __all__ = ["PROVIDERS", "Provider", "ProviderUnavailable", "make_provider"]
 
@@ -182,7 +182,7 @@ def _csr(x: KernelInputs) -> tuple[Any, Any, Any]:
 
     bs = x.case.block_size
     indptr, indices, last = [0], [], []
-    for row, seq_len in zip(x.rows, x.case.seq_lens):
+    for row, seq_len in zip(x.rows, x.case.seq_lens, strict=False):
         num = -(-seq_len // bs)
         indices.extend(row[:num])
         indptr.append(indptr[-1] + num)
@@ -210,8 +210,10 @@ def _flashinfer() -> Provider:
 
     def store(x: KernelInputs) -> Prepared:
         indptr, indices, last = _csr(x)
-        seq_of, pos_of = [], []
-        for seq, (seq_len, query_len) in enumerate(zip(x.case.seq_lens, x.case.query_lens)):
+        seq_of: list[int] = []
+        pos_of: list[int] = []
+        for seq, (seq_len, query_len) in enumerate(zip(x.case.seq_lens, x.case.query_lens,
+                                                       strict=True)):
             seq_of.extend([seq] * query_len)
             pos_of.extend(range(seq_len - query_len, seq_len))
         dev = x.key_cache.device
@@ -285,4 +287,4 @@ def make_provider(name: str, impl: Any = None) -> Provider:
                 f"{impl.name}'s kernels() are kvcheck's own Triton kernels: see the "
                 "kvcheck_triton rows")
         return _impl(kernel_set, impl.name, impl.info.version)
-    raise ValueError(f"unknown provider {name!r}; one of {PROVIDERS}")
+    raise KVCheckInputError(f"unknown provider {name!r}; one of {PROVIDERS}")

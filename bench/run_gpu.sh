@@ -3,56 +3,68 @@
 #
 #   bash bench/run_gpu.sh OUT_DIR [KV_IMPL] [extra pytest args...]
 #
-# Runs `pytest --kv-impl=KV_IMPL --kv-bench --kv-bench-device=cuda` from the repository root
-# (KV_IMPL defaults to "reference": kvcheck's Triton kernels, the torch references, vLLM and
+# Installs this tree as the README does (pip install -e ".[kernels,bench,test]") into a venv,
+# then runs `pytest --kv-impl=KV_IMPL --kv-bench --kv-bench-device=cuda` from the repository
+# root (KV_IMPL defaults to "reference": kvcheck's Triton kernels, the torch references, vLLM and
 # FlashInfer when importable, plus the allocator benchmarks on this machine's CPU) and writes
 #   OUT_DIR/kvcheck-bench.jsonl      kvcheck result records (raw samples, full environment)
 #   OUT_DIR/pytest-benchmark.json    pytest-benchmark's JSON (figures in extra_info)
 #   OUT_DIR/bench.log                the whole terminal output, tables included
+#   OUT_DIR/pip.log                  the install's output
 #   OUT_DIR/nvidia-smi.csv           clocks, temperature and power before and after
 #
-# Needs python3 with torch (CUDA), triton, pytest, pytest-benchmark, numpy, rich, xxhash,
-# hypothesis and cbor2. Nothing is installed: kvcheck is made importable from this tree through
-# a folder of symlinks in a scratch folder (mktemp -d). A missing pure dependency (cbor2 on a bare CUDA image) can be
-# carried as wheels in .whl/ (pip download --no-deps cbor2 ...); they are unpacked into
-# the scratch folder. Set KVCHECK_COMMIT=<sha> when the tree arrives without .git, so the
-# records name the commit. KV_BENCH_DEVICE=cpu is a dry run without a GPU (torch references
-# only); KV_BENCH_NO_INSTALL=1 takes the symlink route even where kvcheck is installed.
-# Exit codes: 2 missing dependency, 3 no CUDA device, else pytest's.
+# The venv is created with --system-site-packages from $PYTHON (default python3), so the CUDA
+# build of torch and triton already on the machine is used, not replaced (pip finds the
+# `kernels` extra satisfied). An editable install keeps `kvcheck.__file__` in this tree, so the
+# records name its git commit. Settings, all optional:
+#   PYTHON=python3.12        the interpreter the venv is made from
+#   KV_BENCH_VENV=DIR        the venv to use (created if missing; reused across runs); the
+#                            default is a scratch one (mktemp -d); KV_BENCH_VENV=current
+#                            installs into $PYTHON's own environment instead
+#   .whl/*.whl               wheels pip may take (--find-links .whl), e.g. cbor2 on a bare CUDA
+#                            image; on a machine without network add PIP_NO_INDEX=1 and carry
+#                            every missing distribution there, setuptools and wheel included
+#                            (the build backend pip installs for the build)
+#   KVCHECK_COMMIT=<sha>     the commit the records name when the tree arrives without .git
+#   KV_BENCH_DEVICE=cpu      a dry run without a GPU (torch references only)
+# Exit codes: 2 install failed or a dependency is missing, 3 no CUDA device, else pytest's.
 set -euo pipefail
 
 out=${1:?usage: bash bench/run_gpu.sh OUT_DIR [KV_IMPL] [pytest args...]}
 impl=${2:-reference}
 shift $(( $# >= 2 ? 2 : 1 ))
 cd "$(dirname "$0")/.."
-repo=$(pwd)
-py=${PYTHON:-python3}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-
-scratch=$(mktemp -d -t kvcheck-gpu.XXXXXX)  # symlinked package and carried wheels
+out=$(cd "$out" && pwd)
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 device=${KV_BENCH_DEVICE:-cuda}  # KV_BENCH_DEVICE=cpu: a dry run of this script without a GPU
 
-plugins=()
-if [ -n "${KV_BENCH_NO_INSTALL:-}" ] || ! "$py" -c "import sys
-from importlib.metadata import entry_points as e
-sys.exit(0 if any(p.name == 'kvcheck-bench' for p in e(group='pytest11')) else 1)"; then
-  # kvcheck is not installed: a package of symlinks, $scratch/pkg/kvcheck/<sub> -> ./<sub>,
-  # and the plugins named explicitly with entry-point autoloading off (so an installed copy,
-  # if any, is not registered twice).
-  pkg=$scratch/pkg
-  rm -rf "$pkg" && mkdir -p "$pkg/kvcheck"
-  ln -s "$repo/kvcheck/__init__.py" "$pkg/kvcheck/__init__.py"
-  for sub in reference_impl conformance gpu_kernels plugin bench results adapters; do
-    ln -s "$repo/$sub" "$pkg/kvcheck/$sub"
-  done
-  export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-  plugins=(-p pytest_benchmark.plugin -p kvcheck.plugin.plugin -p kvcheck.bench.plugin)
+venv=${KV_BENCH_VENV:-}
+if [ "$venv" = current ]; then
+  py=${PYTHON:-python3}
+else
+  if [ -z "$venv" ]; then
+    scratch=$(mktemp -d -t kvcheck-gpu.XXXXXX)
+    trap 'rm -rf "$scratch"' EXIT
+    venv=$scratch/venv
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    "${PYTHON:-python3}" -m venv --system-site-packages "$venv"
+  fi
+  py=$venv/bin/python
 fi
+
+find_links=()
 if ls .whl/*.whl >/dev/null 2>&1; then
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$scratch/site" .whl/*.whl
-  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$scratch/site"
+  find_links=(--find-links .whl)
+fi
+echo "run_gpu.sh: pip install -e '.[kernels,bench,test]' with $py (log: $out/pip.log)"
+if ! "$py" -m pip install -e ".[kernels,bench,test]" ${find_links[@]+"${find_links[@]}"} \
+    >"$out/pip.log" 2>&1; then
+  tail -n 20 "$out/pip.log" >&2
+  echo "run_gpu.sh: installing kvcheck failed (see $out/pip.log)." >&2
+  echo "  Fix: carry the missing wheels in .whl/ (see the header of this script)." >&2
+  exit 2
 fi
 
 if ! "$py" -c "import torch, triton, numpy, rich, xxhash, cbor2, hypothesis, pytest_benchmark" \
@@ -76,7 +88,7 @@ smi() {
 smi
 status=0
 # 420 s for pytest leaves room for the start-up above inside the 8-minute budget.
-timeout 420 "$py" -m pytest -p no:cacheprovider ${plugins[@]+"${plugins[@]}"} \
+timeout 420 "$py" -m pytest -p no:cacheprovider \
   --kv-impl="$impl" --kv-bench --kv-bench-device="$device" \
   --kv-bench-report="$out/kvcheck-bench.jsonl" \
   --benchmark-json="$out/pytest-benchmark.json" -rs "$@" 2>&1 | tee "$out/bench.log" \

@@ -27,6 +27,7 @@ from typing import Any
 
 from kvcheck.bench.workloads import RequestSpec, Workload
 from kvcheck.conformance.protocol import RequestView
+from kvcheck.errors import KVCheckFailure
 
 __all__ = ["SchedulerRun", "run_workload"]
 
@@ -74,7 +75,7 @@ class SchedulerRun:
 class _Live:
     """A request inside the scheduler: the trace entry plus its progress."""
 
-    __slots__ = ("spec", "num_outputs", "num_computed", "outputs")
+    __slots__ = ("num_computed", "num_outputs", "outputs", "spec")
 
     def __init__(self, spec: RequestSpec) -> None:
         self.spec = spec
@@ -102,106 +103,186 @@ def _timed(samples: list[int], fn: Any, *args: Any) -> Any:
     return result
 
 
+class _StepBatch:
+    """What one step schedules: ``(request, num_new_tokens)`` pairs within the token budget."""
+
+    __slots__ = ("scheduled", "token_budget")
+
+    def __init__(self, token_budget: int) -> None:
+        self.token_budget = token_budget  # tokens this step may still schedule
+        self.scheduled: list[tuple[_Live, int]] = []
+
+    def add(self, live: _Live, num_new: int) -> None:
+        self.scheduled.append((live, num_new))
+        self.token_budget -= num_new
+
+
+class _Scheduler:
+    """The loop's queues and the phases of one step (numbered as in the module docstring).
+
+    Every call into ``manager`` goes through ``_timed`` into ``run``'s samples, and every
+    count lands in ``run``: the phases only move requests between the queues.
+    """
+
+    def __init__(self, manager: Any, workload: Workload, run: SchedulerRun) -> None:
+        self.manager = manager
+        self.workload = workload
+        self.run = run
+        # Requests with no predecessor, by arrival step (sorted is stable: trace order on ties).
+        self.arrivals = deque(sorted(
+            (r for r in workload.requests if r.after is None), key=lambda r: r.arrival_step))
+        self.dependents: dict[str, list[RequestSpec]] = {}  # predecessor id -> next turns
+        for r in workload.requests:
+            if r.after is not None:
+                self.dependents.setdefault(r.after, []).append(r)
+        self.released: list[tuple[int, RequestSpec]] = []  # (absolute arrival step, request)
+        self.waiting: deque[_Live] = deque()
+        self.running: list[_Live] = []  # admission order: the last one is preempted first
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.arrivals or self.released or self.waiting or self.running)
+
+    def stall_message(self, step: int) -> str:
+        return (f"{self.workload.scenario}: no progress after {step} steps ({self.run.finished}"
+                f" of {len(self.workload.requests)} requests finished, {len(self.running)} "
+                f"running, {len(self.waiting)} waiting)")
+
+    def step(self, step: int) -> None:
+        """One scheduler step: arrivals, running requests, admissions, execution, finishes."""
+        self.admit_arrivals(step)
+        batch = _StepBatch(self.workload.max_num_batched_tokens)
+        preemptions_before = self.run.preemptions
+        self.schedule_running(batch)
+        if self.run.preemptions == preemptions_before:  # vLLM admits nothing after preempting
+            self.admit_waiting(batch)
+        self.execute(batch)
+        self.free_finished(step)
+        self.record_usage()
+
+    # 1. arrivals
+    def admit_arrivals(self, step: int) -> None:
+        """Requests due at ``step`` join the tail of the waiting queue: trace arrivals first,
+        then chat turns released by a finished predecessor."""
+        while self.arrivals and self.arrivals[0].arrival_step <= step:
+            self.waiting.append(_Live(self.arrivals.popleft()))
+        if self.released:
+            due = [r for s, r in self.released if s <= step]
+            self.released = [(s, r) for s, r in self.released if s > step]
+            self.waiting.extend(_Live(r) for r in due)
+
+    # 2. running requests
+    def schedule_running(self, batch: _StepBatch) -> None:
+        """Running requests in admission order, each for the rest of its prefill (chunked by
+        the budget) or one decode token, until the budget is spent or a request is itself
+        preempted."""
+        i = 0
+        while i < len(self.running) and batch.token_budget > 0:
+            live = self.running[i]
+            num_new = min(live.num_tokens - live.num_computed, batch.token_budget)
+            if not self._allocate_or_preempt(live, num_new):
+                break
+            batch.add(live, num_new)
+            i += 1
+
+    def _allocate_or_preempt(self, live: _Live, num_new: int) -> bool:
+        """``allocate_slots`` for ``live``; after each refusal the last running request is
+        preempted and the call retried. False when ``live`` itself was the victim. Victims
+        come from the tail, which has not been scheduled yet this step."""
+        while _timed(self.run.allocate_ns, self.manager.allocate_slots, live.view(),
+                     num_new) is None:
+            if self._preempt_last() is live:
+                return False
+        return True
+
+    def _preempt_last(self) -> _Live:
+        """Free the lowest-priority (last admitted) request; it recomputes from token 0 and
+        goes back to the head of the waiting queue."""
+        victim = self.running.pop()
+        _timed(self.run.free_ns, self.manager.free, victim.spec.request_id)
+        victim.num_computed = 0
+        self.waiting.appendleft(victim)
+        self.run.preemptions += 1
+        return victim
+
+    # 3. admissions
+    def admit_waiting(self, batch: _StepBatch) -> None:
+        """Admit from the head of the waiting queue while ``max_num_seqs``, the budget and
+        ``allocate_slots`` allow; the first refusal ends admission for this step.
+
+        Raises:
+            KVCheckFailure: the refused request would be alone in the pool (it never fits).
+        """
+        while (self.waiting and batch.token_budget > 0
+               and len(self.running) < self.workload.max_num_seqs):
+            live = self.waiting[0]
+            view = live.view()
+            hit_ids, num_hit = _timed(self.run.lookup_ns, self.manager.get_computed_blocks,
+                                      view)
+            num_new = min(live.num_tokens - num_hit, batch.token_budget)
+            new = _timed(self.run.allocate_ns, self.manager.allocate_slots, view, num_new,
+                         num_hit, hit_ids)
+            if new is None:
+                if not self.running:
+                    raise KVCheckFailure(
+                        f"{self.workload.scenario}: {live.spec.request_id} ({live.num_tokens} "
+                        f"tokens) cannot be admitted into an idle pool of "
+                        f"{self.workload.num_blocks} blocks")
+                return
+            self.waiting.popleft()
+            self.running.append(live)
+            self.run.hit_tokens += num_hit
+            self.run.queried_tokens += live.num_tokens
+            live.num_computed = num_hit
+            batch.add(live, num_new)
+
+    # 4. execution and finishes
+    def execute(self, batch: _StepBatch) -> None:
+        """Scheduled tokens become computed; a request with all its tokens computed samples
+        its next output token."""
+        for live, num_new in batch.scheduled:
+            live.num_computed += num_new
+            self.run.scheduled_tokens += num_new
+            if live.num_computed == live.num_tokens:
+                live.sample()
+
+    def free_finished(self, step: int) -> None:
+        """Free every running request that has sampled all its output (in admission order) and
+        release its next chat turn, due ``arrival_step`` steps after this one."""
+        still_running = []
+        for live in self.running:
+            if live.num_outputs < len(live.spec.output_token_ids):
+                still_running.append(live)
+                continue
+            _timed(self.run.free_ns, self.manager.free, live.spec.request_id)
+            self.run.finished += 1
+            for nxt in self.dependents.pop(live.spec.request_id, ()):
+                self.released.append((step + 1 + nxt.arrival_step, nxt))
+        self.running = still_running
+
+    def record_usage(self) -> None:
+        """Pool usage after the step (untimed ``num_free_blocks``), kept at its peak."""
+        used = self.run.usable_blocks - self.manager.num_free_blocks()
+        self.run.peak_used_blocks = max(self.run.peak_used_blocks, used)
+
+
 def run_workload(manager: Any, workload: Workload, max_steps: int | None = None) -> SchedulerRun:
     """Replay ``workload`` on a fresh ``manager`` (a ``KVCacheManagerAdapter``).
 
     Raises:
-        RuntimeError: a request cannot be admitted into an otherwise empty pool (the pool is
+        KVCheckFailure: a request cannot be admitted into an otherwise empty pool (the pool is
             too small for it), or the replay exceeds ``max_steps`` (default: 4 steps per trace
             token plus 1000), which means the implementation stopped making progress.
     """
     run = SchedulerRun(usable_blocks=max(1, workload.num_blocks - 1))
-    arrivals = deque(sorted(
-        (r for r in workload.requests if r.after is None), key=lambda r: r.arrival_step))
-    dependents: dict[str, list[RequestSpec]] = {}
-    for r in workload.requests:
-        if r.after is not None:
-            dependents.setdefault(r.after, []).append(r)
-    released: list[tuple[int, RequestSpec]] = []  # (absolute arrival step, request)
-    waiting: deque[_Live] = deque()
-    running: list[_Live] = []
+    scheduler = _Scheduler(manager, workload, run)
     limit = max_steps if max_steps is not None else (
         4 * sum(r.num_tokens for r in workload.requests) + 1000)
     step = 0
-    while arrivals or released or waiting or running:
+    while scheduler.has_work:
         if step >= limit:
-            raise RuntimeError(
-                f"{workload.scenario}: no progress after {step} steps ({run.finished} of "
-                f"{len(workload.requests)} requests finished, {len(running)} running, "
-                f"{len(waiting)} waiting)")
-        while arrivals and arrivals[0].arrival_step <= step:
-            waiting.append(_Live(arrivals.popleft()))
-        if released:
-            due = [r for s, r in released if s <= step]
-            released = [(s, r) for s, r in released if s > step]
-            waiting.extend(_Live(r) for r in due)
-
-        budget = workload.max_num_batched_tokens
-        scheduled: list[tuple[_Live, int]] = []
-        preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            live = running[i]
-            num_new = min(live.num_tokens - live.num_computed, budget)
-            is_scheduled = True
-            while _timed(run.allocate_ns, manager.allocate_slots, live.view(), num_new) is None:
-                # Preempt the lowest-priority (last admitted) request and retry; victims come
-                # from the tail, which has not been scheduled yet this step.
-                victim = running.pop()
-                _timed(run.free_ns, manager.free, victim.spec.request_id)
-                victim.num_computed = 0
-                waiting.appendleft(victim)
-                run.preemptions += 1
-                preempted = True
-                if victim is live:
-                    is_scheduled = False
-                    break
-            if not is_scheduled:
-                break
-            scheduled.append((live, num_new))
-            budget -= num_new
-            i += 1
-
-        while (not preempted and waiting and budget > 0
-               and len(running) < workload.max_num_seqs):
-            live = waiting[0]
-            view = live.view()
-            hit_ids, num_hit = _timed(run.lookup_ns, manager.get_computed_blocks, view)
-            num_new = min(live.num_tokens - num_hit, budget)
-            new = _timed(run.allocate_ns, manager.allocate_slots, view, num_new, num_hit,
-                         hit_ids)
-            if new is None:
-                if not running:
-                    raise RuntimeError(
-                        f"{workload.scenario}: {live.spec.request_id} ({live.num_tokens} "
-                        f"tokens) cannot be admitted into an idle pool of "
-                        f"{workload.num_blocks} blocks")
-                break
-            waiting.popleft()
-            running.append(live)
-            run.hit_tokens += num_hit
-            run.queried_tokens += live.num_tokens
-            live.num_computed = num_hit
-            scheduled.append((live, num_new))
-            budget -= num_new
-
-        for live, num_new in scheduled:
-            live.num_computed += num_new
-            run.scheduled_tokens += num_new
-            if live.num_computed == live.num_tokens:
-                live.sample()
-        still_running = []
-        for live in running:
-            if live.num_outputs < len(live.spec.output_token_ids):
-                still_running.append(live)
-                continue
-            _timed(run.free_ns, manager.free, live.spec.request_id)
-            run.finished += 1
-            for nxt in dependents.pop(live.spec.request_id, ()):
-                released.append((step + 1 + nxt.arrival_step, nxt))
-        running = still_running
-        used = run.usable_blocks - manager.num_free_blocks()
-        run.peak_used_blocks = max(run.peak_used_blocks, used)
+            raise KVCheckFailure(scheduler.stall_message(step))
+        scheduler.step(step)
         step += 1
     run.steps = step
     return run

@@ -241,6 +241,7 @@ class BenchSession:
     def records(self, profile: str, environment: dict[str, Any],
                 extra: dict[str, Any]) -> list[dict[str, Any]]:
         """One ``kind="benchmark"`` record per subject (implementation or kernel provider)."""
+        from kvcheck.conformance import SUITE_VERSION
         from kvcheck.results.schema import make_benchmark_record, make_metric
 
         self.finalize()
@@ -253,21 +254,21 @@ class BenchSession:
                         None)
             block: Any = impl if impl is not None else {
                 "name": subject, "version": results[0].subject_version}
-            metrics = []
+            metrics: list[dict[str, Any]] = []
             for r in results:
                 case = f"{r.group}/{r.case}"
-                for m in r.metrics:
-                    metrics.append(make_metric(
-                        m.name, m.unit, m.direction, m.samples, m.value, case=case,
-                        stat=m.stat, extra={
-                            "reference_value": m.reference_value,
-                            "ratio_to_reference": m.ratio_to_reference,
-                            "baseline": r.baseline, "noisy": summarize(m.samples).is_noisy,
-                            "device": r.device}))
+                metrics.extend(make_metric(
+                    m.name, m.unit, m.direction, m.samples, m.value, case=case,
+                    stat=m.stat, extra={
+                        "reference_value": m.reference_value,
+                        "ratio_to_reference": m.ratio_to_reference,
+                        "baseline": r.baseline, "noisy": summarize(m.samples).is_noisy,
+                        "device": r.device}) for m in r.metrics)
             benchmarks = [{"nodeid": r.nodeid, "group": r.group, "case": r.case,
                            "device": r.device, "info": r.info} for r in results]
             records.append(make_benchmark_record(
-                block, metrics, profile=profile, environment=environment,
+                block, metrics, profile=profile, suite_version=SUITE_VERSION,
+                environment=environment,
                 seed=self.options.seed, extra={**extra, "benchmarks": benchmarks}))
         return records
 

@@ -55,7 +55,6 @@ def _speedup(result: BenchResult) -> str:
 def _table(title: str, columns: list[tuple[str, str]], rows: Iterable[list[str]]) -> list[str]:
     from rich.console import Console
     from rich.table import Table
-
     from rich.text import Text
 
     table = Table(title=title)

@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
+
+from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "ALLOCATOR_CLOCK",
     "KERNEL_CLOCK",
-    "allocator_time",
-    "kernel_time",
     "CallTimer",
     "CudaEventTimer",
     "HostTimer",
     "L2Flusher",
     "MeasuredClock",
+    "allocator_time",
     "copy_bytes",
+    "kernel_time",
     "l2_flush_bytes",
     "measure_copy_gbps",
     "theoretical_dram_gbps",
@@ -53,7 +56,7 @@ class MeasuredClock:
     def advance(self, seconds: float) -> None:
         """Add one measurement (seconds >= 0)."""
         if seconds < 0:
-            raise ValueError(f"a measured duration cannot be negative: {seconds} s")
+            raise KVCheckInputError(f"a measured duration cannot be negative: {seconds} s")
         self._elapsed_s += seconds
 
 
@@ -139,7 +142,7 @@ class L2Flusher:
 
     def __init__(self, device: Any, l2_cache_bytes: int | None, mode: str = "cold") -> None:
         if mode not in ("cold", "warm"):
-            raise ValueError(f"L2 mode must be 'cold' or 'warm', got {mode!r}")
+            raise KVCheckInputError(f"L2 mode must be 'cold' or 'warm', got {mode!r}")
         self.mode = mode
         self.num_bytes = l2_flush_bytes(l2_cache_bytes) if mode == "cold" else 0
         self._buffer = None
@@ -161,7 +164,7 @@ def theoretical_dram_gbps(mem_clock_khz: float, bus_width_bits: int) -> float:
     formula; the clock and width come from the driver, never from a table of marketing names.
     """
     if mem_clock_khz <= 0 or bus_width_bits <= 0:
-        raise ValueError(
+        raise KVCheckInputError(
             f"memory clock ({mem_clock_khz} kHz) and bus width ({bus_width_bits} bits) must be > 0"
         )
     return mem_clock_khz * 1e3 * bus_width_bits / 8 * 2 / 1e9
@@ -191,7 +194,7 @@ def measure_copy_gbps(device: Any, num_bytes: int, repeats: int = 10) -> tuple[f
         torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
-        _, seconds = timer(lambda: dst.copy_(src))
+        _, seconds = timer(partial(dst.copy_, src))
         samples.append(gbps(copy_bytes(src.numel() * 4), seconds))
     del src, dst
     return percentile(samples, 50), samples

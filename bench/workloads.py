@@ -45,11 +45,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvcheck.errors import KVCheckInputError
+
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
-    "Draws",
     "SCENARIOS",
     "VOCAB_SIZE",
+    "Draws",
     "RequestSpec",
     "Workload",
     "make_workload",
@@ -161,7 +163,7 @@ class Draws:
 
     def __init__(self, seed: int, label: str) -> None:
         if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+            raise KVCheckInputError(f"seed must be >= 0, got {seed}")
         seq = np.random.SeedSequence([seed, zlib.crc32(label.encode())])
         self._rng = np.random.Generator(np.random.PCG64(seq))
 
@@ -173,14 +175,11 @@ class Draws:
         """``n`` integers uniform in ``[lo, hi]`` (multiply-shift: ``lo + (r * span) >> 32``)."""
         span = hi - lo + 1
         if not 1 <= span <= 2**32:
-            raise ValueError(f"need lo <= hi and a span <= 2**32, got [{lo}, {hi}]")
+            raise KVCheckInputError(f"need lo <= hi and a span <= 2**32, got [{lo}, {hi}]")
         if n == 0:
             return []
         scaled = (self._high32(n) * np.uint64(span)) >> np.uint64(32)
         return [lo + int(x) for x in scaled]
-
-    def int(self, lo: int, hi: int) -> int:
-        return self.ints(lo, hi, 1)[0]
 
     def tokens(self, n: int) -> tuple[int, ...]:
         """``n`` token ids uniform in ``[1, VOCAB_SIZE - 1]``."""
@@ -207,11 +206,15 @@ class Draws:
         lo, hi, _ = buckets[self.weighted([w for _, _, w in buckets])]
         return self.int(lo, hi)
 
+    # Last in the class: from here on, ``int`` in this class body names this method.
+    def int(self, lo: int, hi: int) -> int:
+        return self.ints(lo, hi, 1)[0]
+
 
 def scaled_count(base: int, scale: float) -> int:
     """``base * scale`` rounded half up, at least 1."""
     if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
+        raise KVCheckInputError(f"scale must be > 0, got {scale}")
     return max(1, math.floor(base * scale + 0.5))
 
 
@@ -352,12 +355,12 @@ def make_workload(scenario: str, seed: int = 0, scale: float = 1.0,
     """Build the trace of ``scenario`` (see the module docstring for every distribution).
 
     Raises:
-        ValueError: unknown scenario (the message lists them), ``scale <= 0``, ``seed < 0``.
+        KVCheckInputError: unknown scenario (the message lists them), ``scale <= 0``, ``seed < 0``.
     """
     if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        raise KVCheckInputError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+        raise KVCheckInputError(f"block_size must be >= 1, got {block_size}")
     shape = SCENARIOS[scenario](Draws(seed, scenario), scale)
     working_set = working_set_blocks(shape.requests, block_size)
     largest = max(math.ceil(r.num_tokens / block_size) for r in shape.requests)

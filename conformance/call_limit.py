@@ -28,6 +28,7 @@ A limit of ``0`` or ``None`` turns all of this off (the call is made directly).
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -35,10 +36,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, TypeVar
 
 from kvcheck.conformance.protocol import RequestView
-from kvcheck.errors import KVCheckFailure
+from kvcheck.errors import KVCheckFailure, KVCheckInputError
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVarTuple, Unpack
+
+    _Args = TypeVarTuple("_Args")
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -62,6 +69,10 @@ GRACE_S = 10.0
 #: "interrupted": there is no verdict).
 STUCK_EXIT_CODE = 2
 
+_T = TypeVar("_T")
+#: What ``signal.signal`` accepts and ``signal.getsignal`` returns.
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
 _MAIN_IDENT: int = threading.main_thread().ident or 0
 _HAVE_TIMER = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
 # Bound once: the arm / disarm path runs on every adapter call.
@@ -79,16 +90,16 @@ except OSError:  # no standard error at all
     _STDERR_FD = -1
 
 
-def abbreviate(value: Any, limit: int = 120) -> str:
+def abbreviate(value: object, limit: int = 120) -> str:
     """``repr(value)`` cut to ``limit`` characters (with ``...`` where cut)."""
     try:
         text = repr(value)
-    except Exception as exc:  # a broken __repr__ must not hide the real problem
+    except Exception as exc:  # noqa: BLE001 - a broken __repr__ must not hide the real problem
         text = f"<{type(value).__name__} (repr raised {type(exc).__name__})>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def arg_text(value: Any) -> str:
+def arg_text(value: object) -> str:
     """An argument as failure messages show it: a ``RequestView`` by its id and sizes (its
     token tuple can be long), anything else abbreviated."""
     if type(value) is RequestView:
@@ -106,7 +117,7 @@ class _Call:
 
     __slots__ = ("args", "deadline", "done", "limit", "method", "raised", "start", "thread")
 
-    def __init__(self, limit: CallLimit, method: str, args: tuple[Any, ...], start: float,
+    def __init__(self, limit: CallLimit, method: str, args: tuple[object, ...], start: float,
                  thread: int) -> None:
         self.limit = limit
         self.method = method
@@ -140,7 +151,8 @@ class CallLimit:
     def __init__(self, seconds: float | None, impl: str = "implementation",
                  grace: float = GRACE_S) -> None:
         if seconds is not None and not (seconds >= 0 and seconds != float("inf")):
-            raise ValueError(f"call limit {seconds!r}: must be a finite number of seconds >= 0")
+            raise KVCheckInputError(
+                f"call limit {seconds!r}: must be a finite number of seconds >= 0")
         self.seconds = float(seconds) if seconds else 0.0
         self.impl = impl
         self.grace = grace
@@ -148,7 +160,7 @@ class CallLimit:
     def __repr__(self) -> str:
         return f"CallLimit({self.seconds:g}, impl={self.impl!r})"
 
-    def call(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, method: str, fn: Callable[[Unpack[_Args]], _T], *args: Unpack[_Args]) -> _T:
         """``fn(*args)`` under the limit; ``method`` names the call in messages.
 
         Raises:
@@ -170,12 +182,12 @@ class _Alarm:
 
     def __init__(self) -> None:
         self.call: _Call | None = None
-        self.previous: Any = signal.SIG_DFL  # the handler ours replaced
+        self.previous: _Handler = signal.SIG_DFL  # the handler ours replaced
         self.their_deadline: float | None = None  # pending timer of someone else
         self.last_deadline = float("-inf")  # of our latest call
 
-    def run(self, limit: CallLimit, method: str, fn: Callable[..., Any],
-            args: tuple[Any, ...]) -> Any:
+    def run(self, limit: CallLimit, method: str, fn: Callable[[Unpack[_Args]], _T],
+            args: tuple[Unpack[_Args]]) -> _T:
         current = _getsignal(_SIGALRM)
         swapped = False
         if current is not _on_alarm:
@@ -217,7 +229,7 @@ class _Alarm:
             if swapped:
                 signal.signal(signal.SIGALRM, self.previous)
 
-    def delegate(self, signum: int, frame: Any) -> Any:
+    def delegate(self, signum: int, frame: FrameType | None) -> object:
         """The alarm is not ours: do what the replaced handler would have done."""
         previous = self.previous
         if callable(previous):
@@ -237,7 +249,7 @@ except ImportError:  # pragma: no cover - CPython always has it
 _ALARM = _Alarm()
 
 
-def _on_alarm(signum: int, frame: Any) -> Any:
+def _on_alarm(signum: int, frame: FrameType | None) -> object:
     alarm = _ALARM
     now = time.monotonic()
     call = alarm.call
@@ -290,8 +302,8 @@ class _Watchdog:
         if not self.last_resort_armed and self.last_resort:
             self._arm_last_resort(call.limit.seconds + call.limit.grace + 2 * self.period)
 
-    def run_threaded(self, limit: CallLimit, method: str, fn: Callable[..., Any],
-                     args: tuple[Any, ...], thread: int) -> Any:
+    def run_threaded(self, limit: CallLimit, method: str, fn: Callable[[Unpack[_Args]], _T],
+                     args: tuple[Unpack[_Args]], thread: int) -> _T:
         if thread in self.calls:  # nested
             return fn(*args)
         call = _Call(limit, method, args, time.monotonic(), thread)
@@ -389,10 +401,8 @@ def _end_session(call: _Call) -> None:
         faulthandler.dump_traceback(file=fd, all_threads=True)
     except OSError:
         pass
-    try:
+    with contextlib.suppress(Exception):  # whatever stdout is, the session ends now
         sys.stdout.flush()
-    except Exception:
-        pass
     os._exit(STUCK_EXIT_CODE)
 
 

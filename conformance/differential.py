@@ -11,23 +11,33 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import NoReturn, Protocol, TypedDict
 
+from kvcheck.atomic import write_atomic
 from kvcheck.conformance.call_limit import AdapterTimeout
-from kvcheck.conformance.driver import Check, Driver
+from kvcheck.conformance.driver import Check, Driver, StepResult
 from kvcheck.conformance.guard import ProtocolViolation
 from kvcheck.conformance.laws import check_laws
-from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.ops import Op
+from kvcheck.conformance.protocol import KVCacheSpec, KVEvent
 from kvcheck.conformance.trace_check import TraceError, check_ops, check_spec
 from kvcheck.errors import KVCheckFailure
-from kvcheck.plugin.loader import ImplHandle
-from kvcheck.results.io import write_atomic
 
-__all__ = ["ConformanceMismatch", "Pair", "REPRO_DIR", "TraceError", "load_trace",
-           "replay_trace", "write_trace"]
+__all__ = [
+    "REPRO_DIR",
+    "ConformanceMismatch",
+    "Pair",
+    "PairFactory",
+    "Trace",
+    "TraceError",
+    "load_trace",
+    "replay_trace",
+    "write_trace",
+]
 
 REPRO_DIR = Path(".kvcheck") / "repro"
 TRACE_VERSION = 1
@@ -37,6 +47,16 @@ class ConformanceMismatch(KVCheckFailure):
     """The implementation and the oracle disagree (or a law broke) after some op."""
 
 
+class Trace(TypedDict):
+    """A loaded, checked trace file (``load_trace``); ``impl`` is the ``--kv-impl`` value it
+    was recorded with (None if the file does not say)."""
+
+    trace_version: int
+    impl: str | None
+    spec: KVCacheSpec
+    ops: list[Op]
+
+
 class Pair:
     """The implementation under test and the oracle, driven in lockstep."""
 
@@ -44,17 +64,17 @@ class Pair:
         self.spec = spec
         self.impl = Driver(impl, spec)
         self.oracle = Driver(oracle, spec) if oracle is not None else None
-        self.ops: list[dict[str, Any]] = []
+        self.ops: list[Op] = []
         self.trace_name: str | None = None
 
-    def apply(self, op: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, op: Op) -> StepResult:
         """Run ``op`` on both sides, check laws and compare; returns the implementation's
         answer (``{"hits": (ids, n), "new": ids | None}`` for a schedule)."""
         __tracebackhide__ = True  # failures point at the test, not at the harness
         self.ops.append(op)
         try:
             got = self.impl.apply(op)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever it raises fails the test, named
             self.fail(_failure_text(exc, "the implementation"), op)
         try:  # the laws and observations call the adapters too (guarded, time-limited)
             laws = check_laws(self.impl)
@@ -66,7 +86,7 @@ class Pair:
             return got
         try:
             want = self.oracle.apply(op)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever it raises fails the test, named
             self.fail(_failure_text(exc, f"the oracle ({self.oracle.impl.name})"), op)
         if got != want:
             self.fail(f"answer differs: implementation {got!r}, {self.oracle.impl.name} {want!r}",
@@ -82,17 +102,17 @@ class Pair:
                           f"{self.oracle.impl.name} {theirs!r}", op, check)
         return got
 
-    def run(self, ops: Iterable[dict[str, Any]]) -> None:
+    def run(self, ops: Iterable[Op]) -> None:
         __tracebackhide__ = True
         for op in ops:
             self.apply(op)
 
-    def fail(self, problem: str, op: dict[str, Any], check: Check | None = None) -> None:
+    def fail(self, problem: str, op: Op, check: Check | None = None) -> NoReturn:
         """Raise ``ConformanceMismatch`` with the op, the problem, the trace (written for
         ``kvcheck replay``) and a runnable repro, also written beside the trace as
         ``<trace>.py``; with ``check`` the repro ends by comparing that value."""
         __tracebackhide__ = True
-        path = None
+        path = repro = None
         message = [f"after op #{len(self.ops)} {op}: {problem}"]
         snippet = self.impl.snippet(problem, check)
         if self.trace_name:
@@ -101,11 +121,20 @@ class Pair:
                 repro = write_atomic(path.with_suffix(".py"), snippet + "\n")
             except OSError as exc:  # an unwritable directory must not hide the failure
                 message.append(f"trace not written ({REPRO_DIR}: {exc.strerror or exc})")
-        if path is not None:
+        if path is not None and repro is not None:
             message.append(f"trace written to {path} (kvcheck replay {path} "
                            f"--kv-impl={self.impl.impl.target}); repro: python {repro}")
         message.append("runnable repro of the calls made:\n" + snippet)
         raise ConformanceMismatch("\n".join(message))
+
+
+class PairFactory(Protocol):
+    """What the ``kv_pair`` fixture provides: ``kv_pair(spec=None, *, with_oracle=True,
+    **spec_fields)`` builds a ``Pair`` for ``spec``, or for a ``KVCacheSpec`` of
+    ``spec_fields`` under the active profile (16 blocks of 4 tokens unless given)."""
+
+    def __call__(self, spec: KVCacheSpec | None = None, /, *, with_oracle: bool = True,
+                 **spec_fields: object) -> Pair: ...
 
 
 # Failures an adapter call raises through the guard; named as such wherever they surface.
@@ -121,7 +150,7 @@ def _failure_text(exc: Exception, source: str) -> str:
     return f"{type(exc).__name__} from {source}: {exc}"
 
 
-def _answer_check(got: dict[str, Any], want: dict[str, Any]) -> Check | None:
+def _answer_check(got: StepResult, want: StepResult) -> Check | None:
     """The repro's check for a differing answer: the call whose answer differs."""
     if got.get("hits") != want.get("hits"):
         return Check("get_computed_blocks answer", want["hits"], call="get_computed_blocks",
@@ -132,14 +161,14 @@ def _answer_check(got: dict[str, Any], want: dict[str, Any]) -> Check | None:
     return None
 
 
-def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any, str | None]]:
+def observe(impl: Driver, oracle: Driver) -> list[tuple[str, object, object, str | None]]:
     """Every observable the implementation declares: ``(what, implementation's value, oracle's
     value, Python expression computing it from the repro's manager m, or None)``."""
     mine, theirs = impl.manager, oracle.manager
     # Only what both sides can show (an oracle such as vLLM may lack an observation).
     caps = impl.impl.info.capabilities & oracle.impl.info.capabilities
     rids = sorted(impl.running)
-    out: list[tuple[str, Any, Any, str | None]] = [
+    out: list[tuple[str, object, object, str | None]] = [
         ("block tables", impl.tables(), oracle.tables(),
          f"{{rid: list(m.get_block_ids(rid)) for rid in {rids!r}}}"),
         ("num_free_blocks()", mine.num_free_blocks(), theirs.num_free_blocks(),
@@ -157,10 +186,9 @@ def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any, str | Non
     if ("block_hashes" in caps and algo in impl.impl.info.hash_algos
             and algo in oracle.impl.info.hash_algos):
         # Hashes are comparable only for an algorithm both reproduce byte for byte.
-        for rid in sorted(impl.running):
-            out.append((f"block_hashes({rid!r})", [bytes(h) for h in mine.block_hashes(rid)],
-                        list(theirs.block_hashes(rid)),
-                        f"[bytes(h) for h in m.block_hashes({rid!r})]"))
+        out.extend((f"block_hashes({rid!r})", [bytes(h) for h in mine.block_hashes(rid)],
+                    list(theirs.block_hashes(rid)), f"[bytes(h) for h in m.block_hashes({rid!r})]")
+                   for rid in sorted(impl.running))
     if "events" in caps and impl.spec.enable_kv_cache_events:
         # Events are drained per op; a replay from the start would see them all at once.
         out.append(("KV events", normalize_events(mine.take_events()),
@@ -174,9 +202,9 @@ def observe(impl: Driver, oracle: Driver) -> list[tuple[str, Any, Any, str | Non
     return out
 
 
-def normalize_events(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def normalize_events(events: Iterable[KVEvent]) -> list[KVEvent]:
     """Events with tuples turned into lists and hashes into bytes, for comparison."""
-    def norm(value: Any) -> Any:
+    def norm(value: object) -> object:
         if isinstance(value, (list, tuple)):
             return [norm(v) for v in value]
         if isinstance(value, bytearray):
@@ -202,7 +230,7 @@ def _safe(name: str) -> str:
     return f"{safe[:109]}-{digest}"
 
 
-def write_trace(name: str, target: str, spec: KVCacheSpec, ops: list[dict[str, Any]],
+def write_trace(name: str, target: str, spec: KVCacheSpec, ops: Sequence[Op],
                 directory: Path | None = None) -> Path:
     """Write a replayable JSON trace atomically; returns its path (``_safe(name)`` + .json)."""
     directory = directory or REPRO_DIR
@@ -210,7 +238,7 @@ def write_trace(name: str, target: str, spec: KVCacheSpec, ops: list[dict[str, A
     return write_atomic(directory / f"{_safe(name)}.json", json.dumps(trace, indent=1) + "\n")
 
 
-def load_trace(path: str | Path) -> dict[str, Any]:
+def load_trace(path: str | Path) -> Trace:
     """Read and fully check a trace file (``kvcheck.conformance.trace_check``) before anything
     runs.
 
@@ -244,11 +272,11 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     if impl is not None and (not isinstance(impl, str) or not impl.strip()):
         raise TraceError(f"{path}: field 'impl' must be a module name (a string), got {impl!r}")
     trace["spec"] = check_spec(trace.get("spec"), str(path))
-    check_ops(trace.get("ops"), str(path))
-    return trace
+    trace["ops"] = check_ops(trace.get("ops"), str(path))
+    return Trace(trace_version=version, impl=impl, spec=trace["spec"], ops=trace["ops"])
 
 
-def replay_trace(trace: dict[str, Any], impl: ImplHandle, oracle: ImplHandle | None) -> None:
+def replay_trace(trace: Trace, impl: ImplHandle, oracle: ImplHandle | None) -> None:
     """Re-run a loaded trace; raises ``ConformanceMismatch`` where it diverges."""
     pair = Pair(impl, oracle, trace["spec"])
     pair.run(trace["ops"])

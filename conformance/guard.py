@@ -35,12 +35,19 @@ table consistency for that manager (its state is unknown; the test fails anyway)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from kvcheck.conformance.call_limit import CallLimit, abbreviate, arg_text
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView
 from kvcheck.errors import KVCheckFailure
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVarTuple, Unpack
+
+    _Args = TypeVarTuple("_Args")
+
+_T = TypeVar("_T")
 
 __all__ = ["GuardedBlockPool", "GuardedManager", "ProtocolViolation"]
 
@@ -49,7 +56,7 @@ class ProtocolViolation(KVCheckFailure):
     """An adapter answer breaks the protocol (a type, a range, a consistency rule)."""
 
 
-def _view_state(view: Any) -> tuple[Any, ...] | None:
+def _view_state(view: object) -> tuple[object, ...] | None:
     if type(view) is not RequestView:
         return None
     return (view.request_id, view.prompt_token_ids, view.output_token_ids,
@@ -60,12 +67,12 @@ def _view_state(view: Any) -> tuple[Any, ...] | None:
 _INT_ONLY = frozenset({int})
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: object) -> str:
     t = type(value)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
-def _ints_problem(value: Any, what: str) -> str | None:
+def _ints_problem(value: object, what: str) -> str | None:
     """Why ``value`` is not a list of int (None if it is)."""
     if type(value) is not list and type(value) is not tuple:
         return f"{what} must be a list of int, not a {_type_name(value)}"
@@ -83,9 +90,10 @@ class _Guard:
 
     __slots__ = ("_bs", "_call", "_impl", "_n", "_raw", "_reserved")
 
-    def __init__(self, raw: Any, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
+    def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
-        self._raw = raw
+        # The adapter: any object. Its answers are untrusted (``object``) until checked.
+        self._raw: Any = raw
         self._impl = impl
         self._call = limit.call
         self._n = spec.num_blocks
@@ -98,34 +106,38 @@ class _Guard:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self._raw!r}>"
 
-    def _violation(self, method: str, args: tuple[Any, ...], value: Any, rule: str) -> NoReturn:
+    def _violation(self, method: str, args: tuple[object, ...], value: object,
+                   rule: str) -> NoReturn:
         __tracebackhide__ = True
         shown = ", ".join(arg_text(a) for a in args)
         raise ProtocolViolation(f"{self._impl}.{method}({shown}) returned "
                                 f"{abbreviate(value)}: {rule}")
 
-    def _ids(self, method: str, args: tuple[Any, ...], value: Any, what: str) -> list[int]:
+    def _ids(self, method: str, args: tuple[object, ...], value: object, what: str) -> list[int]:
         """``value`` checked as block ids (types, range, reserved, duplicates); as a list."""
         __tracebackhide__ = True
         problem = _ints_problem(value, what)
-        if problem is None and value:
-            low, high = min(value), max(value)
+        if problem is not None:
+            self._violation(method, args, value, problem)
+        ids = cast("list[int] | tuple[int, ...]", value)  # what _ints_problem checked
+        if ids:
+            low, high = min(ids), max(ids)
             if low < 0 or high >= self._n:
                 bad = low if low < 0 else high
                 problem = f"block id {bad} in {what} is outside [0, num_blocks={self._n})"
-            elif not self._reserved.isdisjoint(value):
-                bad = sorted(self._reserved.intersection(value))
-                problem = (f"{what} contains reserved block id(s) {bad} (reserved: "
+            elif not self._reserved.isdisjoint(ids):
+                bad_ids = sorted(self._reserved.intersection(ids))
+                problem = (f"{what} contains reserved block id(s) {bad_ids} (reserved: "
                            f"{sorted(self._reserved)}; ImplInfo.reserved_block_ids or the "
                            "profile's default)")
-            elif len(set(value)) != len(value):
-                dup = sorted({b for b in value if value.count(b) > 1})
+            elif len(set(ids)) != len(ids):
+                dup = sorted({b for b in ids if ids.count(b) > 1})
                 problem = f"{what} lists block id(s) {dup} more than once"
         if problem is not None:
             self._violation(method, args, value, problem)
-        return value if type(value) is list else list(value)
+        return ids if type(ids) is list else list(ids)
 
-    def _count(self, method: str, args: tuple[Any, ...], value: Any, high: int) -> int:
+    def _count(self, method: str, args: tuple[object, ...], value: object, high: int) -> int:
         __tracebackhide__ = True
         if type(value) is not int or not 0 <= value <= high:
             what = (f"an int in [0, {high}]" if type(value) is int
@@ -133,8 +145,8 @@ class _Guard:
             self._violation(method, args, value, f"must be {what}")
         return value
 
-    def _unchanged(self, method: str, args: tuple[Any, ...], before: Any, after: Any,
-                   value: Any) -> None:
+    def _unchanged(self, method: str, args: tuple[object, ...], before: object, after: object,
+                   value: object) -> None:
         __tracebackhide__ = True
         if before != after:
             self._violation(method, args, value,
@@ -148,7 +160,7 @@ class _Guard:
             "num_free_blocks", self._raw.num_free_blocks), self._n)
 
     def free_block_ids(self) -> list[int]:
-        value = self._call("free_block_ids", self._raw.free_block_ids)
+        value: object = self._call("free_block_ids", self._raw.free_block_ids)
         return self._ids("free_block_ids", (), value, "the free queue")
 
 
@@ -157,14 +169,15 @@ class GuardedManager(_Guard):
 
     __slots__ = ("_held", "_lost", "_tables")
 
-    def __init__(self, raw: Any, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
+    def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
         super().__init__(raw, impl=impl, spec=spec, reserved=reserved, limit=limit)
         self._tables: dict[str, list[int]] = {}  # the block tables the answers imply
         self._held: dict[int, int] = {}  # block id -> number of live requests holding it
         self._lost = False  # an adapter call raised: its state is unknown from then on
 
-    def _raising(self, method: str, fn: Any, *args: Any) -> Any:
+    def _raising(self, method: str, fn: Callable[[Unpack[_Args]], _T],
+                 *args: Unpack[_Args]) -> _T:
         try:
             return self._call(method, fn, *args)
         except BaseException:
@@ -175,11 +188,11 @@ class GuardedManager(_Guard):
     def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
         __tracebackhide__ = True
         before = _view_state(request)
-        value = self._call("get_computed_blocks", self._raw.get_computed_blocks, request)
+        value: object = self._call("get_computed_blocks", self._raw.get_computed_blocks, request)
         args = (request,)
         if before is not None:
             self._unchanged("get_computed_blocks", args, before, _view_state(request), value)
-        if type(value) not in (tuple, list) or len(value) != 2:
+        if (type(value) is not tuple and type(value) is not list) or len(value) != 2:
             self._violation("get_computed_blocks", args, value,
                             "must be a pair (block_ids: list[int], num_computed_tokens: int)")
         ids = self._ids("get_computed_blocks", args, value[0], "the hit block ids")
@@ -201,12 +214,12 @@ class GuardedManager(_Guard):
                        num_lookahead_tokens: int = 0) -> list[int] | None:
         __tracebackhide__ = True
         hits = list(new_computed_block_ids)
-        args: tuple[Any, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
+        args: tuple[object, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
         if num_lookahead_tokens:
             args += (num_lookahead_tokens,)
         before = _view_state(request)
         # The adapter gets its own copy of the hits: the caller's list stays what it was.
-        value = self._raising("allocate_slots", self._raw.allocate_slots, request,
+        value: object = self._raising("allocate_slots", self._raw.allocate_slots, request,
                               *((num_new_tokens, num_new_computed_tokens, list(hits))
                                 + args[4:]))
         if before is not None:
@@ -232,7 +245,7 @@ class GuardedManager(_Guard):
         table += new
         return new
 
-    def _double_hand_out(self, args: tuple[Any, ...], value: Any, new: list[int],
+    def _double_hand_out(self, args: tuple[object, ...], value: object, new: list[int],
                          hits: list[int]) -> NoReturn:
         __tracebackhide__ = True
         for b in new:
@@ -249,7 +262,9 @@ class GuardedManager(_Guard):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def free(self, request_id: str) -> None:
-        result = self._raising("free", self._raw.free, request_id)
+        # None-returning calls pass the adapter's answer on as it is (repros show it).
+        fn: Callable[[str], None] = self._raw.free
+        result = self._raising("free", fn, request_id)
         table = self._tables.pop(request_id, None)
         if table:
             held = self._held
@@ -259,11 +274,11 @@ class GuardedManager(_Guard):
                     held[b] = left
                 else:
                     held.pop(b, None)
-        return result  # type: ignore[no-any-return]
+        return result
 
     def get_block_ids(self, request_id: str) -> list[int]:
         __tracebackhide__ = True
-        value = self._call("get_block_ids", self._raw.get_block_ids, request_id)
+        value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
         # The table holds shared hits, but never a block twice.
         ids = self._ids("get_block_ids", (request_id,), value, "the block table")
         if not self._lost:
@@ -278,27 +293,27 @@ class GuardedManager(_Guard):
 
     def reset_prefix_cache(self) -> bool:
         __tracebackhide__ = True
-        value = self._raising("reset_prefix_cache", self._raw.reset_prefix_cache)
+        value: object = self._raising("reset_prefix_cache", self._raw.reset_prefix_cache)
         if type(value) is not bool:
             self._violation("reset_prefix_cache", (), value,
                             f"must be a bool, not a {_type_name(value)}")
-        return value  # type: ignore[no-any-return]
+        return value
 
     # ---------------------------------------------------------- optional capabilities
     def ref_cnt(self, block_id: int) -> int:
-        value = self._call("ref_cnt", self._raw.ref_cnt, block_id)
+        value: object = self._call("ref_cnt", self._raw.ref_cnt, block_id)
         if type(value) is not int or value < 0:
             self._ref_cnt_violation(block_id, value)
-        return value  # type: ignore[no-any-return]
+        return value
 
-    def _ref_cnt_violation(self, block_id: int, value: Any) -> NoReturn:
+    def _ref_cnt_violation(self, block_id: int, value: object) -> NoReturn:
         __tracebackhide__ = True
         self._violation("ref_cnt", (block_id,), value, "must be an int >= 0" if type(value)
                         is int else f"must be an int >= 0, not a {_type_name(value)}")
 
     def block_hashes(self, request_id: str) -> list[bytes]:
         __tracebackhide__ = True
-        value = self._call("block_hashes", self._raw.block_hashes, request_id)
+        value: object = self._call("block_hashes", self._raw.block_hashes, request_id)
         if type(value) is not list and type(value) is not tuple:
             self._violation("block_hashes", (request_id,), value,
                             f"must be a list of bytes, not a {_type_name(value)}")
@@ -309,9 +324,9 @@ class GuardedManager(_Guard):
                                 f"{_type_name(h)}")
         return list(value)
 
-    def take_events(self) -> list[dict[str, Any]]:
+    def take_events(self) -> list[KVEvent]:
         __tracebackhide__ = True
-        value = self._call("take_events", self._raw.take_events)
+        value: object = self._call("take_events", self._raw.take_events)
         if type(value) is not list and type(value) is not tuple:
             self._violation("take_events", (), value,
                             f"must be a list of dicts, not a {_type_name(value)}")
@@ -325,14 +340,69 @@ class GuardedManager(_Guard):
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         __tracebackhide__ = True
         args = (request_id, start, end)
-        value = self._call("slot_mapping", self._raw.slot_mapping, *args)
+        value: object = self._call("slot_mapping", self._raw.slot_mapping, *args)
         problem = _ints_problem(value, "the slot mapping")
         if problem is not None:
             self._violation("slot_mapping", args, value, problem)
-        return value  # type: ignore[no-any-return]
+        return cast("list[int]", value)  # a list (or tuple) of int: checked just above
 
     def check_invariants(self) -> None:
-        return self._call("check_invariants", self._raw.check_invariants)  # type: ignore[no-any-return]
+        fn: Callable[[], None] = self._raw.check_invariants
+        return self._call("check_invariants", fn)
+
+    # ------------------------------------------------- capability "batch_metadata"
+    # Run under the call limit and checked for shape and types only; the values are compared
+    # with the reference by conformance/test_batch_metadata.py.
+    def _int_lists(self, method: str, args: tuple[object, ...], value: object,
+                   names: tuple[str, ...]) -> list[list[int]]:
+        __tracebackhide__ = True
+        if (type(value) is not tuple and type(value) is not list) or len(value) != len(names):
+            self._violation(method, args, value,
+                            f"must be a tuple of {len(names)} lists of int ({', '.join(names)})")
+        parts: list[list[int]] = []
+        for name, part in zip(names, value, strict=True):
+            problem = _ints_problem(part, name)
+            if problem is not None:
+                self._violation(method, args, value, problem)
+            parts.append(list(cast("list[int]", part)))
+        return parts
+
+    def build_batch(self, block_tables: Sequence[Sequence[int]],
+                    num_computed_tokens: Sequence[int], num_scheduled_tokens: Sequence[int],
+                    num_padded_tokens: int, dcp_world_size: int = 1, dcp_rank: int = 0,
+                    cp_kv_cache_interleave_size: int = 1,
+                    ) -> tuple[list[int], list[int], list[int]]:
+        __tracebackhide__ = True
+        args = (block_tables, num_computed_tokens, num_scheduled_tokens, num_padded_tokens,
+                dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
+        value: object = self._call("build_batch", self._raw.build_batch, *args)
+        slots, positions, req_indices = self._int_lists(
+            "build_batch", args, value, ("slot_mapping", "positions", "req_indices"))
+        if len(slots) != num_padded_tokens:
+            self._violation("build_batch", args, value,
+                            f"slot_mapping has {len(slots)} entries; it must have "
+                            f"num_padded_tokens={num_padded_tokens} (padding is -1)")
+        return slots, positions, req_indices
+
+    def flashinfer_csr(self, block_tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
+                       ) -> tuple[list[int], list[int], list[int]]:
+        __tracebackhide__ = True
+        args = (block_tables, seq_lens)
+        value: object = self._call("flashinfer_csr", self._raw.flashinfer_csr, *args)
+        indptr, indices, last = self._int_lists(
+            "flashinfer_csr", args, value, ("kv_indptr", "kv_indices", "kv_last_page_len"))
+        return indptr, indices, last
+
+    def req_to_token(self, block_tables: Sequence[Sequence[int]],
+                     seq_lens: Sequence[int]) -> list[list[int]]:
+        __tracebackhide__ = True
+        args = (block_tables, seq_lens)
+        value: object = self._call("req_to_token", self._raw.req_to_token, *args)
+        if type(value) is not list and type(value) is not tuple:
+            self._violation("req_to_token", args, value,
+                            f"must be a list of rows (lists of int), not a {_type_name(value)}")
+        return self._int_lists("req_to_token", args, value,
+                               tuple(f"row {b}" for b in range(len(value))))
 
 
 class GuardedBlockPool(_Guard):
@@ -343,7 +413,7 @@ class GuardedBlockPool(_Guard):
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         __tracebackhide__ = True
-        value = self._call("get_new_blocks", self._raw.get_new_blocks, num_blocks)
+        value: object = self._call("get_new_blocks", self._raw.get_new_blocks, num_blocks)
         ids = self._ids("get_new_blocks", (num_blocks,), value, "the new block ids")
         if len(ids) != num_blocks:
             self._violation("get_new_blocks", (num_blocks,), value,
@@ -351,27 +421,30 @@ class GuardedBlockPool(_Guard):
         return ids
 
     def free_blocks(self, ordered_block_ids: Sequence[int]) -> None:
-        return self._call("free_blocks", self._raw.free_blocks, list(ordered_block_ids))  # type: ignore[no-any-return]
+        fn: Callable[[list[int]], None] = self._raw.free_blocks
+        return self._call("free_blocks", fn, list(ordered_block_ids))
 
     def touch(self, block_ids: Sequence[int]) -> None:
-        return self._call("touch", self._raw.touch, list(block_ids))  # type: ignore[no-any-return]
+        fn: Callable[[list[int]], None] = self._raw.touch
+        return self._call("touch", fn, list(block_ids))
 
     def cache_full_blocks(self, request: RequestView, block_ids: Sequence[int],
                           num_cached_blocks: int, num_full_blocks: int) -> None:
         __tracebackhide__ = True
         args = (request, list(block_ids), num_cached_blocks, num_full_blocks)
         before = _view_state(request)
-        value = self._call("cache_full_blocks", self._raw.cache_full_blocks, *args)
+        fn: Callable[[RequestView, list[int], int, int], None] = self._raw.cache_full_blocks
+        value = self._call("cache_full_blocks", fn, *args)
         if before is not None:
             self._unchanged("cache_full_blocks", args, before, _view_state(request), value)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def get_cached_block(self, block_hash: bytes) -> int | None:
         __tracebackhide__ = True
-        value = self._call("get_cached_block", self._raw.get_cached_block, block_hash)
+        value: object = self._call("get_cached_block", self._raw.get_cached_block, block_hash)
         if value is not None:
             if type(value) is not int:
                 self._violation("get_cached_block", (block_hash,), value,
                                 f"must be None or an int block id, not a {_type_name(value)}")
             self._ids("get_cached_block", (block_hash,), [value], "the cached block id")
-        return value  # type: ignore[no-any-return]
+        return value

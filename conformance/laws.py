@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from kvcheck.conformance.protocol import RequestView
 
@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from kvcheck.conformance.driver import Driver
 
 __all__ = ["WrittenBlocks", "check_hits", "check_laws"]
+
+# WrittenBlocks' interned keys: a request's root context (LoRA, cache salt), and one full
+# block (the parent prefix id, the block's tokens, its multimodal items as (id, offset)).
+_RootKey = tuple[Literal["root"], tuple[str, int, str] | None, str | None]
+_BlockKey = tuple[int, tuple[int, ...], tuple[tuple[str, int], ...]]
+_Key = _RootKey | _BlockKey
 
 
 def check_laws(driver: Driver) -> list[str]:
@@ -139,8 +145,8 @@ class WrittenBlocks:
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self._ids: dict[tuple[Any, ...], int] = {}
-        self._parts: list[tuple[Any, ...]] = []  # prefix id -> its key (for messages)
+        self._ids: dict[_Key, int] = {}
+        self._parts: list[_Key] = []  # prefix id -> its key (for messages)
         self._chains: dict[str, list[int]] = {}  # request id -> prefix ids of its blocks
         self._blocks: dict[int, _Write] = {}
 
@@ -149,7 +155,7 @@ class WrittenBlocks:
         """A new request under ``rid`` (its tokens may differ from the old one's)."""
         self._chains.pop(rid, None)
 
-    def _intern(self, key: tuple[Any, ...]) -> int:
+    def _intern(self, key: _Key) -> int:
         found = self._ids.get(key)
         if found is None:
             found = self._ids[key] = len(self._parts)
@@ -160,7 +166,7 @@ class WrittenBlocks:
         """The prefix id of ``view``'s block ``index`` (its tokens must all be known)."""
         chain = self._chains.get(view.request_id)
         if chain is None:
-            root = ("root", view.lora, view.cache_salt or None)
+            root: _RootKey = ("root", view.lora, view.cache_salt or None)
             chain = self._chains[view.request_id] = [self._intern(root)]
         bs = self.block_size
         tokens = view.token_ids
@@ -224,16 +230,16 @@ class WrittenBlocks:
 
     def _describe(self, held: int, need: int) -> str:
         """What prefix ``held`` is, relative to the one needed."""
-        held_parts, need_parts = self._unroll(held), self._unroll(need)
-        tokens = list(held_parts[-1][1])
-        if held_parts[0] != need_parts[0]:
-            _, lora, salt = held_parts[0]
+        (held_root, held_blocks), (need_root, need_blocks) = self._unroll(held), self._unroll(need)
+        tokens = list(held_blocks[-1][1])
+        if held_root != need_root:
+            _, lora, salt = held_root
             return f"tokens {tokens} under another context (lora={lora!r}, cache_salt={salt!r})"
-        if len(held_parts) != len(need_parts):
+        if len(held_blocks) != len(need_blocks):
             return f"tokens {tokens} at another position in the sequence"
-        for i, (mine, theirs) in enumerate(zip(held_parts[1:], need_parts[1:])):
+        for i, (mine, theirs) in enumerate(zip(held_blocks, need_blocks, strict=True)):
             if mine != theirs:
-                if i == len(held_parts) - 2:
+                if i == len(held_blocks) - 1:
                     what = "tokens" if mine[1] != theirs[1] else "multimodal items"
                     return f"tokens {tokens} (different {what}: {list(mine[1])}, mm {mine[2]})"
                 return (f"tokens {tokens} after a different prefix (block {i} held "
@@ -241,14 +247,14 @@ class WrittenBlocks:
                         f"mm {theirs[2]})")
         return f"tokens {tokens}"  # pragma: no cover - equal chains have equal ids
 
-    def _unroll(self, prefix: int) -> list[tuple[Any, ...]]:
-        """Root key first, then each block's key."""
-        out = []
+    def _unroll(self, prefix: int) -> tuple[_RootKey, list[_BlockKey]]:
+        """The root key, and the key of each block from the first on."""
+        blocks: list[_BlockKey] = []
         while True:
             key = self._parts[prefix]
-            out.append(key)
             if key[0] == "root":
-                return out[::-1]
+                return key, blocks[::-1]
+            blocks.append(key)
             prefix = key[0]
 
 

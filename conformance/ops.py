@@ -1,52 +1,156 @@
-"""Tiny constructors for workload ops (see ``kvcheck.conformance.driver``)."""
+"""Tiny constructors for workload ops (see ``kvcheck.conformance.driver``), and their types.
+
+An op is a plain JSON-serialisable dict (traces store them as they are); the TypedDicts below
+say which fields each kind of op has.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypedDict
 
-__all__ = ["add", "decode", "free", "one_token_decodes", "reset", "schedule"]
+from kvcheck.errors import KVCheckInputError
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads these annotations
+    from typing_extensions import Unpack
+
+__all__ = [
+    "AddOp",
+    "DecodeOp",
+    "FreeOp",
+    "Op",
+    "RequestExtras",
+    "ResetOp",
+    "ScheduleOp",
+    "add",
+    "decode",
+    "free",
+    "one_token_decodes",
+    "reset",
+    "schedule",
+]
 
 
-def add(rid: str, prompt: Sequence[int], **extras: Any) -> dict[str, Any]:
+class _AddFields(TypedDict):
+    op: Literal["add"]
+    rid: str
+    prompt: list[int]
+
+
+class AddOp(_AddFields, total=False):
+    """A new request. ``lora``: ``[name, int id, path]``; ``mm``: ``[identifier, offset,
+    length]`` per multimodal item; ``salt``: the cache salt; ``skip_read``: prompt logprobs
+    requested (no prefix-cache reads)."""
+
+    lora: list[str | int] | None
+    mm: list[list[str | int]]
+    salt: str | None
+    skip_read: bool
+
+
+class _ScheduleFields(TypedDict):
+    op: Literal["schedule"]
+    rid: str
+    num_tokens: int | None
+
+
+class ScheduleOp(_ScheduleFields, total=False):
+    """One prefill step of up to ``num_tokens`` prompt tokens (None: the rest);
+    ``lookahead``: ``num_lookahead_tokens`` (speculative slots) passed to ``allocate_slots``,
+    absent when 0."""
+
+    lookahead: int
+
+
+class _DecodeFields(TypedDict):
+    op: Literal["decode"]
+    rid: str
+    num_tokens: int
+
+
+class DecodeOp(_DecodeFields, total=False):
+    """Sample ``num_tokens`` tokens and allocate their slots (plus ``lookahead`` speculative
+    slots, absent when 0)."""
+
+    lookahead: int
+
+
+class FreeOp(TypedDict):
+    op: Literal["free"]
+    rid: str
+
+
+class ResetOp(TypedDict):
+    op: Literal["reset"]
+
+
+#: A workload op of any kind; ``op["op"]`` tells which.
+Op = AddOp | ScheduleOp | DecodeOp | FreeOp | ResetOp
+
+
+class RequestExtras(TypedDict, total=False):
+    """The optional keyword arguments of ``add``."""
+
+    lora: Sequence[str | int]
+    mm: Iterable[Sequence[str | int]]
+    salt: str
+    skip_read: bool
+
+
+def add(rid: str, prompt: Sequence[int], **extras: Unpack[RequestExtras]) -> AddOp:
     """A new request; extras: lora=(name, id, path), mm=[(id, offset, length)], salt=str,
     skip_read=bool."""
-    op: dict[str, Any] = {"op": "add", "rid": rid, "prompt": list(prompt)}
-    for key, value in extras.items():
-        if key not in ("lora", "mm", "salt", "skip_read"):
-            raise TypeError(f"unknown request extra {key!r}")
-        op[key] = [list(v) for v in value] if key == "mm" else (
-            list(value) if key == "lora" else value)
+    op: AddOp = {"op": "add", "rid": rid, "prompt": list(prompt)}
+    for key in extras:  # in the caller's order: the op prints and is stored that way
+        if key == "lora":
+            op["lora"] = list(extras["lora"])
+        elif key == "mm":
+            op["mm"] = [list(v) for v in extras["mm"]]
+        elif key == "salt":
+            op["salt"] = extras["salt"]
+        elif key == "skip_read":
+            op["skip_read"] = extras["skip_read"]
+        else:
+            raise KVCheckInputError(f"unknown request extra {key!r}")
     return op
 
 
-def schedule(rid: str, num_tokens: int | None = None) -> dict[str, Any]:
-    """One prefill step of up to ``num_tokens`` prompt tokens (default: the rest)."""
-    return {"op": "schedule", "rid": rid, "num_tokens": num_tokens}
+def schedule(rid: str, num_tokens: int | None = None, lookahead: int = 0) -> ScheduleOp:
+    """One prefill step of up to ``num_tokens`` prompt tokens (default: the rest), with
+    ``lookahead`` speculative slots (the ``lookahead`` capability; 0: the field is left out, so
+    ops without it read as before)."""
+    op: ScheduleOp = {"op": "schedule", "rid": rid, "num_tokens": num_tokens}
+    if lookahead:
+        op["lookahead"] = lookahead
+    return op
 
 
-def decode(rid: str, num_tokens: int = 1) -> dict[str, Any]:
-    """Sample ``num_tokens`` tokens and allocate their slots."""
-    return {"op": "decode", "rid": rid, "num_tokens": num_tokens}
+def decode(rid: str, num_tokens: int = 1, lookahead: int = 0) -> DecodeOp:
+    """Sample ``num_tokens`` tokens and allocate their slots, plus ``lookahead`` speculative
+    ones (0: the field is left out)."""
+    op: DecodeOp = {"op": "decode", "rid": rid, "num_tokens": num_tokens}
+    if lookahead:
+        op["lookahead"] = lookahead
+    return op
 
 
-def free(rid: str) -> dict[str, Any]:
+def free(rid: str) -> FreeOp:
     return {"op": "free", "rid": rid}
 
 
-def reset() -> dict[str, Any]:
+def reset() -> ResetOp:
     return {"op": "reset"}
 
 
-def one_token_decodes(ops: Iterable[dict[str, Any]], multi_token: bool) -> list[dict[str, Any]]:
+def one_token_decodes(ops: Iterable[Op], multi_token: bool) -> list[Op]:
     """``ops`` with every ``decode`` of n > 1 tokens split into n one-token decodes unless
     ``multi_token`` (the ``multi_token_decode`` capability). The sampled tokens are the same
     (they depend on the request and the output position only); only the step size changes."""
-    out: list[dict[str, Any]] = []
+    out: list[Op] = []
     for op in ops:
-        n = int(op.get("num_tokens") or 1)
-        if op["op"] == "decode" and n > 1 and not multi_token:
-            out += [decode(op["rid"], 1) for _ in range(n)]
+        if op["op"] == "decode" and op["num_tokens"] > 1 and not multi_token:
+            lookahead = op.get("lookahead", 0)
+            out += [decode(op["rid"], 1, lookahead) for _ in range(op["num_tokens"])]
         else:
             out.append(op)
     return out

@@ -24,26 +24,33 @@ from kvcheck.errors import KVCheckError
 
 __all__ = [
     "CAPABILITIES",
+    "CAPABILITY_METHODS",
+    "CAPABILITY_PROTOCOLS",
     "DESIGN_CAPABILITIES",
     "HASH_ALGOS",
     "PROFILES",
     "VLLM_PROFILES",
-    "Profile",
-    "UnsupportedSpec",
-    "effective_capabilities",
-    "reserved_block_ids",
     "BlockPoolAdapter",
     "ImplInfo",
     "KVCacheManagerAdapter",
     "KVCacheSpec",
+    "KVEvent",
+    "ManagerWithCapabilities",
+    "Profile",
     "RequestView",
+    "SupportsBatchMetadata",
     "SupportsBlockHashes",
     "SupportsEvents",
     "SupportsFreeQueueOrder",
     "SupportsInvariants",
     "SupportsKernels",
     "SupportsRefCounts",
+    "SupportsResetPrefixCache",
     "SupportsSlotMapping",
+    "UnsupportedSpec",
+    "effective_capabilities",
+    "protocol_methods",
+    "reserved_block_ids",
 ]
 
 #: Capability name -> what declaring it promises. Undeclared capabilities skip their tests.
@@ -59,6 +66,7 @@ CAPABILITIES: dict[str, str] = {
     "slot_mapping": "manager.slot_mapping(request_id, start, end): its own slot arithmetic",
     "invariants": "manager.check_invariants(): raises AssertionError naming a broken law",
     "kernels": "a module-level kernels() returning a kvcheck.gpu_kernels.conformance.KernelSet",
+    "batch_metadata": "manager.build_batch/flashinfer_csr/req_to_token: batch slots, page tables",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
     "reset_prefix_cache": "manager.reset_prefix_cache(): drop every cached hash when idle",
@@ -85,6 +93,10 @@ VLLM_PROFILES: tuple[Profile, ...] = tuple(p for p in PROFILES if p != "generic"
 
 #: vLLM's block-hash algorithms (``KVCacheSpec.hash_algo``), byte-identical in the reference.
 HASH_ALGOS: tuple[str, ...] = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+
+#: One KV event (``SupportsEvents.take_events``): ``"type"`` plus vLLM's field names. The
+#: fields and their types depend on the event type, as in vLLM's event classes.
+KVEvent = dict[str, Any]
 
 
 class UnsupportedSpec(KVCheckError):
@@ -240,13 +252,16 @@ class KVCacheManagerAdapter(Protocol):
         """The request's block table in logical order ([] if unknown)."""
         ...
 
+    def num_free_blocks(self) -> int:
+        """Free blocks, evictable cached blocks included."""
+        ...
+
+
+@runtime_checkable
+class SupportsResetPrefixCache(Protocol):
     def reset_prefix_cache(self) -> bool:
         """Drop every cached hash; False and no change while any block is in use. Needed only
         with the ``reset_prefix_cache`` capability (implied by the vLLM profiles)."""
-        ...
-
-    def num_free_blocks(self) -> int:
-        """Free blocks, evictable cached blocks included."""
         ...
 
 
@@ -283,7 +298,7 @@ class SupportsBlockHashes(Protocol):
 
 @runtime_checkable
 class SupportsEvents(Protocol):
-    def take_events(self) -> list[dict[str, Any]]:
+    def take_events(self) -> list[KVEvent]:
         """Drain events, each a dict with ``"type"`` in ``BlockStored`` / ``BlockRemoved`` /
         ``AllBlocksCleared`` and vLLM's field names (``block_hashes``, ``parent_block_hash``,
         ``token_ids``, ``block_size``, ``lora_id``, ``medium``, ``group_idx``...)."""
@@ -296,10 +311,122 @@ class SupportsSlotMapping(Protocol):
 
 
 @runtime_checkable
+class SupportsBatchMetadata(Protocol):
+    """Capability ``batch_metadata``: the worker-side batch builder and page-table conversions
+    (vLLM's ``BlockTable.compute_slot_mapping`` and model-runner input preparation; FlashInfer's
+    CSR page table; SGLang's ``req_to_token``).
+
+    The methods live on the manager because they need its ``spec.block_size`` (tokens per
+    physical block on one rank), but they read no manager state: every block table is passed
+    in, as rows of physical block ids in logical order (row ``r`` is request ``r``; a row may
+    hold more blocks than its tokens need). A ``UnsupportedSpec`` raised by a call declines
+    those arguments (e.g. a DCP interleave size the design lacks); the suite then draws others.
+    """
+
+    def build_batch(
+        self,
+        block_tables: Sequence[Sequence[int]],
+        num_computed_tokens: Sequence[int],
+        num_scheduled_tokens: Sequence[int],
+        num_padded_tokens: int,
+        dcp_world_size: int = 1,
+        dcp_rank: int = 0,
+        cp_kv_cache_interleave_size: int = 1,
+    ) -> tuple[list[int], list[int], list[int]]:
+        """One step's ``(slot_mapping, positions, req_indices)``.
+
+        Request ``r`` has ``num_computed_tokens[r]`` tokens in the cache and
+        ``num_scheduled_tokens[r]`` scheduled now; the step's ``num_tokens =
+        sum(num_scheduled_tokens)`` tokens are laid out request by request. Token ``i`` has
+        ``req_indices[i] = r`` and ``positions[i] = num_computed_tokens[r] + (i - first token
+        of r)``. ``slot_mapping`` has ``num_padded_tokens >= num_tokens`` entries. With
+        ``W = dcp_world_size``, ``I = cp_kv_cache_interleave_size`` (``I`` divides
+        ``block_size``), ``V = block_size * W`` and ``vo = pos % V``, a token is stored on rank
+        ``(pos // I) % W``; on that rank its slot is ``row[pos // V] * block_size +
+        (vo // (W * I)) * I + vo % I`` (``row[pos // block_size] * block_size + pos %
+        block_size`` when ``W == 1``). Every other rank, and every padding entry from
+        ``num_tokens`` on, gets ``-1`` (``PAD_SLOT_ID``). ``positions`` and ``req_indices``
+        have ``num_tokens`` entries. Reference:
+        ``kvcheck.reference_impl.batch_metadata.build_batch``."""
+        ...
+
+    def flashinfer_csr(
+        self, block_tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
+    ) -> tuple[list[int], list[int], list[int]]:
+        """FlashInfer's CSR page table ``(kv_indptr, kv_indices, kv_last_page_len)`` of the
+        first ``len(seq_lens)`` rows (each ``seq_len >= 1``): ``kv_indptr = [0,
+        cumsum(num_pages)]`` with ``num_pages = ceil(seq_len / block_size)``, ``kv_indices``
+        the rows' first ``num_pages`` ids concatenated, ``kv_last_page_len = seq_len -
+        (num_pages - 1) * block_size`` (in ``[1, block_size]``: a full last page is
+        ``block_size``, never 0). Reference: ``kvcheck.reference_impl.page_table``."""
+        ...
+
+    def req_to_token(
+        self, block_tables: Sequence[Sequence[int]], seq_lens: Sequence[int],
+    ) -> list[list[int]]:
+        """SGLang's ``req_to_token`` rows: row ``b`` holds the flat slot
+        ``row_b[pos // block_size] * block_size + pos % block_size`` of every position
+        ``pos < seq_lens[b]`` (exactly ``seq_lens[b]`` entries). Reference:
+        ``kvcheck.reference_impl.batch_metadata.req_to_token``."""
+        ...
+
+
+@runtime_checkable
 class SupportsInvariants(Protocol):
     def check_invariants(self) -> None: ...
 
 
 @runtime_checkable
 class SupportsKernels(Protocol):
-    def kernels(self) -> Any: ...
+    def kernels(self) -> object:
+        """A ``kvcheck.gpu_kernels.conformance.KernelSet`` (checked when the kernel tests
+        run)."""
+        ...
+
+
+class ManagerWithCapabilities(
+    KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
+    SupportsBlockHashes, SupportsEvents, SupportsSlotMapping, SupportsInvariants,
+    SupportsBatchMetadata, Protocol,
+):
+    """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
+    manager-level method; a test calls a capability's methods only when the implementation
+    declares that capability."""
+
+
+#: Capability -> the Protocol whose methods declaring it requires: on the manager, on the
+#: block pool (``block_pool``) or on the module (``kernels``). Capabilities missing here
+#: (``prefix_caching``, ``extra_keys``, the design ones but ``reset_prefix_cache``) promise
+#: behaviour, not methods.
+CAPABILITY_PROTOCOLS: dict[str, type] = {
+    "manager": KVCacheManagerAdapter,
+    "block_pool": BlockPoolAdapter,
+    "kernels": SupportsKernels,
+    "reset_prefix_cache": SupportsResetPrefixCache,
+    "free_queue_order": SupportsFreeQueueOrder,
+    "ref_counts": SupportsRefCounts,
+    "block_hashes": SupportsBlockHashes,
+    "events": SupportsEvents,
+    "slot_mapping": SupportsSlotMapping,
+    "invariants": SupportsInvariants,
+    "batch_metadata": SupportsBatchMetadata,
+}
+
+
+def protocol_methods(protocol: type) -> tuple[str, ...]:
+    """The public methods a Protocol class declares, its bases' included, in definition
+    order (``typing.get_protocol_members`` exists only from Python 3.13)."""
+    names: dict[str, None] = {}
+    for klass in reversed(protocol.__mro__):
+        if klass is object or klass is Protocol or not getattr(klass, "_is_protocol", False):
+            continue
+        for name, value in vars(klass).items():
+            if not name.startswith("_") and callable(value):
+                names[name] = None
+    return tuple(names)
+
+
+#: Capability -> method names it requires, derived from ``CAPABILITY_PROTOCOLS`` (the
+#: Protocol classes are the one place the methods are written down).
+CAPABILITY_METHODS: dict[str, tuple[str, ...]] = {
+    cap: protocol_methods(proto) for cap, proto in CAPABILITY_PROTOCOLS.items()}

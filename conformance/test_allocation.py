@@ -8,14 +8,20 @@ blocks a design declares reserved (``reserved_block_ids``) are missing from it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvcheck.conformance.ops import add, decode, free, one_token_decodes, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView, reserved_block_ids
 
+if TYPE_CHECKING:
+    from kvcheck.conformance.differential import PairFactory
+    from kvcheck.conformance.loader import ImplHandle
+
 
 @pytest.mark.kv_generic
-def test_first_allocation(kv_pair) -> None:
+def test_first_allocation(kv_pair: PairFactory) -> None:
     """A fresh pool hands out block ids from 1 in ascending order (block 0 is the null block)."""
     pair = kv_pair(num_blocks=10, block_size=4)
     pair.run([add("r0", range(14)), schedule("r0")])
@@ -25,7 +31,7 @@ def test_first_allocation(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
-def test_initial_free_count(kv_impl, kv_profile) -> None:
+def test_initial_free_count(kv_impl: ImplHandle, kv_profile: str) -> None:
     """num_free_blocks() of a fresh pool is num_blocks minus the reserved blocks (vLLM: the
     null block; under generic only the ids IMPL_INFO.reserved_block_ids declares)."""
     reserved = reserved_block_ids(kv_impl.info, kv_profile)
@@ -44,7 +50,7 @@ def test_initial_free_count(kv_impl, kv_profile) -> None:
 
 
 @pytest.mark.kv_generic
-def test_capacity_exact_fit_then_none(kv_pair) -> None:
+def test_capacity_exact_fit_then_none(kv_pair: PairFactory) -> None:
     """A request needing exactly every free block of the fresh pool fits; one more token
     returns None."""
     pair = kv_pair(num_blocks=6, block_size=4)
@@ -59,7 +65,7 @@ def test_capacity_exact_fit_then_none(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
-def test_all_or_nothing(kv_pair) -> None:
+def test_all_or_nothing(kv_pair: PairFactory) -> None:
     """allocate_slots returns None and changes nothing when the pool is short, even for a
     request whose prefix hits sit in the free queue."""
     pair = kv_pair(num_blocks=8, block_size=4)
@@ -80,7 +86,7 @@ def test_all_or_nothing(kv_pair) -> None:
     assert "c" in pair.impl.running
 
 
-def test_null_block_never_handed_out(kv_pair) -> None:
+def test_null_block_never_handed_out(kv_pair: PairFactory) -> None:
     """Draining and refilling the pool never hands out block 0."""
     pair = kv_pair(num_blocks=5, block_size=2)
     for round_ in range(3):
@@ -90,7 +96,7 @@ def test_null_block_never_handed_out(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
-def test_returns_only_new_blocks(kv_pair) -> None:
+def test_returns_only_new_blocks(kv_pair: PairFactory) -> None:
     """allocate_slots returns the newly allocated blocks only, not the prefix hits."""
     pair = kv_pair(num_blocks=12, block_size=4)
     pair.run([add("a", range(10)), schedule("a"), add("b", list(range(8)) + [77, 78, 79])])
@@ -101,7 +107,7 @@ def test_returns_only_new_blocks(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
-def test_decode_within_block_allocates_nothing(kv_pair) -> None:
+def test_decode_within_block_allocates_nothing(kv_pair: PairFactory) -> None:
     """Decode tokens that fit in the last block need no new block; the next one does."""
     pair = kv_pair(num_blocks=10, block_size=4)
     pair.run([add("r", range(5)), schedule("r")])
@@ -113,7 +119,7 @@ def test_decode_within_block_allocates_nothing(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
-def test_chunked_prefill_matches(kv_pair) -> None:
+def test_chunked_prefill_matches(kv_pair: PairFactory) -> None:
     """A prompt scheduled in chunks allocates the same blocks, in the same order (under
     generic: the laws hold through chunked prefill and decode)."""
     pair = kv_pair(num_blocks=16, block_size=4)
@@ -124,7 +130,7 @@ def test_chunked_prefill_matches(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("ref_counts", "prefix_caching")
-def test_ref_counts_follow_sharing(kv_pair) -> None:
+def test_ref_counts_follow_sharing(kv_pair: PairFactory) -> None:
     """Full blocks shared by a prefix hit have ref_cnt 2; private blocks 1; freed ones 0."""
     pair = kv_pair(num_blocks=12, block_size=4)
     common = list(range(12))
@@ -140,7 +146,7 @@ def test_ref_counts_follow_sharing(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("lookahead", "prefix_caching")
-def test_lookahead_slots(kv_impl, kv_profile) -> None:
+def test_lookahead_slots(kv_impl: ImplHandle, kv_profile: str) -> None:
     """Lookahead slots are allocated but their tokens are never cached."""
     spec = KVCacheSpec(num_blocks=10, block_size=4, profile=kv_profile)
     mgr = kv_impl.make_manager(spec)

@@ -1,14 +1,19 @@
 """BlockPool level (capability ``block_pool``), for projects that patch only vLLM's BlockPool:
-the spec's pool traces T1-T5 (§4), with the expected queues copied from the spec."""
+the pool traces T1-T5 of docs/semantics.md#golden-traces, expected queues copied from there."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import VLLM_PROFILES, BlockPoolAdapter, KVCacheSpec, RequestView
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.loader import ImplHandle
 
 pytestmark = [pytest.mark.kv_capability("block_pool"),
-              pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")]
+              pytest.mark.kv_profiles(*VLLM_PROFILES)]
 
 GOLDEN = {
     "vllm-0.33": {
@@ -24,12 +29,12 @@ GOLDEN = {
 }
 
 
-def _pool(kv_impl, kv_profile, caching=True):
+def _pool(kv_impl: ImplHandle, kv_profile: str, caching: bool = True) -> BlockPoolAdapter:
     return kv_impl.make_block_pool(KVCacheSpec(num_blocks=10, block_size=4,
                                                enable_caching=caching, profile=kv_profile))
 
 
-def test_t1_caching_off_free_order(kv_impl, kv_profile) -> None:
+def test_t1_caching_off_free_order(kv_impl: ImplHandle, kv_profile: str) -> None:
     """T1: blocks [1,2,3] freed in reverse with caching off."""
     pool = _pool(kv_impl, kv_profile, caching=False)
     blocks = pool.get_new_blocks(3)
@@ -39,7 +44,7 @@ def test_t1_caching_off_free_order(kv_impl, kv_profile) -> None:
     assert pool.get_new_blocks(3) == GOLDEN[kv_profile]["t1_next"]
 
 
-def _t2(kv_impl, kv_profile):
+def _t2(kv_impl: ImplHandle, kv_profile: str) -> tuple[BlockPoolAdapter, list[int], list[int]]:
     pool = _pool(kv_impl, kv_profile)
     a = RequestView("A", tuple(range(10)))
     b = RequestView("B", tuple(range(100, 106)))
@@ -52,14 +57,15 @@ def _t2(kv_impl, kv_profile):
     return pool, after_a, pool.free_block_ids()
 
 
-def test_t2_hashed_to_tail(kv_impl, kv_profile) -> None:
+def test_t2_hashed_to_tail(kv_impl: ImplHandle, kv_profile: str) -> None:
     """T2: hashed blocks to the tail, unhashed to the head (0.33) / everything to the tail."""
     _, after_a, after_b = _t2(kv_impl, kv_profile)
     assert (after_a, after_b) == (GOLDEN[kv_profile]["t2_after_a"],
                                   GOLDEN[kv_profile]["t2_after_b"])
 
 
-def test_t3_touch_then_free_refreshes_lru(kv_impl, kv_profile, kv_reference) -> None:
+def test_t3_touch_then_free_refreshes_lru(kv_impl: ImplHandle, kv_profile: str,
+                                          kv_reference: ImplHandle) -> None:
     """T3: get_cached_block has no side effect; touch removes; free appends at the tail."""
     pool, _, after_b = _t2(kv_impl, kv_profile)
     ref = kv_reference.make_manager(KVCacheSpec(num_blocks=10, block_size=4, profile=kv_profile))
@@ -74,7 +80,8 @@ def test_t3_touch_then_free_refreshes_lru(kv_impl, kv_profile, kv_reference) -> 
     assert pool.free_block_ids() == GOLDEN[kv_profile]["t3_free"]
 
 
-def test_t4_allocate_all_in_queue_order_evicts(kv_impl, kv_profile, kv_reference) -> None:
+def test_t4_allocate_all_in_queue_order_evicts(kv_impl: ImplHandle, kv_profile: str,
+                                               kv_reference: ImplHandle) -> None:
     """T4: taking every free block returns them in queue order and empties the cache."""
     pool, _, after_b = _t2(kv_impl, kv_profile)
     assert pool.get_new_blocks(pool.num_free_blocks()) == after_b
@@ -83,7 +90,8 @@ def test_t4_allocate_all_in_queue_order_evicts(kv_impl, kv_profile, kv_reference
     assert pool.get_cached_block(ref.block_hashes("A")[0]) is None
 
 
-def test_t5_duplicates_first_inserted_wins(kv_impl, kv_profile, kv_reference) -> None:
+def test_t5_duplicates_first_inserted_wins(kv_impl: ImplHandle, kv_profile: str,
+                                           kv_reference: ImplHandle) -> None:
     """T5: two blocks cached under one key; lookups return the first."""
     pool = _pool(kv_impl, kv_profile)
     r1, r2 = RequestView("r1", (1, 2, 3, 4)), RequestView("r2", (1, 2, 3, 4))

@@ -8,23 +8,35 @@ A failure prints a runnable snippet of the shrunk call sequence and writes a JSO
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
+from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.conformance.workload_machine import run_workload_machine
 
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
 
-@pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_random_workloads_match_reference(kv_impl, kv_profile, kv_pair, kv_settings,
-                                          kv_seed) -> None:
+    from kvcheck.conformance.differential import PairFactory
+    from kvcheck.conformance.loader import ImplHandle
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_random_workloads_match_reference(kv_impl: ImplHandle, kv_profile: str,
+                                          kv_pair: PairFactory, kv_settings: Settings,
+                                          kv_seed: int | None) -> None:
     """Random scheduler workloads (no extra keys) behave exactly like the reference."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile)
 
 
 @pytest.mark.kv_capability("extra_keys")
-@pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_random_workloads_with_extra_keys_match_reference(kv_impl, kv_profile, kv_pair,
-                                                          kv_settings, kv_seed) -> None:
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_random_workloads_with_extra_keys_match_reference(kv_impl: ImplHandle, kv_profile: str,
+                                                          kv_pair: PairFactory,
+                                                          kv_settings: Settings,
+                                                          kv_seed: int | None) -> None:
     """The same with cache salts, LoRA adapters and multimodal items mixed in."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=True,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile)

@@ -4,38 +4,43 @@ AllBlocksCleared on reset, LoRA ids, and whole event streams against the referen
 Events are the dicts ``take_events()`` returns (``"type"`` plus vLLM's field names, see
 ``kvcheck.reference_impl.events``). KV-aware routers (Dynamo, llm-d) rebuild the cache tree from
 them, so a wrong parent or a missing removal silently misroutes requests (peer-systems §4 rows
-18 and 19; spec §3 and §9 item 21).
+18 and 19; docs/semantics.md#kv-events).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from kvcheck.conformance.differential import normalize_events
 from kvcheck.conformance.driver import Driver
 from kvcheck.conformance.ops import add, decode, free, reset, schedule
-from kvcheck.conformance.protocol import KVCacheSpec
+from kvcheck.conformance.protocol import KVCacheSpec, KVEvent
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.differential import PairFactory
+    from kvcheck.conformance.loader import ImplHandle
 
 pytestmark = pytest.mark.kv_capability("manager", "events")
 
 
-def _driver(kv_impl: Any, kv_profile: str, num_blocks: int = 16, block_size: int = 4) -> Driver:
+def _driver(kv_impl: ImplHandle, kv_profile: str, num_blocks: int = 16,
+            block_size: int = 4) -> Driver:
     spec = KVCacheSpec(num_blocks=num_blocks, block_size=block_size,
                        enable_kv_cache_events=True, profile=kv_profile)
     return Driver(kv_impl, spec)
 
 
-def _take(driver: Driver) -> list[dict[str, Any]]:
+def _take(driver: Driver) -> list[KVEvent]:
     return normalize_events(driver.manager.take_events())
 
 
-def _types(events: list[dict[str, Any]]) -> list[str]:
+def _types(events: list[KVEvent]) -> list[str | None]:
     return [e.get("type") for e in events]
 
 
-def _hex(value: Any) -> Any:
+def _hex(value: object) -> object:
     """``value`` with every bytes object shown as hex (readable failure messages)."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).hex()
@@ -46,7 +51,7 @@ def _hex(value: Any) -> Any:
     return value
 
 
-def _check_stored(driver: Driver, event: dict[str, Any], parent: bytes | None,
+def _check_stored(driver: Driver, event: KVEvent, parent: bytes | None,
                   tokens: list[int], num_blocks: int) -> list[bytes]:
     """Assert ``event`` is a BlockStored of ``num_blocks`` blocks holding ``tokens`` after
     ``parent``; returns its hashes."""
@@ -65,7 +70,7 @@ def _check_stored(driver: Driver, event: dict[str, Any], parent: bytes | None,
 
 
 # ------------------------------------------------------------------------------ BlockStored
-def test_prefill_emits_one_block_stored(kv_impl, kv_profile) -> None:
+def test_prefill_emits_one_block_stored(kv_impl: ImplHandle, kv_profile: str) -> None:
     """A one-shot prefill of 3 full blocks emits exactly one BlockStored: 3 hashes, 12 tokens,
     parent None."""
     driver = _driver(kv_impl, kv_profile)
@@ -77,7 +82,8 @@ def test_prefill_emits_one_block_stored(kv_impl, kv_profile) -> None:
     assert len(set(hashes)) == 3, f"3 different blocks got hashes {_hex(hashes)}"
 
 
-def test_chunked_prefill_event_parent_is_previous_block(kv_impl, kv_profile) -> None:
+def test_chunked_prefill_event_parent_is_previous_block(kv_impl: ImplHandle,
+                                                        kv_profile: str) -> None:
     """Each chunk that completes blocks emits one BlockStored whose parent is the hash of the
     block before its first one; a chunk completing no block emits nothing."""
     driver = _driver(kv_impl, kv_profile)
@@ -98,7 +104,7 @@ def test_chunked_prefill_event_parent_is_previous_block(kv_impl, kv_profile) -> 
     assert len(set(chain)) == 5, f"5 blocks, hashes {_hex(chain)}"
 
 
-def test_decode_filling_a_block_stores_it_with_parent(kv_impl, kv_profile) -> None:
+def test_decode_filling_a_block_stores_it_with_parent(kv_impl: ImplHandle, kv_profile: str) -> None:
     """The decode token that fills a block emits a BlockStored whose parent is the previous
     block's hash; decode tokens that leave it partial emit nothing."""
     driver = _driver(kv_impl, kv_profile)
@@ -113,7 +119,7 @@ def test_decode_filling_a_block_stores_it_with_parent(kv_impl, kv_profile) -> No
     _check_stored(driver, events[0], h0, list(driver.views["a"].token_ids[4:8]), 1)
 
 
-def test_stored_after_prefix_hit_chains_to_the_hit(kv_impl, kv_profile) -> None:
+def test_stored_after_prefix_hit_chains_to_the_hit(kv_impl: ImplHandle, kv_profile: str) -> None:
     """A request that hits 2 cached blocks stores only its new blocks, with the second hit
     block's hash as parent."""
     driver = _driver(kv_impl, kv_profile)
@@ -127,7 +133,7 @@ def test_stored_after_prefix_hit_chains_to_the_hit(kv_impl, kv_profile) -> None:
     _check_stored(driver, events[0], hashes_a[1], b[8:16], 2)
 
 
-def test_multi_block_event_parent_chain(kv_impl, kv_profile) -> None:
+def test_multi_block_event_parent_chain(kv_impl: ImplHandle, kv_profile: str) -> None:
     """In a multi-block BlockStored, block i's parent is block i-1: storing the same content one
     block at a time (after a reset) publishes exactly those parents (dynamo#671), and repeated
     block content still gets distinct, non-self-referential hashes (sglang#13488)."""
@@ -143,7 +149,8 @@ def test_multi_block_event_parent_chain(kv_impl, kv_profile) -> None:
     driver.run([free("a"), reset()])
     assert _types(_take(driver)) == ["AllBlocksCleared"], driver.snippet()
     driver.apply(add("c", prompt))
-    singles, parents = [], []
+    singles: list[bytes] = []
+    parents: list[bytes | None] = []
     for _ in range(4):
         driver.apply(schedule("c", 4))
         events = _take(driver)
@@ -158,7 +165,7 @@ def test_multi_block_event_parent_chain(kv_impl, kv_profile) -> None:
 
 
 @pytest.mark.kv_capability("block_hashes")
-def test_event_hashes_equal_block_hashes(kv_impl, kv_profile) -> None:
+def test_event_hashes_equal_block_hashes(kv_impl: ImplHandle, kv_profile: str) -> None:
     """The hashes BlockStored publishes, in order, are the request's own block_hashes of its
     computed full blocks."""
     driver = _driver(kv_impl, kv_profile)
@@ -173,7 +180,7 @@ def test_event_hashes_equal_block_hashes(kv_impl, kv_profile) -> None:
 
 
 @pytest.mark.kv_capability("extra_keys")
-def test_lora_id_carried(kv_impl, kv_profile) -> None:
+def test_lora_id_carried(kv_impl: ImplHandle, kv_profile: str) -> None:
     """BlockStored carries the request's LoRA int id (and, from 0.31, its name); None without
     LoRA."""
     driver = _driver(kv_impl, kv_profile)
@@ -192,8 +199,8 @@ def test_lora_id_carried(kv_impl, kv_profile) -> None:
 
 # ------------------------------------------------------------------------------ removal, reset
 @pytest.mark.parametrize("content", ["same", "other"])
-def test_reallocating_cached_blocks_removes_each_key_then_stores(kv_impl, kv_profile,
-                                                                 content: str) -> None:
+def test_reallocating_cached_blocks_removes_each_key_then_stores(
+        kv_impl: ImplHandle, kv_profile: str, content: str) -> None:
     """Reusing 2 cached free blocks (no lookup) emits one BlockRemoved per evicted key, each
     with one hash, then one BlockStored."""
     driver = _driver(kv_impl, kv_profile, num_blocks=4)  # 3 usable blocks
@@ -215,7 +222,7 @@ def test_reallocating_cached_blocks_removes_each_key_then_stores(kv_impl, kv_pro
         assert stored == cached, "the same content must be stored under the same hashes"
 
 
-def test_reset_prefix_cache_emits_all_blocks_cleared(kv_impl, kv_profile) -> None:
+def test_reset_prefix_cache_emits_all_blocks_cleared(kv_impl: ImplHandle, kv_profile: str) -> None:
     """A failed reset (a block in use) emits nothing; a successful one emits exactly
     [AllBlocksCleared]."""
     driver = _driver(kv_impl, kv_profile)
@@ -230,7 +237,7 @@ def test_reset_prefix_cache_emits_all_blocks_cleared(kv_impl, kv_profile) -> Non
 
 
 # ------------------------------------------------------------------------------ whole streams
-def test_event_stream_matches_reference(kv_pair) -> None:
+def test_event_stream_matches_reference(kv_pair: PairFactory) -> None:
     """A workload with chunked prefill, decode, a shared prefix, eviction under pressure, a
     skip-read request and a reset: the event stream equals the reference's after every op."""
     pair = kv_pair(num_blocks=10, block_size=4, enable_kv_cache_events=True)
@@ -248,7 +255,7 @@ def test_event_stream_matches_reference(kv_pair) -> None:
 
 
 @pytest.mark.kv_capability("extra_keys")
-def test_event_stream_with_extra_keys_matches_reference(kv_pair) -> None:
+def test_event_stream_with_extra_keys_matches_reference(kv_pair: PairFactory) -> None:
     """LoRA, salted and multimodal requests: BlockStored lora_id / lora_name / extra_keys and
     hashes equal the reference's."""
     pair = kv_pair(num_blocks=24, block_size=4, enable_kv_cache_events=True)

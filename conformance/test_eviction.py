@@ -1,17 +1,23 @@
-"""Eviction order: the spec's golden free-queue traces (§4) per profile, LRU refresh on a hit,
+"""Eviction order: the golden free-queue traces per profile, LRU refresh on a hit,
 lazy eviction and tail-first order within a request.
 
-Expected orders are the spec's literal tables (obtained by running vLLM 0.33.0 and 0.10.2).
+Expected orders are the literal tables of docs/semantics.md#golden-traces (vLLM 0.33.0, 0.10.2).
 They are observed without any capability by draining the pool: ``allocate_slots`` must return
-block ids in free-queue order (spec §11). With ``free_queue_order`` the queue is also compared
+block ids in free-queue order. With ``free_queue_order`` the queue is also compared
 directly.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvcheck.conformance.ops import add, free, schedule
+from kvcheck.conformance.protocol import VLLM_PROFILES
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.differential import Pair, PairFactory
 
 # test_evict (T6): r0 = 5 full + partial block, r1 = 3 full, freed in that order.
 GOLDEN_T6 = {
@@ -29,7 +35,7 @@ GOLDEN_PREFILL = {
 GOLDEN_T7 = {"vllm-0.33": [3, 2, 1, 4, 5], "vllm-0.10": [4, 5, 3, 2, 1]}
 
 
-def drain_order(pair) -> list[int]:
+def drain_order(pair: Pair) -> list[int]:
     """Allocate every free block to one fresh request; the ids come back in queue order."""
     n = pair.impl.manager.num_free_blocks()
     rid = f"drain{len(pair.ops)}"
@@ -37,15 +43,15 @@ def drain_order(pair) -> list[int]:
     return pair.impl.tables()[rid]
 
 
-def check_queue(pair, expected: list[int], when: str) -> None:
+def check_queue(pair: Pair, expected: list[int], when: str) -> None:
     if "free_queue_order" in pair.impl.impl.info.capabilities:
         got = list(pair.impl.manager.free_block_ids())
         assert got == expected, (
             f"free queue {when}: got {got}, vLLM gives {expected}\n" + pair.impl.snippet())
 
 
-@pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_free_order_golden_test_evict(kv_pair, kv_profile) -> None:
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_free_order_golden_test_evict(kv_pair: PairFactory, kv_profile: str) -> None:
     """T6 / vLLM test_evict: hashed blocks go to the tail chain-tail first; the partial block
     goes to the head (0.33) or the tail (0.10); a 35-token request then hits 2 blocks."""
     golden = GOLDEN_T6[kv_profile]
@@ -63,8 +69,8 @@ def test_free_order_golden_test_evict(kv_pair, kv_profile) -> None:
         f"r2's new block: got {got['new']}, vLLM gives {golden['r2_new']}\n" + pair.impl.snippet())
 
 
-@pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_free_order_golden_test_prefill(kv_pair, kv_profile) -> None:
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_free_order_golden_test_prefill(kv_pair: PairFactory, kv_profile: str) -> None:
     """vLLM test_prefill: after two requests sharing a prefix are freed, the pool is
     reallocated in the golden order."""
     pair = kv_pair(num_blocks=11, block_size=16)
@@ -79,8 +85,8 @@ def test_free_order_golden_test_prefill(kv_pair, kv_profile) -> None:
         + pair.impl.snippet())
 
 
-@pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_free_order_golden_caching_off(kv_pair, kv_profile) -> None:
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_free_order_golden_caching_off(kv_pair: PairFactory, kv_profile: str) -> None:
     """T7: with caching off, freed blocks go to the head (0.33, LIFO) or tail (0.10)."""
     pair = kv_pair(num_blocks=6, block_size=16, enable_caching=False)
     pair.run([add("r", range(40)), schedule("r"), free("r")])
@@ -88,7 +94,7 @@ def test_free_order_golden_caching_off(kv_pair, kv_profile) -> None:
     assert drain_order(pair) == GOLDEN_T7[kv_profile]
 
 
-def test_lru_refresh_on_hit(kv_pair) -> None:
+def test_lru_refresh_on_hit(kv_pair: PairFactory) -> None:
     """A hit on a free cached block takes it out of the queue; freed again, it goes to the
     tail (evicted last)."""
     pair = kv_pair(num_blocks=10, block_size=4)
@@ -103,7 +109,7 @@ def test_lru_refresh_on_hit(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
-def test_lazy_eviction_freed_block_still_hits(kv_pair) -> None:
+def test_lazy_eviction_freed_block_still_hits(kv_pair: PairFactory) -> None:
     """A freed cached block keeps its hash and still hits until it is reused."""
     pair = kv_pair(num_blocks=10, block_size=4)
     pair.run([add("a", range(12)), schedule("a"), free("a"), add("b", range(13))])
@@ -111,7 +117,7 @@ def test_lazy_eviction_freed_block_still_hits(kv_pair) -> None:
     assert got["hits"][1] == 12, f"b should hit a's 3 freed blocks, got {got['hits']}"
 
 
-def test_eviction_is_tail_first_within_a_request(kv_pair) -> None:
+def test_eviction_is_tail_first_within_a_request(kv_pair: PairFactory) -> None:
     """Under pressure the deepest block of a freed chain is evicted first, so the chain never
     gets a hole: a later lookup still hits a prefix."""
     pair = kv_pair(num_blocks=6, block_size=4)  # 5 usable blocks
@@ -124,8 +130,8 @@ def test_eviction_is_tail_first_within_a_request(kv_pair) -> None:
         f"got {got['hits']}\n" + pair.impl.snippet())
 
 
-@pytest.mark.kv_profiles("vllm-0.33", "vllm-0.10")
-def test_unhashed_blocks_reused_before_cached_ones(kv_pair, kv_profile) -> None:
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_unhashed_blocks_reused_before_cached_ones(kv_pair: PairFactory, kv_profile: str) -> None:
     """0.33: a request's unhashed tail block is reused first (LIFO head) and cached blocks
     stay; 0.10: everything is appended, so the never-used blocks go first."""
     pair = kv_pair(num_blocks=8, block_size=4)

@@ -1,7 +1,7 @@
 """Hashing: golden block-hash vectors per (algorithm, PYTHONHASHSEED), chaining, extra keys
 (LoRA, multimodal items, cache_salt), determinism across processes, and the NONE_HASH root.
 
-The golden hex strings below are copied from the spec (``vllm-v1-semantics.md`` §2.7, computed
+The golden hex strings below are copied from docs/semantics.md#golden-vectors (computed
 with vLLM 0.33.0's own code); they are literals on purpose, so a bug in kvcheck's reference
 cannot hide a bug in the implementation. External routers and replicas (llm-d, Dynamo, LMCache)
 recompute these hashes, so a silent change breaks them (peer-systems §4 rows 3, 4, 5, 21, 22).
@@ -13,23 +13,30 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
 from kvcheck.conformance.driver import Driver
-from kvcheck.conformance.ops import add, decode, free, schedule
+from kvcheck.conformance.ops import RequestExtras, add, decode, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from kvcheck.conformance.differential import PairFactory
+    from kvcheck.conformance.loader import ImplHandle
 
 pytestmark = pytest.mark.kv_capability("manager")
 
-#: Algorithms each profile's vLLM offers (spec §2.1: 0.10.2 has only the sha256 pair).
+#: Algorithms each profile's vLLM offers (docs/semantics.md#hash-algorithms: 0.10.2 has two).
 OFFERED_ALGOS: dict[str, tuple[str, ...]] = {
     "vllm-0.33": ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"),
     "vllm-0.10": ("sha256", "sha256_cbor"),
 }
 
-#: Spec §2.7: prompt (1..9), block size 4; b1 hashes (1,2,3,4), b2 hashes (5,6,7,8) after b1.
+#: docs/semantics.md#golden-vectors: prompt (1..9), block size 4; b1 = (1,2,3,4), b2 = (5,6,7,8).
 #: Seed None = PYTHONHASHSEED unset: deterministic only from vLLM 0.29 on (vllm-0.33 profile).
 GOLDEN: dict[tuple[str, str | None], tuple[str, str]] = {
     ("sha256", None): (
@@ -59,7 +66,7 @@ GOLDEN: dict[tuple[str, str | None], tuple[str, str]] = {
 }
 GOLDEN_PROMPT = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
-#: Spec §2.7 "more sha256 vectors, default seed" (PYTHONHASHSEED unset, vLLM 0.33).
+#: docs/semantics.md#golden-vectors, more sha256 vectors (PYTHONHASHSEED unset, vLLM 0.33).
 LARGE_INT_PROMPT = (0, 255, 256, 65535, 65536, 2**31, 151643, 7, 9)
 LARGE_INT_HASHES = (
     "a460e553ebf9a4709aec4c9f4b483550241baed2a0bb0b60e35dc02dbfa7abbe",
@@ -85,7 +92,8 @@ SEED0_PARAMS = [
 ]
 
 
-def _skip_unless_offered(kv_impl: Any, kv_profile: str, algo: str, seed: str | None) -> None:
+def _skip_unless_offered(kv_impl: ImplHandle, kv_profile: str, algo: str,
+                         seed: str | None) -> None:
     """Skip a vector the implementation or the profile's vLLM cannot produce."""
     if algo not in kv_impl.info.hash_algos:
         pytest.skip(f"{kv_impl.name} does not list {algo!r} in IMPL_INFO.hash_algos")
@@ -95,8 +103,8 @@ def _skip_unless_offered(kv_impl: Any, kv_profile: str, algo: str, seed: str | N
         pytest.skip(f"with PYTHONHASHSEED unset, {kv_profile}'s NONE_HASH is random per process")
 
 
-def _prefilled(kv_impl: Any, spec: KVCacheSpec, prompt: Any, rid: str = "r",
-               **extras: Any) -> Driver:
+def _prefilled(kv_impl: ImplHandle, spec: KVCacheSpec, prompt: Sequence[int], rid: str = "r",
+               **extras: Unpack[RequestExtras]) -> Driver:
     """A driver whose request ``rid`` has ``prompt`` fully prefilled."""
     driver = Driver(kv_impl, spec)
     driver.run([add(rid, prompt, **extras), schedule(rid)])
@@ -110,7 +118,8 @@ def _hex(driver: Driver, rid: str = "r") -> list[str]:
 # ------------------------------------------------------------------------------ golden vectors
 @pytest.mark.kv_capability("block_hashes")
 @pytest.mark.parametrize(("algo", "seed"), GOLDEN_PARAMS)
-def test_golden_block_hashes(kv_impl, kv_profile, algo: str, seed: str | None) -> None:
+def test_golden_block_hashes(kv_impl: ImplHandle, kv_profile: str, algo: str,
+                             seed: str | None) -> None:
     """Prompt (1..9), block size 4: both block hashes equal vLLM's for this algo and seed."""
     _skip_unless_offered(kv_impl, kv_profile, algo, seed)
     spec = KVCacheSpec(num_blocks=8, block_size=4, hash_algo=algo, pythonhashseed=seed,
@@ -124,16 +133,17 @@ def test_golden_block_hashes(kv_impl, kv_profile, algo: str, seed: str | None) -
 
 @pytest.mark.kv_capability("block_hashes")
 @pytest.mark.parametrize(("algo", "seed"), SEED0_PARAMS)
-def test_fixed_seed_root_is_not_random(kv_impl, kv_profile, algo: str, seed: str) -> None:
+def test_fixed_seed_root_is_not_random(kv_impl: ImplHandle, kv_profile: str, algo: str,
+                                       seed: str) -> None:
     """With PYTHONHASHSEED "0" two fresh managers give the golden first-block hash (a NONE_HASH
     that is random under a fixed seed, vllm#17088, fails)."""
     _skip_unless_offered(kv_impl, kv_profile, algo, seed)
     spec = KVCacheSpec(num_blocks=8, block_size=4, hash_algo=algo, pythonhashseed=seed,
                        profile=kv_profile)
-    firsts = []
-    for _ in range(2):
-        driver = _prefilled(kv_impl, spec, GOLDEN_PROMPT)
-        firsts.append(_hex(driver)[:1])
+    driver = _prefilled(kv_impl, spec, GOLDEN_PROMPT)
+    firsts = [_hex(driver)[:1]]
+    driver = _prefilled(kv_impl, spec, GOLDEN_PROMPT)  # a second, fresh manager
+    firsts.append(_hex(driver)[:1])
     want = [GOLDEN[(algo, seed)][0]]
     assert firsts == [want, want], (
         f"{algo}, PYTHONHASHSEED='0': first block hash of two managers {firsts}, vLLM gives "
@@ -142,7 +152,7 @@ def test_fixed_seed_root_is_not_random(kv_impl, kv_profile, algo: str, seed: str
 
 @pytest.mark.kv_capability("block_hashes")
 @pytest.mark.kv_profiles("vllm-0.33")
-def test_large_token_ids_hash_losslessly(kv_impl, kv_profile) -> None:
+def test_large_token_ids_hash_losslessly(kv_impl: ImplHandle, kv_profile: str) -> None:
     """Token ids 255/256/65535/65536/2**31/151643 hash as vLLM encodes them (no truncation)."""
     _skip_unless_offered(kv_impl, kv_profile, "sha256", None)
     spec = KVCacheSpec(num_blocks=8, block_size=4, pythonhashseed=None, profile=kv_profile)
@@ -155,7 +165,7 @@ def test_large_token_ids_hash_losslessly(kv_impl, kv_profile) -> None:
 
 @pytest.mark.kv_capability("block_hashes", "extra_keys")
 @pytest.mark.kv_profiles("vllm-0.33")
-def test_golden_salted_hashes(kv_impl, kv_profile) -> None:
+def test_golden_salted_hashes(kv_impl: ImplHandle, kv_profile: str) -> None:
     """cache_salt "s1" keys block 0 as ("cache_salt", "s1"); block 1 has no extra key."""
     _skip_unless_offered(kv_impl, kv_profile, "sha256", None)
     spec = KVCacheSpec(num_blocks=8, block_size=4, pythonhashseed=None, profile=kv_profile)
@@ -167,7 +177,7 @@ def test_golden_salted_hashes(kv_impl, kv_profile) -> None:
 
 @pytest.mark.kv_capability("block_hashes", "extra_keys")
 @pytest.mark.kv_profiles("vllm-0.33")
-def test_golden_lora_hash(kv_impl, kv_profile) -> None:
+def test_golden_lora_hash(kv_impl: ImplHandle, kv_profile: str) -> None:
     """LoRA ("a", id, "/p/a") keys block 0 as ("lora", "a", "/p/a")."""
     _skip_unless_offered(kv_impl, kv_profile, "sha256", None)
     spec = KVCacheSpec(num_blocks=8, block_size=4, pythonhashseed=None, profile=kv_profile)
@@ -190,7 +200,7 @@ def _mutated(j: int) -> tuple[int, ...]:
 
 
 @pytest.mark.kv_capability("block_hashes")
-def test_changing_block_j_changes_hashes_from_j_on(kv_impl, kv_profile) -> None:
+def test_changing_block_j_changes_hashes_from_j_on(kv_impl: ImplHandle, kv_profile: str) -> None:
     """Hashes chain: changing a token of block j changes every hash from j on, none before."""
     driver = Driver(kv_impl, KVCacheSpec(num_blocks=64, block_size=4, profile=kv_profile))
     driver.run([add("base", _BASE), schedule("base")])
@@ -200,14 +210,14 @@ def test_changing_block_j_changes_hashes_from_j_on(kv_impl, kv_profile) -> None:
         rid = f"mut{j}"
         driver.run([add(rid, _mutated(j)), schedule(rid)])
         got = _hex(driver, rid)
-        same = [a == b for a, b in zip(base, got)]
+        same = [a == b for a, b in zip(base, got, strict=False)]
         assert len(got) == 5 and same == [i < j for i in range(5)], (
             f"token changed in block {j}: hash equal to the unchanged prompt's per block "
             f"{same}, expected {[i < j for i in range(5)]}\n" + driver.snippet())
 
 
 @pytest.mark.kv_capability("block_hashes")
-def test_repeated_block_content_gets_distinct_hashes(kv_impl, kv_profile) -> None:
+def test_repeated_block_content_gets_distinct_hashes(kv_impl: ImplHandle, kv_profile: str) -> None:
     """Identical block contents at different positions hash differently (a content-only hash,
     sglang#13488, makes self-referential event chains)."""
     driver = _prefilled(kv_impl, KVCacheSpec(num_blocks=16, block_size=4, profile=kv_profile),
@@ -218,7 +228,7 @@ def test_repeated_block_content_gets_distinct_hashes(kv_impl, kv_profile) -> Non
 
 
 @pytest.mark.kv_capability("prefix_caching")
-def test_changing_block_j_stops_prefix_hit_at_j(kv_impl, kv_profile) -> None:
+def test_changing_block_j_stops_prefix_hit_at_j(kv_impl: ImplHandle, kv_profile: str) -> None:
     """A later request that differs from a cached one in block j hits exactly blocks [0, j)."""
     driver = Driver(kv_impl, KVCacheSpec(num_blocks=16, block_size=4, profile=kv_profile))
     driver.run([add("base", _BASE), schedule("base")])
@@ -237,12 +247,12 @@ def test_changing_block_j_stops_prefix_hit_at_j(kv_impl, kv_profile) -> None:
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
 @pytest.mark.parametrize("delta", [256, 65536, 2**24], ids=["8bit", "16bit", "24bit"])
-def test_token_ids_are_not_truncated(kv_impl, kv_profile, delta: int) -> None:
+def test_token_ids_are_not_truncated(kv_impl: ImplHandle, kv_profile: str, delta: int) -> None:
     """Token 1 and token 1 + 2**k are different: a prompt differing only there gets no hit
     (8-bit truncation, vllm-mlx#444)."""
     driver = Driver(kv_impl, KVCacheSpec(num_blocks=16, block_size=4, profile=kv_profile))
     prompt = list(GOLDEN_PROMPT)
-    driver.run([add("a", prompt), schedule("a"), add("b", [1 + delta] + prompt[1:])])
+    driver.run([add("a", prompt), schedule("a"), add("b", [1 + delta, *prompt[1:]])])
     hits, num = driver.apply(schedule("b"))["hits"]
     assert num == 0 and not hits, (
         f"prompts differing in token 0 (1 vs {1 + delta}) shared a prefix hit of {num} tokens "
@@ -254,7 +264,7 @@ _EXTRA_PROMPT = tuple(range(1, 21))  # 5 full blocks of 4
 # img1 spans blocks 1-2: block 1 holds img0's tail (offset -2) and img1 (offset 1); block 2
 # holds img1's middle (offset -3); img2 sits at the start of block 3.
 _MM = [("img0", 2, 3), ("img1", 5, 6), ("img2", 12, 1)]
-EXTRA_CASES = {
+EXTRA_CASES: dict[str, RequestExtras] = {
     "lora": {"lora": ("sql", 3, "/adapters/sql")},
     "mm": {"mm": _MM},
     "salt": {"salt": "tenant-a"},
@@ -264,7 +274,7 @@ EXTRA_CASES = {
 
 @pytest.mark.kv_capability("block_hashes", "extra_keys")
 @pytest.mark.parametrize("case", list(EXTRA_CASES))
-def test_extra_keys_change_every_block_hash_as_reference(kv_pair, case: str) -> None:
+def test_extra_keys_change_every_block_hash_as_reference(kv_pair: PairFactory, case: str) -> None:
     """LoRA / multimodal items (negative offsets, several per block) / cache_salt: the hashes
     equal the reference's through chunked prefill and decode, and differ from the same tokens
     without extras in every block (the salt is on block 0 only and reaches the rest by chaining)."""
@@ -279,7 +289,7 @@ def test_extra_keys_change_every_block_hash_as_reference(kv_pair, case: str) -> 
         assert mine == theirs, (
             f"{case}: block_hashes {[h.hex() for h in mine]}, reference "
             f"{[h.hex() for h in theirs]}\n" + pair.impl.snippet())
-    shared = [i for i, (a, b) in enumerate(zip(mine, plain)) if a == b]
+    shared = [i for i, (a, b) in enumerate(zip(mine, plain, strict=False)) if a == b]
     assert len(mine) == 6 and len(plain) == 5 and not shared, (
         f"{case}: blocks {shared} hash the same with and without {extras}\n"
         + pair.impl.snippet())
@@ -287,7 +297,7 @@ def test_extra_keys_change_every_block_hash_as_reference(kv_pair, case: str) -> 
 
 # (cached request's extras, probe's extras, blocks the probe hits per profile); the prompt has
 # 3 full blocks of 4 plus one token, so a full hit is 3 blocks.
-ISOLATION_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, int]]] = {
+ISOLATION_CASES: dict[str, tuple[RequestExtras, RequestExtras, dict[str, int]]] = {
     "salt-same": ({"salt": "s1"}, {"salt": "s1"}, {"vllm-0.33": 3, "vllm-0.10": 3}),
     "salt-different": ({"salt": "s1"}, {"salt": "s2"}, {"vllm-0.33": 0, "vllm-0.10": 0}),
     "salt-vs-none": ({"salt": "s1"}, {}, {"vllm-0.33": 0, "vllm-0.10": 0}),
@@ -299,7 +309,7 @@ ISOLATION_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, int]]
     "lora-different": ({"lora": ("a", 1, "/p/a")}, {"lora": ("b", 2, "/p/b")},
                        {"vllm-0.33": 0, "vllm-0.10": 0}),
     "lora-vs-none": ({"lora": ("a", 1, "/p/a")}, {}, {"vllm-0.33": 0, "vllm-0.10": 0}),
-    # 0.33 keys LoRA by (name, path); 0.10.2 by the integer id (spec §2.3, §9 item 14).
+    # 0.33 keys LoRA by (name, path); 0.10.2 by the integer id (docs/semantics.md#extra-keys).
     "lora-path-changed": ({"lora": ("a", 1, "/p/a")}, {"lora": ("a", 1, "/p/a2")},
                           {"vllm-0.33": 0, "vllm-0.10": 3}),
     "mm-same": ({"mm": [("img0", 1, 6)]}, {"mm": [("img0", 1, 6)]},
@@ -316,7 +326,7 @@ ISOLATION_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, int]]
 
 @pytest.mark.kv_capability("prefix_caching", "extra_keys")
 @pytest.mark.parametrize("case", list(ISOLATION_CASES))
-def test_extra_keys_isolate_prefix_hits(kv_impl, kv_profile, case: str) -> None:
+def test_extra_keys_isolate_prefix_hits(kv_impl: ImplHandle, kv_profile: str, case: str) -> None:
     """Same salt / LoRA / image hits; a different one misses from the first block it keys
     (salt isolation, GHSA-rm76-4mrf-v9r8; vllm#56655)."""
     cached, probe, want_blocks = ISOLATION_CASES[case]
@@ -336,10 +346,12 @@ import json, sys
 from kvcheck.conformance.driver import Driver
 from kvcheck.conformance.ops import add, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
-from kvcheck.plugin.loader import load_impl
+from kvcheck.conformance.loader import load_impl
 
 target, profile, cases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-impl = load_impl(target)
+# Folders left off PYTHONPATH (see _child_pythonpath) are searched for the module only now,
+# after kvcheck is imported, so a checkout's kvcheck/ cannot shadow the installed one.
+impl = load_impl(target, search=json.loads(sys.argv[4]))
 out = {}
 for algo, seed in cases:
     spec = KVCacheSpec(num_blocks=8, block_size=4, hash_algo=algo, pythonhashseed=seed,
@@ -352,56 +364,67 @@ print(json.dumps(out))
 _CHILD_ENV_SEED = "4242"  # deliberately not the spec's seed: the spec must win
 
 
-def _process_cases(kv_impl: Any, kv_profile: str) -> tuple[list, list]:
+def _process_cases(kv_impl: ImplHandle, kv_profile: str,
+                   ) -> tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]]:
     """(deterministic cases, random-root cases) this implementation and profile support."""
     algos = [a for a in OFFERED_ALGOS.get(kv_profile, ()) if a in kv_impl.info.hash_algos]
-    fixed = [(a, "0") for a in algos]
-    random_root = []
+    fixed: list[tuple[str, str | None]] = [(a, "0") for a in algos]
+    random_root: list[tuple[str, str | None]] = []
     for algo in algos:
         if kv_profile == "vllm-0.33" and algo in ("sha256", "sha256_cbor"):
             fixed.append((algo, None))
-        else:  # 0.10.2: urandom root; 0.33: xxhash roots stay random (spec §2.2)
+        else:  # 0.10.2: urandom root; 0.33: xxhash roots stay random (docs/semantics.md#none-hash)
             random_root.append((algo, None))
     return fixed, random_root
 
 
-def _child_pythonpath() -> str:
-    """This process's sys.path, absolute, minus folders whose ``kvcheck/`` is not the kvcheck
-    imported here (a source checkout's near-empty ``kvcheck/`` would shadow the install)."""
+def _child_pythonpath() -> tuple[str, list[str]]:
+    """(PYTHONPATH for the child, folders it searches for the implementation afterwards).
+
+    The path is this process's sys.path, absolute, minus folders whose ``kvcheck/`` is not the
+    kvcheck imported here (a source checkout's near-empty ``kvcheck/`` would shadow the
+    install); those folders may still hold the implementation (a clone's root holding
+    ``mypkg/``), so the child's loader searches them once kvcheck is imported."""
     import kvcheck
 
     installed = os.path.dirname(os.path.abspath(kvcheck.__file__))
-    keep = []
-    for entry in sys.path:
-        entry = os.path.abspath(entry or os.curdir)
+    keep, later = [], []
+    for path_entry in sys.path:
+        entry = os.path.abspath(path_entry or os.curdir)
         candidate = os.path.join(entry, "kvcheck")
         if os.path.isdir(candidate) and os.path.abspath(candidate) != installed:
+            later.append(entry)
             continue
         keep.append(entry)
-    return os.pathsep.join(keep)
+    return os.pathsep.join(keep), later
 
 
 @pytest.fixture(scope="module")
-def child_hashes(kv_impl, kv_profile, tmp_path_factory) -> dict[str, list[str]]:
+def child_hashes(kv_impl: ImplHandle, kv_profile: str,
+                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """Block hashes of the golden prompt computed in a fresh interpreter whose environment
     PYTHONHASHSEED differs from the spec's, for every (algo, seed) case."""
     fixed, random_root = _process_cases(kv_impl, kv_profile)
     # The child sees this process's sys.path, so an implementation importable here (a
     # --kv-impl module found through pytest's rootdir, say) is importable there too.
-    env = dict(os.environ, PYTHONHASHSEED=_CHILD_ENV_SEED, PYTHONPATH=_child_pythonpath())
+    pythonpath, search_later = _child_pythonpath()
+    env = dict(os.environ, PYTHONHASHSEED=_CHILD_ENV_SEED, PYTHONPATH=pythonpath)
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, kv_impl.target, kv_profile, json.dumps(fixed + random_root)],
+        [sys.executable, "-c", _CHILD, kv_impl.target, kv_profile, json.dumps(fixed + random_root),
+         json.dumps(search_later)],
         capture_output=True, text=True, env=env, timeout=120, check=False,
         cwd=tmp_path_factory.mktemp("kvcheck-child"))  # `-c` puts the cwd first on sys.path
     assert proc.returncode == 0, (
         f"the child process hashing with --kv-impl={kv_impl.target} failed "
         f"(rc {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    hashes: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return hashes
 
 
 @pytest.mark.kv_capability("block_hashes")
 @pytest.mark.parametrize(("algo", "seed"), GOLDEN_PARAMS)
-def test_hashes_identical_across_processes(kv_impl, kv_profile, child_hashes, algo: str,
+def test_hashes_identical_across_processes(kv_impl: ImplHandle, kv_profile: str,
+                                           child_hashes: dict[str, list[str]], algo: str,
                                            seed: str | None) -> None:
     """Another interpreter (with a different PYTHONHASHSEED in its environment) computes the
     same block hashes for the same spec (vllm#17088: NONE_HASH random under a fixed seed)."""
@@ -419,10 +442,11 @@ def test_hashes_identical_across_processes(kv_impl, kv_profile, child_hashes, al
 
 @pytest.mark.kv_capability("block_hashes")
 @pytest.mark.parametrize("algo", list(OFFERED_ALGOS["vllm-0.33"]))
-def test_unset_seed_root_is_random_per_process(kv_impl, kv_profile, child_hashes,
+def test_unset_seed_root_is_random_per_process(kv_impl: ImplHandle, kv_profile: str,
+                                               child_hashes: dict[str, list[str]],
                                                algo: str) -> None:
     """With PYTHONHASHSEED unset, vLLM 0.10's root (every algo) and 0.33's xxhash roots are
-    random per process: a predictable root eases crafted collisions (spec §2.2)."""
+    random per process: a predictable root aids crafted collisions (docs/semantics.md#none-hash)."""
     _skip_unless_offered(kv_impl, kv_profile, algo, "0")
     if (algo, None) not in _process_cases(kv_impl, kv_profile)[1]:
         pytest.skip(f"{algo} with PYTHONHASHSEED unset is deterministic under {kv_profile} "

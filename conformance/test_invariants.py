@@ -10,20 +10,29 @@ tests), so designs other than vLLM's get a meaningful verdict too.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from kvcheck.conformance.ops import add, decode, free, one_token_decodes, reset, schedule
+from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, reset, schedule
 from kvcheck.conformance.protocol import effective_capabilities
 from kvcheck.conformance.workload_machine import run_workload_machine
 
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+
+    from kvcheck.conformance.differential import Pair, PairFactory
+    from kvcheck.conformance.loader import ImplHandle
+
 
 @pytest.mark.kv_generic
-def test_laws_hold_under_random_workloads(kv_impl, kv_profile, kv_pair, kv_settings,
-                                          kv_seed) -> None:
+def test_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile: str,
+                                          kv_pair: PairFactory, kv_settings: Settings,
+                                          kv_seed: int | None) -> None:
     """Conservation, ownership, hit-cap and hit-correctness laws hold after every step of
     random workloads (with LoRA / salt / multimodal requests where extra_keys is declared)."""
 
-    def laws_only(**fields):
+    def laws_only(**fields: object) -> Pair:
         return kv_pair(with_oracle=False, **fields)
 
     extras = "extra_keys" in effective_capabilities(kv_impl.info, kv_profile)
@@ -32,13 +41,13 @@ def test_laws_hold_under_random_workloads(kv_impl, kv_profile, kv_pair, kv_setti
 
 
 @pytest.mark.kv_generic
-def test_laws_hold_through_a_full_drain(kv_pair) -> None:
+def test_laws_hold_through_a_full_drain(kv_pair: PairFactory) -> None:
     """Fill the pool, free everything (and reset, with reset_prefix_cache): the free count
     returns to its initial value."""
     pair = kv_pair(num_blocks=9, block_size=4, with_oracle=False)
     caps = pair.impl.capabilities
     initial = pair.impl.manager.num_free_blocks()
-    ops = []
+    ops: list[Op] = []
     for i in range(4):
         ops += [add(f"r{i}", range(i, i + 7)), schedule(f"r{i}"), decode(f"r{i}", 2)]
     pair.run(one_token_decodes(ops, "multi_token_decode" in caps))
@@ -52,7 +61,7 @@ def test_laws_hold_through_a_full_drain(kv_pair) -> None:
 
 
 @pytest.mark.kv_generic
-def test_failed_allocation_leaks_nothing(kv_pair) -> None:
+def test_failed_allocation_leaks_nothing(kv_pair: PairFactory) -> None:
     """Repeated failed allocations leave the free count unchanged (no ref-count leak)."""
     pair = kv_pair(num_blocks=6, block_size=4, with_oracle=False)
     pair.run([add("a", range(8)), schedule("a"), free("a"), add("big", list(range(8)) + [1] * 40)])

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.loader import ImplHandle
 
 # Kernel numerics do not depend on a vLLM release: checked under every profile, generic too.
 pytestmark = [pytest.mark.kv_capability("kernels"), pytest.mark.kv_generic]
@@ -32,10 +36,10 @@ if _HAS_KERNEL_DEPS:
 else:
     _DEVICE, _CASES = "cpu", ["unavailable"]
 
-_kernel_sets: dict[str, object] = {}
+_kernel_sets: dict[str, KernelSet] = {}
 
 
-def _kernel_set(kv_impl):
+def _kernel_set(kv_impl: ImplHandle) -> KernelSet:
     if kv_impl.name not in _kernel_sets:
         ks = kv_impl.module.kernels()
         if not isinstance(ks, KernelSet):
@@ -47,7 +51,7 @@ def _kernel_set(kv_impl):
 
 
 @pytest.mark.parametrize("case_id", _CASES)
-def test_kernel_matches_reference(kv_impl, case_id: str) -> None:
+def test_kernel_matches_reference(kv_impl: ImplHandle, case_id: str) -> None:
     """One kernel case: stores bit-exact (fp8 within one rounding step), attention within the
     per-dtype tolerance of the fp32 reference, padded slots untouched."""
     if not _HAS_KERNEL_DEPS:

@@ -3,21 +3,26 @@ the prompt-logprobs skip flag, caching off, reset and duplicate keys."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kvcheck.conformance.ops import add, decode, free, one_token_decodes, reset, schedule
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.differential import PairFactory
 
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
 @pytest.mark.parametrize("num_tokens", [47, 48, 49])
-def test_hit_cap_is_num_tokens_minus_one(kv_pair, num_tokens: int) -> None:
+def test_hit_cap_is_num_tokens_minus_one(kv_pair: PairFactory, num_tokens: int) -> None:
     """The last token is always recomputed: with 48 cached tokens (3 blocks of 16), a 48-token
     prompt hits 32 tokens, 47 hits 32, 49 hits 48."""
     pair = kv_pair(num_blocks=12, block_size=16)
     pair.run([add("a", range(48)), schedule("a"), add("b", range(num_tokens))])
     got = pair.apply(schedule("b"))
-    hits, num = got["hits"]
+    _, num = got["hits"]
     assert num <= num_tokens - 1 and num % 16 == 0, f"hit {num} tokens of {num_tokens}"
     if pair.spec.profile != "generic":
         expected = {47: 32, 48: 32, 49: 48}[num_tokens]
@@ -26,17 +31,17 @@ def test_hit_cap_is_num_tokens_minus_one(kv_pair, num_tokens: int) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
-def test_partial_block_never_hits(kv_pair) -> None:
+def test_partial_block_never_hits(kv_pair: PairFactory) -> None:
     """Only full blocks are cached: a prompt sharing 2 full blocks and a partial third hits 2."""
     pair = kv_pair(num_blocks=12, block_size=4)
     pair.run([add("a", range(11)), schedule("a"), add("b", list(range(11)) + [5, 5, 5])])
-    hits, num = pair.apply(schedule("b"))["hits"]
+    _, num = pair.apply(schedule("b"))["hits"]
     assert num == 8, f"a cached 2 full blocks (8 tokens) and a partial one; b hit {num} tokens"
 
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
-def test_shared_prefix_is_shared(kv_pair) -> None:
+def test_shared_prefix_is_shared(kv_pair: PairFactory) -> None:
     """A second request with the same prefix reuses the same physical blocks."""
     pair = kv_pair(num_blocks=12, block_size=4)
     pair.run([add("a", range(14)), schedule("a"), add("b", list(range(12)) + [9])])
@@ -50,7 +55,7 @@ def test_shared_prefix_is_shared(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
-def test_hits_hold_the_requested_prefix(kv_pair) -> None:
+def test_hits_hold_the_requested_prefix(kv_pair: PairFactory) -> None:
     """A hit is a block holding the request's whole prefix through that block, whatever the
     hashing scheme (the hit-correctness law judges every hit of every test; these cases aim
     at it): the same tokens at another position, the same tokens after another prefix, and
@@ -81,7 +86,7 @@ def test_hits_hold_the_requested_prefix(kv_pair) -> None:
     pair.run([free("fill"), schedule("new")])
 
 
-def test_own_hits_not_evicted_by_own_allocation(kv_pair) -> None:
+def test_own_hits_not_evicted_by_own_allocation(kv_pair: PairFactory) -> None:
     """test_computed_blocks_not_evicted: hits are touched before new blocks are popped, so a
     request never evicts its own prefix (vllm#37076 class of bug)."""
     pair = kv_pair(num_blocks=3, block_size=16)
@@ -94,7 +99,7 @@ def test_own_hits_not_evicted_by_own_allocation(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching", "skip_reading_prefix_cache")
-def test_skip_reading_prefix_cache_still_writes(kv_pair) -> None:
+def test_skip_reading_prefix_cache_still_writes(kv_pair: PairFactory) -> None:
     """A prompt-logprobs request gets no hit but caches its blocks (duplicates under the same
     keys); later lookups still find blocks."""
     pair = kv_pair(num_blocks=16, block_size=4)
@@ -107,7 +112,7 @@ def test_skip_reading_prefix_cache_still_writes(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("caching_off")
-def test_caching_disabled_never_hits(kv_pair) -> None:
+def test_caching_disabled_never_hits(kv_pair: PairFactory) -> None:
     pair = kv_pair(num_blocks=12, block_size=4, enable_caching=False)
     pair.run([add("a", range(12)), schedule("a"), add("b", range(12))])
     assert pair.apply(schedule("b"))["hits"] == ([], 0)
@@ -115,7 +120,7 @@ def test_caching_disabled_never_hits(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching", "reset_prefix_cache")
-def test_reset_prefix_cache(kv_pair) -> None:
+def test_reset_prefix_cache(kv_pair: PairFactory) -> None:
     """reset fails while any block is in use (cache intact); once all is free it succeeds and
     nothing hits afterwards."""
     pair = kv_pair(num_blocks=12, block_size=4)
@@ -129,7 +134,7 @@ def test_reset_prefix_cache(kv_pair) -> None:
     assert pair.apply(schedule("c"))["hits"] == ([], 0), "nothing may hit after a reset"
 
 
-def test_duplicates_first_inserted_wins(kv_pair) -> None:
+def test_duplicates_first_inserted_wins(kv_pair: PairFactory) -> None:
     """A block-aligned prompt recomputes and re-caches its last block; lookups keep returning
     the first block cached under that key."""
     pair = kv_pair(num_blocks=16, block_size=4)
@@ -142,7 +147,7 @@ def test_duplicates_first_inserted_wins(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
-def test_decode_blocks_become_hits(kv_pair) -> None:
+def test_decode_blocks_become_hits(kv_pair: PairFactory) -> None:
     """A block filled during decode is cached and hits for a request with the same tokens."""
     pair = kv_pair(num_blocks=16, block_size=4)
     pair.run([add("a", range(6)), schedule("a"), decode("a"), decode("a"), decode("a")])
@@ -154,7 +159,7 @@ def test_decode_blocks_become_hits(kv_pair) -> None:
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("prefix_caching")
-def test_preempted_request_readmitted_from_cache(kv_pair) -> None:
+def test_preempted_request_readmitted_from_cache(kv_pair: PairFactory) -> None:
     """A request freed mid-decode (preemption) hits its own cached blocks when re-admitted."""
     pair = kv_pair(num_blocks=16, block_size=4)
     pair.run(one_token_decodes([add("a", range(10)), schedule("a"), decode("a", 3), free("a")],

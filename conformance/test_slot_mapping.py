@@ -2,13 +2,13 @@
 block table, through FlashInfer's CSR page table, and for uniqueness across live requests.
 
 The expected slot of position ``pos`` of a request whose block table is ``block_ids`` is
-``block_ids[pos // block_size] * block_size + pos % block_size`` (spec §6, W = 1); the tests
+``block_ids[pos // block_size] * block_size + pos % block_size`` (W = 1); the tests
 write that formula themselves instead of calling kvcheck's reference.
 
-Not covered here, on purpose: ``PAD_SLOT_ID`` (-1) tail padding up to
-``max_num_batched_tokens``, DCP (decode context parallel) slot ownership, and batch-level
-``query_start_loc`` handling belong to the worker's batch kernel, which this protocol does not
-expose. kvcheck's own ``compute_slot_mapping`` is checked against the spec's worked examples in
+Not covered here: ``PAD_SLOT_ID`` (-1) tail padding up to the padded batch size, DCP
+(decode context parallel) slot ownership and the batch-level layout belong to the worker's
+batch builder, checked by the ``batch_metadata`` capability (conformance/test_batch_metadata.py).
+The worked examples of docs/semantics.md#slot-mapping check kvcheck's own slot mapping in
 ``tests/reference_impl/test_block_table.py``; an implementation's kernels are checked by the
 ``kernels`` capability. ``slot_mapping`` is never asked about positions a request has not
 computed.
@@ -16,15 +16,21 @@ computed.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from kvcheck.conformance.driver import Driver
-from kvcheck.conformance.ops import add, decode, free, one_token_decodes, schedule
+from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec
 from kvcheck.conformance.workload_machine import supported_block_sizes
 from kvcheck.reference_impl.page_table import to_flashinfer_csr
+
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+
+    from kvcheck.conformance.loader import ImplHandle
 
 pytestmark = pytest.mark.kv_capability("manager")
 
@@ -43,7 +49,8 @@ def _ranges(start_of_step: int, end: int) -> list[tuple[int, int]]:
     return out
 
 
-def _workload(driver: Driver, ops: list[dict[str, Any]], check: Any) -> None:
+def _workload(driver: Driver, ops: list[Op],
+              check: Callable[[Driver, dict[str, int]], None]) -> None:
     """Run ``ops`` (decodes one token at a time without ``multi_token_decode``), calling
     ``check(driver, computed_before)`` after each."""
     for op in one_token_decodes(ops, "multi_token_decode" in driver.capabilities):
@@ -52,7 +59,7 @@ def _workload(driver: Driver, ops: list[dict[str, Any]], check: Any) -> None:
         check(driver, before)
 
 
-_SCRIPT = [
+_SCRIPT: list[Op] = [
     add("a", range(1, 15)), schedule("a", 3), schedule("a", 6), schedule("a"),
     decode("a"), decode("a", 3),
     add("b", list(range(1, 9)) + [70, 71, 72]), schedule("b"),    # shares a's 2 full blocks
@@ -65,7 +72,7 @@ _SCRIPT = [
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("slot_mapping")
-def test_slot_mapping_matches_block_table(kv_impl, kv_profile) -> None:
+def test_slot_mapping_matches_block_table(kv_impl: ImplHandle, kv_profile: str) -> None:
     """slot_mapping(rid, start, end) equals block_ids[pos // bs] * bs + pos % bs for every
     computed position, through chunked prefill, decode and shared prefixes."""
     driver = Driver(kv_impl, KVCacheSpec(num_blocks=24, block_size=4, profile=kv_profile))
@@ -85,7 +92,7 @@ def test_slot_mapping_matches_block_table(kv_impl, kv_profile) -> None:
 
 
 @pytest.mark.kv_generic
-def test_flashinfer_csr_cross_check(kv_impl, kv_profile) -> None:
+def test_flashinfer_csr_cross_check(kv_impl: ImplHandle, kv_profile: str) -> None:
     """FlashInfer's CSR page table built from the implementation's block tables addresses every
     token at its slot: kv_indices[kv_indptr[b] + pos // bs] * bs + pos % bs, with
     seq_len = bs * (npages - 1) + last_page_len and 0 < last_page_len <= bs."""
@@ -101,15 +108,15 @@ def test_flashinfer_csr_cross_check(kv_impl, kv_profile) -> None:
         # The pages attention reads: a design may hold blocks past the computed tokens
         # (lookahead, or the whole sequence reserved at admission).
         rows = [list(driver.manager.get_block_ids(r))[:-(-n // bs)]
-                for r, n in zip(rids, seq_lens)]
+                for r, n in zip(rids, seq_lens, strict=True)]
         try:
             indptr, indices, last = to_flashinfer_csr(rows, seq_lens, bs)
         except ValueError as exc:
-            raise AssertionError(f"block tables {dict(zip(rids, rows))} with seq_lens "
+            raise AssertionError(f"block tables {dict(zip(rids, rows, strict=True))} with seq_lens "
                                  f"{seq_lens} are not a valid page table: {exc}\n"
                                  + driver.snippet()) from None
         assert indptr.dtype.name == indices.dtype.name == last.dtype.name == "int32"
-        for b, (rid, ids, n) in enumerate(zip(rids, rows, seq_lens)):
+        for b, (rid, ids, n) in enumerate(zip(rids, rows, seq_lens, strict=True)):
             npages = int(indptr[b + 1] - indptr[b])
             assert n == bs * (npages - 1) + int(last[b]) and 0 < int(last[b]) <= bs, (
                 f"{rid!r}: seq_len {n}, {npages} pages, last_page_len {int(last[b])}")
@@ -125,8 +132,9 @@ def test_flashinfer_csr_cross_check(kv_impl, kv_profile) -> None:
 
 
 @pytest.mark.kv_generic
-def test_slots_unique_except_shared_prefix_blocks(kv_impl, kv_profile, kv_settings,
-                                                  kv_seed) -> None:
+def test_slots_unique_except_shared_prefix_blocks(kv_impl: ImplHandle, kv_profile: str,
+                                                  kv_settings: Settings,
+                                                  kv_seed: int | None) -> None:
     """Random prompts sharing prefixes, random chunks, decode and frees: every computed token's
     slot lies in the pool (never in the null block 0) and belongs to one live request, except
     tokens of a shared full prefix block at the same position."""
@@ -168,8 +176,9 @@ def test_slots_unique_except_shared_prefix_blocks(kv_impl, kv_profile, kv_settin
                 if not multi_token and (kind == "decode"
                                         or view.num_computed_tokens >= view.num_tokens):
                     n = 1  # one token per decode step: all the design promises
-                driver.apply({"step": schedule(rid, n), "decode": decode(rid, n),
-                              "free": free(rid)}[kind])
+                by_kind: dict[str, Op] = {"step": schedule(rid, n), "decode": decode(rid, n),
+                                          "free": free(rid)}
+                driver.apply(by_kind[kind])
             _check_slots(driver, has_slots)
 
     if kv_seed is not None:

@@ -18,8 +18,9 @@ Bounds (what a trace may ask for; the suite's own traces are far below them):
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import TypeGuard, cast
 
+from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import HASH_ALGOS, PROFILES, KVCacheSpec
 from kvcheck.errors import KVCheckInputError
 
@@ -46,11 +47,11 @@ class TraceError(KVCheckInputError):
     problem."""
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return type(value) is int
 
 
-def check_spec(raw: Any, where: str) -> KVCacheSpec:
+def check_spec(raw: object, where: str) -> KVCacheSpec:
     """The trace's ``spec`` object as a ``KVCacheSpec``, every field checked."""
     if not isinstance(raw, dict):
         raise TraceError(f"{where}: field 'spec' missing or not an object")
@@ -86,9 +87,9 @@ def check_spec(raw: Any, where: str) -> KVCacheSpec:
     return KVCacheSpec(**raw)
 
 
-def check_ops(ops: Any, where: str) -> None:
+def check_ops(ops: object, where: str) -> list[Op]:
     """Check every op: a known kind, its fields and their types, request ids that were
-    added, counts within bounds."""
+    added, counts within bounds; returns ``ops``, now known to be ops."""
     if not isinstance(ops, list):
         raise TraceError(f"{where}: field 'ops' missing or not a list")
     if len(ops) > MAX_OPS:
@@ -128,9 +129,10 @@ def check_ops(ops: Any, where: str) -> None:
             if tokens[rid] > MAX_REQUEST_TOKENS:
                 raise TraceError(f"{at}: the schedule and decode ops of request {rid!r} ask "
                                  f"for {tokens[rid]} tokens; at most {MAX_REQUEST_TOKENS}")
+    return cast("list[Op]", ops)  # every op checked above
 
 
-def _check_add(op: dict[str, Any], at: str) -> None:
+def _check_add(op: dict[str, object], at: str) -> None:
     prompt = op.get("prompt")
     if not isinstance(prompt, list):
         raise TraceError(f"{at}: field 'prompt' must be a list of token ids")

@@ -10,14 +10,30 @@ The suite only ever grows a view (decode appends output tokens) and advances
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 from kvcheck.conformance.protocol import RequestView
+from kvcheck.errors import KVCheckInputError
 
-__all__ = ["RequestViewSync"]
+__all__ = ["EngineRequest", "RequestViewSync"]
 
-R = TypeVar("R")
+
+class EngineRequest(Protocol):
+    """What ``RequestViewSync`` needs of an engine's request type."""
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def output_token_ids(self) -> Sequence[int]: ...
+
+    num_computed_tokens: int
+
+    def append_output_token_ids(self, token_ids: list[int], /) -> None: ...
+
+
+R = TypeVar("R", bound=EngineRequest)
 
 
 class RequestViewSync(Generic[R]):
@@ -39,23 +55,24 @@ class RequestViewSync(Generic[R]):
         """The engine request for ``view``, its tokens and computed count brought up to date.
 
         Raises:
-            ValueError: the view has fewer output tokens than already seen (views only grow).
+            KVCheckInputError: the view has fewer output tokens than already seen (views only
+                grow).
         """
-        req: Any = self.requests.get(view.request_id)
+        req = self.requests.get(view.request_id)
         if req is None or tuple(req.prompt_token_ids) != view.prompt_token_ids:
             self._before_hashing()
             req = self._make(view)
             self.requests[view.request_id] = req
         known = len(req.output_token_ids)
         if len(view.output_token_ids) < known:
-            raise ValueError(
+            raise KVCheckInputError(
                 f"request {view.request_id!r}: output_token_ids shrank from {known} to "
                 f"{len(view.output_token_ids)}; views may only grow")
         if len(view.output_token_ids) > known:
             self._before_hashing()
             req.append_output_token_ids(list(view.output_token_ids[known:]))
         req.num_computed_tokens = view.num_computed_tokens
-        return req  # type: ignore[no-any-return]
+        return req
 
     def get(self, request_id: str) -> R | None:
         return self.requests.get(request_id)

@@ -18,21 +18,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
-    "store_kv_cache",
-    "paged_attention_decode",
-    "paged_attention_varlen",
-    "choose_num_splits",
-    "copy_blocks",
-    "gather_kv",
-    "store_kv_cache_ref",
-    "attention_ref",
-    "paged_attention_decode_ref",
-    "paged_attention_varlen_ref",
-    "copy_blocks_ref",
-    "gather_kv_ref",
     "PAD_SLOT_ID",
     "KernelSet",
+    "attention_ref",
+    "choose_num_splits",
+    "copy_blocks",
+    "copy_blocks_ref",
+    "gather_kv",
+    "gather_kv_ref",
     "kvcheck_kernel_set",
+    "paged_attention_decode",
+    "paged_attention_decode_ref",
+    "paged_attention_varlen",
+    "paged_attention_varlen_ref",
+    "store_kv_cache",
+    "store_kv_cache_ref",
 ]
 
 _LAZY = {

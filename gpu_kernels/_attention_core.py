@@ -1,8 +1,9 @@
 """Triton building blocks shared by the paged-attention kernels (decode and varlen).
 
 ``_attend_kv_tiles`` runs the online-softmax (flash-attention) loop over KV tiles read through a
-block table; the kernels only differ in which query rows they load, the position each row sits at,
-and which tile range they cover. Conventions inside the kernels:
+block table, state initialisation and fp8 scales included; the kernels only differ in which query
+rows they load, the position each row sits at, and which tile range they cover.
+Conventions inside the kernels:
 
 * rows (``BLOCK_M``) are (query token, query head) pairs that share one KV head (GQA packing);
 * ``KV_BLOCK_SIZE`` is the cache block size, ``BLOCK_N`` the KV tile, ``BLOCK_D`` the padded
@@ -29,9 +30,6 @@ def _softcap(scores, softcap):
 
 @triton.jit
 def _attend_kv_tiles(
-    acc,  # [BLOCK_M, BLOCK_D] fp32 running sum of p * V (unnormalised)
-    m_i,  # [BLOCK_M] fp32 running max of the scores (-inf before any visible key)
-    l_i,  # [BLOCK_M] fp32 running sum of exp(score - m_i)
     q,  # [BLOCK_M, BLOCK_D] query rows in the compute dtype (the query dtype)
     q_pos,  # [BLOCK_M] int32 absolute position of each row's token in its sequence
     key_cache_ptr,  # NHD view [num_blocks, KV_BLOCK_SIZE, num_kv_heads, head_size]
@@ -44,8 +42,8 @@ def _attend_kv_tiles(
     scale,  # softmax scale applied to q . k (fp32)
     softcap,  # logit soft cap (fp32), used when USE_SOFTCAP
     sliding_window,  # keys with q_pos - key_pos >= sliding_window are hidden (USE_WINDOW)
-    k_scale,  # fp32 per-tensor dequantisation scale of K (IS_FP8)
-    v_scale,  # fp32 per-tensor dequantisation scale of V (IS_FP8)
+    k_scale_ptr,  # [1] fp32 per-tensor dequantisation scale of K (read only when IS_FP8)
+    v_scale_ptr,  # [1] fp32 per-tensor dequantisation scale of V
     stride_k_block,  # key cache strides of the NHD view, in elements
     stride_k_slot,
     stride_k_head,
@@ -53,6 +51,7 @@ def _attend_kv_tiles(
     stride_v_slot,
     stride_v_head,
     head_size,  # D <= BLOCK_D
+    BLOCK_M: tl.constexpr,
     KV_BLOCK_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -62,6 +61,17 @@ def _attend_kv_tiles(
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 queries (no TF32 rounding), else "tf32"
     UPCAST_DOT: tl.constexpr,  # run the dots in fp32 (interpreter: its bf16 tl.dot is broken)
 ):
+    """The attention of ``BLOCK_M`` query rows over KV tiles ``[tile_start, tile_end)``:
+    ``(acc, m_i, l_i)``, the unnormalised output ``[BLOCK_M, BLOCK_D]`` fp32, the running max
+    and the softmax normaliser ``[BLOCK_M]`` fp32 (``l_i == 0``: no visible key)."""
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # running sum of p * V
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # -inf before any visible key
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp(score - m_i)
+    k_scale = 1.0
+    v_scale = 1.0
+    if IS_FP8:
+        k_scale = tl.load(k_scale_ptr)
+        v_scale = tl.load(v_scale_ptr)
     dims = tl.arange(0, BLOCK_D)
     dim_mask = dims < head_size
     k_head_off = kv_head * stride_k_head

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import torch
 import triton
 import triton.language as tl
+
+from kvcheck.errors import KVCheckInputError
 from kvcheck.gpu_kernels import _host
 from kvcheck.gpu_kernels.layout import as_nhd
 
@@ -67,25 +69,26 @@ def copy_blocks(caches: Sequence[torch.Tensor], block_mapping: torch.Tensor) -> 
             in parallel, so chains like ``1->2, 2->3`` have no defined order).
 
     Raises:
-        ValueError: non-4-D caches, caches with different ``num_blocks`` or devices, a
+        KVCheckInputError: non-4-D caches, caches with different ``num_blocks`` or devices, a
             ``block_mapping`` that is not ``[num_pairs, 2]`` int64, ids out of range,
             duplicate destinations or a destination that is also a source.
     """
     if isinstance(caches, torch.Tensor):
-        raise ValueError("caches must be a sequence of tensors, e.g. [key_cache, value_cache]")
+        raise KVCheckInputError(
+            "caches must be a sequence of tensors, e.g. [key_cache, value_cache]")
     caches = list(caches)
     _host.check_index_tensor(
         block_mapping, "block_mapping", 2, "[num_pairs, 2] (src, dst)", (torch.int64,)
     )
     if block_mapping.shape[1] != 2:
-        raise ValueError(
+        raise KVCheckInputError(
             f"block_mapping must be [num_pairs, 2] (src, dst), got {tuple(block_mapping.shape)}"
         )
     for i, cache in enumerate(caches):
         _host.check_rank(cache, 4, f"caches[{i}]", "[num_blocks, ...]")
         _host.check_same_device(cache=cache, block_mapping=block_mapping)
         if cache.shape[0] != caches[0].shape[0]:
-            raise ValueError(
+            raise KVCheckInputError(
                 f"caches[{i}] has {cache.shape[0]} blocks, caches[0] has {caches[0].shape[0]}"
             )
     if not caches or block_mapping.shape[0] == 0:
@@ -97,9 +100,9 @@ def copy_blocks(caches: Sequence[torch.Tensor], block_mapping: torch.Tensor) -> 
     dsts = [dst for _, dst in pairs]
     for src, dst in pairs:
         if not (0 <= src < num_blocks and 0 <= dst < num_blocks):
-            raise ValueError(f"block pair ({src}, {dst}) out of range [0, {num_blocks})")
+            raise KVCheckInputError(f"block pair ({src}, {dst}) out of range [0, {num_blocks})")
     if len(set(dsts)) != len(dsts) or srcs & set(dsts):
-        raise ValueError(
+        raise KVCheckInputError(
             "block_mapping destinations must be distinct and never a source (parallel copies "
             f"have no order); got {pairs}"
         )
@@ -199,7 +202,7 @@ def gather_kv(
     _host.check_rank(key_cache, 4, "key_cache", f"[num_blocks, ...] ({layout})")
     _host.check_rank(value_cache, 4, "value_cache", f"[num_blocks, ...] ({layout})")
     if key_cache.shape != value_cache.shape or key_cache.dtype != value_cache.dtype:
-        raise ValueError(
+        raise KVCheckInputError(
             f"key_cache {tuple(key_cache.shape)} {key_cache.dtype} and value_cache "
             f"{tuple(value_cache.shape)} {value_cache.dtype} must match"
         )
@@ -212,7 +215,8 @@ def gather_kv(
     _host.check_index_tensor(seq_lens, "seq_lens", 1, "[num_seqs]", (torch.int32, torch.int64))
     num_seqs = seq_lens.shape[0]
     if block_table.shape[0] < num_seqs:
-        raise ValueError(f"block_table has {block_table.shape[0]} rows, need num_seqs={num_seqs}")
+        raise KVCheckInputError(
+            f"block_table has {block_table.shape[0]} rows, need num_seqs={num_seqs}")
     _host.check_same_device(key_cache=key_cache, block_table=block_table, seq_lens=seq_lens)
     k_nhd, v_nhd = as_nhd(key_cache, layout), as_nhd(value_cache, layout)
     _, block_size, num_kv_heads, head_size = k_nhd.shape

@@ -17,21 +17,24 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
+
+from kvcheck.errors import KVCheckInputError
 from kvcheck.gpu_kernels.layout import PAD_SLOT_ID, KVCachePair, allocate_kv_cache
 
 __all__ = [
-    "StoreCase",
-    "AttentionCase",
-    "store_cases",
-    "decode_cases",
-    "varlen_cases",
-    "build_store_inputs",
-    "build_attention_inputs",
-    "clone_kv_cache",
     "DTYPES",
+    "AttentionCase",
+    "StoreCase",
+    "build_attention_inputs",
+    "build_store_inputs",
+    "clone_kv_cache",
+    "decode_cases",
+    "store_cases",
+    "varlen_cases",
 ]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -105,30 +108,31 @@ def store_cases(device: str, quick: bool = True) -> Iterator[StoreCase]:
     exercises real fp8 rounding. ``quick=False`` adds larger shapes for GPU runs.
     """
     tokens = 37 if quick else 1021  # prime, so no tile divides it
-    base = dict(device=device, num_blocks=11 if quick else 257, num_tokens=tokens, num_pad=5)
+    case = partial(StoreCase, device=device, num_blocks=11 if quick else 257, num_tokens=tokens,
+                   num_pad=5)
     for form in ("nhd", "hnd", "vllm_2nhd", "flashinfer_nhd", "flashinfer_hnd", "packed_kv"):
-        yield StoreCase(f"{form}-f16-bs16-h2-d64", block_size=16, num_kv_heads=2,
-                        head_size=64, form=form, **base)
+        yield case(f"{form}-f16-bs16-h2-d64", block_size=16, num_kv_heads=2, head_size=64,
+                   form=form)
     for dtype in ("float32", "bfloat16"):
-        yield StoreCase(f"nhd-{_SHORT[dtype]}-bs16-h3-d128", block_size=16, num_kv_heads=3,
-                        head_size=128, dtype=dtype, seed=1, **base)
-    yield StoreCase("nhd-f16-bs1-h4-d128", block_size=1, num_kv_heads=4, head_size=128,
-                    seed=2, **{**base, "num_blocks": 64 if quick else 2048})
-    yield StoreCase("hnd-f32-bs32-h1-d64", block_size=32, num_kv_heads=1, head_size=64,
-                    dtype="float32", form="hnd", seed=3, **base)
-    yield StoreCase("nhd-f16-all-padding", block_size=16, num_kv_heads=2, head_size=64,
-                    **{**base, "num_tokens": 4, "num_pad": 4})
+        yield case(f"nhd-{_SHORT[dtype]}-bs16-h3-d128", block_size=16, num_kv_heads=3,
+                   head_size=128, dtype=dtype, seed=1)
+    yield case("nhd-f16-bs1-h4-d128", block_size=1, num_kv_heads=4, head_size=128, seed=2,
+               num_blocks=64 if quick else 2048)
+    yield case("hnd-f32-bs32-h1-d64", block_size=32, num_kv_heads=1, head_size=64,
+               dtype="float32", form="hnd", seed=3)
+    yield case("nhd-f16-all-padding", block_size=16, num_kv_heads=2, head_size=64,
+               num_tokens=4, num_pad=4)
     fp8_exact = device == "cpu"
     for form, dtype in (("nhd", "float16"), ("hnd", "bfloat16"), ("packed_kv", "float32")):
         tag = "exact" if fp8_exact else "rounded"
-        yield StoreCase(f"{form}-fp8-{tag}-{_SHORT[dtype]}-bs16-h2-d64", block_size=16,
-                        num_kv_heads=2, head_size=64, dtype=dtype, kv_cache_dtype="fp8",
-                        form=form, fp8_exact=fp8_exact, seed=4, **base)
+        yield case(f"{form}-fp8-{tag}-{_SHORT[dtype]}-bs16-h2-d64", block_size=16,
+                   num_kv_heads=2, head_size=64, dtype=dtype, kv_cache_dtype="fp8", form=form,
+                   fp8_exact=fp8_exact, seed=4)
     if not quick:
-        yield StoreCase("nhd-bf16-bs32-h8-d128-big", block_size=32, num_kv_heads=8,
-                        head_size=128, dtype="bfloat16", seed=5, **base)
-        yield StoreCase("nhd-fp8-exact-f16-bs16-h8-d128", block_size=16, num_kv_heads=8,
-                        head_size=128, kv_cache_dtype="fp8", fp8_exact=True, seed=6, **base)
+        yield case("nhd-bf16-bs32-h8-d128-big", block_size=32, num_kv_heads=8, head_size=128,
+                   dtype="bfloat16", seed=5)
+        yield case("nhd-fp8-exact-f16-bs16-h8-d128", block_size=16, num_kv_heads=8,
+                   head_size=128, kv_cache_dtype="fp8", fp8_exact=True, seed=6)
 
 
 _DTYPE_CYCLE = ("float16", "bfloat16", "float32")
@@ -195,26 +199,24 @@ def _feature_cases(device: str, quick: bool, decode: bool) -> Iterator[Attention
     else:
         lens, qlens = (17, long, 9, 40), (17, 1, 4, 23)
     kind = "decode" if decode else "varlen"
-    common = dict(device=device, block_size=16, num_kv_heads=2, head_size=64, seq_lens=lens,
-                  query_lens=qlens, shared_blocks=1)
-    yield AttentionCase(f"{kind}-window5-f16-gqa4", queries_per_kv=4, sliding_window=5,
-                        seed=200, **common)
-    yield AttentionCase(f"{kind}-window33-bf16-gqa1-hnd", queries_per_kv=1, sliding_window=33,
-                        dtype="bfloat16", form="hnd", seed=201, **common)
-    yield AttentionCase(f"{kind}-softcap1-f32-gqa4", queries_per_kv=4, softcap=1.0,
-                        dtype="float32", seed=202, **common)
-    yield AttentionCase(f"{kind}-softcap30-window7-f16-gqa8", queries_per_kv=8, softcap=30.0,
-                        sliding_window=7, seed=203, **common)
+    case = partial(AttentionCase, device=device, block_size=16, num_kv_heads=2, head_size=64,
+                   seq_lens=lens, query_lens=qlens, shared_blocks=1)
+    yield case(f"{kind}-window5-f16-gqa4", queries_per_kv=4, sliding_window=5, seed=200)
+    yield case(f"{kind}-window33-bf16-gqa1-hnd", queries_per_kv=1, sliding_window=33,
+               dtype="bfloat16", form="hnd", seed=201)
+    yield case(f"{kind}-softcap1-f32-gqa4", queries_per_kv=4, softcap=1.0, dtype="float32",
+               seed=202)
+    yield case(f"{kind}-softcap30-window7-f16-gqa8", queries_per_kv=8, softcap=30.0,
+               sliding_window=7, seed=203)
     for dtype, form in (("float16", "nhd"), ("bfloat16", "hnd"), ("float32", "packed_kv")):
-        yield AttentionCase(f"{kind}-fp8-{_SHORT[dtype]}-{form}-gqa4", queries_per_kv=4,
-                            dtype=dtype, kv_cache_dtype="fp8", form=form, seed=204, **common)
+        yield case(f"{kind}-fp8-{_SHORT[dtype]}-{form}-gqa4", queries_per_kv=4, dtype=dtype,
+                   kv_cache_dtype="fp8", form=form, seed=204)
     if decode:
         for num_splits in (2, 3, 7):
-            yield AttentionCase(f"decode-split{num_splits}-f16-gqa4", queries_per_kv=4,
-                                num_splits=num_splits, seed=210 + num_splits, **common)
-        yield AttentionCase("decode-split4-window20-fp8-bf16", queries_per_kv=4, num_splits=4,
-                            sliding_window=20, dtype="bfloat16", kv_cache_dtype="fp8",
-                            seed=215, **common)
+            yield case(f"decode-split{num_splits}-f16-gqa4", queries_per_kv=4,
+                       num_splits=num_splits, seed=210 + num_splits)
+        yield case("decode-split4-window20-fp8-bf16", queries_per_kv=4, num_splits=4,
+                   sliding_window=20, dtype="bfloat16", kv_cache_dtype="fp8", seed=215)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,11 +237,13 @@ def clone_kv_cache(pair: KVCachePair, form: str) -> KVCachePair:
     num_kv_heads = k.shape[2] if layout_nhd else k.shape[1]
     new = allocate_kv_cache(form, num_blocks, block_size, num_kv_heads, k.shape[3], k.dtype,
                             k.device)
-    if isinstance(pair.storage, tuple):
-        for dst, src in zip(new.storage, pair.storage):
+    if isinstance(pair.storage, tuple) and isinstance(new.storage, tuple):
+        for dst, src in zip(new.storage, pair.storage, strict=True):
             dst.copy_(src)
-    else:
+    elif isinstance(pair.storage, torch.Tensor) and isinstance(new.storage, torch.Tensor):
         new.storage.copy_(pair.storage)
+    else:
+        raise AssertionError("one form allocates one kind of storage")
     return new
 
 
@@ -275,7 +279,8 @@ def build_store_inputs(case: StoreCase) -> dict[str, Any]:
     num_slots = case.num_blocks * case.block_size
     num_real = case.num_tokens - case.num_pad
     if num_real > num_slots:
-        raise ValueError(f"case {case.name}: {num_real} tokens need more than {num_slots} slots")
+        raise KVCheckInputError(
+            f"case {case.name}: {num_real} tokens need more than {num_slots} slots")
     slots = torch.randperm(num_slots, generator=gen)[:num_real]  # unique, any order
     slot_mapping = torch.full((case.num_tokens,), PAD_SLOT_ID, dtype=torch.int64)
     real_rows = torch.randperm(case.num_tokens, generator=gen)[:num_real]
@@ -306,11 +311,11 @@ def _block_tables(case: AttentionCase, gen: torch.Generator) -> tuple[list[list[
     shared = [0] + [
         min(case.shared_blocks, n // bs, case.seq_lens[0] // bs) for n in case.seq_lens[1:]
     ]
-    num_distinct = sum(need - share for need, share in zip(needed, shared))
+    num_distinct = sum(need - share for need, share in zip(needed, shared, strict=True))
     num_blocks = 1 + num_distinct + 3  # null block 0 + spares that nobody references
     ids = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()
     rows: list[list[int]] = []
-    for seq, (need, share) in enumerate(zip(needed, shared)):
+    for seq, (need, share) in enumerate(zip(needed, shared, strict=True)):
         own = [ids.pop() for _ in range(need - share)]
         rows.append((rows[0][:share] if seq else []) + own)
     return rows, num_blocks
@@ -331,7 +336,7 @@ def build_attention_inputs(case: AttentionCase) -> dict[str, Any]:
     key = torch.randn(shape, generator=gen)
     value = torch.randn(shape, generator=gen)
     used = torch.zeros(num_blocks, case.block_size, dtype=torch.bool)
-    for row, seq_len in zip(rows, case.seq_lens):
+    for row, seq_len in zip(rows, case.seq_lens, strict=True):
         for pos in range(seq_len):
             used[row[pos // case.block_size], pos % case.block_size] = True
     key[~used] = float("nan")
@@ -373,8 +378,8 @@ def build_attention_inputs(case: AttentionCase) -> dict[str, Any]:
         scale=case.head_size**-0.5, kwargs=kwargs,
     )
     if case.query_lens is not None:
-        if any(q > s for q, s in zip(case.query_lens, case.seq_lens)):
-            raise ValueError(f"case {case.name}: a query_len exceeds its seq_len")
+        if any(q > s for q, s in zip(case.query_lens, case.seq_lens, strict=False)):
+            raise KVCheckInputError(f"case {case.name}: a query_len exceeds its seq_len")
         qsl = [0]
         for q in case.query_lens:
             qsl.append(qsl[-1] + q)

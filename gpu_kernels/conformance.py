@@ -25,9 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
+
+from kvcheck.errors import KVCheckInputError
 from kvcheck.gpu_kernels.cases import (
     AttentionCase,
     StoreCase,
@@ -48,19 +51,19 @@ from kvcheck.gpu_kernels.reference import (
 __all__ = [
     "ATTENTION_TOLERANCES",
     "FP8_TOLERANCE_FACTOR",
-    "attention_tolerance",
+    "AttentionCase",
     "KernelSet",
     "StoreCase",
-    "AttentionCase",
-    "store_cases",
-    "decode_cases",
-    "varlen_cases",
-    "check_store_kv_cache",
+    "assert_attention_close",
+    "attention_tolerance",
     "check_paged_attention_decode",
     "check_paged_attention_varlen",
-    "assert_attention_close",
+    "check_store_kv_cache",
+    "decode_cases",
     "kernel_checks",
     "kvcheck_kernel_set",
+    "store_cases",
+    "varlen_cases",
 ]
 
 #: ``(atol, rtol)`` per query dtype, for outputs against the fp32 reference. The kernel keeps
@@ -112,7 +115,7 @@ class KernelSet:
     def skip_reason(self, op: str, case: StoreCase | AttentionCase) -> str | None:
         """Why ``case`` does not apply to this set's ``op`` (None: run it)."""
         if op not in _OPS:
-            raise ValueError(f"unknown kernel op {op!r}; one of {_OPS}")
+            raise KVCheckInputError(f"unknown kernel op {op!r}; one of {_OPS}")
         if getattr(self, op) is None:
             return f"{self.name} provides no {op}"
         layout = "HND" if case.form in ("hnd", "flashinfer_hnd") else "NHD"
@@ -259,7 +262,7 @@ def check_store_kv_cache(fn: Callable[..., None], case: StoreCase) -> None:
 def check_paged_attention_decode(fn: Callable[..., torch.Tensor], case: AttentionCase) -> None:
     """``fn`` vs ``paged_attention_decode_ref`` within ``ATTENTION_TOLERANCES``."""
     if case.query_lens is not None:
-        raise ValueError(f"case {case.name} is a varlen case (query_lens set)")
+        raise KVCheckInputError(f"case {case.name} is a varlen case (query_lens set)")
     inputs = build_attention_inputs(case)
     cache = inputs["cache"]
     args = (inputs["query"], cache.key_cache, cache.value_cache, inputs["block_table"],
@@ -273,7 +276,7 @@ def check_paged_attention_decode(fn: Callable[..., torch.Tensor], case: Attentio
 def check_paged_attention_varlen(fn: Callable[..., torch.Tensor], case: AttentionCase) -> None:
     """``fn`` vs ``paged_attention_varlen_ref`` within ``ATTENTION_TOLERANCES``."""
     if case.query_lens is None:
-        raise ValueError(f"case {case.name} is a decode case (query_lens is None)")
+        raise KVCheckInputError(f"case {case.name} is a decode case (query_lens is None)")
     inputs = build_attention_inputs(case)
     cache = inputs["cache"]
     args = (inputs["query"], cache.key_cache, cache.value_cache, inputs["block_table"],
@@ -302,8 +305,7 @@ def kernel_checks(
         fn = getattr(kernel_set, op)
         for case in cases(device, quick=quick):
             reason = kernel_set.skip_reason(op, case)
-            yield (f"{op}[{case.name}]",
-                   (lambda fn=fn, case=case, check=check: check(fn, case)), reason)
+            yield f"{op}[{case.name}]", partial(check, fn, case), reason
 
 
 def kvcheck_kernel_set() -> KernelSet:

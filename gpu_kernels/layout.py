@@ -31,33 +31,35 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from kvcheck.errors import KVCheckInputError
+
 try:  # The reference manager owns the sentinel; fall back if it is not installed.
     from kvcheck.reference_impl.block_table import PAD_SLOT_ID
 except ImportError:  # pragma: no cover - only without kvcheck.reference_impl
     PAD_SLOT_ID = -1  # vLLM v1/attention/backends/utils.py: PAD_SLOT_ID = -1
 
 __all__ = [
-    "PAD_SLOT_ID",
-    "KVLayout",
-    "KVCacheForm",
     "KV_CACHE_FORMS",
+    "PAD_SLOT_ID",
+    "KVCacheForm",
     "KVCachePair",
-    "kv_cache_shape",
-    "vllm_kv_cache_shape",
-    "flashinfer_kv_cache_shape",
-    "packed_kv_cache_shape",
-    "nhd_to_hnd",
-    "hnd_to_nhd",
-    "as_nhd",
-    "split_vllm_kv_cache",
-    "split_flashinfer_kv_cache",
-    "split_packed_kv_cache",
-    "vllm_to_flashinfer",
-    "flashinfer_to_vllm",
+    "KVLayout",
     "allocate_kv_cache",
-    "slot_to_block",
+    "as_nhd",
     "block_table_to_flashinfer_csr",
     "flashinfer_csr_to_block_table",
+    "flashinfer_kv_cache_shape",
+    "flashinfer_to_vllm",
+    "hnd_to_nhd",
+    "kv_cache_shape",
+    "nhd_to_hnd",
+    "packed_kv_cache_shape",
+    "slot_to_block",
+    "split_flashinfer_kv_cache",
+    "split_packed_kv_cache",
+    "split_vllm_kv_cache",
+    "vllm_kv_cache_shape",
+    "vllm_to_flashinfer",
 ]
 
 #: "NHD" = ``[num_blocks, block_size, num_kv_heads, head_size]``;
@@ -152,7 +154,8 @@ def split_vllm_kv_cache(kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     """``[2, num_blocks, P, H, D]`` -> ``(key_cache, value_cache)``, each a contiguous NHD view."""
     _check_rank(kv_cache, 5, "kv_cache")
     if kv_cache.shape[0] != 2:
-        raise ValueError(f"vLLM kv_cache must have shape [2, ...], got {tuple(kv_cache.shape)}")
+        raise KVCheckInputError(
+            f"vLLM kv_cache must have shape [2, ...], got {tuple(kv_cache.shape)}")
     return kv_cache[0], kv_cache[1]
 
 
@@ -164,7 +167,7 @@ def split_flashinfer_kv_cache(kv_cache: torch.Tensor) -> tuple[torch.Tensor, tor
     """
     _check_rank(kv_cache, 5, "kv_cache")
     if kv_cache.shape[1] != 2:
-        raise ValueError(
+        raise KVCheckInputError(
             f"FlashInfer kv_cache must have shape [num_blocks, 2, ...], got {tuple(kv_cache.shape)}"
         )
     return kv_cache[:, 0], kv_cache[:, 1]
@@ -181,7 +184,7 @@ def split_packed_kv_cache(
     """
     _check_rank(kv_cache, 4, "kv_cache")
     if kv_cache.shape[-1] != 2 * head_size:
-        raise ValueError(
+        raise KVCheckInputError(
             f"packed kv_cache last dim must be 2 * head_size = {2 * head_size}, "
             f"got {kv_cache.shape[-1]}"
         )
@@ -218,23 +221,23 @@ def allocate_kv_cache(
     kernels how to read the views.
     """
     shape_args = (num_blocks, block_size, num_kv_heads, head_size)
-    kw = {"dtype": dtype, "device": device}
     if form in ("nhd", "hnd"):
         layout = form.upper()
-        key_cache = torch.empty(kv_cache_shape(*shape_args, layout), **kw)
-        value_cache = torch.empty(kv_cache_shape(*shape_args, layout), **kw)
+        key_cache = torch.empty(kv_cache_shape(*shape_args, layout), dtype=dtype, device=device)
+        value_cache = torch.empty(kv_cache_shape(*shape_args, layout), dtype=dtype, device=device)
         return KVCachePair(key_cache, value_cache, layout, (key_cache, value_cache))
     if form == "vllm_2nhd":
-        storage = torch.empty(vllm_kv_cache_shape(*shape_args), **kw)
+        storage = torch.empty(vllm_kv_cache_shape(*shape_args), dtype=dtype, device=device)
         return KVCachePair(*split_vllm_kv_cache(storage), "NHD", storage)
     if form in ("flashinfer_nhd", "flashinfer_hnd"):
         layout = form.split("_")[1].upper()
-        storage = torch.empty(flashinfer_kv_cache_shape(*shape_args, layout), **kw)
+        storage = torch.empty(flashinfer_kv_cache_shape(*shape_args, layout), dtype=dtype,
+                              device=device)
         return KVCachePair(*split_flashinfer_kv_cache(storage), layout, storage)
     if form == "packed_kv":
-        storage = torch.empty(packed_kv_cache_shape(*shape_args), **kw)
+        storage = torch.empty(packed_kv_cache_shape(*shape_args), dtype=dtype, device=device)
         return KVCachePair(*split_packed_kv_cache(storage, head_size), "NHD", storage)
-    raise ValueError(f"unknown KV cache form {form!r}; use one of {KV_CACHE_FORMS}")
+    raise KVCheckInputError(f"unknown KV cache form {form!r}; use one of {KV_CACHE_FORMS}")
 
 
 def slot_to_block(slot: int, block_size: int) -> tuple[int, int]:
@@ -248,7 +251,7 @@ def slot_to_block(slot: int, block_size: int) -> tuple[int, int]:
     (2, 13)
     """
     if slot < 0:
-        raise ValueError(f"slot {slot} is negative (PAD_SLOT_ID marks padding, not a slot)")
+        raise KVCheckInputError(f"slot {slot} is negative (PAD_SLOT_ID marks padding, not a slot)")
     return slot // block_size, slot % block_size
 
 
@@ -297,9 +300,9 @@ def flashinfer_csr_to_block_table(
 
 def _check_layout(layout: str) -> None:
     if layout not in ("NHD", "HND"):
-        raise ValueError(f"layout must be 'NHD' or 'HND', got {layout!r}")
+        raise KVCheckInputError(f"layout must be 'NHD' or 'HND', got {layout!r}")
 
 
 def _check_rank(tensor: torch.Tensor, rank: int, name: str) -> None:
     if tensor.dim() != rank:
-        raise ValueError(f"{name} must be {rank}-D, got shape {tuple(tensor.shape)}")
+        raise KVCheckInputError(f"{name} must be {rank}-D, got shape {tuple(tensor.shape)}")

@@ -15,10 +15,12 @@ import math
 import torch
 import triton
 import triton.language as tl
+
+from kvcheck.errors import KVCheckInputError
 from kvcheck.gpu_kernels import _host
 from kvcheck.gpu_kernels._attention_core import _attend_kv_tiles
 
-__all__ = ["paged_attention_decode", "choose_num_splits"]
+__all__ = ["choose_num_splits", "paged_attention_decode"]
 
 _DEFAULT_BLOCK_N = 32
 # Split only when programs are too few to fill a GPU; ~2 waves of 66 SMs (H100/H200: 132 SMs).
@@ -99,22 +101,15 @@ def _paged_attention_decode_kernel(
         first_visible = tl.maximum(seq_len - sliding_window, 0)
         tile_start = tl.maximum(tile_start, first_visible // BLOCK_N)
 
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    k_scale = 1.0
-    v_scale = 1.0
-    if IS_FP8:
-        k_scale = tl.load(k_scale_ptr)
-        v_scale = tl.load(v_scale_ptr)
     acc, m_i, l_i = _attend_kv_tiles(
-        acc, m_i, l_i, q, q_pos,
+        q, q_pos,
         key_cache_ptr, value_cache_ptr, block_table_ptr + seq * stride_bt_seq, kv_head,
-        seq_len, tile_start, tile_end, scale, softcap, sliding_window, k_scale, v_scale,
+        seq_len, tile_start, tile_end, scale, softcap, sliding_window, k_scale_ptr, v_scale_ptr,
         stride_k_block, stride_k_slot, stride_k_head,
         stride_v_block, stride_v_slot, stride_v_head,
         head_size,
-        KV_BLOCK_SIZE, BLOCK_N, BLOCK_D, USE_SOFTCAP, USE_WINDOW, IS_FP8, DOT_PRECISION, UPCAST_DOT,
+        BLOCK_M, KV_BLOCK_SIZE, BLOCK_N, BLOCK_D, USE_SOFTCAP, USE_WINDOW, IS_FP8, DOT_PRECISION,
+        UPCAST_DOT,
     )
 
     # l_i == 0 means no visible key (seq_len 0, or an empty split): output 0, never NaN.
@@ -246,7 +241,7 @@ def paged_attention_decode(
         ``[num_seqs, num_heads, head_size]`` in the query dtype (``out`` if given).
 
     Raises:
-        ValueError: wrong ranks, ``num_heads`` not a multiple of ``num_kv_heads``, mismatched
+        KVCheckInputError: wrong ranks, ``num_heads`` not a multiple of ``num_kv_heads``, mismatched
             head sizes, non-contiguous head dims, non-integer index tensors, an unsupported
             ``kv_cache_dtype`` or cache dtype, a bad ``sliding_window``/``softcap``/
             ``num_splits``/``block_n``, or CPU tensors without ``TRITON_INTERPRET=1``.
@@ -260,13 +255,14 @@ def paged_attention_decode(
     num_heads, head_size = query.shape[1], query.shape[2]
     block_n = _DEFAULT_BLOCK_N if block_n is None else block_n
     if block_n < 16 or block_n & (block_n - 1):
-        raise ValueError(f"block_n must be a power of two >= 16 (tl.dot minimum), got {block_n}")
+        raise KVCheckInputError(
+            f"block_n must be a power of two >= 16 (tl.dot minimum), got {block_n}")
     if num_splits is not None and num_splits < 1:
-        raise ValueError(f"num_splits must be None (auto) or >= 1, got {num_splits}")
+        raise KVCheckInputError(f"num_splits must be None (auto) or >= 1, got {num_splits}")
     if out is None:
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
     elif out.shape != query.shape or out.dtype != query.dtype or out.device != query.device:
-        raise ValueError(
+        raise KVCheckInputError(
             f"out must match query: shape {tuple(query.shape)}, {query.dtype} on {query.device}; "
             f"got {tuple(out.shape)}, {out.dtype} on {out.device}"
         )
@@ -279,6 +275,7 @@ def paged_attention_decode(
     if num_splits != 1 and max_seq_len is None:
         max_seq_len = int(seq_lens.max().item())  # host sync; pass max_seq_len to avoid it
     if num_splits is None:
+        assert max_seq_len is not None  # read just above (None is not 1)
         num_splits = choose_num_splits(num_seqs, args.num_kv_heads, max_seq_len)
     tiles_per_split = 1
     if num_splits > 1:

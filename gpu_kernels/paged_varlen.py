@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from kvcheck.errors import KVCheckInputError
 from kvcheck.gpu_kernels import _host
 from kvcheck.gpu_kernels._attention_core import _attend_kv_tiles
 
@@ -96,22 +98,15 @@ def _paged_attention_varlen_kernel(
         first_pos = context_len + q_tile * BLOCK_Q
         tile_start = tl.maximum(first_pos - sliding_window + 1, 0) // BLOCK_N
 
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    k_scale = 1.0
-    v_scale = 1.0
-    if IS_FP8:
-        k_scale = tl.load(k_scale_ptr)
-        v_scale = tl.load(v_scale_ptr)
-    acc, m_i, l_i = _attend_kv_tiles(
-        acc, m_i, l_i, q, q_pos,
+    acc, _m_i, l_i = _attend_kv_tiles(
+        q, q_pos,
         key_cache_ptr, value_cache_ptr, block_table_ptr + seq * stride_bt_seq, kv_head,
-        seq_len, tile_start, tile_end, scale, softcap, sliding_window, k_scale, v_scale,
+        seq_len, tile_start, tile_end, scale, softcap, sliding_window, k_scale_ptr, v_scale_ptr,
         stride_k_block, stride_k_slot, stride_k_head,
         stride_v_block, stride_v_slot, stride_v_head,
         head_size,
-        KV_BLOCK_SIZE, BLOCK_N, BLOCK_D, USE_SOFTCAP, USE_WINDOW, IS_FP8, DOT_PRECISION, UPCAST_DOT,
+        BLOCK_M, KV_BLOCK_SIZE, BLOCK_N, BLOCK_D, USE_SOFTCAP, USE_WINDOW, IS_FP8, DOT_PRECISION,
+        UPCAST_DOT,
     )
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(
@@ -167,16 +162,16 @@ def paged_attention_varlen(
         ``[num_tokens, num_heads, head_size]`` in the query dtype.
 
     Raises:
-        ValueError: as ``paged_attention_decode``, plus a malformed ``query_start_loc``.
+        KVCheckInputError: as ``paged_attention_decode``, plus a malformed ``query_start_loc``.
     """
     if not isinstance(query_start_loc, torch.Tensor):
-        raise ValueError("query_start_loc must be a torch.Tensor [num_seqs + 1]")
+        raise KVCheckInputError("query_start_loc must be a torch.Tensor [num_seqs + 1]")
     _host.check_index_tensor(
         query_start_loc, "query_start_loc", 1, "[num_seqs + 1]", (torch.int32, torch.int64)
     )
     num_seqs = query_start_loc.shape[0] - 1
     if num_seqs < 0:
-        raise ValueError("query_start_loc must have num_seqs + 1 >= 1 entries")
+        raise KVCheckInputError("query_start_loc must have num_seqs + 1 >= 1 entries")
     args = _host.check_paged_attention_args(
         query, key_cache, value_cache, block_table, seq_lens, num_seqs, layout,
         kv_cache_dtype, k_scale, v_scale, sliding_window, softcap,
@@ -186,11 +181,12 @@ def paged_attention_varlen(
     head_size = query.shape[2]
     block_n = _DEFAULT_BLOCK_N if block_n is None else block_n
     if block_n < 16 or block_n & (block_n - 1):
-        raise ValueError(f"block_n must be a power of two >= 16 (tl.dot minimum), got {block_n}")
+        raise KVCheckInputError(
+            f"block_n must be a power of two >= 16 (tl.dot minimum), got {block_n}")
     if out is None:
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
     elif out.shape != query.shape or out.dtype != query.dtype or out.device != query.device:
-        raise ValueError(
+        raise KVCheckInputError(
             f"out must match query: shape {tuple(query.shape)}, {query.dtype} on {query.device}; "
             f"got {tuple(out.shape)}, {out.dtype} on {out.device}"
         )

@@ -12,16 +12,17 @@ from __future__ import annotations
 import math
 
 import torch
+
 from kvcheck.gpu_kernels.layout import as_nhd
 
 __all__ = [
-    "store_kv_cache_ref",
     "attention_ref",
+    "copy_blocks_ref",
+    "dequantize_ref",
+    "gather_kv_ref",
     "paged_attention_decode_ref",
     "paged_attention_varlen_ref",
-    "copy_blocks_ref",
-    "gather_kv_ref",
-    "dequantize_ref",
+    "store_kv_cache_ref",
 ]
 
 _FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3")

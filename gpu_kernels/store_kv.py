@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from kvcheck.errors import KVCheckInputError
 from kvcheck.gpu_kernels import _host
 from kvcheck.gpu_kernels.layout import as_nhd
 
@@ -125,7 +127,7 @@ def store_kv_cache(
         layout: "NHD" or "HND", the layout of both caches.
 
     Raises:
-        ValueError: wrong ranks or shapes, mismatched heads or head sizes, a non-contiguous
+        KVCheckInputError: wrong ranks or shapes, mismatched heads or head sizes, a non-contiguous
             head dimension, a non-integer ``slot_mapping``, an unsupported ``kv_cache_dtype``
             or cache dtype, tensors on different devices, or CPU tensors without
             ``TRITON_INTERPRET=1``.
@@ -133,25 +135,26 @@ def store_kv_cache(
     _host.check_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]")
     _host.check_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]")
     if key.shape != value.shape:
-        raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} shapes differ")
+        raise KVCheckInputError(
+            f"key {tuple(key.shape)} and value {tuple(value.shape)} shapes differ")
     cache_doc = f"[num_blocks, ...] ({layout})"
     _host.check_rank(key_cache, 4, "key_cache", cache_doc)
     _host.check_rank(value_cache, 4, "value_cache", cache_doc)
     if key_cache.shape != value_cache.shape:
-        raise ValueError(
+        raise KVCheckInputError(
             f"key_cache {tuple(key_cache.shape)} and value_cache {tuple(value_cache.shape)} "
             f"shapes differ"
         )
     k_nhd, v_nhd = as_nhd(key_cache, layout), as_nhd(value_cache, layout)
     _, block_size, num_kv_heads, head_size = k_nhd.shape
     if key.shape[1] != num_kv_heads:
-        raise ValueError(
+        raise KVCheckInputError(
             f"key has {key.shape[1]} heads but the {layout} cache has {num_kv_heads} KV heads; "
             f"check layout= (NHD is [blocks, block_size, heads, dim], HND [blocks, heads, "
             f"block_size, dim])"
         )
     if key.shape[2] != head_size:
-        raise ValueError(f"key head_size {key.shape[2]} != cache head_size {head_size}")
+        raise KVCheckInputError(f"key head_size {key.shape[2]} != cache head_size {head_size}")
     for name, tensor in (("key", key), ("value", value), ("key_cache", key_cache),
                          ("value_cache", value_cache)):
         _host.check_head_dim_contiguous(tensor, name)
@@ -160,11 +163,11 @@ def store_kv_cache(
     )
     num_tokens = slot_mapping.shape[0]
     if key.shape[0] < num_tokens:
-        raise ValueError(
+        raise KVCheckInputError(
             f"slot_mapping has {num_tokens} entries but key has only {key.shape[0]} tokens"
         )
     if key.dtype not in _host.FLOAT_DTYPES or value.dtype != key.dtype:
-        raise ValueError(
+        raise KVCheckInputError(
             f"key/value must share a float32/float16/bfloat16 dtype, got {key.dtype} and "
             f"{value.dtype} (fp8 inputs are not supported; pass the unquantized activations)"
         )

@@ -39,8 +39,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     implementation."""
     from kvcheck.conformance.call_limit import DEFAULT_CALL_TIMEOUT, AdapterTimeout
     from kvcheck.conformance.differential import ConformanceMismatch, load_trace, replay_trace
+    from kvcheck.conformance.loader import ImplLoadError, load_impl
     from kvcheck.conformance.protocol import UnsupportedSpec
-    from kvcheck.plugin.loader import ImplLoadError, load_impl
 
     timeout = DEFAULT_CALL_TIMEOUT if args.kv_timeout is None else args.kv_timeout
     if not timeout >= 0 or timeout == float("inf"):
@@ -326,10 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from kvcheck.errors import KVCheckError, KVCheckFailure
+
     args = build_parser().parse_args(argv)
     if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KVCheckFailure:
+        raise  # a failed check the command did not report itself: keep its traceback
+    except KVCheckError as exc:
+        # Every kvcheck error not handled by its command is unusable input: exit 2, no
+        # traceback (the message names the problem and the fix).
+        return _fail_input(args.command, exc)
 
 
 if __name__ == "__main__":

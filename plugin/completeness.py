@@ -4,7 +4,9 @@ A verdict of "conforms" is only honest when every suite test that applies to the
 implementation (its declared capabilities and the active profile) ran and reported. Runs fall
 short in many ways: ``-k`` / ``-m`` / ``--deselect`` / ``--lf`` deselection, a path or node-id
 subset, ``-x`` / ``--maxfail``, Ctrl-C, a collection error, a crashed xdist worker, tests
-skipped by ``--kv-skips-file``. This module keeps the inventory and says what is missing.
+skipped by ``--kv-skips-file``, tests that pytest-timeout stopped, an INTERNALERROR, a process
+that never reached the end of its session. This module keeps the inventory and says what is
+missing.
 
 * ``SuiteInventory`` is built where tests are collected (the xdist workers, or the one
   process): the applicable suite tests per implementation, which of them were deselected or
@@ -33,8 +35,15 @@ from typing import Any
 
 import kvcheck.conformance
 
-__all__ = ["Completeness", "SuiteInventory", "assess", "inventory_subprocess", "is_suite_path",
-           "suite_dir", "suite_files", "suite_key"]
+__all__ = ["INTERNAL_ERROR", "RUN_DID_NOT_FINISH", "Completeness", "SuiteInventory", "assess",
+           "inventory_subprocess", "is_suite_path", "suite_dir", "suite_files", "suite_key"]
+
+#: The one reason of the record written when a session starts, which its end replaces: seen
+#: only when the process died first.
+RUN_DID_NOT_FINISH = ("the run did not finish: pytest ended before the end of its session "
+                      "(killed, crashed, or stopped by pytest-timeout's thread method)")
+#: The reason given when pytest aborted the session (an INTERNALERROR).
+INTERNAL_ERROR = "pytest aborted with an internal error"
 
 
 def suite_dir() -> Path:
@@ -101,7 +110,8 @@ class Completeness:
         applicable: M, suite tests applicable to the implementation (None: unknown).
         ran: N, of those, how many ran and reported an outcome.
         reasons: why the run is incomplete (empty when complete).
-        interrupted: the run was stopped by Ctrl-C (or aborted by pytest).
+        interrupted: the run was stopped by Ctrl-C, aborted by pytest (an INTERNALERROR), or
+            never finished; such a run gets no verdict.
     """
 
     applicable: int | None
@@ -120,7 +130,8 @@ class Completeness:
 
 def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | None,
            reported: set[str], *, interrupted: bool, stop_reason: str | None,
-           worker_crashed: bool, internal_error: bool) -> Completeness:
+           worker_crashed: bool, internal_error: bool,
+           timed_out: set[str] | None = None) -> Completeness:
     """The completeness of ``impl``'s run.
 
     Args:
@@ -130,11 +141,17 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
             collected a subset (None otherwise, or when it could not be taken).
         reported: suite test node ids of ``impl`` that reported an outcome.
         stop_reason: pytest's ``session.shouldstop`` / ``shouldfail`` text, if any.
+        internal_error: pytest aborted the session (INTERNALERROR): marked interrupted.
+        timed_out: suite test node ids that pytest-timeout failed: reported, but they did
+            not finish, so they do not count as run.
     """
     reasons: list[str] = []
+    stopped = interrupted or internal_error
     if inventory is None or not inventory.known:
         reasons.append("the test collection never completed")
-        return Completeness(None, len(reported), tuple(reasons), interrupted)
+        if internal_error:
+            reasons.append(INTERNAL_ERROR)
+        return Completeness(None, len(reported), tuple(reasons), stopped)
     applicable = set(inventory.applicable.get(impl, ()))
     outside = 0
     if inventory.partial_files:
@@ -149,7 +166,9 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
             reasons.append("a subset of the suite's paths was given (the full suite could "
                            "not be counted)")
     reported = {suite_key(t) for t in reported}
-    ran = {t for t in applicable if t in reported and t not in inventory.skipped_by_file}
+    timed = {suite_key(t) for t in timed_out or ()} & applicable
+    ran = {t for t in applicable
+           if t in reported and t not in inventory.skipped_by_file and t not in timed}
     deselected = len(applicable & inventory.deselected)
     if deselected:
         reasons.append(f"{deselected} deselected (-k, -m, --deselect or --lf)")
@@ -158,13 +177,15 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
         reasons.append(f"{by_file} skipped by --kv-skips-file")
     if inventory.collect_errors:
         reasons.append("collection errors in " + ", ".join(sorted(inventory.collect_errors)))
+    if timed:
+        reasons.append(f"{len(timed)} timed out (pytest-timeout)")
     if interrupted:
         reasons.append("interrupted")
     if internal_error:
-        reasons.append("pytest aborted with an internal error")
+        reasons.append(INTERNAL_ERROR)
     if worker_crashed:
         reasons.append("an xdist worker crashed")
-    accounted = outside + deselected + by_file
+    accounted = outside + deselected + by_file + len(timed)
     silent = len(applicable) - len(ran) - accounted
     explained = interrupted or internal_error or worker_crashed or inventory.collect_errors
     if silent > 0 and stop_reason:
@@ -173,7 +194,7 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
         reasons.append(f"{silent} applicable tests did not report")
     if not applicable and not reasons:
         reasons.append("no applicable test was collected")
-    return Completeness(len(applicable), len(ran), tuple(reasons), interrupted)
+    return Completeness(len(applicable), len(ran), tuple(reasons), stopped)
 
 
 def inventory_subprocess(impl_value: str, profile: str | None,

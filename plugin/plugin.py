@@ -7,212 +7,52 @@ Every option lives here, not in a conftest, so it also works with ``--pyargs``::
     pytest --pyargs kvcheck.conformance --kv-impl=... -n 2 --kv-report=r.jsonl
 
 Flow: ``pytest_configure`` loads and checks the implementations (``UsageError`` on any contract
-problem), ``pytest_generate_tests`` parametrizes ``kv_impl``, ``pytest_collection_modifyitems``
-applies capability / profile gating and the skip / xfail files, ``pytest_runtest_logreport``
-collects outcomes (on the xdist controller too), and the terminal summary and ``--kv-report``
-record are produced at the end.
+problem; ``kvcheck.plugin.suite``), ``pytest_generate_tests`` parametrizes ``kv_impl``,
+``pytest_collection_modifyitems`` applies capability / profile gating and the skip / xfail
+files, ``pytest_runtest_logreport`` collects outcomes (on the xdist controller too;
+``kvcheck.plugin.state``), and the terminal summary and ``--kv-report`` record are produced at
+the end.
+
+This module is what pytest imports when it loads its plugins, before any plugin runs (so
+before pytest-cov starts measuring). It therefore imports nothing of kvcheck at module level:
+the options are declared from constants spelled here (``tests/plugin/test_ecosystem_coverage``
+checks them against ``kvcheck.conformance``), and the rest of the plugin is imported and
+registered from ``pytest_configure``, where ``--cov=kvcheck`` measures it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Generator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kvcheck.conformance.call_limit import set_last_resort
-from kvcheck.conformance.protocol import (
-    PROFILES,
-    KVCacheSpec,
-    UnsupportedSpec,
-    effective_capabilities,
-)
-from kvcheck.plugin.completeness import (
-    Completeness,
-    SuiteInventory,
-    assess,
-    inventory_subprocess,
-    is_suite_path,
-    suite_key,
-)
-from kvcheck.plugin.loader import (
-    DEFAULT_CALL_TIMEOUT,
-    ImplHandle,
-    ImplLoadError,
-    load_impl,
-    load_impls,
-)
-from kvcheck.plugin.report import (
-    SessionOutcomes,
-    area_of,
-    check_report_path,
-    render_summary,
-    write_report,
-)
-from kvcheck.plugin.selection import apply_id_file, read_id_file
+if TYPE_CHECKING:
+    from kvcheck.plugin.state import KV_STATE, KVSessionState
 
 __all__ = ["KV_STATE", "KVSessionState"]
 
 _DEFAULT_MAX_EXAMPLES = 40
-_NO_IMPL_REASON = (
-    "no implementation selected: pass --kv-impl=MODULE (or set KV_IMPL) to run the kvcheck "
-    "conformance suite"
-)
+#: ``kvcheck.conformance.protocol.PROFILES`` and ``kvcheck.conformance.loader.
+#: DEFAULT_CALL_TIMEOUT``, spelled here so that declaring the options imports nothing.
+_PROFILES = ("vllm-0.33", "vllm-0.10", "generic")
+_DEFAULT_CALL_TIMEOUT = 60.0
 
 
-class KVSessionState:
-    """Resolved options, the suite inventory and collected outcomes; lives in
-    ``config.stash[KV_STATE]``.
+def __getattr__(name: str) -> Any:
+    """``KV_STATE`` and ``KVSessionState``, for code written against kvcheck 0.1 (they live
+    in ``kvcheck.plugin.state``)."""
+    if name in __all__:
+        from kvcheck.plugin import state
 
-    Registered as a plugin object too, so its hook methods see every report, including those
-    xdist workers send to the controller.
-    """
-
-    def __init__(self, config: pytest.Config, impls: list[ImplHandle], profile: str | None,
-                 max_examples: int, seed: int | None, report_path: str | None,
-                 oracle: ImplHandle | None = None, impl_value: str = "",
-                 call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
-        self.config = config
-        self.impls = impls
-        self.impl_value = impl_value  # the --kv-impl text, for the inventory subprocess
-        # What kv_pair compares the implementation with (--kv-oracle; the reference by
-        # default). None until needed when no implementation is selected.
-        self.oracle = oracle
-        self.profile_override = profile
-        self.max_examples = max_examples
-        self.seed = seed
-        self.report_path = report_path
-        self.outcomes = SessionOutcomes()
-        self.selection_warnings: list[str] = []
-        # Completeness facts (see kvcheck.plugin.completeness).
-        self.inventory: SuiteInventory | None = None
-        self.interrupted = False
-        self.collect_errors: list[str] = []
-        self.worker_crashed = False
-        self.internal_error = False
-        self.stop_reason: str | None = None
-        self._completeness: dict[str, Completeness] | None = None
-        self.call_timeout = call_timeout  # --kv-timeout, for adapters loaded later
-        self.written: Path | None = None  # the --kv-report file, once written
-
-    def profile_for(self, impl: ImplHandle) -> str:
-        """``--kv-profile`` if given, else the profile the implementation claims."""
-        return self.profile_override or impl.info.profile
-
-    @property
-    def reports_conformance(self) -> bool:
-        """Whether this process prints the verdict and writes the record: an implementation
-        was selected, this is not an xdist worker (the controller aggregates), and the run is
-        not a ``--kv-bench`` run (benchmark outcomes are no conformance verdict)."""
-        return (bool(self.impls) and not hasattr(self.config, "workerinput")
-                and not self.config.getoption("kv_bench", False)
-                and not self.config.getoption("kv_inventory"))
-
-    # ------------------------------------------------------------------ outcomes
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        props = dict(report.user_properties)
-        if props.get("kv_suite"):
-            self.outcomes.add(report, props)
-
-    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        # Session.Interrupted is pytest's own stop after collection errors, not a Ctrl-C.
-        if not isinstance(excinfo.value, pytest.Session.Interrupted):
-            self.interrupted = True
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_make_collect_report(
-            self, collector: pytest.Collector) -> Generator[None, pytest.CollectReport,
-                                                             pytest.CollectReport]:
-        # The collector's own path: a report's fspath is relative to a folder that varies.
-        report = yield
-        path = getattr(collector, "path", None)
-        if report.failed and path is not None and is_suite_path(path):
-            self.collect_errors.append(Path(path).name)
-        return report
-
-    # ------------------------------------------------------------------ xdist controller
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """A worker finished: take its inventory (all workers collect the same tests)."""
-        if error:
-            self.worker_crashed = True
-        data = getattr(node, "workeroutput", {}).get("kvcheck_inventory")
-        if data is not None and self.inventory is None:
-            self.inventory = SuiteInventory.from_wire(data)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
-        self.worker_crashed = True
-
-    # ------------------------------------------------------------------ verdicts
-    def completeness(self) -> dict[str, Completeness]:
-        """Per implementation name; computed once, at the end of the session."""
-        if self._completeness is None:
-            full = None
-            if self.inventory is not None and self.inventory.known \
-                    and self.inventory.partial_files:
-                full = inventory_subprocess(self.impl_value, self.profile_override,
-                                            _import_path_env(self.impls))
-            self._completeness = {
-                impl.name: assess(
-                    impl.name, self.inventory, full, self.outcomes.reported(impl.name),
-                    interrupted=self.interrupted, stop_reason=self.stop_reason,
-                    worker_crashed=self.worker_crashed, internal_error=self.internal_error)
-                for impl in self.impls
-            }
-        return self._completeness
-
-    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
-        if not self.reports_conformance or exitstatus == pytest.ExitCode.USAGE_ERROR:
-            return  # a usage error already said what is wrong; nothing ran
-        completeness = self.completeness()
-        for impl in self.impls:
-            for line in render_summary(impl, self.profile_for(impl), self.outcomes,
-                                       completeness[impl.name]):
-                terminalreporter.write_line(line)
-        for message in self.selection_warnings:
-            terminalreporter.write_line(f"kvcheck warning: {message}", yellow=True)
-        if self.written is not None:  # said here, after the progress line has ended
-            terminalreporter.write_line(f"kvcheck: result record written to {self.written}")
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if hasattr(self.config, "workerinput") and self.inventory is not None:
-            # An xdist worker: hand the inventory to the controller.
-            self.config.workeroutput["kvcheck_inventory"] = self.inventory.to_wire()
-        if not self.reports_conformance or exitstatus == pytest.ExitCode.USAGE_ERROR:
-            return
-        self.internal_error = exitstatus == pytest.ExitCode.INTERNAL_ERROR
-        stop = session.shouldfail or session.shouldstop
-        self.stop_reason = stop if isinstance(stop, str) and stop else None
-        if not self.report_path:
-            return
-        self.written = write_report(self.report_path, self.impls, self.profile_for,
-                                    self.outcomes, self.completeness(), self.seed)
+        return getattr(state, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _import_path_env(impls: list[ImplHandle]) -> dict[str, str]:
-    """``PYTHONPATH`` with the folders the implementations were imported from first, so a
-    child pytest imports the same modules (an adapter found in the current folder too)."""
-    roots: list[str] = []
-    for impl in impls:
-        file = getattr(impl.module, "__file__", None)
-        if not file:
-            continue
-        root = Path(file).resolve().parent
-        depth = impl.module.__name__.count(".") + (Path(file).stem == "__init__")
-        for _ in range(depth):
-            root = root.parent
-        if str(root) not in roots:
-            roots.append(str(root))
-    existing = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": os.pathsep.join(roots + ([existing] if existing else []))}
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare the hooks shared with the benchmark plugin (``kvcheck.plugin.hooks``)."""
+    from kvcheck.plugin.hooks import add_hookspecs
 
-
-KV_STATE = pytest.StashKey[KVSessionState]()
+    add_hookspecs(pluginmanager)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -230,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "any adapter module; kv_reference stays kvcheck's reference",
     )
     group.addoption(
-        "--kv-profile", default=None, choices=PROFILES,
+        "--kv-profile", default=None, choices=_PROFILES,
         help="behaviour to check against: vllm-0.33, vllm-0.10, or generic (invariants only, "
              "for radix-tree engines); default: the profile IMPL_INFO claims",
     )
@@ -247,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--kv-report", default=None, metavar="PATH",
         help="write a versioned JSON Lines result record (one line per implementation), "
-             "atomically",
+             "atomically; a run that ends before its session does leaves a record saying so",
     )
     group.addoption(
         "--kv-xfails-file", default=None, metavar="PATH",
@@ -262,7 +102,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--kv-timeout", type=float, default=None, metavar="SECONDS",
         help=f"limit on every call into the implementation (factory and load-time probe "
              f"included): a call that does not return in time fails its test (default "
-             f"{DEFAULT_CALL_TIMEOUT:g}; 0 = no limit)",
+             f"{_DEFAULT_CALL_TIMEOUT:g}; 0 = no limit)",
     )
     group.addoption(
         "--kv-inventory", default=None, metavar="PATH",
@@ -272,294 +112,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "kv_capability(*names): needs these IMPL_INFO capabilities, else skipped")
-    config.addinivalue_line(
-        "markers", "kv_generic: a profile-independent law, also checked under --kv-profile=generic")
-    config.addinivalue_line(
-        "markers", "kv_profiles(*names): only meaningful under these profiles")
-    # Every option is checked before anything runs: a bad value never costs a whole run.
-    option_value = config.getoption("kv_impl")
-    value = option_value if option_value is not None else os.environ.get("KV_IMPL", "")
-    max_examples = config.getoption("kv_max_examples")
-    if max_examples < 1:
-        raise pytest.UsageError(
-            f"kvcheck: --kv-max-examples={max_examples}: must be >= 1\n"
-            "  Fix: pass a positive number of examples, e.g. --kv-max-examples=40")
-    timeout = _call_timeout(config)
-    if float(config.getini("faulthandler_timeout") or 0) > 0:
-        # pytest's faulthandler_timeout owns faulthandler's one timer; the call limit's last
-        # resort for GIL-holding hangs must not take it over.
-        set_last_resort(False)
-    try:
-        # An explicit --kv-impl= (empty, or only commas) is a mistake, not "no implementation".
-        # A module in the current folder or the rootdir is found, as pytest's `pythonpath`
-        # setting would find it.
-        search = (Path.cwd(), config.rootpath)
-        impls = (load_impls(value, call_timeout=timeout, search=search)
-                 if value.strip() or option_value is not None else [])
-        oracle_value = (config.getoption("kv_oracle") or "reference").strip()
-        oracle = (_load_oracle(oracle_value, timeout)
-                  if impls or oracle_value != "reference" else None)
-    except ImplLoadError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    report_path = config.getoption("kv_report")
-    if report_path is not None and impls and not hasattr(config, "workerinput"):
-        check_report_path(report_path, "--kv-report")
-    state = KVSessionState(config, impls, config.getoption("kv_profile"), max_examples,
-                           config.getoption("kv_seed"), report_path, oracle, value, timeout)
-    config.stash[KV_STATE] = state
-    config.pluginmanager.register(state, "kvcheck-session")
-    if (impls and config.args_source != pytest.Config.ArgsSource.ARGS
-            and not config.getoption("kv_bench", False)):
-        # `pytest --kv-impl=X` with no paths runs the whole shipped suite (with --kv-bench,
-        # the benchmark plugin points at its benchmarks instead).
-        import kvcheck.conformance
+    from kvcheck.plugin.suite import configure
 
-        config.args = [str(Path(kvcheck.conformance.__file__).parent)]
-        # The header must not claim the ini's testpaths were run.
-        config.args_source = pytest.Config.ArgsSource.ARGS
-
-
-def _call_timeout(config: pytest.Config) -> float:
-    """``--kv-timeout`` in seconds (0: no limit)."""
-    timeout = config.getoption("kv_timeout")
-    if timeout is None:
-        return DEFAULT_CALL_TIMEOUT
-    if not timeout >= 0 or timeout == float("inf"):
-        raise pytest.UsageError(
-            f"kvcheck: --kv-timeout={timeout}: must be a finite number of seconds >= 0\n"
-            f"  Fix: pass e.g. --kv-timeout={DEFAULT_CALL_TIMEOUT:g}, or 0 for no limit")
-    return float(timeout)
-
-
-def _load_oracle(value: str, call_timeout: float) -> ImplHandle:
-    """``--kv-oracle``: loaded and checked like ``--kv-impl`` (UsageError naming the option)."""
-    try:
-        return load_impl(value, call_timeout=call_timeout)
-    except ImplLoadError as exc:
-        raise pytest.UsageError(str(exc).replace("--kv-impl=", "--kv-oracle=", 1)) from None
-
-
-def _note_lines(impl: ImplHandle) -> list[str]:
-    """An adapter module's ``PROFILE_NOTE`` (how the wrapped release relates to the profile)."""
-    note = getattr(impl.module, "PROFILE_NOTE", None)
-    return [f"  note: {note}"] if isinstance(note, str) and note else []
-
-
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    state = config.stash.get(KV_STATE, None)
-    if state is None or not state.impls:
-        return []
-    seed = "derandomized" if state.seed is None else str(state.seed)
-    lines = []
-    for impl in state.impls:
-        lines.append(
-            f"kvcheck: {impl.name} {impl.info.version} ({impl.module.__name__}) "
-            f"profile={state.profile_for(impl)} seed={seed} "
-            f"max_examples={state.max_examples}"
-        )
-        lines.append(f"  capabilities: {', '.join(sorted(impl.info.capabilities))}; "
-                     f"hash algos: {', '.join(impl.info.hash_algos)}")
-        lines.extend(_note_lines(impl))
-    oracle = state.oracle
-    if oracle is not None:
-        lines.append(f"kvcheck: oracle {oracle.name} {oracle.info.version} "
-                     f"({oracle.module.__name__}) claims profile={oracle.info.profile}")
-        # The reference follows whatever profile a spec asks for; other oracles (vLLM) are
-        # one release and behave as the profile they claim.
-        fixed = oracle.module.__name__ != "kvcheck.reference_impl.adapter"
-        if fixed:
-            lines.extend(_note_lines(oracle))
-        for impl in state.impls:
-            active = state.profile_for(impl)
-            if fixed and active not in ("generic", oracle.info.profile):
-                lines.append(f"kvcheck warning: differential tests of {impl.name} run under "
-                             f"profile {active}, but the oracle behaves as "
-                             f"{oracle.info.profile}: pass --kv-profile={oracle.info.profile}")
-    return lines
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "kv_impl" not in metafunc.fixturenames:
-        return
-    state = metafunc.config.stash[KV_STATE]
-    if not state.impls:
-        metafunc.parametrize(
-            "kv_impl", [pytest.param(None, marks=pytest.mark.skip(reason=_NO_IMPL_REASON))],
-            ids=["no-impl"], scope="session")
-        return
-    metafunc.parametrize("kv_impl", state.impls, ids=[h.name for h in state.impls],
-                         scope="session")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Gate the suite's tests and take the inventory of applicable ones. ``tryfirst``: this
-    sees every collected test before ``-k`` / ``-m`` / ``--deselect`` / ``--lf`` remove
-    some, so deselected tests are counted as applicable but not run."""
-    state = config.stash[KV_STATE]
-    inventory = state.inventory = SuiteInventory()
-    suite: list[pytest.Item] = []
-    for item in items:
-        impl = getattr(getattr(item, "callspec", None), "params", {}).get("kv_impl")
-        if not isinstance(impl, ImplHandle):
-            continue
-        profile = state.profile_for(impl)
-        in_suite = is_suite_path(item.path)
-        # Carried to the xdist controller with every report.
-        item.user_properties.extend(
-            [("kv_impl", impl.name), ("kv_profile", profile), ("kv_area", area_of(item.nodeid)),
-             ("kv_suite", in_suite)])
-        reason = _not_applicable(item, impl, profile)
-        if reason is not None:
-            item.add_marker(pytest.mark.skip(reason=reason))
-        if state.seed is not None and hasattr(item, "obj") and hasattr(item.obj, "hypothesis"):
-            from hypothesis import seed as hypothesis_seed  # only when --kv-seed is given
-
-            hypothesis_seed(state.seed)(item.obj)
-        if in_suite:
-            suite.append(item)
-            inventory.files.add(item.path.name)
-            if reason is None:
-                inventory.applicable.setdefault(impl.name, []).append(suite_key(item.nodeid))
-    for option, mark in (
-        ("kv_skips_file", pytest.mark.skip(reason="listed in --kv-skips-file")),
-        ("kv_xfails_file", pytest.mark.xfail(reason="listed in --kv-xfails-file", strict=False)),
-    ):
-        path = config.getoption(option)
-        if path:
-            flag = "--" + option.replace("_", "-")
-            marked, messages = apply_id_file(suite, read_id_file(path, flag), mark, flag)
-            if option == "kv_skips_file":
-                inventory.skipped_by_file = {suite_key(nodeid) for nodeid in marked}
-            # Said once, in the summary (a PytestWarning too would repeat it).
-            state.selection_warnings.extend(messages)
-    inventory.node_selection = any("::" in str(arg) and is_suite_path(str(arg).split("::")[0])
-                                   for arg in config.args)
-
-
-def _not_applicable(item: pytest.Item, impl: ImplHandle, profile: str) -> str | None:
-    """Why ``item`` does not apply to ``impl`` under ``profile`` (None: it applies)."""
-    capabilities = effective_capabilities(impl.info, profile)
-    for mark in item.iter_markers("kv_capability"):
-        missing = [c for c in mark.args if c not in capabilities]
-        if missing:
-            return (f"{impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
-    if profile == "generic" and item.get_closest_marker("kv_generic") is None:
-        return "checks exact vLLM behaviour; not run under --kv-profile=generic"
-    only = item.get_closest_marker("kv_profiles")
-    if only is not None and profile not in only.args:
-        return f"only meaningful under {', '.join(only.args)} (active: {profile})"
-    return None
-
-
-def pytest_deselected(items: list[pytest.Item]) -> None:
-    state = items[0].config.stash.get(KV_STATE, None) if items else None
-    if state is not None and state.inventory is not None:
-        state.inventory.deselected.update(suite_key(i.nodeid) for i in items
-                                          if is_suite_path(i.path))
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    state = session.config.stash.get(KV_STATE, None)
-    if state is None:
-        return
-    if state.inventory is None:  # nothing with kv_impl was collected
-        state.inventory = SuiteInventory()
-    state.inventory.collect_errors = sorted(set(state.collect_errors))
-    state.inventory.files.update(state.collect_errors)
-    state.inventory.known = True
-    target = session.config.getoption("kv_inventory")
-    if target:
-        from kvcheck.results.io import write_atomic
-
-        write_atomic(target, json.dumps(state.inventory.to_wire()))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
-    """A factory that declines a test's spec (``UnsupportedSpec``) skips that test."""
-    try:
-        return (yield)
-    except UnsupportedSpec as exc:
-        pytest.skip(f"the implementation declines this spec: {exc}")
-
-
-# ---------------------------------------------------------------- fixtures for users and the suite
-@pytest.fixture(scope="session")
-def kv_profile(kv_impl: ImplHandle, pytestconfig: pytest.Config) -> str:
-    """The profile the current implementation is checked against."""
-    return pytestconfig.stash[KV_STATE].profile_for(kv_impl)
-
-
-@pytest.fixture
-def kv_spec(kv_profile: str) -> KVCacheSpec:
-    """A default small spec (16 blocks of 4 tokens) for the active profile."""
-    return KVCacheSpec(num_blocks=16, block_size=4, profile=kv_profile)
-
-
-@pytest.fixture(scope="session")
-def kv_reference(pytestconfig: pytest.Config) -> ImplHandle:
-    """kvcheck's reference implementation, through the same protocol (the oracle)."""
-    state = pytestconfig.stash.get(KV_STATE, None)
-    timeout = state.call_timeout if state is not None else DEFAULT_CALL_TIMEOUT
-    return load_impl("reference", call_timeout=timeout)
-
-
-@pytest.fixture(scope="session")
-def kv_settings(pytestconfig: pytest.Config) -> Any:
-    """Hypothesis settings for the suite: --kv-max-examples, no deadline (Triton JIT and
-    CUDA init make first calls slow), derandomized unless --kv-seed is given."""
-    from hypothesis import HealthCheck, settings
-
-    state = pytestconfig.stash[KV_STATE]
-    return settings(
-        max_examples=state.max_examples,
-        deadline=None,
-        derandomize=state.seed is None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                               HealthCheck.filter_too_much],
-        print_blob=False,
-    )
-
-
-@pytest.fixture(scope="session")
-def kv_seed(pytestconfig: pytest.Config) -> int | None:
-    """``--kv-seed`` (None: derandomized)."""
-    return pytestconfig.stash[KV_STATE].seed
-
-
-@pytest.fixture(scope="session")
-def kv_oracle(pytestconfig: pytest.Config) -> ImplHandle:
-    """The oracle ``kv_pair`` compares with: ``--kv-oracle`` (kvcheck's reference by default)."""
-    state = pytestconfig.stash[KV_STATE]
-    if state.oracle is None:
-        state.oracle = _load_oracle(pytestconfig.getoption("kv_oracle") or "reference",
-                                    state.call_timeout)
-    return state.oracle
-
-
-@pytest.fixture
-def kv_pair(kv_impl: ImplHandle, kv_oracle: ImplHandle, kv_profile: str,
-            request: pytest.FixtureRequest) -> Any:
-    """``kv_pair(spec=None, **spec_fields) -> Pair``: the implementation and the oracle
-    (``--kv-oracle``, the reference by default) driven in lockstep (no oracle under
-    ``--kv-profile=generic``: laws only). A mismatch writes its trace under
-    ``.kvcheck/repro/`` named after the test."""
-    from kvcheck.conformance.differential import Pair
-
-    def make(spec: KVCacheSpec | None = None, *, with_oracle: bool = True,
-             **fields: Any) -> Pair:
-        if spec is None:
-            fields.setdefault("num_blocks", 16)
-            fields.setdefault("block_size", 4)
-            spec = KVCacheSpec(profile=kv_profile, **fields)
-        oracle = None if kv_profile == "generic" or not with_oracle else kv_oracle
-        pair = Pair(kv_impl, oracle, spec)
-        pair.trace_name = request.node.name
-        return pair
-
-    return make
+    configure(config)

@@ -221,6 +221,41 @@ class Manager:
         raise NotImplementedError(
             "{name}.Manager.check_invariants: assert your internal invariants")
 
+    # ------------------------------------------------------------ capability "batch_metadata"
+    # Your worker's batch builder and page-table conversions. They use no manager state: the
+    # block tables (rows of block ids, row r = request r) come in as arguments.
+
+    def build_batch(self, block_tables: Sequence[Sequence[int]],
+                    num_computed_tokens: Sequence[int], num_scheduled_tokens: Sequence[int],
+                    num_padded_tokens: int, dcp_world_size: int = 1, dcp_rank: int = 0,
+                    cp_kv_cache_interleave_size: int = 1) -> tuple[list[int], list[int],
+                                                                   list[int]]:
+        """One step's (slot_mapping, positions, req_indices). Request r's tokens are
+        positions num_computed_tokens[r] .. + num_scheduled_tokens[r] - 1, laid out request
+        by request. slot_mapping has num_padded_tokens entries: -1 (PAD_SLOT_ID) past the
+        real tokens and for tokens another DCP rank stores (position p lives on rank
+        (p // cp_kv_cache_interleave_size) % dcp_world_size; one row entry covers
+        block_size * dcp_world_size positions). Raise UnsupportedSpec for DCP settings you
+        do not support."""
+        raise NotImplementedError(
+            "{name}.Manager.build_batch: return (slot_mapping padded with -1, positions, "
+            "req_indices) for the step")
+
+    def flashinfer_csr(self, block_tables: Sequence[Sequence[int]],
+                       seq_lens: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        """FlashInfer's (kv_indptr, kv_indices, kv_last_page_len) of the first len(seq_lens)
+        rows; kv_last_page_len in [1, block_size] (a full last page is block_size). Raise
+        UnsupportedSpec if you do not build FlashInfer page tables."""
+        raise NotImplementedError(
+            "{name}.Manager.flashinfer_csr: return the CSR page table of the rows")
+
+    def req_to_token(self, block_tables: Sequence[Sequence[int]],
+                     seq_lens: Sequence[int]) -> list[list[int]]:
+        """SGLang's req_to_token rows: the flat slot of every position < seq_lens[b]. Raise
+        UnsupportedSpec if you do not build it."""
+        raise NotImplementedError(
+            "{name}.Manager.req_to_token: return each row's per-position slots")
+
 
 def make_kv_cache_manager(spec: KVCacheSpec) -> Manager:
     """A fresh manager over spec.num_blocks blocks (capability "manager"); called once per

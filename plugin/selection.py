@@ -41,10 +41,10 @@ def read_id_file(path: str | Path, option: str) -> list[str]:
             f"kvcheck: {option}={path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset "
             f"{exc.start}, line {line})\n  Fix: save the file as UTF-8") from None
     ids = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            ids.append(line)
+    for raw_line in text.splitlines():
+        test_id = raw_line.split("#", 1)[0].strip()
+        if test_id:
+            ids.append(test_id)
     return ids
 
 

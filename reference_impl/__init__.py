@@ -25,7 +25,7 @@ from kvcheck.reference_impl.block_table import (
     compute_slot_mapping,
     slot_mapping_for_request,
 )
-from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.errors import FreeQueueMisuseError, KVCacheMisuseError
 from kvcheck.reference_impl.events import AllBlocksCleared, BlockRemoved, BlockStored
 from kvcheck.reference_impl.free_block_queue import FreeKVCacheBlockQueue
 from kvcheck.reference_impl.hashing import (
@@ -39,14 +39,19 @@ from kvcheck.reference_impl.invariants import (
     check_manager_invariants,
 )
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
-from kvcheck.reference_impl.profiles import DEFAULT_PROFILE, PROFILES, Profile, get_profile
+from kvcheck.reference_impl.profiles import (
+    BEHAVIOURS,
+    DEFAULT_PROFILE,
+    ProfileBehaviour,
+    get_profile,
+)
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
 
 __all__ = [
+    "BEHAVIOURS",
     "DEFAULT_PROFILE",
     "HASH_FUNCTIONS",
     "PAD_SLOT_ID",
-    "PROFILES",
     "AllBlocksCleared",
     "BlockHash",
     "BlockHashWithGroupId",
@@ -55,13 +60,14 @@ __all__ = [
     "BlockStored",
     "BlockTable",
     "FreeKVCacheBlockQueue",
+    "FreeQueueMisuseError",
     "InvariantViolation",
     "KVCacheBlock",
     "KVCacheManager",
     "KVCacheMisuseError",
     "LoRARequest",
     "MultiModalFeature",
-    "Profile",
+    "ProfileBehaviour",
     "Request",
     "RequestBlockHasher",
     "check_invariants",

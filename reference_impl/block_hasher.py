@@ -1,4 +1,4 @@
-"""Chained block hashes of a request's full blocks (spec §2.1, §2.4).
+"""Chained block hashes of a request's full blocks (docs/semantics.md#request-block-hashes).
 
 Contract: block ``i`` of a request hashes ``(hash of block i-1 or NONE_HASH, tuple(its
 block_size token ids), extra_keys)``; only full blocks are hashed, so ``block_hashes`` is always
@@ -13,20 +13,21 @@ from typing import TYPE_CHECKING, Any, Final
 from weakref import WeakKeyDictionary
 
 from kvcheck.reference_impl.block import BlockHash
+from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.extra_keys import (
     ExtraKeys,
     PromptEmbedsDigestCache,
     generate_block_hash_extra_keys,
 )
 from kvcheck.reference_impl.hashing import HashFn, get_hash_fn_by_name, resolve_none_hash
-from kvcheck.reference_impl.profiles import Profile, get_profile
+from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 
 if TYPE_CHECKING:
     from kvcheck.reference_impl.request import Request
 
 __all__ = ["RequestBlockHasher", "hash_block_tokens", "hash_request_tokens"]
 
-# The spec models lookahead hashing (EAGLE/MTP, ``num_hash_lookahead_tokens``) for 0.33 only;
+# docs/semantics.md#request-block-hashes has lookahead hashing (EAGLE/MTP) for 0.33 only;
 # refusing older profiles is safer than guessing when it appeared.
 _MIN_LOOKAHEAD_VERSION: Final = (0, 33)
 
@@ -66,8 +67,8 @@ class RequestBlockHasher:
     Attributes:
         block_size: tokens per hashed block (vLLM's ``hash_block_size``), >= 1.
         hash_algo: the algorithm name; ``hash_fn`` is the resolved function.
-        profile: the resolved ``Profile``; it selects the extra-key format, the multimodal scan
-            and whether lookahead is allowed.
+        profile: the resolved ``ProfileBehaviour``; it selects the extra-key format, the
+            multimodal scan and whether lookahead is allowed.
         none_hash: the root parent of every chain (resolved from PYTHONHASHSEED when not given).
         num_lookahead_tokens: L >= 0; a block is hashed only once the L tokens after it exist,
             and those tokens enter its extra keys (0.33 only).
@@ -78,26 +79,27 @@ class RequestBlockHasher:
         block_size: int,
         hash_algo: str = "sha256",
         *,
-        profile: str | Profile | None = None,
+        profile: str | ProfileBehaviour | None = None,
         none_hash: bytes | None = None,
         num_lookahead_tokens: int = 0,
     ) -> None:
         """Validate the arguments and resolve the hash function and ``NONE_HASH``.
 
         Raises:
-            ValueError: ``block_size < 1``; ``num_lookahead_tokens < 0``; lookahead under a
+            KVCacheMisuseError: ``block_size < 1``; ``num_lookahead_tokens < 0``; lookahead under a
                 profile older than 0.33; an empty ``none_hash``; an algorithm the profile does
                 not offer.
         """
         if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
+            raise KVCacheMisuseError(f"block_size must be >= 1, got {block_size}")
         if num_lookahead_tokens < 0:
-            raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
-        self.profile: Profile = get_profile(profile)
+            raise KVCacheMisuseError(
+                f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
+        self.profile: ProfileBehaviour = get_profile(profile)
         if num_lookahead_tokens and (
             _version_tuple(self.profile.vllm_version) < _MIN_LOOKAHEAD_VERSION
         ):
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"num_lookahead_tokens={num_lookahead_tokens} needs lookahead block hashing, "
                 f"which profile {self.profile.name!r} (vLLM {self.profile.vllm_version}) "
                 "does not have; use num_lookahead_tokens=0 or a vllm-0.33 profile"
@@ -109,11 +111,11 @@ class RequestBlockHasher:
             none_hash = resolve_none_hash(hash_algo, self.profile)
         elif not none_hash:
             # An empty root would be indistinguishable from "no parent" in hash_block_tokens.
-            raise ValueError("none_hash must be non-empty bytes")
+            raise KVCacheMisuseError("none_hash must be non-empty bytes")
         self.none_hash: bytes = none_hash
         self.num_lookahead_tokens: int = num_lookahead_tokens
         # 0.10.2 starts the multimodal scan of incremental blocks at the last item; 0.33 rescans
-        # from 0 so a decode block overlapping any image still gets its key (§2.4, §9 item 12).
+        # from 0 so a decode block overlapping an image gets its key (docs/semantics.md#extra-keys).
         self._incremental_mm_idx: int = -1 if self.profile.extra_key_format == "bare" else 0
         # Embeds digests per live request (vLLM caches them on the request); weak so finished
         # requests are not kept alive by the hasher.

@@ -1,6 +1,6 @@
 """``BlockPool``: every physical block, the free queue and the prefix-cache map.
 
-Order rules (spec §3-§4), with Q the free queue, head first:
+Order rules (docs/semantics.md#free-order), with Q the free queue, head first:
 
 * init: ``Q = [1, ..., N-1]``; block 0 is popped as the null block and never returned.
 * ``get_new_blocks(n)``: pop ``Q[:n]`` in order; each popped block loses its cache keys
@@ -32,7 +32,7 @@ from kvcheck.reference_impl.events import (
 )
 from kvcheck.reference_impl.extra_keys import generate_block_hash_extra_keys, to_event_extra_keys
 from kvcheck.reference_impl.free_block_queue import FreeKVCacheBlockQueue
-from kvcheck.reference_impl.profiles import Profile, get_profile
+from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 
 if TYPE_CHECKING:
     from kvcheck.reference_impl.request import Request
@@ -48,7 +48,7 @@ class BlockPool:
         enable_caching: prefix caching on; off means blocks are never hashed or looked up.
         enable_kv_cache_events: record ``BlockStored`` / ``BlockRemoved`` /
             ``AllBlocksCleared`` for ``take_events``.
-        profile: version profile name or ``Profile`` (default ``vllm-0.33``).
+        profile: version profile name or ``ProfileBehaviour`` (default ``vllm-0.33``).
     """
 
     def __init__(
@@ -56,10 +56,10 @@ class BlockPool:
         num_gpu_blocks: int,
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
-        profile: str | Profile | None = None,
+        profile: str | ProfileBehaviour | None = None,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"num_gpu_blocks must be an int >= 1 (block 0 is the null block), "
                 f"got {num_gpu_blocks!r}"
             )
@@ -110,12 +110,12 @@ class BlockPool:
         ``BlockStored`` for the call when at least one block is cached.
 
         Raises:
-            ValueError: if the request has fewer than ``num_full_blocks`` hashes.
+            KVCacheMisuseError: if the request has fewer than ``num_full_blocks`` hashes.
         """
         if num_cached_blocks >= num_full_blocks:
             return
         if len(request.block_hashes) < num_full_blocks:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"request {request.request_id!r} has {len(request.block_hashes)} block hashes, "
                 f"cannot cache {num_full_blocks} full blocks"
             )
@@ -196,13 +196,13 @@ class BlockPool:
         with one ``BlockRemoved`` per key) and gets ``ref_cnt = 1``.
 
         Raises:
-            ValueError: ``"Cannot get n free blocks from the pool"`` when short; nothing
+            KVCacheMisuseError: ``"Cannot get n free blocks from the pool"`` when short; nothing
                 changes.
         """
         if num_blocks < 0:
             raise KVCacheMisuseError(f"get_new_blocks({num_blocks}): count must be >= 0")
         if num_blocks > self.get_num_free_blocks():
-            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+            raise KVCacheMisuseError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
         for block in ret:
             if self.enable_caching:
@@ -290,12 +290,12 @@ class BlockPool:
         unchanged (0.33 only).
 
         Raises:
-            ValueError: for an id outside ``[0, num_gpu_blocks)``; nothing changes.
+            KVCacheMisuseError: for an id outside ``[0, num_gpu_blocks)``; nothing changes.
         """
         ids = list(block_ids)
         bad = [i for i in ids if not 0 <= i < self.num_gpu_blocks]
         if bad:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"evict_blocks: block ids {bad} outside [0, {self.num_gpu_blocks})"
             )
         for block_id in ids:

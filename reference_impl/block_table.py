@@ -12,15 +12,19 @@ pos % block_size`` for each real token ``i``, and every entry from ``num_tokens`
 ``max_num_batched_tokens`` is ``PAD_SLOT_ID`` (CUDA-graph padding). With W > 1 every position is
 local on exactly one rank; the other ranks see ``PAD_SLOT_ID`` for it.
 
-Sources: ``vllm-v1-semantics.md`` section 6 (vLLM 0.33 ``v1/worker/block_table.py`` and the
+Sources: docs/semantics.md#slot-mapping (vLLM 0.33 ``v1/worker/block_table.py`` and the
 0.10.2 numpy variant). This is an independent re-implementation in numpy, not vLLM's code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
+
 import numpy as np
 import numpy.typing as npt
+
+from kvcheck.reference_impl.errors import KVCacheMisuseError
 
 __all__ = [
     "PAD_SLOT_ID",
@@ -36,7 +40,8 @@ PAD_SLOT_ID = -1
 # Block tables are int32 on the device, so a block id must fit in int32.
 _INT32_MAX = np.iinfo(np.int32).max
 
-BlockTableRows = npt.ArrayLike  # 2-D int array [num_rows, width] or a ragged sequence of rows
+# A 2-D int array [num_rows, width], or an iterable of 1-D int rows (ragged: zero-padded).
+BlockTableRows: TypeAlias = np.ndarray | Iterable[npt.ArrayLike]
 
 
 # --------------------------------------------------------------------------------------------
@@ -45,15 +50,15 @@ BlockTableRows = npt.ArrayLike  # 2-D int array [num_rows, width] or a ragged se
 
 
 def _as_int_1d(name: str, values: npt.ArrayLike) -> np.ndarray:
-    """``values`` as a 1-D int64 array; ValueError when not 1-D integers."""
+    """``values`` as a 1-D int64 array; KVCacheMisuseError when not 1-D integers."""
     arr = np.asarray(values)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+        raise KVCacheMisuseError(f"{name} must be 1-D, got shape {arr.shape}")
     if arr.size == 0:
         # np.asarray([]) is float64; an empty input is fine whatever its dtype.
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+        raise KVCacheMisuseError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -61,13 +66,13 @@ def _check_offsets(name: str, offsets: np.ndarray, count: str) -> np.ndarray:
     """Validate a prefix-sum array (``query_start_loc``, ``kv_indptr``): at least one entry,
     starts at 0, non-decreasing. Returns the per-entry lengths ``np.diff(offsets)``."""
     if offsets.size == 0:
-        raise ValueError(f"{name} must have {count} >= 1 entries")
+        raise KVCacheMisuseError(f"{name} must have {count} >= 1 entries")
     if offsets[0] != 0:
-        raise ValueError(f"{name}[0] must be 0, got {int(offsets[0])}")
+        raise KVCacheMisuseError(f"{name}[0] must be 0, got {int(offsets[0])}")
     lengths = np.diff(offsets)
     if lengths.size and lengths.min() < 0:
         i = int(np.argmax(lengths < 0))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"{name} must be non-decreasing: {name}[{i}]={int(offsets[i])} > "
             f"{name}[{i + 1}]={int(offsets[i + 1])}"
         )
@@ -84,12 +89,12 @@ def _as_block_table(block_table_rows: BlockTableRows) -> tuple[np.ndarray, np.nd
     """
     if isinstance(block_table_rows, np.ndarray):
         if block_table_rows.ndim != 2:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"block_table_rows must be 2-D [num_rows, width], got shape "
                 f"{block_table_rows.shape}"
             )
         if block_table_rows.size and block_table_rows.dtype.kind not in "iu":
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"block_table_rows must hold integers, got dtype {block_table_rows.dtype}"
             )
         # No dtype conversion of the whole table: only the gathered entries are widened, which
@@ -102,28 +107,30 @@ def _as_block_table(block_table_rows: BlockTableRows) -> tuple[np.ndarray, np.nd
     table = np.zeros((len(rows), width), dtype=np.int64)
     for row_idx, row in enumerate(rows):
         if row.ndim != 1:
-            raise ValueError(f"block table row {row_idx} must be 1-D, got shape {row.shape}")
+            raise KVCacheMisuseError(
+                f"block table row {row_idx} must be 1-D, got shape {row.shape}")
         if row.size and row.dtype.kind not in "iu":
-            raise ValueError(f"block table row {row_idx} must hold integers, got {row.dtype}")
+            raise KVCacheMisuseError(
+                f"block table row {row_idx} must hold integers, got {row.dtype}")
         table[row_idx, : row.size] = row
     return table, num_blocks
 
 
 def _check_dcp(block_size: int, dcp_world_size: int, dcp_rank: int, interleave: int) -> None:
     if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+        raise KVCacheMisuseError(f"block_size must be >= 1, got {block_size}")
     if dcp_world_size < 1:
-        raise ValueError(f"dcp_world_size must be >= 1, got {dcp_world_size}")
+        raise KVCacheMisuseError(f"dcp_world_size must be >= 1, got {dcp_world_size}")
     if not 0 <= dcp_rank < dcp_world_size:
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"dcp_rank must be in [0, dcp_world_size={dcp_world_size}), got {dcp_rank}"
         )
     if interleave < 1:
-        raise ValueError(f"cp_kv_cache_interleave_size must be >= 1, got {interleave}")
+        raise KVCacheMisuseError(f"cp_kv_cache_interleave_size must be >= 1, got {interleave}")
     # Why: local_off = (vo // (W*I))*I + vo % I stays below block_size for every vo < bs*W only
     # when I divides block_size; otherwise a rank's tokens spill into the next physical block.
     if block_size % interleave != 0:
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"cp_kv_cache_interleave_size={interleave} must divide block_size={block_size}"
         )
 
@@ -143,17 +150,18 @@ def _gather_block_ids(
     bad = block_idx >= limit
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"token {i}: position {int(positions[i])} needs block_idx {int(block_idx[i])} "
             f"(= position // {virtual_block_size}) but row {int(req_indices[i])} has only "
             f"{int(limit[i])} blocks"
         )
     # Flat indexing is the cheap form of table[req_indices, block_idx] on a C-contiguous table.
     width = table.shape[1]
-    block_ids = table.reshape(-1)[req_indices * width + block_idx].astype(np.int64, copy=False)
+    block_ids: np.ndarray = table.reshape(-1)[req_indices * width + block_idx].astype(
+        np.int64, copy=False)
     if block_ids.min() < 0:
         i = int(np.argmax(block_ids < 0))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"token {i}: row {int(req_indices[i])} has negative block_id {int(block_ids[i])} "
             f"at block_idx {int(block_idx[i])}"
         )
@@ -208,7 +216,7 @@ def compute_slot_mapping(
         for padding and for tokens stored on another rank.
 
     Raises:
-        ValueError: malformed ``query_start_loc``, a ``positions`` length other than
+        KVCacheMisuseError: malformed ``query_start_loc``, a ``positions`` length other than
             ``num_tokens``, a negative position, a position whose ``block_idx`` is past its
             row, a negative block id, ``num_tokens > max_num_batched_tokens``, or bad DCP
             parameters.
@@ -238,32 +246,33 @@ def compute_slot_mapping(
     if num_blocks_per_row is not None:
         num_blocks = _as_int_1d("num_blocks_per_row", num_blocks_per_row)
         if num_blocks.shape[0] != table.shape[0]:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"num_blocks_per_row has {num_blocks.shape[0]} entries, block table has "
                 f"{table.shape[0]} rows"
             )
         if num_blocks.size and (num_blocks.min() < 0 or num_blocks.max() > table.shape[1]):
-            raise ValueError(f"num_blocks_per_row must lie in [0, {table.shape[1]}]")
+            raise KVCacheMisuseError(f"num_blocks_per_row must lie in [0, {table.shape[1]}]")
 
     qsl = _as_int_1d("query_start_loc", query_start_loc)
     query_lens = _check_offsets("query_start_loc", qsl, "num_reqs + 1")
     num_reqs = qsl.size - 1
     if num_reqs > table.shape[0]:
-        raise ValueError(f"{num_reqs} requests but the block table has {table.shape[0]} rows")
+        raise KVCacheMisuseError(
+            f"{num_reqs} requests but the block table has {table.shape[0]} rows")
     num_tokens = int(qsl[-1])
     if max_num_batched_tokens is not None and num_tokens > max_num_batched_tokens:
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"num_tokens={num_tokens} exceeds max_num_batched_tokens={max_num_batched_tokens}"
         )
 
     pos = _as_int_1d("positions", positions)
     if pos.size != num_tokens:
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"positions has {pos.size} entries but query_start_loc[-1] = num_tokens = {num_tokens}"
         )
     if num_tokens and pos.min() < 0:
         i = int(np.argmax(pos < 0))
-        raise ValueError(f"positions[{i}] = {int(pos[i])} is negative")
+        raise KVCacheMisuseError(f"positions[{i}] = {int(pos[i])} is negative")
 
     # Row of every token, the numpy form of "program r handles [qsl[r], qsl[r+1])".
     req_indices = np.repeat(np.arange(num_reqs, dtype=np.int64), query_lens)
@@ -330,17 +339,17 @@ def compute_slot_mapping_v0_10(
     req = _as_int_1d("req_indices", req_indices)
     pos = _as_int_1d("positions", positions)
     if req.size != pos.size:
-        raise ValueError(f"req_indices has {req.size} entries, positions has {pos.size}")
+        raise KVCacheMisuseError(f"req_indices has {req.size} entries, positions has {pos.size}")
     if pos.size == 0:
         return np.zeros(0, dtype=np.int64)
     if req.min() < 0 or req.max() >= table.shape[0]:
         i = int(np.argmax((req < 0) | (req >= table.shape[0])))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"req_indices[{i}] = {int(req[i])} is outside [0, {table.shape[0]}) block table rows"
         )
     if pos.min() < 0:
         i = int(np.argmax(pos < 0))
-        raise ValueError(f"positions[{i}] = {int(pos[i])} is negative")
+        raise KVCacheMisuseError(f"positions[{i}] = {int(pos[i])} is negative")
     virtual_block_size = block_size * dcp_world_size
     block_idx = pos // virtual_block_size
     block_ids = _gather_block_ids(table, num_blocks, req, pos, block_idx, virtual_block_size)
@@ -348,7 +357,8 @@ def compute_slot_mapping_v0_10(
     slots = block_ids * block_size + vo // dcp_world_size
     if dcp_world_size > 1:
         slots = np.where(vo % dcp_world_size == dcp_rank, slots, PAD_SLOT_ID)
-    return slots.astype(np.int64, copy=False)
+    slot_mapping: np.ndarray = slots.astype(np.int64, copy=False)
+    return slot_mapping
 
 
 def slot_mapping_for_request(
@@ -372,16 +382,16 @@ def slot_mapping_for_request(
         [30, 31, 12, 13]
     """
     if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+        raise KVCacheMisuseError(f"block_size must be >= 1, got {block_size}")
     capacity = len(block_ids) * block_size
     if not 0 <= start <= end <= capacity:
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"need 0 <= start <= end <= len(block_ids) * block_size = {capacity}, got "
             f"start={start}, end={end}"
         )
     for block_idx, block_id in enumerate(block_ids):
         if block_id < 0:
-            raise ValueError(f"block_ids[{block_idx}] = {block_id} is negative")
+            raise KVCacheMisuseError(f"block_ids[{block_idx}] = {block_id} is negative")
     return [
         int(block_ids[pos // block_size]) * block_size + pos % block_size
         for pos in range(start, end)
@@ -425,7 +435,7 @@ class BlockTable:
             ("max_num_batched_tokens", max_num_batched_tokens),
         ):
             if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+                raise KVCacheMisuseError(f"{name} must be >= 0, got {value}")
         self.block_size = block_size
         self.max_num_reqs = max_num_reqs
         self.max_num_blocks_per_req = max_num_blocks_per_req
@@ -449,7 +459,8 @@ class BlockTable:
 
     def _check_row(self, name: str, row_idx: int) -> None:
         if not 0 <= row_idx < self.max_num_reqs:
-            raise ValueError(f"{name}={row_idx} out of range [0, max_num_reqs={self.max_num_reqs})")
+            raise KVCacheMisuseError(
+                f"{name}={row_idx} out of range [0, max_num_reqs={self.max_num_reqs})")
 
     def append_row(self, block_ids: Sequence[int], row_idx: int) -> None:
         """Append physical ``block_ids`` to row ``row_idx`` (after its current blocks)."""
@@ -458,11 +469,12 @@ class BlockTable:
         if ids.size == 0:
             return
         if ids.min() < 0 or ids.max() > _INT32_MAX:
-            raise ValueError(f"row {row_idx}: block ids must lie in [0, 2**31), got {ids.tolist()}")
+            raise KVCacheMisuseError(
+                f"row {row_idx}: block ids must lie in [0, 2**31), got {ids.tolist()}")
         start = int(self.num_blocks_per_row[row_idx])
         end = start + ids.size
         if end > self.max_num_blocks_per_req:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"row {row_idx} would hold {end} blocks ({start} + {ids.size}) > "
                 f"max_num_blocks_per_req={self.max_num_blocks_per_req}"
             )
@@ -508,7 +520,8 @@ class BlockTable:
     def get_row(self, row_idx: int) -> list[int]:
         """The valid block ids of row ``row_idx`` as Python ints."""
         self._check_row("row_idx", row_idx)
-        return self.block_table[row_idx, : self.num_blocks_per_row[row_idx]].tolist()
+        row: list[int] = self.block_table[row_idx, : self.num_blocks_per_row[row_idx]].tolist()
+        return row
 
     # -- slot mapping --------------------------------------------------------------------------
 
@@ -526,15 +539,15 @@ class BlockTable:
             ``[max_num_batched_tokens]`` int64 (also stored in ``self.slot_mapping``); entries
             from ``num_tokens`` on, and tokens local to another DCP rank, are ``PAD_SLOT_ID``.
             See the module-level ``compute_slot_mapping`` for the formula and errors; a
-            position past ``num_blocks_per_row[r]`` blocks is a ValueError.
+            position past ``num_blocks_per_row[r]`` blocks is a KVCacheMisuseError.
         """
         if not 0 <= num_reqs <= self.max_num_reqs:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"num_reqs={num_reqs} out of range [0, max_num_reqs={self.max_num_reqs}]"
             )
         qsl = np.asarray(query_start_loc)
         if qsl.ndim != 1 or qsl.shape[0] != num_reqs + 1:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"query_start_loc must have num_reqs + 1 = {num_reqs + 1} entries, got shape "
                 f"{qsl.shape}"
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["KVCacheMisuseError"]
+__all__ = ["FreeQueueMisuseError", "KVCacheMisuseError"]
 
 
 class KVCacheMisuseError(KVCheckInputError):
@@ -14,4 +14,13 @@ class KVCacheMisuseError(KVCheckInputError):
     twice in one ``free_blocks`` call, negative token counts. vLLM drives ``ref_cnt`` negative
     or enqueues a block twice (vllm#42571); the reference refuses and changes nothing, so the
     conformance suite never mistakes corrupted state for expected behaviour.
+    """
+
+
+class FreeQueueMisuseError(KVCacheMisuseError, RuntimeError):
+    """A free-queue link operation on a block in the wrong state: removing a block that is not
+    queued, or enqueuing one that already is (or twice in one call).
+
+    Also a ``RuntimeError``: vLLM's ``FreeKVCacheBlockQueue.remove`` raises that type for the
+    same call, so code written against vLLM catches this one too.
     """

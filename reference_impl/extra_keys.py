@@ -1,4 +1,4 @@
-"""Per-block extra hash keys: LoRA, multimodal items, ``cache_salt`` and prompt embeds (spec §2.3).
+"""Per-block extra hash keys: LoRA, MM items, salt, prompt embeds (docs/semantics.md#extra-keys).
 
 Contract: ``generate_block_hash_extra_keys`` returns the third element of the hashed 3-tuple
 ``(parent, tokens, extra_keys)`` for one block, built the way vLLM builds it (same order, same
@@ -13,7 +13,8 @@ import hashlib
 from collections.abc import MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.reference_impl.profiles import Profile, get_profile
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 
 if TYPE_CHECKING:
     from kvcheck.reference_impl.request import MultiModalFeature, Request
@@ -53,7 +54,7 @@ def _scan_mm_tagged(
             # Half-open overlap of [start, end) and [offset, item_end). The offset is relative to
             # the block start and is negative when the item began in an earlier block.
             # The "mm" literal is one interned object, as in vLLM: pickle then memoizes it
-            # across several items of the same block (spec §2.1).
+            # across several items of the same block (docs/semantics.md#serialization-bytes).
             keys.append(("mm", feature.identifier, feature.offset - start))
         if item_end > end and next_idx is None:
             # The item continues into the next block: it is the earliest one still open.
@@ -112,7 +113,7 @@ def generate_block_hash_extra_keys(
     start_token_idx: int,
     end_token_idx: int,
     start_mm_idx: int,
-    profile: str | Profile | None = None,
+    profile: str | ProfileBehaviour | None = None,
     *,
     prompt_embeds_cache: PromptEmbedsDigestCache | None = None,
 ) -> tuple[ExtraKeys, int]:
@@ -147,7 +148,7 @@ def generate_block_hash_extra_keys(
     keys: list[Any] = []
     lora = request.lora_request
     if lora is not None:
-        # The objects are passed through, never copied: identity matters to pickle (§2.1).
+        # Never copied: pickle memoizes by identity (docs/semantics.md#serialization-bytes).
         keys.append(("lora", lora.lora_name, lora.lora_path) if tagged else lora.lora_int_id)
     next_mm_idx = start_mm_idx
     features = request.mm_features
@@ -168,7 +169,7 @@ def generate_block_hash_extra_keys(
 
 
 def to_event_extra_keys(extra_keys: ExtraKeys) -> ExtraKeys:
-    """The untagged form KV events publish for one block's tagged extra keys (§2.3).
+    """The untagged form KV events publish for one block's extra keys (docs/semantics.md#kv-events).
 
     ``("lora", name, path)`` -> ``name``; ``("mm", identifier, offset)`` ->
     ``(identifier, offset)``; ``("cache_salt", salt)`` -> ``salt``;
@@ -177,7 +178,7 @@ def to_event_extra_keys(extra_keys: ExtraKeys) -> ExtraKeys:
     Takes the normal keys ``E`` of a block, not a lookahead-extended ``(E, *tokens)``.
 
     Raises:
-        ValueError: an entry that is not a tagged (0.31+) key, e.g. 0.10.2's bare keys.
+        KVCacheMisuseError: an entry that is not a tagged (0.31+) key, e.g. 0.10.2's bare keys.
     """
     if extra_keys is None:
         return None
@@ -191,5 +192,5 @@ def to_event_extra_keys(extra_keys: ExtraKeys) -> ExtraKeys:
         elif tag in ("cache_salt", "prompt_embeds") and len(key) == 2:
             stripped.append(key[1])
         else:
-            raise ValueError(f"not a tagged extra key: {key!r} (in {extra_keys!r})")
+            raise KVCacheMisuseError(f"not a tagged extra key: {key!r} (in {extra_keys!r})")
     return tuple(stripped)

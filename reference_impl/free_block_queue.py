@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from kvcheck.reference_impl.block import KVCacheBlock
+from kvcheck.reference_impl.errors import FreeQueueMisuseError, KVCacheMisuseError
 
 __all__ = ["FreeKVCacheBlockQueue"]
 
@@ -45,11 +46,11 @@ class FreeKVCacheBlockQueue:
         """Remove and return the head block.
 
         Raises:
-            ValueError: ``"No free blocks available"`` on an empty queue (vLLM's message).
+            KVCacheMisuseError: ``"No free blocks available"`` on an empty queue (vLLM's message).
         """
         first = self.fake_free_list_head.next_free_block
         if first is None or first is self.fake_free_list_tail:
-            raise ValueError("No free blocks available")
+            raise KVCacheMisuseError("No free blocks available")
         self._unlink(first)
         return first
 
@@ -57,11 +58,11 @@ class FreeKVCacheBlockQueue:
         """Remove and return the ``n`` head blocks in queue order; ``popleft_n(0) == []``.
 
         Raises:
-            ValueError: if fewer than ``n`` blocks are free, or ``n < 0``; the queue is then
+            KVCacheMisuseError: if fewer than ``n`` blocks are free, or ``n < 0``; the queue is then
                 unchanged.
         """
         if n < 0 or n > self.num_free_blocks:
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"popleft_n({n}) on a queue holding {self.num_free_blocks} free blocks"
             )
         out: list[KVCacheBlock] = []
@@ -82,10 +83,12 @@ class FreeKVCacheBlockQueue:
         """Unlink ``block`` from wherever it is in the queue.
 
         Raises:
-            RuntimeError: if ``block`` is not in the queue (vLLM raises the same type).
+            FreeQueueMisuseError: if ``block`` is not in the queue (a ``RuntimeError``, the
+                type vLLM raises).
         """
         if not self.is_linked(block):
-            raise RuntimeError(f"remove() called on block {block.block_id}, which is not free")
+            raise FreeQueueMisuseError(
+                f"remove() called on block {block.block_id}, which is not free")
         self._unlink(block)
 
     def append(self, block: KVCacheBlock) -> None:
@@ -151,11 +154,12 @@ class FreeKVCacheBlockQueue:
         for block in blocks:
             # vLLM would silently corrupt the list here (vllm#42571); the reference refuses.
             if block.prev_free_block is not None or block.next_free_block is not None:
-                raise RuntimeError(
+                raise FreeQueueMisuseError(
                     f"block {block.block_id} is already in the free queue; enqueuing it "
                     "twice would corrupt the list (double free?)"
                 )
             if id(block) in seen:
-                raise RuntimeError(f"block {block.block_id} listed twice in one enqueue")
+                raise FreeQueueMisuseError(
+                    f"block {block.block_id} listed twice in one enqueue")
             seen.add(id(block))
         return blocks

@@ -1,4 +1,4 @@
-"""The four block-hash functions of vLLM and the ``NONE_HASH`` root, byte-identical (spec §2.1-2.2).
+"""vLLM's four block-hash functions and the ``NONE_HASH`` root (docs/semantics.md#hashing-bytes).
 
 Contract: ``HASH_FUNCTIONS[name](obj)`` returns exactly the digest vLLM computes for the same
 Python object, so a ``BlockHash`` produced here equals the one vLLM stores. There is no
@@ -19,7 +19,8 @@ from typing import Any, Final
 import cbor2
 import xxhash as _xxhash
 
-from kvcheck.reference_impl.profiles import Profile, get_profile
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 
 __all__ = [
     "DEFAULT_NONE_HASH_SEED",
@@ -55,7 +56,7 @@ _U64_MASK: Final = (1 << 64) - 1
 def _pickle_bytes(obj: Any) -> bytes:
     # HIGHEST_PROTOCOL is 5 on every Python this project supports; vLLM uses the same constant.
     # Pickle memoizes by object identity, so equal-but-distinct strings serialize differently
-    # (spec §2.1); callers that want vLLM's bytes must build the same object graph.
+    # (docs/semantics.md#serialization-bytes); to get vLLM's bytes, build the same objects.
     return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -100,27 +101,28 @@ HASH_FUNCTIONS: Final[dict[str, HashFn]] = {
 }
 
 
-def get_hash_fn_by_name(name: str, profile: str | Profile | None = None) -> HashFn:
+def get_hash_fn_by_name(name: str, profile: str | ProfileBehaviour | None = None) -> HashFn:
     """Return the hash function vLLM registers under ``name``.
 
     Args:
         name: one of ``HASH_FUNCTIONS`` (``"sha256"``, ``"sha256_cbor"``, ``"xxhash"``,
             ``"xxhash_cbor"``).
-        profile: when given (a name or a ``Profile``), also require that the profile's release
-            offers the algorithm, e.g. vLLM 0.10.2 has only sha256 and sha256_cbor.
+        profile: when given (a name or a ``ProfileBehaviour``), also require that the
+            profile's release offers the algorithm, e.g. vLLM 0.10.2 has only sha256 and
+            sha256_cbor.
 
     Raises:
-        ValueError: unknown algorithm (the message lists the known ones), or one the profile's
-            release does not offer (the message lists what it does offer).
+        KVCacheMisuseError: unknown algorithm (the message lists the known ones), or one the
+            profile's release does not offer (the message lists what it does offer).
     """
     if name not in HASH_FUNCTIONS:
         known = ", ".join(sorted(HASH_FUNCTIONS))
-        raise ValueError(f"unknown prefix-caching hash algorithm {name!r}; known: {known}")
+        raise KVCacheMisuseError(f"unknown prefix-caching hash algorithm {name!r}; known: {known}")
     if profile is not None:
         prof = get_profile(profile)
         if name not in prof.hash_algos:
             offered = ", ".join(prof.hash_algos)
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"hash algorithm {name!r} is not offered by profile {prof.name!r} "
                 f"(vLLM {prof.vllm_version}); it offers: {offered}"
             )
@@ -138,14 +140,14 @@ _FROM_ENV: Final = _FromEnv.TOKEN
 
 def resolve_none_hash(
     hash_algo: str,
-    profile: str | Profile | None = None,
+    profile: str | ProfileBehaviour | None = None,
     pythonhashseed: str | _FromEnv | None = _FROM_ENV,
 ) -> bytes:
-    """The root parent hash (vLLM's ``NONE_HASH``) for ``hash_algo`` under ``profile`` (§2.2).
+    """The root parent hash for ``hash_algo`` under ``profile`` (docs/semantics.md#none-hash).
 
     Args:
         hash_algo: a name accepted by ``get_hash_fn_by_name(hash_algo, profile)``.
-        profile: profile name or ``Profile``; ``None`` is the default profile (0.33).
+        profile: profile name or ``ProfileBehaviour``; ``None`` is the default profile (0.33).
         pythonhashseed: the value of ``PYTHONHASHSEED`` to assume. Omitted: read
             ``os.environ`` now. ``None``: the variable is unset. A ``str`` (including ``""``,
             as ``os.getenv`` would return it) counts as set.
@@ -159,7 +161,7 @@ def resolve_none_hash(
           bytes whatever the algorithm.
 
     Raises:
-        ValueError: as ``get_hash_fn_by_name``.
+        KVCacheMisuseError: as ``get_hash_fn_by_name``.
     """
     prof = get_profile(profile)
     hash_fn = get_hash_fn_by_name(hash_algo, prof)

@@ -103,12 +103,12 @@ def check_invariants(pool: BlockPool) -> None:
                     f"map key {key.hex()[:16]}... points at block {block.block_id}, which "
                     f"carries {None if block.block_hash is None else block.block_hash.hex()[:16]}"
                 )
-    for block in pool.blocks:
-        if block.block_hash is not None and block.block_id not in in_map:
-            problems.append(
-                f"block {block.block_id} carries key {block.block_hash.hex()[:16]}... but the "
-                "map does not list it"
-            )
+    problems.extend(
+        f"block {block.block_id} carries key {block.block_hash.hex()[:16]}... but the map "
+        "does not list it"
+        for block in pool.blocks
+        if block.block_hash is not None and block.block_id not in in_map
+    )
     if problems:
         raise InvariantViolation("; ".join(problems))
 

@@ -17,6 +17,7 @@ The manager never advances ``request.num_computed_tokens``; the caller (a schedu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
@@ -24,8 +25,11 @@ from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.events import KVCacheEvent
 from kvcheck.reference_impl.hashing import resolve_none_hash
-from kvcheck.reference_impl.profiles import Profile, get_profile
-from kvcheck.reference_impl.request import Request
+from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
+from kvcheck.reference_impl.request import Request, RequestOptions
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads this annotation
+    from typing_extensions import Unpack
 
 __all__ = ["KVCacheManager"]
 
@@ -61,15 +65,15 @@ class KVCacheManager:
         max_model_len: int | None = None,
         enable_caching: bool = True,
         hash_algo: str = "sha256",
-        profile: str | Profile | None = None,
+        profile: str | ProfileBehaviour | None = None,
         enable_kv_cache_events: bool = False,
         pythonhashseed: object = _UNSET,
         none_hash: bytes | None = None,
     ) -> None:
         if not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+            raise KVCacheMisuseError(f"block_size must be an int >= 1, got {block_size!r}")
         if max_model_len is not None and max_model_len < 1:
-            raise ValueError(f"max_model_len must be >= 1 or None, got {max_model_len!r}")
+            raise KVCacheMisuseError(f"max_model_len must be >= 1 or None, got {max_model_len!r}")
         self.profile = get_profile(profile)
         self.block_size = block_size
         self.max_model_len = max_model_len
@@ -90,9 +94,10 @@ class KVCacheManager:
         self.num_cached_block: dict[str, int] = {}
 
     # ---------------------------------------------------------------- convenience
-    def make_request(self, request_id: str, prompt_token_ids: Sequence[int], **kwargs: object) -> Request:
+    def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
+                     **kwargs: Unpack[RequestOptions]) -> Request:
         """A ``Request`` hashed with this manager's block size, algorithm and NONE_HASH."""
-        return Request(request_id, prompt_token_ids, block_hasher=self.block_hasher, **kwargs)  # type: ignore[arg-type]
+        return Request(request_id, prompt_token_ids, block_hasher=self.block_hasher, **kwargs)
 
     @property
     def num_free_blocks(self) -> int:
@@ -161,7 +166,7 @@ class KVCacheManager:
         Raises:
             KVCacheMisuseError: negative counts, hits passed for a running request, or hits
                 whose token count does not match ``len(new_computed_blocks) * block_size``.
-            ValueError: nothing to allocate (``num_new_tokens == 0`` without hits; in
+            KVCacheMisuseError: nothing to allocate (``num_new_tokens == 0`` without hits; in
                 ``vllm-0.10`` any ``num_new_tokens == 0``).
         """
         hits = list(new_computed_blocks or ())
@@ -183,7 +188,7 @@ class KVCacheManager:
         if num_new_tokens == 0 and (
             self.profile.allocate_zero_new_tokens_raises_always or not hits
         ):
-            raise ValueError("num_new_tokens must be greater than 0")
+            raise KVCacheMisuseError("num_new_tokens must be greater than 0")
         is_running = request.request_id in self.num_cached_block
         if hits and is_running:
             raise KVCacheMisuseError(

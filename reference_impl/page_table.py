@@ -26,6 +26,7 @@ from kvcheck.reference_impl.block_table import (
     _as_int_1d,
     _check_offsets,
 )
+from kvcheck.reference_impl.errors import KVCacheMisuseError
 
 __all__ = [
     "block_table_from_sglang_req_to_token",
@@ -41,17 +42,17 @@ _INT32_LIMIT = 2**31
 
 def _check_block_size(block_size: int) -> None:
     if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+        raise KVCacheMisuseError(f"block_size must be >= 1, got {block_size}")
 
 
 def _check_int32_ids(name: str, ids: np.ndarray) -> None:
-    """ValueError unless every entry of ``ids`` lies in ``[0, 2**31)``."""
+    """KVCacheMisuseError unless every entry of ``ids`` lies in ``[0, 2**31)``."""
     if ids.size == 0:
         return
     bad = (ids < 0) | (ids >= _INT32_LIMIT)
     if bad.any():
         i = int(np.argmax(bad.reshape(-1)))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"{name}: entry {i} = {int(ids.reshape(-1)[i])} is outside [0, 2**31) "
             f"(index arrays are int32)"
         )
@@ -76,7 +77,7 @@ def to_flashinfer_csr(
         ``(kv_indptr [B + 1], kv_indices [kv_indptr[-1]], kv_last_page_len [B])``, all int32.
 
     Raises:
-        ValueError: ``seq_lens[b] == 0``: FlashInfer's CSR cannot express an empty sequence,
+        KVCacheMisuseError: ``seq_lens[b] == 0``: FlashInfer's CSR cannot express an empty sequence,
             because ``last_page_len`` must satisfy ``0 < last <= P`` (0 pages would make
             ``seq_len = P * (0 - 1) + last`` negative, and 1 page with last 0 is rejected by
             its kernels; old vLLM silently mapped it to ``last = P``, i.e. a phantom page).
@@ -96,10 +97,11 @@ def to_flashinfer_csr(
     lens = _as_int_1d("seq_lens", seq_lens)
     batch_size = lens.size
     if batch_size > table.shape[0]:
-        raise ValueError(f"{batch_size} seq_lens but the block table has {table.shape[0]} rows")
+        raise KVCacheMisuseError(
+            f"{batch_size} seq_lens but the block table has {table.shape[0]} rows")
     if batch_size and lens.min() <= 0:
         b = int(np.argmax(lens <= 0))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"seq_lens[{b}] = {int(lens[b])}: FlashInfer's CSR needs seq_len >= 1 "
             f"(0 < kv_last_page_len <= block_size)"
         )
@@ -107,14 +109,14 @@ def to_flashinfer_csr(
     too_short = num_pages > num_blocks[:batch_size]
     if too_short.any():
         b = int(np.argmax(too_short))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"request {b}: seq_len {int(lens[b])} needs {int(num_pages[b])} blocks of "
             f"{block_size} but its row has {int(num_blocks[b])}"
         )
     kv_indptr = np.zeros(batch_size + 1, dtype=np.int64)
     np.cumsum(num_pages, out=kv_indptr[1:])
     if kv_indptr[-1] >= _INT32_LIMIT:
-        raise ValueError(f"kv_indptr[-1] = {int(kv_indptr[-1])} does not fit int32")
+        raise KVCacheMisuseError(f"kv_indptr[-1] = {int(kv_indptr[-1])} does not fit int32")
     # Row-major boolean selection concatenates each row's used prefix in batch order.
     used = np.arange(table.shape[1])[None, :] < num_pages[:, None]
     kv_indices = table[:batch_size][used]
@@ -131,7 +133,7 @@ def _check_indptr(kv_indptr: np.ndarray, num_indices: int) -> np.ndarray:
     """Validate a CSR ``kv_indptr`` against ``len(kv_indices)``; returns the page counts."""
     num_pages = _check_offsets("kv_indptr", kv_indptr, "B + 1")
     if kv_indptr[-1] > num_indices:
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"kv_indptr[-1] = {int(kv_indptr[-1])} exceeds len(kv_indices) = {num_indices}"
         )
     return num_pages
@@ -163,7 +165,7 @@ def from_flashinfer_csr(
         ``(block_table [B, max(num_pages)] int32, seq_lens [B] int32)``.
 
     Raises:
-        ValueError: malformed ``kv_indptr``, a request with 0 pages, a ``last_page_len``
+        KVCacheMisuseError: malformed ``kv_indptr``, a request with 0 pages, a ``last_page_len``
             outside ``[1, P]``, or ids outside int32.
     """
     _check_block_size(block_size)
@@ -173,29 +175,30 @@ def from_flashinfer_csr(
     num_pages = _check_indptr(indptr, indices.size)
     batch_size = num_pages.size
     if last.size != batch_size:
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"kv_last_page_len has {last.size} entries, kv_indptr describes {batch_size} requests"
         )
     if batch_size and num_pages.min() < 1:
         b = int(np.argmax(num_pages < 1))
-        raise ValueError(f"request {b} has 0 pages; FlashInfer's CSR needs >= 1 page per request")
+        raise KVCacheMisuseError(
+            f"request {b} has 0 pages; FlashInfer's CSR needs >= 1 page per request")
     bad_last = (last < 1) | (last > block_size)
     if bad_last.any():
         b = int(np.argmax(bad_last))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"kv_last_page_len[{b}] = {int(last[b])} is outside [1, block_size={block_size}]"
         )
     used_indices = indices[: int(indptr[-1])]
     _check_int32_ids("kv_indices", used_indices)
     if not 0 <= pad_block_id < _INT32_LIMIT:
-        raise ValueError(f"pad_block_id = {pad_block_id} is outside [0, 2**31)")
+        raise KVCacheMisuseError(f"pad_block_id = {pad_block_id} is outside [0, 2**31)")
     max_pages = int(num_pages.max()) if batch_size else 0
     block_table = np.full((batch_size, max_pages), pad_block_id, dtype=np.int32)
     used = np.arange(max_pages)[None, :] < num_pages[:, None]
     block_table[used] = used_indices  # row-major scatter is the inverse of the CSR gather
     seq_lens = (num_pages - 1) * block_size + last
     if batch_size and seq_lens.max() >= _INT32_LIMIT:
-        raise ValueError(f"seq_len {int(seq_lens.max())} does not fit int32")
+        raise KVCacheMisuseError(f"seq_len {int(seq_lens.max())} does not fit int32")
     return block_table, seq_lens.astype(np.int32)
 
 
@@ -222,8 +225,8 @@ def slot_from_csr(
         ``[N]`` int64 slots.
 
     Raises:
-        ValueError: a batch index out of range, a negative position, or a position whose page
-            ``pos // P`` is not among the request's ``num_pages`` pages.
+        KVCacheMisuseError: a batch index out of range, a negative position, or a position whose
+            page ``pos // P`` is not among the request's ``num_pages`` pages.
     """
     _check_block_size(block_size)
     indptr = _as_int_1d("kv_indptr", kv_indptr)
@@ -232,27 +235,29 @@ def slot_from_csr(
     batch = _as_int_1d("batch_indices", batch_indices)
     pos = _as_int_1d("positions", positions)
     if batch.size != pos.size:
-        raise ValueError(f"batch_indices has {batch.size} entries, positions has {pos.size}")
+        raise KVCacheMisuseError(
+            f"batch_indices has {batch.size} entries, positions has {pos.size}")
     if pos.size == 0:
         return np.zeros(0, dtype=np.int64)
     bad_batch = (batch < 0) | (batch >= num_pages.size)
     if bad_batch.any():
         i = int(np.argmax(bad_batch))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"batch_indices[{i}] = {int(batch[i])} is outside [0, {num_pages.size}) requests"
         )
     if pos.min() < 0:
         i = int(np.argmax(pos < 0))
-        raise ValueError(f"positions[{i}] = {int(pos[i])} is negative")
+        raise KVCacheMisuseError(f"positions[{i}] = {int(pos[i])} is negative")
     page_idx = pos // block_size
     beyond = page_idx >= num_pages[batch]
     if beyond.any():
         i = int(np.argmax(beyond))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"token {i}: position {int(pos[i])} is on page {int(page_idx[i])} but request "
             f"{int(batch[i])} has {int(num_pages[batch[i]])} pages"
         )
-    return indices[indptr[batch] + page_idx] * block_size + pos % block_size
+    slots: np.ndarray = indices[indptr[batch] + page_idx] * block_size + pos % block_size
+    return slots
 
 
 def block_table_from_sglang_req_to_token(
@@ -280,7 +285,7 @@ def block_table_from_sglang_req_to_token(
         ``(block_table [B, max(ceil(seq_lens / P))] int32 padded with 0, seq_lens [B] int32)``.
 
     Raises:
-        ValueError: naming the request, the position and both values when a slot breaks page
+        KVCacheMisuseError: naming the request, the position and both values when a slot breaks page
             contiguity (including a page that does not start at a multiple of ``P``); also bad
             indices or lengths.
 
@@ -295,27 +300,29 @@ def block_table_from_sglang_req_to_token(
     _check_block_size(page_size)
     r2t = np.asarray(req_to_token)
     if r2t.ndim != 2:
-        raise ValueError(f"req_to_token must be 2-D [pool_size, max_context_len], got {r2t.shape}")
+        raise KVCacheMisuseError(
+            f"req_to_token must be 2-D [pool_size, max_context_len], got {r2t.shape}")
     if r2t.size and r2t.dtype.kind not in "iu":
-        raise ValueError(f"req_to_token must hold integers, got dtype {r2t.dtype}")
+        raise KVCacheMisuseError(f"req_to_token must hold integers, got dtype {r2t.dtype}")
     pool_size, max_context_len = r2t.shape
     rows = _as_int_1d("req_pool_indices", req_pool_indices)
     lens = _as_int_1d("seq_lens", seq_lens)
     if rows.size != lens.size:
-        raise ValueError(f"req_pool_indices has {rows.size} entries, seq_lens has {lens.size}")
+        raise KVCacheMisuseError(
+            f"req_pool_indices has {rows.size} entries, seq_lens has {lens.size}")
     batch_size = rows.size
     if batch_size == 0:
         return np.zeros((0, 0), dtype=np.int32), np.zeros(0, dtype=np.int32)
     bad_row = (rows < 0) | (rows >= pool_size)
     if bad_row.any():
         b = int(np.argmax(bad_row))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"req_pool_indices[{b}] = {int(rows[b])} is outside [0, pool_size={pool_size})"
         )
     bad_len = (lens < 0) | (lens > max_context_len)
     if bad_len.any():
         b = int(np.argmax(bad_len))
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"seq_lens[{b}] = {int(lens[b])} is outside [0, max_context_len={max_context_len}]"
         )
     max_len = int(lens.max())
@@ -342,7 +349,7 @@ def block_table_from_sglang_req_to_token(
             if k == 0
             else f"page {j} starts at slot {int(first_slot[b, j])}"
         )
-        raise ValueError(
+        raise KVCacheMisuseError(
             f"request {b} (req_pool_idx {r}) breaks page contiguity at position {p}: "
             f"req_to_token[{r}, {p}] = {actual}, expected block_table[{b}, {j}] * {page_size} "
             f"+ {k} = {int(expected[b, p])} ({why})"

@@ -1,7 +1,7 @@
 """Version profiles: the handful of vLLM behaviours that changed between releases.
 
 A profile is selected by one argument (``profile="vllm-0.33"``) everywhere in the reference.
-Each field names one behaviour the spec (``vllm-v1-semantics.md`` §10) says must be
+Each field names one behaviour that docs/semantics.md#differences says must be
 version-gated; everything not listed here is identical in 0.10.2 and 0.33.0.
 """
 
@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+
 __all__ = [
+    "BEHAVIOURS",
     "DEFAULT_PROFILE",
-    "PROFILES",
-    "Profile",
+    "ProfileBehaviour",
     "get_profile",
 ]
 
@@ -23,7 +25,7 @@ ExtraKeyFormat = Literal["tagged", "bare"]
 
 
 @dataclass(frozen=True, slots=True)
-class Profile:
+class ProfileBehaviour:
     """Behaviour switches of one vLLM release line.
 
     Attributes:
@@ -68,7 +70,7 @@ class Profile:
     live_common_prefix_blocks: bool
 
 
-VLLM_0_33 = Profile(
+VLLM_0_33 = ProfileBehaviour(
     name="vllm-0.33",
     vllm_version="0.33.0",
     free_order="head_tail_split",
@@ -83,7 +85,7 @@ VLLM_0_33 = Profile(
     live_common_prefix_blocks=False,
 )
 
-VLLM_0_10 = Profile(
+VLLM_0_10 = ProfileBehaviour(
     name="vllm-0.10",
     vllm_version="0.10.2",
     free_order="append_all",
@@ -98,24 +100,24 @@ VLLM_0_10 = Profile(
     live_common_prefix_blocks=True,
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (VLLM_0_33, VLLM_0_10)}
+BEHAVIOURS: dict[str, ProfileBehaviour] = {p.name: p for p in (VLLM_0_33, VLLM_0_10)}
 DEFAULT_PROFILE = VLLM_0_33.name
 
 
-def get_profile(profile: str | Profile | None = None) -> Profile:
-    """Resolve a profile name (or pass a ``Profile`` through); ``None`` means the default.
+def get_profile(profile: str | ProfileBehaviour | None = None) -> ProfileBehaviour:
+    """Resolve a profile name (or pass a ``ProfileBehaviour`` through); ``None`` means the default.
 
     Raises:
-        ValueError: for an unknown name, listing the known ones.
+        KVCacheMisuseError: for an unknown name, listing the known ones.
     """
     if profile is None:
-        return PROFILES[DEFAULT_PROFILE]
-    if isinstance(profile, Profile):
+        return BEHAVIOURS[DEFAULT_PROFILE]
+    if isinstance(profile, ProfileBehaviour):
         return profile
     try:
-        return PROFILES[profile]
+        return BEHAVIOURS[profile]
     except KeyError:
-        known = ", ".join(sorted(PROFILES))
-        raise ValueError(
+        known = ", ".join(sorted(BEHAVIOURS))
+        raise KVCacheMisuseError(
             f"unknown kvcheck profile {profile!r}; known profiles: {known}"
         ) from None

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from kvcheck.reference_impl.errors import KVCacheMisuseError
 
 if TYPE_CHECKING:
     from kvcheck.reference_impl.block import BlockHash
 
-__all__ = ["LoRARequest", "MultiModalFeature", "Request"]
+__all__ = ["LoRARequest", "MultiModalFeature", "Request", "RequestOptions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,17 @@ class MultiModalFeature:
 
 
 BlockHasher = Callable[["Request"], "list[BlockHash]"]
+
+
+class RequestOptions(TypedDict, total=False):
+    """The optional ``Request`` fields, as keyword arguments (see ``Request``)."""
+
+    lora_request: LoRARequest | None
+    mm_features: Sequence[MultiModalFeature]
+    cache_salt: str | None
+    prompt_embeds: Any
+    skip_reading_prefix_cache: bool
+    num_computed_tokens: int
 
 
 @dataclass(eq=False)
@@ -75,15 +88,15 @@ class Request:
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
-            raise ValueError(f"request_id must be a non-empty str, got {self.request_id!r}")
+            raise KVCacheMisuseError(f"request_id must be a non-empty str, got {self.request_id!r}")
         self.prompt_token_ids = tuple(int(t) for t in self.prompt_token_ids)
         if any(t < 0 for t in self.prompt_token_ids):
-            raise ValueError(f"request {self.request_id!r}: token ids must be >= 0")
+            raise KVCacheMisuseError(f"request {self.request_id!r}: token ids must be >= 0")
         self.all_token_ids = list(self.prompt_token_ids)
         self.mm_features = tuple(self.mm_features)
         offsets = [f.offset for f in self.mm_features]
         if offsets != sorted(offsets):
-            raise ValueError(
+            raise KVCacheMisuseError(
                 f"request {self.request_id!r}: mm_features must be sorted by offset, got {offsets}"
             )
         self.update_block_hashes()
@@ -105,7 +118,7 @@ class Request:
         """Append sampled tokens and hash any block they complete."""
         new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
         if any(t < 0 for t in new):
-            raise ValueError(f"request {self.request_id!r}: token ids must be >= 0")
+            raise KVCacheMisuseError(f"request {self.request_id!r}: token ids must be >= 0")
         self.all_token_ids.extend(new)
         self.update_block_hashes()
 

@@ -394,8 +394,8 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
             warnings.append(str(pair.note))
             continue
         compared += 1
-        for diff in software_differences(base, cur):
-            warnings.append(f"{cur.label}: software differs from the baseline: {diff}")
+        warnings.extend(f"{cur.label}: software differs from the baseline: {diff}"
+                        for diff in software_differences(base, cur))
         if base.suite_version != cur.suite_version:
             warnings.append(f"{cur.label}: suite version {base.suite_version} -> "
                             f"{cur.suite_version}; re-baseline if timing methods changed")
@@ -404,8 +404,8 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
         decisions += outcome_decisions
         _report_missing(cur, [d for d in outcome_decisions if d.is_missing], config,
                         warnings, failures)
-        for metric_change in diff_metrics(base, cur):
-            decisions.append(_metric_decision(cur.name, metric_change, config))
+        decisions.extend(_metric_decision(cur.name, metric_change, config)
+                         for metric_change in diff_metrics(base, cur))
     untestable = [d for d in decisions if d.status == UNTESTABLE]
     if untestable:
         warnings.append(
@@ -415,10 +415,9 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
             "raise --alpha")
     if pairs and not compared:
         warnings.append("no baseline for any current record: nothing was gated")
-    for waiver in config.waivers:
-        if not waiver.used:
-            warnings.append(f"waiver {waiver.pattern!r} ({waiver.source}) matched no "
-                            "regression; remove it once it is no longer needed")
+    warnings.extend(f"waiver {waiver.pattern!r} ({waiver.source}) matched no regression; "
+                    "remove it once it is no longer needed"
+                    for waiver in config.waivers if not waiver.used)
     return GateResult(decisions, warnings, compared, failures)
 
 

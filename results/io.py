@@ -4,12 +4,12 @@ output path passes before a command computes anything (``check_output_path``).""
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kvcheck.atomic import write_atomic
 from kvcheck.errors import KVCheckInputError
 from kvcheck.results.schema import dump_lines, validate_record
 
@@ -78,41 +78,6 @@ def check_output_path(path: str | Path, option: str, inputs: Iterable[str | Path
         raise refuse(f"cannot write there ({exc.strerror or exc})",
                      "name a file in a folder you can write to") from None
     return target
-
-
-def _target_mode(path: Path) -> int:
-    """The replaced file's permissions, or what ``open()`` would give a new file (mkstemp's
-    0600 would make published records and pages unreadable to others)."""
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and
-    ``os.replace`` (atomic on POSIX and Windows); parent folders are created. The file keeps
-    the permissions of the one it replaces (a new one gets the umask's default)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = _target_mode(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
 
 
 def write_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:

@@ -27,6 +27,7 @@ import html
 import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kvcheck.results.compare import Group, console, format_value, glob_match, group_records
@@ -169,12 +170,19 @@ def _software(rows: Sequence[Row]) -> dict[str, str]:
     return out
 
 
+def _when(timestamp: str) -> datetime:
+    """Sort key of a record's timestamp (validated records always carry a parsable one)."""
+    stamp = parse_timestamp(timestamp)
+    assert stamp is not None, f"unvalidated record timestamp {timestamp!r}"
+    return stamp
+
+
 def _collect_rows(groups: Iterable[Group]) -> tuple[dict[str, list[Row]], dict[str, list[str]]]:
     """Rows per hardware key, and the record files behind each key."""
     by_key: dict[str, dict[tuple[str, str], Row]] = {}
     sources: dict[str, list[str]] = {}
     # Oldest first: the newest record names the row and provides its environment.
-    for group in sorted(groups, key=lambda g: parse_timestamp(g.timestamp)):
+    for group in sorted(groups, key=lambda g: _when(g.timestamp)):
         rows = by_key.setdefault(group.hardware_key, {})
         row = rows.setdefault((group.name, group.profile),
                               Row(group.implementation, group.profile))
@@ -388,7 +396,7 @@ def render_markdown(boards: Sequence[Board], title: str = "kvcheck leaderboard")
             lines += ["Verdicts:", ""]
             lines += [f"- {_md(r.label)} ({_md(r.profile)}): {_md(v)}" for r, v in verdicts]
             lines.append("")
-        latest = max(board.rows, key=lambda r: parse_timestamp(r.timestamp)).timestamp
+        latest = max(board.rows, key=lambda r: _when(r.timestamp)).timestamp
         lines += ["Records: " + ", ".join(_md(s) for s in board.sources)
                   + f"; latest {_md(latest)}.", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -70,7 +70,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kvcheck.errors import KVCheckInputError
 
@@ -294,8 +294,8 @@ def parse_timestamp(text: str) -> datetime | None:
     return stamp.astimezone(timezone.utc)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed (JSON has no NaN or Infinity)")
+def _reject_constant(name: str) -> NoReturn:
+    raise KVCheckInputError(f"{name} is not allowed (JSON has no NaN or Infinity)")
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
@@ -361,7 +361,7 @@ def dump_lines(records: Iterable[Mapping[str, Any]]) -> str:
 # ------------------------------------------------------------------ building benchmark records
 def implementation_block(impl: Any) -> dict[str, Any]:
     """The ``implementation`` object of a record, from a mapping (``name``, ``version``,
-    optional ``commit``...) or from a loaded ``kvcheck.plugin.loader.ImplHandle``."""
+    optional ``commit``...) or from a loaded ``kvcheck.conformance.loader.ImplHandle``."""
     if isinstance(impl, Mapping):
         return dict(impl)
     info = getattr(impl, "info", None)
@@ -422,7 +422,7 @@ def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] =
 
 
 def envelope(kind: str, implementation: Any, *, profile: str, seed: int | None,
-             suite_version: str | None = None, environment: Mapping[str, Any] | None = None,
+             suite_version: str, environment: Mapping[str, Any] | None = None,
              timestamp: str | None = None) -> dict[str, Any]:
     """The fields every record kind shares, as the start of a record (not yet validated).
 
@@ -432,16 +432,14 @@ def envelope(kind: str, implementation: Any, *, profile: str, seed: int | None,
             an ``ImplHandle`` (see ``implementation_block``).
         profile: the profile the implementation ran under.
         seed: the workload seed (None: derandomized).
-        suite_version: default: the conformance suite's ``SUITE_VERSION``.
+        suite_version: the version of the test or benchmark set that produced the record
+            (``kvcheck.conformance.SUITE_VERSION``; passed in: results never imports the
+            suite).
         environment: default ``collect_environment()`` of this process.
         timestamp: default now, UTC, to the second.
     """
     from kvcheck import __version__
 
-    if suite_version is None:
-        from kvcheck.conformance import SUITE_VERSION
-
-        suite_version = SUITE_VERSION
     if environment is None:
         from kvcheck.results.environment import collect_environment
 
@@ -480,8 +478,8 @@ def make_conformance_record(*, implementation: Any, profile: str, seed: int | No
                             outcomes: Mapping[str, str], areas: Mapping[str, Mapping[str, int]],
                             verdict: str, conforms: bool, complete: bool,
                             completeness: Mapping[str, Any],
+                            suite_version: str,
                             environment: Mapping[str, Any] | None = None,
-                            suite_version: str | None = None,
                             timestamp: str | None = None) -> dict[str, Any]:
     """A validated ``kind="conformance"`` record (schema version 2).
 
@@ -497,8 +495,8 @@ def make_conformance_record(*, implementation: Any, profile: str, seed: int | No
         complete: every applicable suite test ran and reported.
         completeness: ``{"applicable": int, "ran": int, "reasons": [str],
             "interrupted": bool}`` (see the module docstring for the rules).
-        environment: default ``collect_environment()``; suite_version: default the suite's;
-        timestamp: default now (UTC).
+        suite_version: the suite's ``SUITE_VERSION``.
+        environment: default ``collect_environment()``; timestamp: default now (UTC).
 
     Raises:
         RecordError: any field breaking the schema, e.g. ``conforms`` with an incomplete run.
@@ -519,7 +517,7 @@ def make_conformance_record(*, implementation: Any, profile: str, seed: int | No
 
 
 def make_benchmark_record(implementation: Any, metrics: Sequence[Mapping[str, Any]], *,
-                          profile: str, suite_version: str | None = None,
+                          profile: str, suite_version: str,
                           environment: Mapping[str, Any] | None = None,
                           seed: int | None = None, timestamp: str | None = None,
                           extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -532,7 +530,7 @@ def make_benchmark_record(implementation: Any, metrics: Sequence[Mapping[str, An
         profile: the profile the implementation ran under (rows of a leaderboard join a
             benchmark record to the conformance record with the same implementation and
             profile).
-        suite_version: version of the benchmark set; default: the conformance suite's.
+        suite_version: version of the benchmark set (the suite's ``SUITE_VERSION``).
         environment: default ``collect_environment()`` of this process.
         timestamp: default now, UTC.
         extra: free-form data kept verbatim (e.g. pytest-benchmark's JSON).

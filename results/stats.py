@@ -15,6 +15,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
+from kvcheck.errors import KVCheckInputError
+
 __all__ = ["EXACT_MAX_N", "MannWhitneyResult", "mann_whitney_u", "min_p_value"]
 
 EXACT_MAX_N = 50
@@ -71,16 +73,16 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float],
     either.
 
     Raises:
-        ValueError: an empty sample or an unknown alternative.
+        KVCheckInputError: an empty sample or an unknown alternative (a ``ValueError``).
     """
     if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', "
-                         f"got {alternative!r}")
+        raise KVCheckInputError(f"alternative must be 'greater', 'less' or 'two-sided', "
+                                f"got {alternative!r}")
     xa = np.asarray(x, dtype=float)
     ya = np.asarray(y, dtype=float)
     n1, n2 = len(xa), len(ya)
     if n1 == 0 or n2 == 0:
-        raise ValueError("mann_whitney_u needs at least one sample on each side")
+        raise KVCheckInputError("mann_whitney_u needs at least one sample on each side")
     ranks = _midranks(np.concatenate([xa, ya]))
     rank_sum = float(ranks[:n1].sum())
     u = rank_sum - n1 * (n1 + 1) / 2

@@ -6,18 +6,22 @@ import textwrap
 
 import pytest
 
+from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
 
-PROFILES = ["vllm-0.33", "vllm-0.10"]
+#: The reference's release profiles (the protocol's Literal spells the names once).
+PROFILES = list(VLLM_PROFILES)
 
 
-def make_manager(profile: str, num_blocks: int, block_size: int = 16, **kwargs: object) -> KVCacheManager:
+def make_manager(profile: str, num_blocks: int, block_size: int = 16,
+                 **kwargs: object) -> KVCacheManager:
     kwargs.setdefault("pythonhashseed", "0")
     return KVCacheManager(num_blocks, block_size, profile=profile, **kwargs)  # type: ignore[arg-type]
 
 
-def schedule(mgr: KVCacheManager, req: Request, num_new_tokens: int | None = None) -> list[int] | None:
+def schedule(mgr: KVCacheManager, req: Request,
+             num_new_tokens: int | None = None) -> list[int] | None:
     """One scheduler step: look up hits for a new request, allocate, advance computed tokens.
 
     Returns the new block ids, or None when allocation failed (nothing advanced).
@@ -37,7 +41,7 @@ def schedule(mgr: KVCacheManager, req: Request, num_new_tokens: int | None = Non
 # ------------------------------------------------------------------------- pytester adapters
 REF_NO_KERNELS = """
 from dataclasses import replace
-import kvcheck.reference_impl.adapter as _ref
+import kvcheck.adapters.reference as _ref
 IMPL_INFO = replace(_ref.IMPL_INFO, name={name!r},
                     capabilities=_ref.IMPL_INFO.capabilities - {{"kernels"}})
 make_block_pool = _ref.make_block_pool

@@ -4,18 +4,24 @@
   `--kv-*` exists (against `pytest --help` of this environment), each `kvcheck SUB` exists
   with every option given to it, each `pip install` extra exists in pyproject.toml and each
   `scripts/...` exists and is executable.
-* Every ```bash block is then **run**, from a fresh copy of the checkout (the files git tracks
-  or would track), with this environment's `pytest` / `kvcheck` first on PATH, and must exit
-  0; unless the line right before it is a marker saying why it cannot run here:
-  `<!-- doc-test: skip (needs vLLM) -->` (a GPU, the network, vLLM, an adapter of your own, a
-  package install: the reason is free text, and may not be empty).
+* Every document is then **run**, block after block, from a fresh copy of the checkout (the
+  files git tracks or would track), as a reader at a terminal would: this environment's
+  `pytest` / `kvcheck` first on PATH, each shell block starting in the folder the previous one
+  ended in, `<!-- doc-test: file NAME -->` blocks written and `<!-- doc-test: edit NAME -->`
+  blocks applied where the reader is. Each shell block must exit 0, or the code its
+  `<!-- doc-test: exit N (why) -->` marker names. A ```text sample right after a shell block is
+  its output: the sample's `verdict:` lines must be what the command prints now.
+* Only blocks that need a GPU, the network or vLLM are left out, each marked
+  `<!-- doc-test: skip (needs vLLM: why) -->`; a skip for any other reason fails.
+* Files the docs tell readers to write themselves (`mypkg/kv_adapter.py`,
+  `known-deviations.txt`) get stand-ins (``STAND_INS``), and runs are scaled down
+  (``SCALED_DOWN``: fewer random examples, a smaller benchmark scale) to take minutes.
 * ```python blocks with `>>>` prompts run as doctests; ```yaml blocks and
   docs/workflows/*.yml parse, and the workflow's commands use real options.
-* docs/writing-an-adapter.md: the tutorial's listing (`<!-- doc-test: file NAME -->`) runs
-  through the suite and conforms to `generic`; its `<!-- doc-test: edit NAME -->` blocks,
-  applied in order, make it conform to `vllm-0.33`.
+* docs/writing-an-adapter.md: without its last edit, the tutorial's module fails the
+  `vllm-0.33` profile (so the run of the whole tutorial cannot pass by accident).
 
-What is *not* checked: the sample outputs (```text blocks) are not compared with real output.
+What is *not* checked: the rest of the sample outputs (progress, tables, timings).
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
 
 def blocks(path: Path) -> list[Block]:
@@ -97,11 +104,12 @@ def commands(line: str) -> list[list[str]]:
         else:
             out[-1].append(token)
     cmds = []
-    for cmd in out:
-        while cmd and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", cmd[0]):
-            cmd = cmd[1:]
-        if cmd:
-            cmds.append(cmd)
+    for words in out:
+        start = 0
+        while start < len(words) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[start]):
+            start += 1
+        if words[start:]:
+            cmds.append(words[start:])
     return cmds
 
 
@@ -171,9 +179,9 @@ def check_command(cmd: list[str], kv_options: set[str]) -> list[str]:
     elif prog == "pip" and args[:1] == ["install"]:
         for arg in args[1:]:
             m = re.match(r"^(?:\.|kvcheck)\[([\w,-]+)\]", arg)
-            for extra in (m.group(1).split(",") if m else []):
-                if extra not in extras():
-                    problems.append(f"pip install {arg}: pyproject.toml has no extra {extra!r}")
+            problems.extend(f"pip install {arg}: pyproject.toml has no extra {extra!r}"
+                            for extra in (m.group(1).split(",") if m else [])
+                            if extra not in extras())
     elif cmd[0].startswith("scripts/"):
         script = ROOT / cmd[0]
         if not (script.is_file() and os.access(script, os.X_OK)):
@@ -213,11 +221,15 @@ def test_every_command_uses_real_options(block: Block, kv_options: set[str]) -> 
 @pytest.mark.parametrize("block", [b for b in ALL if b.marker], ids=lambda b: b.where)
 def test_markers_are_known_and_say_why(block: Block) -> None:
     what, arg = block.marker  # type: ignore[misc]
-    assert what in {"skip", "file", "edit"}, f"{block.where}: unknown doc-test marker {what!r}"
+    assert what in {"skip", "exit", "file", "edit"}, \
+        f"{block.where}: unknown doc-test marker {what!r}"
     if what == "skip":
         assert block.lang in ("bash", "sh"), f"{block.where}: skip marks shell blocks only"
         assert re.fullmatch(r"\(.*\S.*\)", arg), \
             f"{block.where}: say why in parentheses: <!-- doc-test: skip (needs vLLM) -->"
+    if what == "exit":
+        assert block.lang in ("bash", "sh") and re.fullmatch(r"\d+ \(.*\S.*\)", arg), \
+            f"{block.where}: <!-- doc-test: exit CODE (why) --> on a shell block"
 
 
 @pytest.fixture
@@ -239,20 +251,126 @@ def fresh_copy(tmp_path: Path) -> Path:
 # Never run unmarked: these change the environment running the tests or need the network.
 MUST_BE_MARKED = re.compile(r"\bpip3? install\b|=vllm(?![\w.-])|vllm-cpu-env|envs/vllm|"
                             r"\bgit clone\b|\bcurl\b|\bwget\b")
+#: The only reasons a documented command may be left out: it needs what a test machine lacks.
+SKIP_REASON = re.compile(r"\b(GPU|CUDA|network|vLLM)\b")
+
+#: Files the documentation tells readers to write themselves (their adapter, their list of
+#: known deviations). The doc test puts stand-ins for them in the fresh copy, so that the
+#: commands naming them run exactly as written: the adapter is kvcheck's reference under the
+#: name ``mypkg``.
+STAND_INS = {
+    "mypkg/__init__.py": "",
+    "mypkg/kv_adapter.py": (
+        '"""Stand-in for a reader\'s own adapter (tests/test_docs.py): the reference."""\n'
+        "from dataclasses import replace\n\n"
+        "from kvcheck.adapters.reference import IMPL_INFO as _REFERENCE\n"
+        "from kvcheck.adapters.reference import kernels, make_block_pool, "
+        "make_kv_cache_manager\n\n"
+        '__all__ = ["IMPL_INFO", "kernels", "make_block_pool", "make_kv_cache_manager"]\n'
+        'IMPL_INFO = replace(_REFERENCE, name="mypkg")\n'),
+    "known-deviations.txt": "# test ids this implementation is known to fail, one per line\n",
+}
+#: Smaller than the defaults, so that the documented commands run in minutes: fewer random
+#: examples and a smaller benchmark scale (an option a block gives itself still wins).
+SCALED_DOWN = "--kv-max-examples=5 --kv-bench-scale=0.05"
 
 
-@pytest.mark.parametrize("block", [b for b in SHELL if not b.marker], ids=lambda b: b.where)
-def test_unmarked_shell_blocks_run(block: Block, fresh_copy: Path) -> None:
-    needs = MUST_BE_MARKED.search(block.text)
-    assert needs is None, (
-        f"{block.where} uses {needs.group(0)!r} (installs packages, needs vLLM or the network) "
-        "and cannot run here: put <!-- doc-test: skip (why) --> on the line before it")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=fresh_copy,
-                          env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, (
-        f"{block.where} exited {proc.returncode} (mark it <!-- doc-test: skip (why) --> if "
-        f"it cannot run here):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+def sample_after(doc: list[Block], index: int, lines: list[str]) -> Block | None:
+    """The ```text block showing the output of shell block ``doc[index]``: the next block,
+    when only blank lines separate the two."""
+    if index + 1 >= len(doc) or doc[index + 1].lang != "text":
+        return None
+    shell, sample = doc[index], doc[index + 1]
+    closing = shell.line + shell.text.count("\n") + 1     # the closing fence's line, 1-based
+    between = lines[closing:sample.line - 1]
+    return sample if all(not ln.strip() for ln in between) else None
+
+
+def run_documented_session(path: Path, clone: Path) -> list[str]:
+    """Run a document's blocks in order, as a reader at a terminal would, from ``clone``:
+    shell blocks run with bash (each starts in the folder the previous one ended in) and must
+    exit 0, or the code a `<!-- doc-test: exit N (why) -->` marker names; `file NAME` blocks
+    are written and `edit NAME` blocks applied in that folder; `skip` blocks are left out.
+    A ```text sample right after a shell block is that block's output: its `verdict:` lines
+    must be in the real output. Returns the problems found."""
+    for name, text in STAND_INS.items():
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        (clone / name).write_text(text, encoding="utf-8")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTEST_ADDOPTS": SCALED_DOWN}
+    env.pop("PYTHONPATH", None)
+    doc, lines = blocks(path), path.read_text(encoding="utf-8").splitlines()
+    cwd, state, problems = clone, clone.parent / "cwd-after-block", []
+    for i, block in enumerate(doc):
+        what, arg = block.marker or ("", "")
+        if what == "file":
+            (cwd / arg).write_text(block.text, encoding="utf-8")
+            continue
+        if what == "edit":
+            target = cwd / arg
+            target.write_text(apply_edit(target.read_text(encoding="utf-8"), block.text),
+                              encoding="utf-8")
+            continue
+        if block.lang not in ("bash", "sh") or what == "skip":
+            continue
+        expected = int(arg.split()[0]) if what == "exit" else 0
+        script = f"trap 'pwd > {shlex.quote(str(state))}' EXIT\n{block.text}"
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != expected:
+            problems.append(f"{block.where} exited {proc.returncode}, expected {expected}:\n"
+                            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            break       # later blocks build on this one
+        cwd = Path(state.read_text(encoding="utf-8").strip())
+        sample = sample_after(doc, i, lines)
+        printed = proc.stdout.splitlines()
+        problems.extend(f"{sample.where}: the sample's {line!r} is not what {block.where} "
+                        "prints now: regenerate the sample"
+                        for line in (sample.text.splitlines() if sample else [])
+                        if line.startswith("verdict:") and line not in printed)
+    return problems
+
+
+RUNNABLE_DOCS = [p for p in DOCS if any(b.lang in ("bash", "sh") and
+                                        (b.marker or ("",))[0] != "skip"
+                                        for b in blocks(p))]
+
+
+def test_only_blocks_needing_a_gpu_the_network_or_vllm_are_skipped() -> None:
+    skipped = [b for b in SHELL if b.marker and b.marker[0] == "skip"]
+    wrong = [f"{b.where}: {b.marker[1]}" for b in skipped   # type: ignore[index]
+             if not SKIP_REASON.search(b.marker[1])]        # type: ignore[index]
+    assert wrong == [], "a documented command left out for another reason: " + "; ".join(wrong)
+
+
+@pytest.mark.parametrize("path", RUNNABLE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_documented_commands_run(path: Path, fresh_copy: Path) -> None:
+    for block in blocks(path):
+        needs = MUST_BE_MARKED.search(block.text) if block.lang in ("bash", "sh") else None
+        assert needs is None or (block.marker or ("",))[0] == "skip", (
+            f"{block.where} uses {needs.group(0)!r} (installs packages, needs vLLM or the "
+            "network) and cannot run here: put <!-- doc-test: skip (why) --> before it")
+    assert run_documented_session(path, fresh_copy) == []
+
+
+def test_the_session_runner_catches_failures(tmp_path: Path) -> None:
+    """A block that exits 1 unmarked, an exit marker that does not match, and a stale sample
+    each fail (so the test above cannot pass vacuously); a `cd` carries to the next block."""
+    doc = tmp_path / "doc.md"
+    doc.write_text("```bash\nmkdir sub && cd sub\n```\n\n```bash\ntest \"$(basename "
+                   "$PWD)\" = sub\necho 'verdict: x conforms'\n```\n\n```text\n"
+                   "verdict: x conforms\n```\n", encoding="utf-8")
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    assert run_documented_session(doc, clone) == []
+    doc.write_text("```bash\necho 'verdict: x conforms'\n```\n\n```text\n"
+                   "verdict: x does NOT conform\n```\n", encoding="utf-8")
+    assert ["regenerate the sample" in p for p in run_documented_session(doc, clone)] == [True]
+    doc.write_text("```bash\nfalse\n```\n", encoding="utf-8")
+    assert "exited 1, expected 0" in run_documented_session(doc, clone)[0]
+    doc.write_text("<!-- doc-test: exit 1 (fails) -->\n```bash\ntrue\n```\n",
+                   encoding="utf-8")
+    assert "exited 0, expected 1" in run_documented_session(doc, clone)[0]
 
 
 @pytest.mark.parametrize("block", [b for b in ALL if b.lang == "python" and ">>>" in b.text],
@@ -355,23 +473,6 @@ def run_suite(folder: Path, module: str, code: str) -> subprocess.CompletedProce
          "--kv-max-examples=10"],
         cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)}, capture_output=True,
         text=True, timeout=600, check=False)
-
-
-def test_tutorial_listing_conforms_to_generic(tmp_path: Path) -> None:
-    module, code, _ = tutorial_module()
-    proc = run_suite(tmp_path, module, code)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert f"verdict: {module} conforms to generic" in proc.stdout
-
-
-def test_tutorial_edits_make_it_conform_to_vllm_0_33(tmp_path: Path) -> None:
-    module, code, edits = tutorial_module()
-    assert len(edits) == 3
-    for edit in edits:
-        code = apply_edit(code, edit)
-    proc = run_suite(tmp_path, module, code)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert f"verdict: {module} conforms to vllm-0.33" in proc.stdout
 
 
 def test_tutorial_needs_its_last_edit(tmp_path: Path) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import textwrap
 
-import numpy  # noqa: F401
+import numpy as np  # noqa: F401
 import pytest
 
-import kvcheck.conformance.workload_machine  # noqa: F401
-import kvcheck.reference_impl.adapter  # noqa: F401
+import kvcheck.adapters.reference
+import kvcheck.conformance.workload_machine
 
 # As in tests/plugin/test_plugin.py: pytester's in-process runs drop the modules they imported,
 # and numpy / torch cannot be imported twice in one process, so the suite's imports happen here.
@@ -29,7 +29,7 @@ except ImportError:
 # that disagrees with the reference on free order only.
 SKEWED = """
 from kvcheck.conformance.protocol import ImplInfo
-from kvcheck.reference_impl import adapter as _ref
+from kvcheck.adapters import reference as _ref
 
 IMPL_INFO = ImplInfo(name="skewed", version="9.9",
                      capabilities=_ref.IMPL_INFO.capabilities - {"kernels"},
@@ -68,7 +68,7 @@ def test_default_oracle_is_the_reference(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider", "--kv-impl=reference", "test_it.py")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "kvcheck: oracle reference * (kvcheck.reference_impl.adapter) claims profile=vllm-0.33"])
+        "kvcheck: oracle reference * (kvcheck.adapters.reference) claims profile=vllm-0.33"])
 
 
 def test_kv_oracle_replaces_the_reference_in_kv_pair(pytester: pytest.Pytester) -> None:

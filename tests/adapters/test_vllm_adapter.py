@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvcheck.plugin.loader import ImplLoadError, load_impl
+from kvcheck.conformance.loader import ImplLoadError, load_impl
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 

@@ -26,8 +26,8 @@ from kvcheck.adapters.vllm_features import (
 )
 from kvcheck.reference_impl.hashing import sha256
 
-# What the releases of the spec's version table (§10) show when observed.
-# 0.10.2, 0.20.0, 0.27.0 and 0.33.0 were observed by running them; the rest is the spec's table.
+# What the releases of docs/semantics.md#release-history show when observed.
+# 0.10.2, 0.20.0, 0.27.0 and 0.33.0 were observed by running them; the rest is that table.
 RELEASES = {
     "0.10.2": Behaviour("tail", "tail", "urandom", "bare", "bare", "absent"),
     "0.20.0": Behaviour("tail", "tail", "urandom", "lora_name", "with_offset", "published"),
@@ -180,7 +180,7 @@ def test_detect_extra_key_format(keys: Any, expected: str | None) -> None:
 @pytest.mark.parametrize("version", list(RELEASES))
 def test_release_table_matches_observed_releases(version: str) -> None:
     """The version table reproduces what each release shows (0.10.2 and 0.33.0 were observed
-    by running them; the others are the spec's history)."""
+    by running them; the others are the documented history)."""
     assert release_behaviour(version) == RELEASES[version]
     assert release_differences(version, RELEASES[version]) == []
 

@@ -14,7 +14,7 @@ from kvcheck.bench.allocator import (
 )
 from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import make_workload
-from kvcheck.plugin.loader import load_impl
+from kvcheck.conformance.loader import load_impl
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_hashing_bench_fails_when_hashes_are_missing(reference) -> None:
 
     impl = type("H", (), {"name": "lazy",
                           "make_manager": staticmethod(lambda spec, guard=True: Lazy(spec))})()
-    with pytest.raises(AssertionError, match="returned 31 hashes .* expected 32"):
+    with pytest.raises(AssertionError, match=r"returned 31 hashes .* expected 32"):
         measure_rounds(HashingBench(impl, "sha256", scale=0.02), rounds=1, warmup=0)
 
 

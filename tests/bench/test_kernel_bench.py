@@ -121,7 +121,7 @@ def test_a_wrong_kernel_fails_its_benchmark(device) -> None:
 
 def test_impl_provider_skips_kvchecks_own_kernels() -> None:
     """The reference's kernels() are kvcheck's Triton kernels: no duplicate 'impl' rows."""
-    from kvcheck.plugin.loader import load_impl
+    from kvcheck.conformance.loader import load_impl
 
     pytest.importorskip("triton")
     with pytest.raises(ProviderUnavailable, match="see the kvcheck_triton rows"):
@@ -201,7 +201,8 @@ def fake_flashinfer(monkeypatch):
         assert kv_layout == "NHD"
         k_cache, v_cache = paged_kv_cache
         bs = k_cache.shape[1]
-        for i, (b, pos) in enumerate(zip(batch_indices.tolist(), positions.tolist())):
+        for i, (b, pos) in enumerate(zip(batch_indices.tolist(), positions.tolist(),
+                                         strict=True)):
             num_pages = int(kv_indptr[b + 1] - kv_indptr[b])
             assert pos < (num_pages - 1) * bs + int(kv_last_page_len[b])  # lengths after append
             page = int(kv_indices[int(kv_indptr[b]) + pos // bs])

@@ -86,7 +86,7 @@ def test_input_pool_rotates_disjoint_sets_with_fresh_inputs() -> None:
                            dtype="float32", num_input_sets=2)
     pool = KernelInputPool(case, "cpu")
     a, b, c = pool.next_round(), pool.next_round(), pool.next_round()
-    assert not set(sum(a.rows, [])) & set(sum(b.rows, []))
+    assert not {x for row in a.rows for x in row} & {x for row in b.rows for x in row}
     assert a.rows == c.rows and a.set_index == c.set_index == 0
     assert not torch.equal(a.query, c.query)
     assert a.block_table[0, :2].tolist() == a.rows[0]

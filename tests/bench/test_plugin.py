@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 
-import numpy  # noqa: F401  (see below)
+import numpy as np  # noqa: F401  (see below)
 import pytest
 
-import kvcheck.bench.bench_allocator  # noqa: F401
-import kvcheck.reference_impl.adapter  # noqa: F401
+import kvcheck.adapters.reference
+import kvcheck.bench.bench_allocator
 from kvcheck.results.schema import load_records
 
 # pytester's in-process runs drop the modules they imported when they end; numpy and torch
@@ -23,8 +23,8 @@ try:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
     import triton  # noqa: F401
 
-    import kvcheck.bench.kernel_bench  # noqa: F401
-    import kvcheck.gpu_kernels.conformance  # noqa: F401
+    import kvcheck.bench.kernel_bench
+    import kvcheck.gpu_kernels.conformance
     import kvcheck.gpu_kernels.reference  # noqa: F401
 
     HAS_TORCH, HAS_CUDA = True, torch.cuda.is_available()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from kvcheck.adapters.reference import make_kv_cache_manager
 from kvcheck.bench.scheduler import run_workload
 from kvcheck.bench.workloads import RequestSpec, Workload
 from kvcheck.conformance.protocol import KVCacheSpec
-from kvcheck.reference_impl.adapter import make_kv_cache_manager
+from kvcheck.errors import KVCheckFailure
 
 
 def _workload(requests: list[RequestSpec], num_blocks: int, block_size: int,
@@ -81,7 +82,7 @@ def test_dependent_turn_waits_for_its_predecessor() -> None:
 def test_a_request_larger_than_the_pool_is_reported() -> None:
     """No amount of waiting admits a request bigger than the whole pool: a clear error."""
     w = _workload([RequestSpec("big", 0, tuple(range(1, 100)), (1,))], 4, 4)
-    with pytest.raises(RuntimeError, match="cannot be admitted into an idle pool of 4 blocks"):
+    with pytest.raises(KVCheckFailure, match="cannot be admitted into an idle pool of 4 blocks"):
         _run(w)
 
 
@@ -101,13 +102,13 @@ def test_a_leaking_implementation_is_reported() -> None:
 
     w = _workload([RequestSpec(f"r{i}", 0, (i + 1, i + 2, i + 3), (9, 9)) for i in range(8)],
                   5, 4)
-    with pytest.raises(RuntimeError, match="r4 .* cannot be admitted into an idle pool"):
+    with pytest.raises(KVCheckFailure, match=r"r4 .* cannot be admitted into an idle pool"):
         run_workload(Leaky(), w)
 
 
 def test_the_step_limit_stops_a_replay() -> None:
     """``max_steps`` bounds a replay; the message counts what finished."""
     w = _workload([RequestSpec("late", 1000, (1, 2, 3), (4,))], 8, 4)
-    with pytest.raises(RuntimeError, match="no progress after 50 steps .0 of 1 requests"):
+    with pytest.raises(KVCheckFailure, match=r"no progress after 50 steps .0 of 1 requests"):
         run_workload(make_kv_cache_manager(KVCacheSpec(num_blocks=8, block_size=4)), w,
                      max_steps=50)

@@ -35,10 +35,10 @@ def test_kernel_figures_are_compared_with_the_torch_reference() -> None:
     results = [_kernel("torch_ref", 100.0, 1.0), _kernel("kvcheck_triton", 10.0, 10.0),
                _kernel("vllm", 5.0, 20.0)]
     extras = [{}, {}, {}]
-    for result, extra in zip(results, extras):
+    for result, extra in zip(results, extras, strict=True):
         session.add(result, type("B", (), {"extra_info": extra})())
     session.finalize()
-    ref, triton, vllm = results
+    _, triton, vllm = results
     assert triton.metric("time_us").ratio_to_reference == pytest.approx(0.1)
     assert vllm.metric("gbps").ratio_to_reference == pytest.approx(20.0)
     assert vllm.info["speedup_vs_kvcheck_triton"] == pytest.approx(2.0)

@@ -80,7 +80,7 @@ def test_uniform_random_lengths_follow_the_stated_ranges() -> None:
     assert min(outputs) >= 16 and max(outputs) <= 256
     assert max(prompts) - min(prompts) > 700  # spread over the range, not a constant
     tokens = [t for r in make_workload("uniform_random").requests for t in r.prompt_token_ids]
-    assert 1 <= min(tokens) and max(tokens) <= VOCAB_SIZE - 1
+    assert min(tokens) >= 1 and max(tokens) <= VOCAB_SIZE - 1
 
 
 def test_long_context_and_burst_lengths() -> None:

@@ -12,10 +12,10 @@ import pytest
 from kvcheck.conformance.call_limit import CallLimit
 from kvcheck.conformance.differential import ConformanceMismatch, Pair
 from kvcheck.conformance.guard import GuardedBlockPool, GuardedManager, ProtocolViolation
+from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.ops import add, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure
-from kvcheck.plugin.loader import load_impl
 
 SPEC = KVCacheSpec(num_blocks=8, block_size=4)
 
@@ -156,7 +156,7 @@ def test_shared_hits_are_legitimate() -> None:
     fake.get_computed_blocks = lambda r: ([1, 2], 8)      # type: ignore[method-assign]
     hits, n = m.get_computed_blocks(view("b", 10))
     fake.allocate_slots = lambda *args: [4]               # type: ignore[method-assign]
-    fake.get_block_ids = lambda rid: {"a": [1, 2, 3], "b": [1, 2, 4]}[rid]  # type: ignore
+    fake.get_block_ids = lambda rid: {"a": [1, 2, 3], "b": [1, 2, 4]}[rid]  # type: ignore[method-assign]
     assert m.allocate_slots(view("b", 10), 2, n, hits) == [4]
     assert m.get_block_ids("b") == [1, 2, 4] and m.get_block_ids("a") == [1, 2, 3]
 

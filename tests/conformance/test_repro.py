@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kvcheck.conformance.differential import ConformanceMismatch, Pair
+from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.ops import add, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
-from kvcheck.plugin.loader import load_impl
 
 TESTS = Path(__file__).resolve().parents[1]
 MUTANTS, NANO = TESTS / "mutants", TESTS / "nano"

@@ -17,11 +17,12 @@ assert os.environ.get("TRITON_INTERPRET", "0") != "1", "run without TRITON_INTER
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from kvcheck.gpu_kernels import _host, block_copy, paged_decode, paged_varlen, store_kv  # noqa: E402
-from kvcheck.gpu_kernels.cases import AttentionCase, build_attention_inputs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.jit import mangle_type  # noqa: E402
+
+from kvcheck.gpu_kernels import _host, block_copy, paged_decode, paged_varlen, store_kv  # noqa: E402
+from kvcheck.gpu_kernels.cases import AttentionCase, build_attention_inputs  # noqa: E402
 
 LAUNCHES: list[tuple[str, object, dict, dict, bool]] = []
 _SEEN: set[tuple] = set()
@@ -35,10 +36,10 @@ class _Recorder:
         def launch(*args, **constexprs):
             names = [n for n in self.kernel.arg_names if n not in constexprs]
             signature = {}
-            for name, value in zip(names, args):
+            for name, value in zip(names, args, strict=False):
                 signature[name] = "fp32" if isinstance(value, float) else mangle_type(value)
             uses_fp8 = any("fp8" in t for t in signature.values())
-            signature.update({name: "constexpr" for name in constexprs})
+            signature.update(dict.fromkeys(constexprs, "constexpr"))
             key = (self.name, tuple(signature.items()), tuple(constexprs.items()))
             if key not in _SEEN:  # identical launches compile to the same binary
                 _SEEN.add(key)
@@ -77,8 +78,8 @@ def _record_launches() -> None:
         dict(dtype="bfloat16", queries_per_kv=2, head_size=128, kv_cache_dtype="fp8"),
         dict(dtype="float16", queries_per_kv=16, head_size=80, block_size=32),
     ]
-    for v in variants:
-        v = {"block_size": 16, **v}
+    for variant in variants:
+        v = {"block_size": 16, **variant}
         for query_lens in (None, (5, 1, 0, 20)):
             case = AttentionCase("compile", "cpu", num_kv_heads=2, seq_lens=(7, 30, 9, 40),
                                  query_lens=query_lens, **v)
@@ -113,7 +114,7 @@ def main(archs: list[int]) -> int:
             try:
                 triton.compile(ASTSource(kernel, signature, constexprs), target=target)
                 status = "ok"
-            except Exception as exc:  # report every failing launch, not just the first
+            except Exception as exc:  # noqa: BLE001 - report every failing launch, not the first
                 failures += 1
                 status = f"FAILED {type(exc).__name__}: {str(exc)[-400:]}"
             print(f"sm_{arch} {name} {constexprs}: {status}", flush=True)

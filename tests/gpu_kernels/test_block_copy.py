@@ -48,7 +48,7 @@ def test_copy_blocks_matches_reference(device, form, dtype):
 
 
 @pytest.mark.parametrize(
-    "mapping, match",
+    ("mapping", "match"),
     [
         ([[1, 2], [3, 2]], "distinct"),
         ([[1, 2], [2, 3]], "never a source"),

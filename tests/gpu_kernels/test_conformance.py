@@ -158,7 +158,7 @@ def test_attention_tolerances_are_per_dtype():
     """fp32 is tight, bf16 loose, fp8 caches widen by FP8_TOLERANCE_FACTOR."""
     assert kc.attention_tolerance("float32") == (2e-5, 2e-5)
     assert kc.attention_tolerance("float16", "fp8") == (4e-3, 4e-3)
-    with pytest.raises(AssertionError, match="atol=0.002, rtol=0.002 for float16"):
+    with pytest.raises(AssertionError, match=r"atol=0\.002, rtol=0\.002 for float16"):
         kc.assert_attention_close("op", "c", torch.ones(2, 2), torch.zeros(2, 2), "float16",
                                   ("seq", "head"))
 

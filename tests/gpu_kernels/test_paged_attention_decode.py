@@ -147,7 +147,7 @@ def _valid_args():
 
 
 @pytest.mark.parametrize(
-    "mutate, kwargs, match",
+    ("mutate", "kwargs", "match"),
     [
         (lambda a: a.update(query=a["query"][0]), {}, "query must be 3-D"),
         (lambda a: a.update(query=torch.randn(2, 7, 64)), {}, "multiple of num_kv_heads"),

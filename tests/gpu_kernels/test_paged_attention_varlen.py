@@ -83,7 +83,7 @@ def test_every_block_n_and_max_query_len(device):
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    ("kwargs", "match"),
     [
         ({"query_start_loc": torch.tensor([0, 3], dtype=torch.float32)}, "query_start_loc"),
         ({"query_start_loc": torch.tensor([[0, 3]], dtype=torch.int32)}, "1-D"),

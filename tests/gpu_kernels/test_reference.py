@@ -68,7 +68,7 @@ def test_store_ref_hnd_and_padding():
     assert cache[1, :, 2].eq(1).all() and int((cache != 0).sum()) == 6
 
 
-@pytest.mark.parametrize("window, softcap", [(None, None), (3, None), (None, 0.7), (2, 5.0)])
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (3, None), (None, 0.7), (2, 5.0)])
 def test_attention_ref_against_explicit_loops(window, softcap):
     """attention_ref equals a per-query, per-head loop with math.exp (GQA ratio 3)."""
     gen = torch.Generator().manual_seed(0)

@@ -120,7 +120,7 @@ def test_64bit_offsets(device):
 
 
 @pytest.mark.parametrize(
-    "mutate, match",
+    ("mutate", "match"),
     [
         (lambda a: a.update(key=a["key"][0]), "key must be 3-D"),
         (lambda a: a.update(key_cache=a["key_cache"][0]), "key_cache must be 4-D"),

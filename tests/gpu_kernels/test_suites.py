@@ -31,7 +31,7 @@ def test_kernels_compile_for_cuda():
     archs = os.environ.get("KVCHECK_COMPILE_ARCHS", "90").split()
     result = subprocess.run(
         [sys.executable, str(HERE / "_compile_for_cuda.py"), *archs],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=env, capture_output=True, text=True, timeout=900, check=False,
     )
     failed = [line for line in result.stdout.splitlines() if "FAILED" in line]
     assert result.returncode == 0 and not failed, (
@@ -54,6 +54,6 @@ def test_cpu_interpreter_suite():
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(HERE), "-q", "-p", "no:cacheprovider",
          "-x", "--import-mode=importlib"],
-        env=env, capture_output=True, text=True, timeout=1800,
+        env=env, capture_output=True, text=True, timeout=1800, check=False,
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]

@@ -1,54 +1,112 @@
 """Shared wiring for the mutant adapters: the reference adapter rebuilt around mutant classes.
 
 A mutant module states its one bug as a subclass of a reference class (``BlockPool``,
-``KVCacheManager``, ``RequestBlockHasher``, or the adapters ``ReferenceManager`` /
+``KVCacheManager``, ``RequestBlockHasher``, ``Request``, or the adapters ``ReferenceManager`` /
 ``ReferenceBlockPool``) and calls ``build``, which returns the module-level names the
 ``--kv-impl`` contract asks for::
 
     IMPL_INFO, make_kv_cache_manager, make_block_pool = build("mut_x", pool_cls=BuggyPool)
 
 Everything not named is the reference, so each mutant differs from it by exactly one bug.
+A bug in a module-level helper (``get_block_hash``, ``to_event_extra_keys``, a hash function)
+is injected with ``rebind``/``rebind_function``: a copy of the reference class or function
+that sees the buggy helper in place of the real one. Module globals are never patched, so the
+oracle (the reference itself, imported by the suite) stays unmutated in the same process.
+
 Mutants do not declare ``kernels``: none of them touches a kernel, and the kernel checks
 (Triton, slow on CPU) would only run the reference's kernels again.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kvcheck import __version__
-from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec
-from kvcheck.reference_impl.adapter import (
+from kvcheck.adapters.reference import (
     IMPL_INFO as REFERENCE_INFO,
 )
-from kvcheck.reference_impl.adapter import (
+from kvcheck.adapters.reference import (
     ReferenceBlockPool,
     ReferenceManager,
+    none_hash_for,
     reference_profile,
     request_sync,
-    none_hash_for,
 )
+from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+from kvcheck.reference_impl.profiles import ProfileBehaviour
+from kvcheck.reference_impl.request import Request
 
-__all__ = ["MutantBlockPool", "MutantManager", "build"]
+__all__ = ["MutantBlockPool", "MutantManager", "build", "rebind", "rebind_function"]
 
 NoneHashFn = Callable[[KVCacheSpec], bytes]
+ProfileFn = Callable[[KVCacheSpec], "str | ProfileBehaviour"]
+_F = TypeVar("_F", bound=Callable[..., Any])
+_C = TypeVar("_C", bound=type)
+
+
+def rebind_function(fn: _F, /, **overrides: object) -> _F:
+    """A copy of ``fn`` that reads ``overrides`` instead of its module's globals of those
+    names (the module itself is unchanged). Each name must be a global ``fn``'s module has,
+    so a typo cannot silently leave the reference in place."""
+    missing = sorted(set(overrides) - set(fn.__globals__))
+    if missing:
+        raise NameError(f"{fn.__qualname__}: module {fn.__module__} has no globals {missing}")
+    copy = types.FunctionType(fn.__code__, {**fn.__globals__, **overrides}, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__
+    copy.__doc__ = fn.__doc__
+    return copy  # type: ignore[return-value]
+
+
+def _rebind_attr(attr: object, overrides: dict[str, object]) -> object:
+    if isinstance(attr, types.FunctionType):
+        return rebind_function(attr, **overrides)
+    if isinstance(attr, staticmethod):
+        return staticmethod(_rebind_attr(attr.__func__, overrides))  # type: ignore[arg-type]
+    if isinstance(attr, classmethod):
+        return classmethod(_rebind_attr(attr.__func__, overrides))  # type: ignore[arg-type]
+    if isinstance(attr, property):
+        return property(*(None if f is None else _rebind_attr(f, overrides)
+                          for f in (attr.fget, attr.fset, attr.fdel)), attr.__doc__)
+    return attr
+
+
+def rebind(cls: _C, /, **overrides: object) -> _C:
+    """A subclass of ``cls`` whose own methods (those ``cls`` defines) read ``overrides``
+    instead of the module globals of those names: e.g. ``rebind(BlockPool,
+    get_block_hash=buggy)`` is a pool whose every method calls ``buggy``, while
+    ``BlockPool`` itself, and so the oracle, still calls the real one."""
+    module_globals = next((v.__globals__ for v in vars(cls).values()
+                           if isinstance(v, types.FunctionType)), {})
+    missing = sorted(set(overrides) - set(module_globals))
+    if missing:
+        raise NameError(f"{cls.__qualname__}: its module has no globals {missing}")
+    names = {name: _rebind_attr(attr, overrides)
+             for name, attr in vars(cls).items()
+             if isinstance(attr, (types.FunctionType, staticmethod, classmethod, property))}
+    return type(cls.__name__, (cls,), names)  # type: ignore[return-value]
 
 
 class MutantManager(ReferenceManager):
-    """``ReferenceManager`` whose manager, pool and hasher classes are pluggable."""
+    """``ReferenceManager`` whose manager, pool, hasher and request classes, profile and
+    NONE_HASH are pluggable."""
 
     manager_cls: type[KVCacheManager] = KVCacheManager
     pool_cls: type[BlockPool] = BlockPool
     hasher_cls: type[RequestBlockHasher] = RequestBlockHasher
+    request_cls: type[Request] = Request
     none_hash: NoneHashFn = staticmethod(none_hash_for)  # type: ignore[assignment]
+    profile_of: ProfileFn = staticmethod(reference_profile)  # type: ignore[assignment]
 
-    def __init__(self, spec: KVCacheSpec) -> None:  # noqa: D107 - mirrors ReferenceManager
+    def __init__(self, spec: KVCacheSpec) -> None:
         self.spec = spec
-        profile = reference_profile(spec)
+        profile = self.profile_of(spec)
         mgr = self.manager_cls(
             spec.num_blocks, spec.block_size, max_model_len=spec.max_model_len,
             enable_caching=spec.enable_caching, hash_algo=spec.hash_algo, profile=profile,
@@ -61,25 +119,36 @@ class MutantManager(ReferenceManager):
         mgr.block_hasher = self.hasher_cls(spec.block_size, spec.hash_algo, profile=profile,
                                            none_hash=self.none_hash(spec))
         self.manager = mgr
-        self._requests = request_sync(mgr.block_hasher)
+        self._requests = _request_sync(self.request_cls, mgr.block_hasher)
 
 
 class MutantBlockPool(ReferenceBlockPool):
-    """``ReferenceBlockPool`` whose pool and hasher classes are pluggable."""
+    """``ReferenceBlockPool`` whose pool, hasher and request classes, profile and NONE_HASH
+    are pluggable."""
 
     pool_cls: type[BlockPool] = BlockPool
     hasher_cls: type[RequestBlockHasher] = RequestBlockHasher
+    request_cls: type[Request] = Request
     none_hash: NoneHashFn = staticmethod(none_hash_for)  # type: ignore[assignment]
+    profile_of: ProfileFn = staticmethod(reference_profile)  # type: ignore[assignment]
 
-    def __init__(self, spec: KVCacheSpec) -> None:  # noqa: D107 - mirrors ReferenceBlockPool
+    def __init__(self, spec: KVCacheSpec) -> None:
         self.spec = spec
-        profile = reference_profile(spec)
+        profile = self.profile_of(spec)
         self.pool = self.pool_cls(spec.num_blocks, spec.enable_caching,
                                   spec.enable_kv_cache_events, profile=profile)
-        self._requests = request_sync(
+        self._requests = _request_sync(
+            self.request_cls,
             self.hasher_cls(spec.block_size, spec.hash_algo, profile=profile,
-                            none_hash=self.none_hash(spec))
+                            none_hash=self.none_hash(spec)),
         )
+
+
+def _request_sync(request_cls: type[Request], hasher: RequestBlockHasher) -> Any:
+    """The adapter's ``request_sync`` building ``request_cls`` requests."""
+    if request_cls is Request:
+        return request_sync(hasher)
+    return rebind_function(request_sync, Request=request_cls)(hasher)
 
 
 def build(
@@ -88,7 +157,9 @@ def build(
     manager_cls: type[KVCacheManager] = KVCacheManager,
     pool_cls: type[BlockPool] = BlockPool,
     hasher_cls: type[RequestBlockHasher] = RequestBlockHasher,
+    request_cls: type[Request] = Request,
     none_hash: NoneHashFn | None = None,
+    profile_of: ProfileFn | None = None,
     adapter_cls: type[MutantManager] = MutantManager,
     pool_adapter_cls: type[MutantBlockPool] = MutantBlockPool,
     drop: frozenset[str] = frozenset(),
@@ -96,13 +167,16 @@ def build(
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for a mutant named ``name``.
 
     ``adapter_cls`` / ``pool_adapter_cls`` may already be subclasses (adapter-level bugs); the
-    class arguments are layered on top of them. ``drop`` removes capabilities besides
-    ``kernels``.
+    class arguments are layered on top of them. ``profile_of(spec)`` replaces the adapter's
+    ``reference_profile`` (the profile name or ``ProfileBehaviour`` the reference objects get).
+    ``drop`` removes capabilities besides ``kernels``.
     """
     parts: dict[str, Any] = {"manager_cls": manager_cls, "pool_cls": pool_cls,
-                             "hasher_cls": hasher_cls}
+                             "hasher_cls": hasher_cls, "request_cls": request_cls}
     if none_hash is not None:
         parts["none_hash"] = staticmethod(none_hash)
+    if profile_of is not None:
+        parts["profile_of"] = staticmethod(profile_of)
     manager_type = type(f"{name}_manager", (adapter_cls,), dict(parts))
     pool_parts = {k: v for k, v in parts.items() if k != "manager_cls"}
     pool_type = type(f"{name}_pool", (pool_adapter_cls,), pool_parts)

@@ -8,6 +8,7 @@ vllm#48017, fixed by vllm#51482): unhashed blocks should go to the head for LIFO
 from dataclasses import replace
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_pool import BlockPool
 
 

@@ -6,6 +6,7 @@ later position maps to the wrong block. vLLM returns only the newly allocated bl
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
 

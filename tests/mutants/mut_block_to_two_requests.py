@@ -7,6 +7,7 @@ vllm#37076 symptom; the mis-counted sharing of sglang#35270, peer-systems §4 #2
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_pool import BlockPool
 
 

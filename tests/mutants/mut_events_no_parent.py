@@ -10,6 +10,7 @@ dynamo#671 / TRT-LLM#3543 (peer-systems §4 #19), sglang#13488 (#18).
 from dataclasses import replace
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_pool import BlockPool
 
 

@@ -7,6 +7,7 @@ vLLM's ``_maybe_evict_cached_block`` pops the map entry and resets the hash toge
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_pool import BlockPool
 
 

@@ -7,6 +7,7 @@ LMCache#443 evicted the middle of a chain first).
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
 

@@ -7,6 +7,7 @@ what llm-d-kv-cache#138 warns replicas about.
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 
 

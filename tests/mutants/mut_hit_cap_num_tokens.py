@@ -2,10 +2,11 @@
 
 A fully cached block-aligned prompt then hits every token and nothing is recomputed, so the
 model has no logits for the last position. vLLM caps at ``num_tokens - 1``
-(``max_cache_hit_length``; spec §11 "a hit never exceeds num_tokens - 1 tokens").
+(``max_cache_hit_length``; docs/semantics.md#prefix-cache-hits).
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
 

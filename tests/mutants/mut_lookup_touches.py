@@ -7,6 +7,7 @@ the lookup/pin split that vllm#37076 / PR #37164 got wrong (peer-systems §4 #2)
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
 

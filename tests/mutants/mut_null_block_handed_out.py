@@ -6,6 +6,7 @@ the null block first, so it is always block 0 and never reaches a block table.
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_pool import BlockPool
 
 

@@ -8,6 +8,7 @@ it is final is the class of stale-key bug of kvcached#362 (peer-systems §4 #9).
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block import make_block_hash_with_group_id
 from kvcheck.reference_impl.block_hasher import hash_block_tokens
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager

@@ -8,6 +8,7 @@ area (peer-systems §4 #2).
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
 

@@ -8,6 +8,7 @@ SGLang's ``flush_cache`` likewise refuses unless the scheduler is idle.
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.events import AllBlocksCleared
 

@@ -7,6 +7,7 @@ vllm#23673, makes external routers miss everything).
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 
 

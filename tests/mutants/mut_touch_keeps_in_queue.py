@@ -6,6 +6,7 @@ request KV bleed, peer-systems §4 #2; the free count drift of vllm#42571, §4 #
 """
 
 from _mutant_base import build
+
 from kvcheck.reference_impl.block_pool import BlockPool
 
 

@@ -76,7 +76,7 @@ def test_generic_catches_nano_mutant(pytester: pytest.Pytester,
 @pytest.fixture
 def nano(monkeypatch: pytest.MonkeyPatch):
     """``load_impl`` for modules of this folder."""
-    from kvcheck.plugin.loader import load_impl
+    from kvcheck.conformance.loader import load_impl
 
     monkeypatch.syspath_prepend(str(NANO_DIR))
     return load_impl

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 
-import numpy  # noqa: F401
+import numpy as np  # noqa: F401
 
-import kvcheck.conformance.differential  # noqa: F401
-import kvcheck.conformance.workload_machine  # noqa: F401
-import kvcheck.reference_impl.adapter  # noqa: F401
+import kvcheck.adapters.reference
+import kvcheck.conformance.differential
+import kvcheck.conformance.workload_machine
 
 try:
     import torch

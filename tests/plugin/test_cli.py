@@ -16,7 +16,7 @@ from kvcheck.plugin.cli import main
 
 # A manager that frees in forward order (the bug vLLM's reversed() prevents).
 FORWARD_FREE = """
-from kvcheck.reference_impl.adapter import IMPL_INFO as _R, ReferenceManager
+from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
 IMPL_INFO = ImplInfo("forward", "0", _R.capabilities - {"block_pool", "kernels"})
 class M(ReferenceManager):
@@ -119,3 +119,18 @@ def test_run_wraps_pytest(pytester: pytest.Pytester) -> None:
                           "no:cacheprovider", "-k", "test_first_allocation")
     assert result.ret == 0
     assert (pytester.path / "r.jsonl").exists()
+
+
+def test_any_kvcheck_input_error_is_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A kvcheck input error that no command handles itself still ends as exit 2 with the
+    message, not a traceback."""
+    import kvcheck.results.compare
+    from kvcheck.errors import KVCheckInputError
+
+    def refuse(paths: object) -> object:
+        raise KVCheckInputError("base.jsonl: something unusable")
+
+    monkeypatch.setattr(kvcheck.results.compare, "load_files", refuse)
+    assert main(["compare", "base.jsonl", "cur.jsonl"]) == 2
+    assert capsys.readouterr().err == "kvcheck compare: base.jsonl: something unusable\n"

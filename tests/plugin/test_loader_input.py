@@ -8,18 +8,19 @@ from pathlib import Path
 
 import pytest
 
+import kvcheck.adapters.reference
+
 # Imported here so pytester's per-test sys.modules restore keeps them: the reference's C
 # extensions load only once per process.
 import kvcheck.conformance.differential
-import kvcheck.reference_impl.adapter
+from kvcheck.conformance.loader import ImplLoadError, load_impls
 from kvcheck.errors import KVCheckInputError
-from kvcheck.plugin.loader import ImplLoadError, load_impls
 
 SUITE_DIR = Path(kvcheck.conformance.differential.__file__).resolve().parent
 
 BASE = """
 import time
-from kvcheck.reference_impl.adapter import IMPL_INFO as _R, make_kv_cache_manager
+from kvcheck.adapters.reference import IMPL_INFO as _R, make_kv_cache_manager
 from kvcheck.conformance.protocol import ImplInfo, UnsupportedSpec
 CAPS = _R.capabilities - {{"block_pool", "kernels"}}
 IMPL_INFO = {info}
@@ -121,7 +122,7 @@ def test_probe_uses_a_spec_the_impl_declares(pytester: pytest.Pytester) -> None:
     for what it declares."""
     make_impl(pytester, 'ImplInfo("sixteen", "1", CAPS, block_sizes=(16,), '
                         'num_blocks_range=(32, 4096))', """
-        from kvcheck.reference_impl.adapter import make_kv_cache_manager as _make
+        from kvcheck.adapters.reference import make_kv_cache_manager as _make
         def make_kv_cache_manager(spec):
             if spec.block_size != 16 or spec.num_blocks < 32:
                 raise UnsupportedSpec(f"block_size 16 and 32+ blocks only, not {spec}")

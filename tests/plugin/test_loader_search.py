@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.plugin.loader import ImplLoadError, load_impl
+from kvcheck.conformance.loader import ImplLoadError, load_impl
 
 ADAPTER = """
 from dataclasses import replace
-import kvcheck.reference_impl.adapter as _ref
+import kvcheck.adapters.reference as _ref
 IMPL_INFO = replace(_ref.IMPL_INFO, name="mine",
                     capabilities=_ref.IMPL_INFO.capabilities - {"kernels"})
 make_kv_cache_manager = _ref.make_kv_cache_manager

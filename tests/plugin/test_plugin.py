@@ -14,7 +14,7 @@ from kvcheck.results.schema import load_records
 # conftest.py imports what the suite needs before pytester's in-process runs.
 
 GOOD = """
-from kvcheck.reference_impl.adapter import IMPL_INFO as _REF, make_kv_cache_manager
+from kvcheck.adapters.reference import IMPL_INFO as _REF, make_kv_cache_manager
 from kvcheck.conformance.protocol import ImplInfo
 IMPL_INFO = ImplInfo(name="good", version="1.2", capabilities=frozenset([{caps}]),
                      profile="vllm-0.33")
@@ -55,31 +55,32 @@ def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
         (None, "no_such_module_xyz", ["*cannot import 'no_such_module_xyz'*ModuleNotFoundError*",
                                       "*Fix: check the dotted module path*"]),
         ("x = 1\n", "m_noinfo", ["*has no IMPL_INFO*", "*Fix: define IMPL_INFO*"]),
-        ("from kvcheck.conformance.protocol import ImplInfo\n"
-         "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager'}))\n",
+        (("from kvcheck.conformance.protocol import ImplInfo\n"
+          "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager'}))\n"),
          "m_nofactory", ["*has no factory 'make_kv_cache_manager'*", "*Fix: define def*"]),
-        ("from kvcheck.conformance.protocol import ImplInfo\n"
-         "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager'}))\n"
-         "def make_kv_cache_manager(spec, other): pass\n",
+        (("from kvcheck.conformance.protocol import ImplInfo\n"
+          "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager'}))\n"
+          "def make_kv_cache_manager(spec, other): pass\n"),
          "m_badsig", ["*cannot be called as make_kv_cache_manager(spec)*",
                       "*Fix: make it take exactly one argument*"]),
-        ("from kvcheck.conformance.protocol import ImplInfo\n"
-         "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager', 'teleport'}))\n",
+        (("from kvcheck.conformance.protocol import ImplInfo\n"
+          "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager', 'teleport'}))\n"),
          "m_badcap", ["*unknown capabilities [[]'teleport'[]]*", "*Fix: use names from*"]),
-        ("from kvcheck.conformance.protocol import ImplInfo\n"
-         "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager'}), profile='vllm-9')\n",
+        (("from kvcheck.conformance.protocol import ImplInfo\n"
+          "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager'}), profile='vllm-9')\n"),
          "m_badprofile", ["*claims unknown profile 'vllm-9'*"]),
-        ("from kvcheck.conformance.protocol import ImplInfo\n"
-         "from kvcheck.reference_impl.adapter import make_kv_cache_manager as _m\n"
-         "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager', 'teleport_free'} - {'teleport_free'} | {'events'}))\n"
-         "class M:\n"
-         "    def __init__(self, spec): self._m = _m(spec)\n"
-         "    def __getattr__(self, n):\n"
-         "        if n == 'take_events': raise AttributeError(n)\n"
-         "        return getattr(self._m, n)\n"
-         "def make_kv_cache_manager(spec): return M(spec)\n",
-         "m_missing_method", ["*capability 'events' is declared but the manager (M) lacks "
-                              "take_events*", "*Fix: implement take_events or remove 'events'*"]),
+        (("from kvcheck.conformance.protocol import ImplInfo\n"
+          "from kvcheck.adapters.reference import make_kv_cache_manager as _m\n"
+          "IMPL_INFO = ImplInfo('a', '1', frozenset({'manager', 'teleport_free'}"
+          " - {'teleport_free'} | {'events'}))\n"
+          "class M:\n"
+          "    def __init__(self, spec): self._m = _m(spec)\n"
+          "    def __getattr__(self, n):\n"
+          "        if n == 'take_events': raise AttributeError(n)\n"
+          "        return getattr(self._m, n)\n"
+          "def make_kv_cache_manager(spec): return M(spec)\n"),
+         "m_missing_method", [("*capability 'events' is declared but the manager (M) lacks "
+                               "take_events*"), "*Fix: implement take_events or remove 'events'*"]),
     ],
     ids=["unknown-module", "no-impl-info", "no-factory", "bad-signature", "unknown-capability",
          "unknown-profile", "missing-method"],
@@ -107,7 +108,7 @@ def test_reference_passes_whole_suite_with_header_and_summary(pytester: pytest.P
     result = run(pytester, "--kv-impl=reference", kernels=True)
     assert result.ret == 0
     result.stdout.fnmatch_lines([
-        "kvcheck: reference * (kvcheck.reference_impl.adapter) profile=vllm-0.33 seed=derandomized*",
+        "kvcheck: reference * (kvcheck.adapters.reference) profile=vllm-0.33 seed=derandomized*",
         "*capabilities: block_hashes, block_pool, caching_off, events*",
         "*kvcheck conformance: reference*",
         "*allocation*",
@@ -129,7 +130,7 @@ def test_undeclared_capability_skips_with_reason(pytester: pytest.Pytester) -> N
 
 def test_raising_method_fails_only_its_own_tests(pytester: pytest.Pytester) -> None:
     make_impl(pytester, "raising_impl", GOOD.format(caps=MINIMAL_CAPS + ', "invariants"') + """
-from kvcheck.reference_impl.adapter import ReferenceManager
+from kvcheck.adapters.reference import ReferenceManager
 class Broken(ReferenceManager):
     def check_invariants(self):
         raise RuntimeError("boom")
@@ -152,8 +153,8 @@ def test_skip_and_xfail_files_and_unmatched_warning(pytester: pytest.Pytester) -
                              "test_does_not_exist\n")
     result = run(pytester, "--kv-impl=reference", "--kv-skips-file=skips.txt",
                  "--kv-xfails-file=xfails.txt", "--kv-report=r.jsonl")
-    result.stdout.fnmatch_lines(["*kvcheck warning: --kv-xfails-file: 'test_does_not_exist' "
-                                 "matches no collected test*"])
+    result.stdout.fnmatch_lines([("*kvcheck warning: --kv-xfails-file: 'test_does_not_exist' "
+                                  "matches no collected test*")])
     (record,) = load_records(pytester.path / "r.jsonl")
     outcomes = record["outcomes"]
     skipped = [t for t in outcomes if "test_first_allocation" in t]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import kvcheck.reference_impl.adapter  # noqa: F401
+import kvcheck.adapters.reference  # noqa: F401
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

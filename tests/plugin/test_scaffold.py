@@ -16,14 +16,15 @@ from types import ModuleType
 import pytest
 
 from kvcheck.conformance import protocol
+from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.protocol import CAPABILITIES, ImplInfo, KVCacheSpec, RequestView
 from kvcheck.plugin.cli import main
-from kvcheck.plugin.loader import load_impl
 
-MANAGER_PROTOCOLS = (protocol.KVCacheManagerAdapter, protocol.SupportsFreeQueueOrder,
+MANAGER_PROTOCOLS = (protocol.KVCacheManagerAdapter, protocol.SupportsResetPrefixCache,
+                     protocol.SupportsFreeQueueOrder,
                      protocol.SupportsRefCounts, protocol.SupportsBlockHashes,
                      protocol.SupportsEvents, protocol.SupportsSlotMapping,
-                     protocol.SupportsInvariants)
+                     protocol.SupportsInvariants, protocol.SupportsBatchMetadata)
 
 
 def protocol_methods(proto: type) -> set[str]:
@@ -68,7 +69,9 @@ def test_every_protocol_method_is_there_and_raises_not_implemented(skeleton: Pat
             args = {"request": RequestView("r", (1, 2, 3)), "num_new_tokens": 3,
                     "num_blocks": 1, "block_hash": b"x", "ordered_block_ids": [1],
                     "block_ids": [1], "num_cached_blocks": 0, "num_full_blocks": 0,
-                    "block_id": 1, "request_id": "r", "start": 0, "end": 1}
+                    "block_id": 1, "request_id": "r", "start": 0, "end": 1,
+                    "block_tables": [[1]], "num_computed_tokens": [0],
+                    "num_scheduled_tokens": [1], "num_padded_tokens": 1, "seq_lens": [1]}
             with pytest.raises(NotImplementedError, match=rf"myengine\.\w+\.{name}: \w+"):
                 method(*(args[p] for p in params if p in args))
     with pytest.raises(NotImplementedError, match="KernelSet"):

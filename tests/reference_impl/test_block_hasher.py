@@ -1,4 +1,4 @@
-"""Chained request block hashes: golden vectors, chaining, incrementality, lookahead (§2.4, §2.7).
+"""Block hashes: golden vectors, chaining, increments, lookahead (docs/semantics.md#hashing-bytes).
 
 Expected hashes are spec hex literals or recomputed here with hashlib + pickle/CBOR directly.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,12 @@ from kvcheck.reference_impl.block_hasher import (
     hash_block_tokens,
     hash_request_tokens,
 )
+from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS, sha256
 from kvcheck.reference_impl.profiles import get_profile
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
 
-# Spec §2.7, PYTHONHASHSEED unset, vLLM >= 0.29 (sha256) and seed "0" rows: (NONE_HASH, b1, b2).
+# docs/semantics.md#golden-vectors, seed unset (>= 0.29, sha256) and "0" rows: (NONE_HASH, b1, b2).
 NONE_SHA256 = bytes.fromhex("066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198")
 B1_SHA256 = "52a7f141c60918f65779927090482b5a24adbe68c8613a211a1eb4e3edd9361a"
 B2_SHA256 = "bee96bce54f5fcaba04c4a3fc2491b30b48e29dbbd38a327d41bc1f76b956dde"
@@ -49,7 +51,7 @@ CHAIN_IDS = ["sha256-unset", "sha256_cbor-unset", "sha256-seed0", "sha256_cbor-s
 
 
 def _ref_sha256(obj: Any) -> bytes:
-    """Independent sha256-of-pickle, for expectations the spec has no literal for."""
+    """Independent sha256-of-pickle, for expectations docs/semantics.md has no literal for."""
     return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
 
 
@@ -66,7 +68,7 @@ def _request(tokens: list[int], hasher: RequestBlockHasher | None = None, **kwar
 def test_request_hashes_match_golden_chain(
     algo: str, none_hex: str, b1_hex: str, b2_hex: str
 ) -> None:
-    """§2.7: a request [1..8, 9] hashes b1 and b2; the partial third block is not hashed."""
+    """docs/semantics.md#golden-vectors: [1..8, 9] hashes b1 and b2; the partial third block not."""
     hasher = RequestBlockHasher(4, algo, none_hash=bytes.fromhex(none_hex))
     req = Request("r", [1, 2, 3, 4, 5, 6, 7, 8, 9], block_hasher=hasher)
     assert [h.hex() for h in req.block_hashes] == [b1_hex, b2_hex]
@@ -110,7 +112,7 @@ def test_empty_tuple_extra_differs_from_none() -> None:
 
 
 def test_large_int_tokens_golden() -> None:
-    """§2.7: (0,255,256,65535) then (65536, 2**31, 151643, 7), default seed."""
+    """docs/semantics.md#golden-vectors: (0,255,256,65535), (65536, 2**31, 151643, 7), no seed."""
     req = _request([0, 255, 256, 65535, 65536, 2**31, 151643, 7])
     assert [h.hex() for h in req.block_hashes] == [
         "a460e553ebf9a4709aec4c9f4b483550241baed2a0bb0b60e35dc02dbfa7abbe",
@@ -119,14 +121,14 @@ def test_large_int_tokens_golden() -> None:
 
 
 def test_block_zero_to_three_golden() -> None:
-    """§2.7: block (0,1,2,3), no extras, default seed."""
+    """docs/semantics.md#golden-vectors: block (0,1,2,3), no extras, default seed."""
     assert _request([0, 1, 2, 3]).block_hashes[0].hex() == (
         "9da1c53089c000ad1a79a77c143b68dda00e2a85315bc1f690bbd03ba4a195dd"
     )
 
 
 def test_cache_salt_golden() -> None:
-    """§2.7: salt "s1" keys block 0 only; block 1 has extra None."""
+    """docs/semantics.md#golden-vectors: salt "s1" keys block 0 only; block 1 has extra None."""
     req = _request([1, 2, 3, 4, 5, 6, 7, 8], cache_salt="s1")
     assert [h.hex() for h in req.block_hashes] == [
         "212c5a48b6305994093ea27595471850f18a87464e7fd5d5757baaa7745b5639",
@@ -135,7 +137,7 @@ def test_cache_salt_golden() -> None:
 
 
 def test_lora_golden() -> None:
-    """§2.7: LoRA named "a" at "/p/a" gives extra (("lora","a","/p/a"),)."""
+    """docs/semantics.md#golden-vectors: LoRA "a" at "/p/a" gives extra (("lora","a","/p/a"),)."""
     req = _request([1, 2, 3, 4], lora_request=LoRARequest("a", 1, "/p/a"))
     assert req.block_hashes[0].hex() == (
         "98de0ba772b690624cbe537cde796c68ec42f1d61139c588293748ce7f7fcb60"
@@ -321,15 +323,17 @@ def test_lookahead_rejected_under_v0_10() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"block_size": 0}, {"block_size": 4, "none_hash": b""},
-     {"block_size": 4, "hash_algo": "xxhash", "profile": "vllm-0.10"},
-     {"block_size": 4, "hash_algo": "md5"}],
+    ("kwargs", "message"),
+    [({"block_size": 0}, "block_size must be >= 1"),
+     ({"block_size": 4, "none_hash": b""}, "none_hash must be non-empty bytes"),
+     ({"block_size": 4, "hash_algo": "xxhash", "profile": "vllm-0.10"},
+      "'xxhash' is not offered by profile 'vllm-0.10'"),
+     ({"block_size": 4, "hash_algo": "md5"}, "unknown prefix-caching hash algorithm 'md5'")],
     ids=["block_size_0", "empty_none_hash", "xxhash_under_0_10", "unknown_algo"],
 )
-def test_constructor_rejects_bad_arguments(kwargs: dict[str, Any]) -> None:
-    """Invalid configuration fails at construction with ValueError."""
-    with pytest.raises(ValueError):
+def test_constructor_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
+    """Invalid configuration fails at construction with a misuse error (a ValueError)."""
+    with pytest.raises(KVCacheMisuseError, match=re.escape(message)):
         RequestBlockHasher(**kwargs)
 
 

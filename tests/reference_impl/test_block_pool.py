@@ -1,4 +1,4 @@
-"""BlockPool: map semantics, events, eviction, reset and misuse (spec §1.3, §3, §9.19-21)."""
+"""BlockPool: map semantics, events, eviction, reset and misuse (docs/semantics.md#blockpool)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,8 @@ def test_events_stored_removed_cleared() -> None:
     mgr.free(req)
     # Same content without a lookup (skip flag) takes all 4 blocks: the 3 cached ones are
     # evicted (one BlockRemoved each, in pop order 3, 2, 1), then one BlockStored.
-    other = mgr.make_request("1", list(range(16)), lora_request=lora, skip_reading_prefix_cache=True)
+    other = mgr.make_request("1", list(range(16)), lora_request=lora,
+                             skip_reading_prefix_cache=True)
     assert schedule(mgr, other) == [4, 3, 2, 1]
     events = mgr.take_events()
     assert [type(e) for e in events] == [BlockRemoved] * 3 + [BlockStored]
@@ -163,7 +164,7 @@ def test_events_disabled_records_nothing() -> None:
 
 
 def test_reset_with_caching_off_returns_true_and_clears() -> None:
-    """§12: with caching off, reset still succeeds once every block is free."""
+    """docs/semantics.md#reset: with caching off, reset still succeeds once every block is free."""
     mgr = make_manager("vllm-0.33", 5, enable_caching=False, enable_kv_cache_events=True)
     req = mgr.make_request("0", list(range(20)))
     schedule(mgr, req)

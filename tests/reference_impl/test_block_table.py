@@ -16,7 +16,7 @@ from kvcheck.reference_impl.block_table import (
     slot_mapping_for_request,
 )
 
-# The spec's worked example (vllm-v1-semantics.md section 6.1).
+# The worked example of docs/semantics.md#slot-mapping.
 ROWS = [[7, 3, 9], [5, 2]]
 QSL = [0, 6, 9]
 POSITIONS = [0, 1, 2, 3, 4, 9, 4, 5, 6]
@@ -40,7 +40,7 @@ def make_table(block_size: int = 4, max_num_reqs: int = 4, **kw: int) -> BlockTa
 
 
 def test_worked_example_w1_function() -> None:
-    """The spec's W=1 example, module-level function, ragged rows."""
+    """The worked W=1 example, module-level function, ragged rows."""
     out = compute_slot_mapping(ROWS, 4, QSL, POSITIONS, max_num_batched_tokens=12)
     assert out.dtype == np.int64
     assert out.tolist() == EXPECTED_W1
@@ -50,7 +50,7 @@ def test_worked_example_w1_function() -> None:
     ("rank", "expected"), [(1, EXPECTED_W2_RANK1), (0, EXPECTED_W2_RANK0)]
 )
 def test_worked_example_w2(rank: int, expected: list[int]) -> None:
-    """The spec's W=2, I=1 example on rank 1, and rank 0 worked by hand."""
+    """The worked W=2, I=1 example on rank 1, and rank 0 worked by hand."""
     out = compute_slot_mapping(
         ROWS, 4, QSL, POSITIONS, max_num_batched_tokens=12, dcp_world_size=2, dcp_rank=rank
     )
@@ -187,7 +187,7 @@ def test_dcp_every_position_local_on_exactly_one_rank(
     v = block_size * world
     # Each request covers all its positions, in a shuffled order.
     positions = [rng.permutation(n * v).tolist() for n in num_blocks]
-    flat_pos = sum(positions, [])
+    flat_pos = [p for request_positions in positions for p in request_positions]
     qsl = np.concatenate([[0], np.cumsum([len(p) for p in positions])])
     req_of = np.repeat(np.arange(3), np.diff(qsl))
     layout = dealt_layout(block_size, world, interleave)
@@ -303,8 +303,8 @@ def test_class_num_reqs_and_qsl_shape() -> None:
         bt.compute_slot_mapping(5, [0] * 6, [])
     with pytest.raises(ValueError, match="num_reqs \\+ 1 = 2"):
         bt.compute_slot_mapping(1, [0, 0, 0], [])
+    bt.add_row([1, 2, 3, 4], 0)
     with pytest.raises(ValueError, match="exceeds max_num_batched_tokens=12"):
-        bt.add_row([1, 2, 3, 4], 0)
         bt.compute_slot_mapping(1, [0, 13], list(range(13)))
 
 

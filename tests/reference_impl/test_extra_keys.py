@@ -1,4 +1,4 @@
-"""Per-block extra keys: order, formats, salt placement, the two multimodal scans (§2.3)."""
+"""Extra keys: order, formats, salt placement, multimodal scans (docs/semantics.md#extra-keys)."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_several_mm_items_in_one_block_share_the_tag_object() -> None:
     keys, next_idx = generate_block_hash_extra_keys(_request(mm_features=feats), 0, 4, 0, V033)
     assert keys == (("mm", "a", 0), ("mm", "b", 2), ("mm", "c", 3))
     assert next_idx == 2  # "c" continues into the next block
-    # Pickle memoizes by identity: vLLM's literal tag is one object, so must ours be (§2.1).
+    # Pickle memoizes by identity: one tag object, as vLLM (docs/semantics.md#serialization-bytes).
     assert keys is not None and keys[0][0] is keys[1][0] is keys[2][0]
 
 

@@ -1,10 +1,11 @@
-"""FreeKVCacheBlockQueue: vLLM's test_kv_cache_utils free-queue behaviours (spec §1.2, §9.22)."""
+"""FreeKVCacheBlockQueue: vLLM's test_kv_cache_utils cases (docs/semantics.md#the-free-queue)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvcheck.reference_impl.block import KVCacheBlock
+from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.free_block_queue import FreeKVCacheBlockQueue
 
 
@@ -50,7 +51,7 @@ def test_popleft_n() -> None:
     assert _ids(queue) == [4, 5]
     assert queue.fake_free_list_head.next_free_block is blocks[4]
     assert blocks[4].prev_free_block is queue.fake_free_list_head
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"popleft_n\(3\) on a queue holding 2 free blocks"):
         queue.popleft_n(3)
     assert _ids(queue) == [4, 5]
 
@@ -64,8 +65,10 @@ def test_remove_from_middle_head_and_tail() -> None:
     queue.remove(blocks[4])
     assert _ids(queue) == [1, 3]
     assert queue.num_free_blocks == 2
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"remove\(\) called on block 2, which is not") as info:
         queue.remove(blocks[2])
+    # vLLM raises RuntimeError here; the reference's error is also a kvcheck misuse error.
+    assert isinstance(info.value, KVCacheMisuseError)
 
 
 def test_append_and_append_n_keep_order() -> None:

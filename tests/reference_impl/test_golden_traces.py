@@ -1,6 +1,6 @@
-"""The golden free-queue traces of spec §4 (T1-T7, test_prefill, test_evict), both profiles.
+"""Golden free-queue traces T1-T7, test_prefill, test_evict (docs/semantics.md#golden-traces).
 
-Every expected list below is copied from the spec's table, which was produced by running
+Every expected list below is copied from that table, which was produced by running
 vLLM 0.33.0's and 0.10.2's own BlockPool / KVCacheManager.
 """
 
@@ -35,7 +35,8 @@ def pool_request(profile: str, request_id: str, tokens: list[int], block_size: i
         (V010, [4, 5, 6, 7, 8, 9, 3, 2, 1], [4, 5, 6]),
     ],
 )
-def test_t1_caching_off_free_reversed(profile: str, queue_after: list[int], next3: list[int]) -> None:
+def test_t1_caching_off_free_reversed(profile: str, queue_after: list[int],
+                                      next3: list[int]) -> None:
     """T1: caching off; unhashed frees go to the head (0.33) or the tail (0.10)."""
     pool = BlockPool(10, enable_caching=False, profile=profile)
     blocks = pool.get_new_blocks(3)
@@ -85,7 +86,8 @@ def test_t2_head_tail_split(profile: str, after_a: list[int], after_b: list[int]
         (V010, [6, 7, 8, 9, 3, 2, 5, 4], [6, 7, 8, 9, 3, 2, 5, 4, 1]),
     ],
 )
-def test_t3_hit_touch_free_refreshes_lru(profile: str, after_touch: list[int], after_free: list[int]) -> None:
+def test_t3_hit_touch_free_refreshes_lru(profile: str, after_touch: list[int],
+                                         after_free: list[int]) -> None:
     """T3: a hit on a free cached block leaves the queue on touch and returns at the tail."""
     pool, a, seen = _t2(profile)
     hit = pool.get_cached_block(a.block_hashes[0], [0])
@@ -153,7 +155,8 @@ def _schedule_prefill(mgr: KVCacheManager, req: Request) -> tuple[list[int], int
         (V010, [10, 6, 5, 4, 3, 2, 1], [10, 6, 5, 4, 3, 2, 1, 9, 8, 7], [10]),
     ],
 )
-def test_t6_test_evict(profile: str, after_r0: list[int], after_r1: list[int], r2_new: list[int]) -> None:
+def test_t6_test_evict(profile: str, after_r0: list[int], after_r1: list[int],
+                       r2_new: list[int]) -> None:
     """T6 (vLLM test_evict): chain-tail-first eviction order and a 2-block hit."""
     mgr = _manager(profile, 11)
     last = 5 * 16 + 7

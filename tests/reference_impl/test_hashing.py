@@ -1,6 +1,6 @@
-"""Hash functions, serialization bytes and NONE_HASH rules against the spec (§2.1-2.2, §2.7).
+"""Hash functions, serialization bytes and NONE_HASH rules (docs/semantics.md#hashing-bytes).
 
-Every expected value is a hex literal copied from the spec or bytes built by hand from the spec's
+Every expected value is a hex literal copied from docs/semantics.md or bytes built by hand from its
 opcode listings; the code under test never produces its own expectation.
 """
 
@@ -33,7 +33,7 @@ NONE_HASH_SHA256_DEFAULT = bytes.fromhex(
     "066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198"
 )
 
-# §2.7 golden table: (algo, PYTHONHASHSEED or None for unset, NONE_HASH, b1, b2, u64 of b1).
+# docs/semantics.md#golden-vectors: (algo, PYTHONHASHSEED or None if unset, NONE_HASH, b1, b2, u64).
 GOLDEN = [
     (
         "sha256",
@@ -94,7 +94,7 @@ def _framed_pickle(payload: bytes) -> bytes:
 
 
 def _pickle_of_block(parent: bytes, four_small_ints: tuple[int, ...]) -> bytes:
-    """Hand-built pickle of ``(parent32, (a, b, c, d), None)`` per the §2.1 opcode listing."""
+    """Pickle of (parent32, (a, b, c, d), None), by hand (docs/semantics.md#serialization-bytes)."""
     assert len(parent) == 32 and all(0 <= t <= 255 for t in four_small_ints)
     toks = b"".join(b"K" + bytes([t]) for t in four_small_ints)  # BININT1 each
     payload = (
@@ -108,12 +108,12 @@ def _pickle_of_block(parent: bytes, four_small_ints: tuple[int, ...]) -> bytes:
 
 def test_registry_has_exactly_vllm_algorithm_names() -> None:
     """The registry keys are vLLM's --prefix-caching-hash-algo names, mapped to our functions."""
-    assert HASH_FUNCTIONS == {
+    assert {
         "sha256": sha256,
         "sha256_cbor": sha256_cbor,
         "xxhash": xxhash_pickle,
         "xxhash_cbor": xxhash_cbor,
-    }
+    } == HASH_FUNCTIONS
 
 
 @pytest.mark.parametrize(("algo", "length"), [("sha256", 32), ("sha256_cbor", 32),
@@ -128,7 +128,7 @@ def test_digest_lengths(algo: str, length: int) -> None:
 def test_golden_vectors(
     algo: str, seed: str | None, none_hex: str, b1_hex: str, b2_hex: str, u64: int | None
 ) -> None:
-    """§2.7: NONE_HASH, b1 = (1,2,3,4), b2 = (5,6,7,8) chained, and the event int of b1."""
+    """docs/semantics.md#golden-vectors: NONE_HASH, b1 = (1,2,3,4), b2 = (5,6,7,8), u64 of b1."""
     none_hash = resolve_none_hash(algo, "vllm-0.33", pythonhashseed=seed)
     assert none_hash.hex() == none_hex
     fn = get_hash_fn_by_name(algo)
@@ -141,7 +141,7 @@ def test_golden_vectors(
 
 
 def test_none_hash_seed_is_hashed_as_str_pickle() -> None:
-    """§2.2: pickle of "vllm-none-hash" is 80 05 95 12.. 8c 0e <14 B> 94 2e; CBOR is 6e <14 B>."""
+    """docs/semantics.md#none-hash: pickle 80 05 95 12.. 8c 0e <14 B> 94 2e; CBOR 6e <14 B>."""
     seed = DEFAULT_NONE_HASH_SEED.encode("ascii")
     assert DEFAULT_NONE_HASH_SEED == "vllm-none-hash"
     expected_pickle = b"\x80\x05\x95\x12" + b"\x00" * 7 + b"\x8c\x0e" + seed + b"\x94\x2e"
@@ -155,9 +155,9 @@ def test_none_hash_seed_is_hashed_as_str_pickle() -> None:
 
 
 def test_block_pickle_bytes_match_spec_listing() -> None:
-    """§2.1: the exact pickle of (NONE_HASH, (0,1,2,3), None) and its sha256 9da1c530…95dd."""
+    """docs/semantics.md#serialization-bytes: pickle of (NONE_HASH, (0,1,2,3), None), sha256."""
     expected = _pickle_of_block(NONE_HASH_SHA256_DEFAULT, (0, 1, 2, 3))
-    # Frame length 0x32 = 50 bytes, as the spec lists.
+    # Frame length 0x32 = 50 bytes, as docs/semantics.md#serialization-bytes lists.
     assert expected[2:11] == b"\x95\x32" + b"\x00" * 7
     obj = (NONE_HASH_SHA256_DEFAULT, (0, 1, 2, 3), None)
     assert pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) == expected
@@ -167,7 +167,7 @@ def test_block_pickle_bytes_match_spec_listing() -> None:
 
 
 def test_block_cbor_bytes_match_spec_listing() -> None:
-    """§2.1: CBOR 83 · 58 20 <32 B> · 84 00 01 02 03 · f6."""
+    """docs/semantics.md#serialization-bytes: CBOR 83 · 58 20 <32 B> · 84 00 01 02 03 · f6."""
     expected = b"\x83\x58\x20" + NONE_HASH_SHA256_DEFAULT + b"\x84\x00\x01\x02\x03\xf6"
     obj = (NONE_HASH_SHA256_DEFAULT, (0, 1, 2, 3), None)
     assert cbor2.dumps(obj, canonical=True) == expected
@@ -175,7 +175,7 @@ def test_block_cbor_bytes_match_spec_listing() -> None:
     assert xxhash_cbor(obj) == xxhash.xxh3_128_digest(expected)
 
 
-# §2.1 integer table: value, pickle opcode + argument, canonical CBOR.
+# docs/semantics.md#serialization-bytes integer table: value, pickle opcode + argument, CBOR.
 INT_ENCODINGS = [
     (255, "4b ff", "18 ff"),
     (256, "4d 00 01", "19 01 00"),

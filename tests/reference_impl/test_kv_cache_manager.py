@@ -1,4 +1,4 @@
-"""KVCacheManager: the full-attention behaviours of spec §5 and §9 (vLLM's test_prefix_caching)."""
+"""KVCacheManager, full attention (docs/semantics.md#allocation; vLLM's test_prefix_caching)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ def test_hit_cap_is_num_tokens_minus_one(profile: str) -> None:
     hits, num = mgr.get_computed_blocks(r1)
     assert [b.block_id for b in hits] == [1, 2] and num == 32
     # 49 tokens: the cap is 48, so all three blocks hit.
-    r2 = mgr.make_request("2", list(range(48)) + [7])
+    r2 = mgr.make_request("2", [*range(48), 7])
     hits, num = mgr.get_computed_blocks(r2)
     assert [b.block_id for b in hits] == [1, 2, 3] and num == 48
 
 
 def test_block_aligned_prompt_recaches_its_last_block(profile: str) -> None:
-    """§12: the recomputed last block is cached again under the same key (no dedup)."""
+    """docs/semantics.md#caching-full-blocks: the recomputed last block is re-cached (no dedup)."""
     mgr = make_manager(profile, 20)
     r0 = mgr.make_request("0", list(range(32)))
     schedule(mgr, r0)
@@ -112,7 +112,7 @@ def test_caching_disabled_no_hits_and_none_when_short(profile: str) -> None:
 
 
 def test_failed_allocation_changes_nothing(profile: str) -> None:
-    """test_prefill_not_enough_free_blocks_with_computed_blocks + §12: None leaves every
+    """docs/semantics.md#allocation, all or nothing: None leaves every
     ref_cnt and queue position as it was, hits included."""
     mgr = make_manager(profile, 6)
     r0 = mgr.make_request("0", list(range(48)))
@@ -180,7 +180,7 @@ def test_decode_hashes_block_when_full(profile: str) -> None:
 
 
 def test_last_block_freed_unhashed_when_final_token_fills_it() -> None:
-    """§12: the token that fills the last block is never followed by an allocate_slots, so the
+    """docs/semantics.md#caching-full-blocks: no allocate_slots follows the final token, so the
     block goes back unhashed: to the head in 0.33."""
     mgr = make_manager("vllm-0.33", 10)
     req = mgr.make_request("0", list(range(20)))
@@ -227,7 +227,7 @@ def test_zero_new_tokens_with_hits_allowed_only_in_033() -> None:
         if allowed:
             assert mgr.allocate_slots(r1, 0, num, hits) == []
         else:
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="num_new_tokens must be greater than 0"):
                 mgr.allocate_slots(r1, 0, num, hits)
 
 

@@ -154,14 +154,15 @@ def test_slot_from_csr_equals_slot_mapping(batch: dict) -> None:
         batch["block_size"], batch["rows"], batch["seq_lens"], batch["query_lens"],
     )
     # The scheduled tokens of request b are its last query_len positions.
-    positions = [p for s, q in zip(seq_lens, query_lens) for p in range(s - q, s)]
+    positions = [p for s, q in zip(seq_lens, query_lens, strict=True) for p in range(s - q, s)]
     batch_indices = [b for b, q in enumerate(query_lens) for _ in range(q)]
     qsl = np.concatenate([[0], np.cumsum(query_lens)])
 
     indptr, indices, _ = to_flashinfer_csr(rows, seq_lens, bs)
     via_csr = slot_from_csr(indptr, indices, bs, batch_indices, positions)
     via_table = compute_slot_mapping(rows, bs, qsl, positions)
-    by_hand = [rows[b][p // bs] * bs + p % bs for b, p in zip(batch_indices, positions)]
+    by_hand = [rows[b][p // bs] * bs + p % bs
+               for b, p in zip(batch_indices, positions, strict=True)]
     assert via_csr.dtype == np.int64
     assert via_csr.tolist() == via_table.tolist() == by_hand
 
@@ -188,7 +189,7 @@ def build_req_to_token(
 ) -> np.ndarray:
     """req_to_token as SGLang's paged allocator lays it out: one flat slot per position."""
     r2t = np.full((max(pool_rows) + 2, width), -5, dtype=np.int32)  # garbage past seq_len
-    for row, seq_len, r in zip(rows, seq_lens, pool_rows):
+    for row, seq_len, r in zip(rows, seq_lens, pool_rows, strict=True):
         for pos in range(seq_len):
             r2t[r, pos] = row[pos // page_size] * page_size + pos % page_size
     return r2t
@@ -222,7 +223,7 @@ def test_sglang_non_contiguous_page_rejected() -> None:
     """Swapped slots inside a page are named: request, position and both values."""
     r2t = np.zeros((3, 8), dtype=np.int32)
     r2t[1, :6] = [28, 29, 31, 30, 12, 13]  # positions 2 and 3 swapped inside page 7
-    with pytest.raises(ValueError) as exc:
+    with pytest.raises(ValueError, match="breaks page contiguity") as exc:
         block_table_from_sglang_req_to_token(r2t, [1], [6], 4)
     msg = str(exc.value)
     assert "request 0" in msg and "position 2" in msg

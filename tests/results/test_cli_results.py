@@ -45,8 +45,10 @@ def test_report_to_gate_and_page(pytester: pytest.Pytester,
     # A -k run is incomplete: the gate fails it unless a partial run is accepted.
     assert main(["gate", "--baseline", str(report), "--current", str(report)]) == 1
     out = capsys.readouterr().out
-    assert "The current record of reference (conformance, vllm-0.33) is incomplete: ran 1 of " in out
-    assert "kvcheck gate: FAILED, 1 regression (0 conformance, 0 metric, 1 incomplete record)" in out
+    assert ("The current record of reference (conformance, vllm-0.33) is incomplete: ran 1 of "
+            in out)
+    assert ("kvcheck gate: FAILED, 1 regression (0 conformance, 0 metric, 1 incomplete record)"
+            in out)
     assert main(["gate", "--baseline", str(report), "--current", str(report),
                  "--allow-incomplete"]) == 0
     assert "kvcheck gate: passed" in capsys.readouterr().out

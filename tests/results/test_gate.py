@@ -115,7 +115,8 @@ def test_floor_ignores_small_absolute_changes(rec: SimpleNamespace,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """0.1 us -> 0.22 us is 120% worse and significant, but under a 0.5 us floor."""
     small = [0.1 + 0.001 * i for i in range(11)]
-    base, cur = bench_pair(rec, [rec.metric("t", small)], [rec.metric("t", [x + 0.12 for x in small])])
+    base, cur = bench_pair(rec, [rec.metric("t", small)],
+                           [rec.metric("t", [x + 0.12 for x in small])])
     rc, out, _ = gate(capsys, "--baseline", base, "--current", cur, "--floor", "us:0.5")
     assert rc == 0 and "below floor" in out
     assert gate(capsys, "--baseline", base, "--current", cur)[0] == 1

@@ -28,8 +28,8 @@ def _records(rec: SimpleNamespace) -> list[tuple[str, dict]]:
 
 
 def _line(text: str, name: str) -> str:
-    (line,) = [x for x in text.splitlines() if f"{name} 1.0" in x and "|" in x or
-               f"{name} 1.0" in x and "│" in x]
+    (line,) = [x for x in text.splitlines() if (f"{name} 1.0" in x and "|" in x) or
+               (f"{name} 1.0" in x and "│" in x)]
     return line
 
 
@@ -81,8 +81,8 @@ def test_legacy_record_notes_unknown_completeness(rec: SimpleNamespace,
     assert main(["leaderboard", str(path), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "| old 1.0 | vllm-0.33 | ✓ conforms (2/2) |" in out
-    assert "- old 1.0 (vllm-0.33): old conforms to vllm-0.33 (legacy record: completeness " \
-           "unknown)" in out
+    assert ("- old 1.0 (vllm-0.33): old conforms to vllm-0.33 (legacy record: completeness "
+            "unknown)") in out
 
 
 # ------------------------------------------------------------------ untrusted text

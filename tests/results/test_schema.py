@@ -53,7 +53,7 @@ def test_valid_records_round_trip(rec: SimpleNamespace, tmp_path: Path) -> None:
 def test_invalid_records_name_the_field(rec: SimpleNamespace, mutate, message: str) -> None:
     record = rec.conformance()
     mutate(record)
-    with pytest.raises(RecordError, match="^where: .*") as info:
+    with pytest.raises(RecordError, match=r"^where: .*") as info:
         validate_record(record, "where")
     assert message in str(info.value)
 
@@ -90,12 +90,12 @@ def test_nan_sample_is_rejected(rec: SimpleNamespace, tmp_path: Path) -> None:
 
 def test_empty_binary_and_missing_files(tmp_path: Path) -> None:
     (tmp_path / "empty.jsonl").write_text("\n\n")
-    with pytest.raises(RecordError, match="empty.jsonl: no records"):
+    with pytest.raises(RecordError, match=r"empty\.jsonl: no records"):
         load_records(tmp_path / "empty.jsonl")
     (tmp_path / "bin.jsonl").write_bytes(b"\x80\x04\x95pickle")
-    with pytest.raises(RecordError, match="bin.jsonl: not a UTF-8 text file"):
+    with pytest.raises(RecordError, match=r"bin\.jsonl: not a UTF-8 text file"):
         load_records(tmp_path / "bin.jsonl")
-    with pytest.raises(RecordError, match="nope.jsonl: cannot read"):
+    with pytest.raises(RecordError, match=r"nope\.jsonl: cannot read"):
         load_records(tmp_path / "nope.jsonl")
 
 
@@ -113,11 +113,13 @@ def test_make_metric_defaults_to_median_and_quartiles() -> None:
 
 
 def test_make_benchmark_record_is_valid_and_carries_the_environment() -> None:
-    impl = SimpleNamespace(name="mine", target="pkg.mod", module=SimpleNamespace(__name__="pkg.mod"),
+    impl = SimpleNamespace(name="mine", target="pkg.mod",
+                           module=SimpleNamespace(__name__="pkg.mod"),
                            info=SimpleNamespace(version="2.0", commit="abc",
                                                 capabilities=frozenset({"manager"})))
     record = make_benchmark_record(impl, [make_metric("t", "us", "lower", [1.0, 2.0])],
-                                   profile="vllm-0.33", seed=3, extra={"benchmarks": []})
+                                   profile="vllm-0.33", suite_version="1.0", seed=3,
+                                   extra={"benchmarks": []})
     assert record["kind"] == "benchmark" and record["seed"] == 3
     assert record["implementation"] == {"name": "mine", "version": "2.0", "target": "pkg.mod",
                                         "module": "pkg.mod", "commit": "abc",
@@ -234,7 +236,7 @@ def test_version_2_records_keep_their_fields(rec: SimpleNamespace) -> None:
 def test_invalid_completeness_is_rejected(rec: SimpleNamespace, mutate, message: str) -> None:
     record = _incomplete(rec)
     mutate(record)
-    with pytest.raises(RecordError, match="^where: ") as info:
+    with pytest.raises(RecordError, match=r"^where: ") as info:
         validate_record(record, "where")
     assert message in str(info.value)
 
@@ -315,7 +317,7 @@ def test_make_conformance_record_validates() -> None:
     with pytest.raises(RecordError, match="implementation: field 'version' must be str"):
         make_conformance_record(**_conformance_kwargs(implementation={"name": "m",
                                                                       "version": 1}))
-    with pytest.raises(TypeError):  # keyword-only: no positional mix-ups
+    with pytest.raises(TypeError, match="positional"):  # keyword-only: no positional mix-ups
         make_conformance_record(_IMPL)  # type: ignore[misc]
     ok = make_conformance_record(**_conformance_kwargs(conforms=False, complete=False,
                                                        completeness=incomplete))

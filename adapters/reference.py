@@ -13,6 +13,7 @@ from typing import Any
 from kvcheck import __version__
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
 from kvcheck.conformance.view_sync import RequestViewSync
+from kvcheck.reference_impl import batch_metadata, page_table
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.block_pool import BlockPool
@@ -42,6 +43,7 @@ IMPL_INFO = ImplInfo(
     capabilities=frozenset(
         {"manager", "block_pool", "prefix_caching", "extra_keys", "free_queue_order",
          "ref_counts", "block_hashes", "events", "slot_mapping", "invariants", "kernels",
+         "batch_metadata",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
          # (the vLLM profiles imply them).
          "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
@@ -154,6 +156,35 @@ class ReferenceManager:
 
     def check_invariants(self) -> None:
         check_manager_invariants(self.manager)
+
+    # -- batch metadata (stateless: the block tables are arguments)
+    def build_batch(
+        self,
+        block_tables: Sequence[Sequence[int]],
+        num_computed_tokens: Sequence[int],
+        num_scheduled_tokens: Sequence[int],
+        num_padded_tokens: int,
+        dcp_world_size: int = 1,
+        dcp_rank: int = 0,
+        cp_kv_cache_interleave_size: int = 1,
+    ) -> tuple[list[int], list[int], list[int]]:
+        batch = batch_metadata.build_batch(
+            block_tables, num_computed_tokens, num_scheduled_tokens, self.spec.block_size,
+            num_padded_tokens, dcp_world_size=dcp_world_size, dcp_rank=dcp_rank,
+            cp_kv_cache_interleave_size=cp_kv_cache_interleave_size)
+        return (batch.slot_mapping.tolist(), batch.positions.tolist(),
+                batch.req_indices.tolist())
+
+    def flashinfer_csr(self, block_tables: Sequence[Sequence[int]],
+                       seq_lens: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        indptr, indices, last = page_table.to_flashinfer_csr(
+            block_tables, seq_lens, self.spec.block_size)
+        return indptr.tolist(), indices.tolist(), last.tolist()
+
+    def req_to_token(self, block_tables: Sequence[Sequence[int]],
+                     seq_lens: Sequence[int]) -> list[list[int]]:
+        table = batch_metadata.req_to_token(block_tables, seq_lens, self.spec.block_size)
+        return [row[:n] for row, n in zip(table.tolist(), seq_lens, strict=True)]
 
 
 class ReferenceBlockPool:

@@ -1,0 +1,460 @@
+"""Resolve ``--kv-impl`` values into checked ``ImplHandle`` objects.
+
+Every way a module can fail the contract (not importable, no ``IMPL_INFO``, no factory, a
+factory with the wrong signature, an unknown capability, hash algorithm or profile, a malformed
+``IMPL_INFO`` field, a name unfit for test ids, a declared capability whose method is missing, a
+factory that declines every spec it claims to support or does not return) becomes one
+``ImplLoadError`` paragraph that names the problem and the fix; no traceback. The pytest plugin
+and the ``kvcheck`` command turn it into their usage error.
+
+Implementation names become test ids, report rows and file names, so a name must be 1-100
+printable characters with no whitespace: Unicode categories Cc, Cf (bidi overrides such as
+U+202E included), Cs, Co, Cn, Zs, Zl and Zp are refused. ``version`` may hold spaces but none
+of the other categories.
+
+A handle's factories and every adapter call run under its per-call limit
+(``call_timeout`` seconds, ``kvcheck.conformance.call_limit``); managers and pools come back
+wrapped in the answer-validating guards of ``kvcheck.conformance.guard``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any, cast
+
+from kvcheck.conformance.call_limit import DEFAULT_CALL_TIMEOUT, AdapterTimeout, CallLimit
+from kvcheck.conformance.guard import GuardedBlockPool, GuardedManager
+from kvcheck.conformance.protocol import (
+    CAPABILITIES,
+    CAPABILITY_METHODS,
+    HASH_ALGOS,
+    PROFILES,
+    BlockPoolAdapter,
+    ImplInfo,
+    KVCacheSpec,
+    ManagerWithCapabilities,
+    UnsupportedSpec,
+    effective_capabilities,
+    reserved_block_ids,
+)
+from kvcheck.errors import KVCheckInputError
+
+__all__ = ["ALIASES", "DEFAULT_CALL_TIMEOUT", "ImplHandle", "ImplLoadError", "load_impl",
+           "load_impls"]
+
+#: Short names accepted by --kv-impl.
+ALIASES: dict[str, str] = {
+    "reference": "kvcheck.adapters.reference",
+    "vllm": "kvcheck.adapters.vllm",
+}
+
+# Capabilities whose methods live on the manager object (the others: on the block pool or
+# the module); the method names come from the Protocol classes (CAPABILITY_METHODS).
+_POOL_CAPABILITY = "block_pool"
+_MODULE_CAPABILITY = "kernels"
+_PROBE_SPEC = KVCacheSpec(num_blocks=16, block_size=4)
+# Pool sizes tried by the load-time probe, in order, within ImplInfo.num_blocks_range.
+_PROBE_NUM_BLOCKS = (16, 64, 256, 8, 4)
+_NAME_MAX = 100
+# Unicode categories refused in names: controls, format characters (bidi overrides),
+# surrogates, private use, unassigned, and every separator (names become test ids).
+_BAD_NAME_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
+_BAD_TEXT_CATEGORIES = _BAD_NAME_CATEGORIES - {"Zs"}
+
+
+class ImplLoadError(KVCheckInputError):
+    """An implementation cannot be loaded; the message (``kvcheck: --kv-impl=X: problem`` then
+    ``  Fix: ...``) names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class ImplHandle:
+    """A loaded implementation: its module, claims and factories.
+
+    ``call_timeout`` is the per-call limit in seconds (0 or None: none) applied to the
+    factories and to every call on the managers and pools they build.
+    """
+
+    name: str
+    target: str  # what the user wrote, e.g. "reference" or "pkg.mod:factory"
+    module: ModuleType
+    info: ImplInfo
+    factory: Callable[[KVCacheSpec], object] | None
+    pool_factory: Callable[[KVCacheSpec], object] | None
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT
+    factory_name: str = "make_kv_cache_manager"
+    limit: CallLimit = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limit", CallLimit(self.call_timeout, self.name))
+
+    def has(self, capability: str) -> bool:
+        return capability in self.info.capabilities
+
+    def make_manager(self, spec: KVCacheSpec, *,
+                     guard: bool = True) -> ManagerWithCapabilities:
+        """A fresh manager for ``spec``, built under the call limit and (``guard``) wrapped in
+        a ``GuardedManager``. ``guard=False`` returns the adapter's own object (benchmarks),
+        still built under the limit.
+
+        Raises:
+            UnsupportedSpec: the factory declines ``spec``.
+            AdapterTimeout: the factory did not return within the limit.
+        """
+        if self.factory is None:
+            raise KVCheckInputError(f"{self.name} declares no manager capability")
+        raw = self.limit.call(self.factory_name, self.factory, spec)
+        if not guard:
+            # load_impl checked that it has the methods of the declared capabilities.
+            return cast(ManagerWithCapabilities, raw)
+        return GuardedManager(raw, impl=self.name, spec=spec,
+                              reserved=reserved_block_ids(self.info, spec.profile),
+                              limit=self.limit)
+
+    def make_block_pool(self, spec: KVCacheSpec, *, guard: bool = True) -> BlockPoolAdapter:
+        """A fresh block pool for ``spec`` (see ``make_manager``)."""
+        if self.pool_factory is None:
+            raise KVCheckInputError(f"{self.name} declares no block_pool capability")
+        raw = self.limit.call("make_block_pool", self.pool_factory, spec)
+        if not guard:
+            return cast(BlockPoolAdapter, raw)  # its methods were checked by load_impl
+        return GuardedBlockPool(raw, impl=self.name, spec=spec,
+                                reserved=reserved_block_ids(self.info, spec.profile),
+                                limit=self.limit)
+
+
+def _usage(target: str, problem: str, fix: str) -> ImplLoadError:
+    return ImplLoadError(f"kvcheck: --kv-impl={target}: {problem}\n  Fix: {fix}")
+
+
+def _bad_chars(text: str, categories: frozenset[str]) -> list[str]:
+    return sorted({f"U+{ord(c):04X} ({unicodedata.category(c)})" for c in text
+                   if unicodedata.category(c) in categories})
+
+
+def _check_text_fields(target: str, info: ImplInfo) -> None:
+    name = info.name
+    if not isinstance(name, str) or not name:
+        raise _usage(target, f"IMPL_INFO.name is {name!r}; it must be a non-empty str",
+                     "give the implementation a short printable name, e.g. name='mykv'")
+    bad = _bad_chars(name, _BAD_NAME_CATEGORIES)
+    if bad or len(name) > _NAME_MAX:
+        problem = (f"contains characters unfit for test ids and reports: {', '.join(bad)}"
+                   if bad else f"is {len(name)} characters long (at most {_NAME_MAX})")
+        raise _usage(target, f"IMPL_INFO.name {name!r} {problem}",
+                     "use printable characters without spaces, e.g. name='mykv-1.2' (control "
+                     "and bidi-override characters would garble test ids, the terminal and "
+                     "the HTML leaderboard)")
+    version = info.version
+    if not isinstance(version, str):
+        raise _usage(target, f"IMPL_INFO.version is a {type(version).__name__}, not a str",
+                     "give the version as a string, e.g. version='1.4.0'")
+    bad = _bad_chars(version, _BAD_TEXT_CATEGORIES)
+    if bad:
+        raise _usage(target, f"IMPL_INFO.version {version!r} contains control or format "
+                     f"characters: {', '.join(bad)}", "use printable characters only")
+    if info.commit is not None and (not isinstance(info.commit, str)
+                                    or _bad_chars(info.commit, _BAD_NAME_CATEGORIES)):
+        raise _usage(target, f"IMPL_INFO.commit {info.commit!r} is not a printable str",
+                     "give the source revision as a string (e.g. a git sha) or None")
+
+
+def _str_collection(target: str, field_name: str, value: Any, example: str) -> list[str]:
+    """A field that must be a collection of names: refuse a str (its letters would be taken
+    as names) and anything not iterable."""
+    if isinstance(value, (str, bytes)):
+        raise _usage(target, f"IMPL_INFO.{field_name} is a {type(value).__name__} "
+                     f"({value!r}), not a collection of names", f"write {field_name}={example}")
+    try:
+        items = list(value)
+    except TypeError:
+        raise _usage(target, f"IMPL_INFO.{field_name} is a {type(value).__name__}, not a "
+                     "collection of names", f"write {field_name}={example}") from None
+    odd = [v for v in items if not isinstance(v, str)]
+    if odd:
+        raise _usage(target, f"IMPL_INFO.{field_name} holds non-string entries {odd!r}",
+                     f"write {field_name}={example}")
+    return cast("list[str]", items)  # every entry checked just above
+
+
+def _int_tuple(target: str, field_name: str, value: Any, *, low: int, fix: str,
+               pair: bool = False) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise _usage(target, f"IMPL_INFO.{field_name} is a {type(value).__name__}, not a "
+                     "tuple of int", fix) from None
+    bad = [v for v in items if type(v) is not int or v < low]
+    if bad or isinstance(value, (str, bytes, dict)):
+        raise _usage(target, f"IMPL_INFO.{field_name}={value!r}: entries must be ints >= {low} "
+                     "(not bool, str or float)", fix)
+    if pair and (len(items) != 2 or items[0] > items[1]):
+        raise _usage(target, f"IMPL_INFO.{field_name}={value!r} is not a (min, max) pair with "
+                     "min <= max", fix)
+    if not pair and ((not items and field_name == "block_sizes") or len(set(items)) != len(items)):
+        raise _usage(target, f"IMPL_INFO.{field_name}={value!r} is empty or lists a value "
+                     "twice", fix)
+    return items
+
+
+def _impl_info(target: str, module: ModuleType) -> ImplInfo:
+    raw = getattr(module, "IMPL_INFO", None)
+    if raw is None:
+        return_fix = (
+            f"define IMPL_INFO = ImplInfo(name=..., version=..., capabilities=frozenset({{...}}))"
+            f" in {module.__name__} (from kvcheck.conformance.protocol import ImplInfo)"
+        )
+        raise _usage(target, f"module {module.__name__!r} has no IMPL_INFO", return_fix)
+    if isinstance(raw, dict):
+        known = {f.name for f in fields(ImplInfo)}
+        unknown = sorted(set(map(str, raw)) - known)
+        if unknown:
+            raise _usage(target, f"IMPL_INFO has unknown fields {unknown}",
+                         f"use only {sorted(known)}")
+        try:
+            raw = ImplInfo(**raw)
+        except TypeError as exc:
+            raise _usage(target, f"IMPL_INFO is incomplete ({exc})",
+                         "give at least name and version") from None
+    if not isinstance(raw, ImplInfo):
+        raise _usage(target, f"IMPL_INFO is a {type(raw).__name__}, not an ImplInfo or dict",
+                     "build it with kvcheck.conformance.protocol.ImplInfo(...)")
+    _check_text_fields(target, raw)
+    caps = _str_collection(target, "capabilities", raw.capabilities,
+                           "frozenset({'manager', 'prefix_caching', ...})")
+    unknown_caps = sorted(set(caps) - set(CAPABILITIES))
+    if unknown_caps:
+        raise _usage(target, f"IMPL_INFO declares unknown capabilities {unknown_caps}",
+                     f"use names from {sorted(CAPABILITIES)}")
+    algos = _str_collection(target, "hash_algos", raw.hash_algos, "('sha256',)")
+    unknown_algos = sorted(set(algos) - set(HASH_ALGOS))
+    if unknown_algos:
+        raise _usage(target, f"IMPL_INFO.hash_algos names unknown algorithms {unknown_algos}",
+                     f"use names from {list(HASH_ALGOS)}, or () for a design with its own "
+                     "hashing")
+    if not isinstance(raw.profile, str) or raw.profile not in PROFILES:
+        raise _usage(target, f"IMPL_INFO claims unknown profile {raw.profile!r}",
+                     f"use one of {list(PROFILES)}")
+    reserved = _int_tuple(target, "reserved_block_ids", raw.reserved_block_ids, low=0,
+                          fix="give the reserved block ids as a tuple of ints >= 0, e.g. "
+                              "(0,), or () for none, or None for the profile's default")
+    sizes = _int_tuple(target, "block_sizes", raw.block_sizes, low=1,
+                       fix="give the supported block sizes as a tuple of ints >= 1, e.g. "
+                           "(16, 32), or None for any")
+    blocks_range = _int_tuple(target, "num_blocks_range", raw.num_blocks_range, low=0,
+                              pair=True, fix="give (min, max) pool sizes in blocks, "
+                                             "0 <= min <= max, e.g. (2, 100000), or None")
+    return replace(raw, capabilities=frozenset(caps), hash_algos=tuple(algos),
+                   reserved_block_ids=reserved, block_sizes=sizes,
+                   num_blocks_range=None if blocks_range is None else (
+                       blocks_range[0], blocks_range[1]))  # a checked (min, max) pair
+
+
+def _check_factory(target: str, name: str, factory: object) -> None:
+    if not callable(factory):
+        raise _usage(target, f"{name} is not callable",
+                     f"define def {name}(spec: KVCacheSpec) -> manager")
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # builtins / C extensions: trust them
+    try:
+        sig.bind(_PROBE_SPEC)
+    except TypeError:
+        raise _usage(target, f"{name}{sig} cannot be called as {name}(spec)",
+                     f"make it take exactly one argument: def {name}(spec: KVCacheSpec)") from None
+
+
+def _check_methods(target: str, obj: object, what: str, names: tuple[str, ...],
+                   cap: str) -> None:
+    missing = [n for n in names if not callable(getattr(obj, n, None))]
+    if missing:
+        raise _usage(
+            target,
+            f"capability {cap!r} is declared but the {what} ({type(obj).__name__}) lacks "
+            f"{', '.join(missing)}",
+            f"implement {', '.join(missing)} or remove {cap!r} from IMPL_INFO.capabilities",
+        )
+
+
+def _parse_target(target: str) -> tuple[str, str]:
+    """``(module, factory)`` of one --kv-impl entry (aliases resolved)."""
+    module_name, colon, factory_name = target.partition(":")
+    module_name = ALIASES.get(module_name.strip(), module_name.strip())
+    factory_name = factory_name.strip()
+    if not module_name:
+        raise _usage(target, "empty module name", "pass --kv-impl=package.module")
+    if colon and not factory_name:
+        raise _usage(target, "empty factory name after ':'",
+                     f"name the factory (--kv-impl={module_name}:make_my_manager) or drop the "
+                     f"':' to use make_kv_cache_manager")
+    if colon and not factory_name.isidentifier():
+        raise _usage(target, f"factory name {factory_name!r} is not a Python identifier",
+                     f"pass --kv-impl={module_name}:FACTORY with FACTORY a function name")
+    return module_name, factory_name or "make_kv_cache_manager"
+
+
+def _import(target: str, module_name: str, search: Sequence[Path]) -> ModuleType:
+    """Import ``module_name``; a top-level module or package that is not on ``sys.path`` but
+    sits in one of the ``search`` folders (the current folder, pytest's rootdir) is found
+    there, as pytest's ``pythonpath`` setting would find it: that folder joins ``sys.path``.
+    """
+    top = module_name.partition(".")[0]
+    searched = [Path(d).resolve() for d in search]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != top and not module_name.startswith(f"{exc.name}."):
+            # The module exists but something it imports does not.
+            raise _usage(target, f"importing {module_name!r} failed: {exc}",
+                         f"install {exc.name!r} in this environment (a dependency of "
+                         f"{module_name!r})") from None
+        for folder in searched:
+            if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
+                if str(folder) not in sys.path:
+                    sys.path.insert(0, str(folder))
+                importlib.invalidate_caches()
+                return _import(target, module_name, ())
+        where = ", ".join(str(f) for f in searched) or "nowhere else"
+        raise _usage(
+            target,
+            f"cannot import {module_name!r} ({type(exc).__name__}: {exc}); searched "
+            f"sys.path and {where}",
+            "check the dotted module path; a module in another folder needs that folder on "
+            "PYTHONPATH (or `pythonpath = FOLDER` in pytest.ini), a package must be installed "
+            "in this environment",
+        ) from None
+    except ImportError as exc:
+        raise _usage(target, f"cannot import {module_name!r} ({type(exc).__name__}: {exc})",
+                     "fix the import in that module, or install what it needs") from None
+    except Exception as exc:  # noqa: BLE001 - the module itself crashed at import time
+        raise _usage(target, f"importing {module_name!r} raised {type(exc).__name__}: {exc}",
+                     "fix the error in that module's import-time code") from None
+
+
+def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+              search: Sequence[Path | str] = (".",)) -> ImplHandle:
+    """Import and check one ``--kv-impl`` value (``module``, ``module:factory`` or an alias).
+
+    Args:
+        call_timeout: per-call limit in seconds for the factories (the load-time probe
+            included) and every adapter call (0 or None: none); stored on the handle.
+        search: folders where a module that is not on ``sys.path`` is also looked for (the
+            current folder by default; the plugin adds pytest's rootdir).
+
+    Raises:
+        ImplLoadError: with the problem and the fix, for every contract violation.
+    """
+    target = target.strip()
+    module_name, factory_name = _parse_target(target)
+    module = _import(target, module_name, [Path(s) for s in search])
+    info = _impl_info(target, module)
+    if not info.capabilities & {"manager", "block_pool"}:
+        raise _usage(target, "IMPL_INFO declares neither 'manager' nor 'block_pool'",
+                     "declare 'manager' (make_kv_cache_manager) and/or 'block_pool' "
+                     "(make_block_pool): the suite needs something to drive")
+    limit = CallLimit(call_timeout, info.name)
+    factory = getattr(module, factory_name, None)
+    if "manager" in info.capabilities:
+        if factory is None:
+            raise _usage(target, f"module {module_name!r} has no factory {factory_name!r}",
+                         f"define def {factory_name}(spec: KVCacheSpec) in {module_name}, or "
+                         "name yours with --kv-impl=module:factory")
+        _check_factory(target, factory_name, factory)
+        probe = _probe(target, factory_name, factory, info, limit)
+        # Under a vLLM profile the design capabilities are implied, so their methods too.
+        caps = effective_capabilities(info, info.profile)
+        for cap, methods in CAPABILITY_METHODS.items():
+            if cap in caps and cap not in (_POOL_CAPABILITY, _MODULE_CAPABILITY):
+                _check_methods(target, probe, "manager", methods, cap)
+    pool_factory = getattr(module, "make_block_pool", None)
+    if "block_pool" in info.capabilities:
+        if pool_factory is None:
+            raise _usage(target, "capability 'block_pool' is declared but the module has no "
+                         "make_block_pool", "define make_block_pool(spec) or drop 'block_pool'")
+        _check_factory(target, "make_block_pool", pool_factory)
+        pool_probe = _probe(target, "make_block_pool", pool_factory, info, limit)
+        _check_methods(target, pool_probe, "block pool", CAPABILITY_METHODS[_POOL_CAPABILITY],
+                       _POOL_CAPABILITY)
+    if "kernels" in info.capabilities and not callable(getattr(module, "kernels", None)):
+        raise _usage(target, "capability 'kernels' is declared but the module has no kernels()",
+                     "define kernels() returning a KernelSet, or drop 'kernels'")
+    return ImplHandle(
+        info.name, target, module, info,
+        factory if "manager" in info.capabilities else None,
+        pool_factory if "block_pool" in info.capabilities else None,
+        call_timeout=call_timeout, factory_name=factory_name,
+    )
+
+
+def _probe_specs(info: ImplInfo) -> list[KVCacheSpec]:
+    """Small specs the ImplInfo says it supports (the default probe spec first)."""
+    sizes = [4] if info.block_sizes is None or 4 in info.block_sizes else []
+    sizes += sorted(s for s in (info.block_sizes or ()) if s != 4)
+    low, high = info.num_blocks_range or (0, 1 << 62)
+    counts = [n for n in _PROBE_NUM_BLOCKS if low <= n <= high] or [max(low, 1)]
+    profile = info.profile
+    return [KVCacheSpec(num_blocks=n, block_size=s, profile=profile)
+            for s in sizes[:3] for n in counts[:3]]
+
+
+def _probe(target: str, name: str, factory: Callable[[KVCacheSpec], object], info: ImplInfo,
+           limit: CallLimit) -> object:
+    """Build one small instance (under the call limit), to check that declared capabilities'
+    methods exist. A spec the factory declines (``UnsupportedSpec``) is followed by the next
+    supported one; declining them all is a usage error."""
+    declined: list[str] = []
+    for spec in _probe_specs(info):
+        try:
+            return limit.call(name, factory, spec)
+        except UnsupportedSpec as exc:
+            declined.append(f"num_blocks={spec.num_blocks}, block_size={spec.block_size}"
+                            f" ({exc})")
+        except AdapterTimeout as exc:
+            raise _usage(target, f"{exc}",
+                         "the factory must return promptly for a small spec; fix the hang or "
+                         "raise --kv-timeout (0 = no limit)") from None
+        except Exception as exc:  # noqa: BLE001 - any crash of the factory: a usage error
+            raise _usage(target, f"{name}({spec}) raised {type(exc).__name__}: {exc}",
+                         "the factory must build an instance for any small spec it "
+                         "supports") from None
+    raise _usage(target, f"{name} declined every probe spec it claims to support with "
+                 f"UnsupportedSpec: {'; '.join(declined)}",
+                 "declare the sizes it supports in IMPL_INFO (block_sizes, num_blocks_range) "
+                 "so they match what the factory accepts")
+
+
+def load_impls(value: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+               search: Sequence[Path | str] = (".",)) -> list[ImplHandle]:
+    """Load a comma list; names must be unique (they become test ids). Call it only when an
+    implementation was asked for: an empty value or an empty entry (``""``, ``","``,
+    ``"a,,b"``) is a usage error.
+
+    Raises:
+        ImplLoadError: naming the problem and the fix.
+    """
+    parts = value.split(",")
+    if not value.strip() or any(not p.strip() for p in parts):
+        what = "is empty" if not value.replace(",", "").strip() else "has an empty entry"
+        raise ImplLoadError(
+            f"kvcheck: --kv-impl={value}: the implementation list {what}\n"
+            "  Fix: pass --kv-impl=package.module (or reference), a comma list without empty "
+            "entries, or leave the option out to run without an implementation")
+    handles = [load_impl(part, call_timeout=call_timeout, search=search) for part in parts]
+    names = [h.name for h in handles]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ImplLoadError(
+            f"kvcheck: --kv-impl={value}: implementations share the name(s) {dup}\n"
+            "  Fix: give each IMPL_INFO a distinct name (it is the test-id suffix)"
+        )
+    return handles

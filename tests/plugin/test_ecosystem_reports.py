@@ -1,0 +1,96 @@
+"""The verdict where CI dashboards look: pytest-html's report, JUnit XML test-suite
+properties; and kvcheck's terminal lines on lines of their own beside progress plugins."""
+
+from __future__ import annotations
+
+import html
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+from kv_helpers import make_ref
+
+from kvcheck.results.schema import OUTCOMES, load_records
+
+ALLOCATION = ("-k", "test_allocation or test_slot_mapping")
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=3", *args)
+
+
+def record(pytester: pytest.Pytester) -> dict[str, Any]:
+    (rec,) = load_records(pytester.path / "r.jsonl")
+    return rec
+
+
+def test_the_verdict_and_area_table_are_in_the_html_report(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_html")
+    result = run(pytester, make_ref(pytester), "--html=report.html", "--self-contained-html",
+                 "--kv-report=r.jsonl")
+    assert result.ret == 0
+    rec = record(pytester)
+    assert rec["conforms"] is True
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    assert f"<strong>verdict:</strong> {html.escape(rec['verdict'])}</p>" in page
+    assert "kvcheck conformance: ref 0.1.0 (vllm-0.33)" in page
+    for area, counts in rec["areas"].items():
+        cells = "".join(f"<td>{counts[o]}</td>" for o in OUTCOMES)
+        assert f"<tr><td>{area}</td>{cells}</tr>" in page, area
+
+
+def test_junit_xml_carries_verdict_conforms_and_complete(pytester: pytest.Pytester) -> None:
+    result = run(pytester, make_ref(pytester), *ALLOCATION, "--junitxml=junit.xml",
+                 "--kv-report=r.jsonl")
+    assert result.ret == 0
+    rec = record(pytester)
+    suite = ET.parse(pytester.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    assert props["kvcheck.ref.verdict"] == rec["verdict"]
+    assert rec["verdict"].startswith("ref: incomplete")  # a -k subset
+    assert props["kvcheck.ref.conforms"] == "false"
+    assert props["kvcheck.ref.complete"] == "false"
+
+
+PROGRESS_PLUGIN = """
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    # A progress bar redrawn with a carriage return and never ended.
+    terminalreporter.write("\\r[progress] 100% ##########")
+"""
+
+
+def assert_own_lines(out: str) -> None:
+    lines = out.replace("\r\n", "\n").split("\n")
+    starts = ("verdict: ", "kvcheck: result record written to ")
+    for prefix in starts:
+        hits = [line for line in lines if prefix in line]
+        assert hits, f"no {prefix!r} line"
+        assert all(line.startswith(prefix) for line in hits), hits
+    title = [line for line in lines if "kvcheck conformance: " in line]
+    assert title and all(line.strip().startswith("kvcheck conformance: ") for line in title)
+
+
+@pytest.mark.parametrize("verbosity", ["-q", "-v"])
+def test_lines_stand_alone_after_a_progress_bar(pytester: pytest.Pytester,
+                                                verbosity: str) -> None:
+    pytester.makepyfile(progress_bar=PROGRESS_PLUGIN)
+    result = run(pytester, "-p", "progress_bar", verbosity, make_ref(pytester), *ALLOCATION,
+                 "--kv-report=r.jsonl")
+    assert result.ret == 0
+    assert "[progress] 100%" in result.stdout.str()
+    assert_own_lines(result.stdout.str())
+
+
+def test_lines_stand_alone_with_pytest_sugar(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_sugar")
+    # A subprocess: sugar, once enabled, stays enabled in the process that loaded it.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kv-max-examples=3",
+                                           "--force-sugar", make_ref(pytester), *ALLOCATION,
+                                           "--kv-report=r.jsonl")
+    assert result.ret == 0
+    assert "Results (" in result.stdout.str(), "sugar's own summary"
+    assert_own_lines(result.stdout.str())
