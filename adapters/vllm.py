@@ -41,6 +41,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
+from kvcheck.adapters.reference import SnapshotSync
 from kvcheck.adapters.vllm_features import (
     Behaviour,
     choose_profile,
@@ -300,8 +301,8 @@ class _Hashing:
 def _request_sync(hashing: _Hashing) -> RequestViewSync[Any]:
     """One vLLM ``Request`` per request id, kept in step with the immutable views; the
     spec's NONE_HASH is reinstalled before vLLM hashes new blocks."""
-    return RequestViewSync(lambda view: _make_request(view, hashing.block_hasher),
-                           before_hashing=hashing.install)
+    return SnapshotSync(lambda view: _make_request(view, hashing.block_hasher),
+                        before_hashing=hashing.install)
 
 
 # ------------------------------------------------------------------------------ events
@@ -526,12 +527,17 @@ class VLLMManager:
         num_lookahead_tokens: int = 0,
     ) -> list[int] | None:
         req = self._requests.sync(request)
-        hits = [self.pool.blocks[i] for i in new_computed_block_ids]
+        hits = None
+        if new_computed_block_ids:
+            blocks = self.pool.blocks
+            hits = KVCacheBlocks(([blocks[i] for i in new_computed_block_ids],))
         new = self.manager.allocate_slots(
             req, num_new_tokens=num_new_tokens, num_new_computed_tokens=num_new_computed_tokens,
-            new_computed_blocks=KVCacheBlocks((hits,)) if hits else None,
-            num_lookahead_tokens=num_lookahead_tokens)
-        return None if new is None else [b.block_id for b in new.blocks[0]]
+            new_computed_blocks=hits, num_lookahead_tokens=num_lookahead_tokens)
+        if new is None:
+            return None
+        new_blocks = new.blocks[0]
+        return [b.block_id for b in new_blocks] if new_blocks else []
 
     def free(self, request_id: str) -> None:
         req = self._requests.pop(request_id)

@@ -27,8 +27,8 @@ import numpy as np
 
 from kvcheck.bench.metrics import Metric, per_s, percentile
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.timing import ALLOCATOR_CLOCK
-from kvcheck.bench.workloads import Draws, Workload, scaled_count
+from kvcheck.bench.timing import ALLOCATOR_CLOCK, MeasuredClock
+from kvcheck.bench.workloads import Draws, Workload, scaled_count, trace_profile
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 from kvcheck.reference_impl.block_table import compute_slot_mapping
@@ -51,10 +51,21 @@ def _per_round(name: str, unit: str, direction: str, samples: list[float]) -> Me
 
 
 class RoundBench:
-    """Base class: ``setup`` / ``run`` / ``metrics`` (see the module docstring)."""
+    """Base class: ``setup`` / ``run`` / ``metrics`` (see the module docstring).
+
+    ``clock`` is the clock a round advances by its measured time (``ALLOCATOR_CLOCK``, read
+    by pytest-benchmark); None for the reference side of an interleaved pair, whose rounds
+    must not count as the implementation's.
+    """
 
     def __init__(self) -> None:
         self.results: list[Any] = []
+        self.clock: MeasuredClock | None = ALLOCATOR_CLOCK
+
+    def advance(self, seconds: float) -> None:
+        """Add one round's measured time to ``clock`` (if any)."""
+        if self.clock is not None:
+            self.clock.advance(seconds)
 
     def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:  # pragma: no cover
         raise NotImplementedError
@@ -76,17 +87,12 @@ class RoundBench:
 
 
 def measure_rounds(bench: RoundBench, rounds: int, warmup: int) -> list[Metric]:
-    """Run ``warmup + rounds`` rounds without pytest-benchmark (GC off inside each round, as
-    the benchmarks run) and return the timed rounds' metrics."""
+    """Run ``warmup + rounds`` rounds without pytest-benchmark (a collection before, GC off
+    inside each round, as in ``paired.run_one_round``) and return the timed rounds' metrics."""
+    from kvcheck.bench.paired import run_one_round
+
     for _ in range(warmup + rounds):
-        args, kwargs = bench.setup()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            bench.run(*args, **kwargs)
-        finally:
-            if enabled:
-                gc.enable()
+        run_one_round(bench)
     return bench.metrics(bench.timed_results(warmup))
 
 
@@ -112,7 +118,7 @@ class SchedulerBench(RoundBench):
     def run(self, manager: Any) -> None:
         result = run_workload(manager, self.workload)
         self.results.append(result)
-        ALLOCATOR_CLOCK.advance(result.impl_ns / 1e9)
+        self.advance(result.on_cpu_ns / 1e9)
 
     def info(self) -> dict[str, Any]:
         w = self.workload
@@ -124,7 +130,17 @@ class SchedulerBench(RoundBench):
             "pool_fraction": w.pool_fraction, "max_num_seqs": w.max_num_seqs,
             "max_num_batched_tokens": w.max_num_batched_tokens,
             "distributions": dict(w.distributions),
+            "produced": {**trace_profile(w.requests, w.block_size), **self.produced()},
         }
+
+    def produced(self) -> dict[str, float]:
+        """What the measured rounds achieved (the first one; replays are deterministic):
+        prefix hit rate, preemptions, peak usage. Empty before any round."""
+        if not self.results:
+            return {}
+        run: SchedulerRun = self.results[0]
+        return {"prefix_hit_rate": run.prefix_hit_rate, "preemptions": float(run.preemptions),
+                "peak_usage": run.peak_usage, "steps": float(run.steps)}
 
     def metrics(self, results: list[SchedulerRun]) -> list[Metric]:
         return scheduler_metrics(results)
@@ -133,9 +149,10 @@ class SchedulerBench(RoundBench):
 def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
     """The scheduler figures of some rounds (see ``SchedulerRun`` for the counters).
 
-    Throughputs are per round (``count / seconds inside the implementation``), headline =
-    median round. Per-call latencies pool every call of every round for the headline
-    percentile; their samples are the per-round percentiles.
+    Throughputs are per round (``count / seconds inside the implementation``, scaled by the
+    round's on-CPU fraction: ``SchedulerRun.on_cpu_ns``), headline = median round. Per-call
+    latencies (wall, uncorrected) pool every call of every round for the headline percentile;
+    their samples are the per-round percentiles.
     """
     if not runs:
         raise KVCheckInputError("scheduler_metrics: no rounds")
@@ -144,9 +161,10 @@ def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
     p99s = [percentile([ns / 1e3 for ns in r.allocate_ns], 99) for r in runs]
     return [
         _per_round("scheduled_tokens_per_s", "tokens/s", "higher_is_better",
-                   [per_s(r.scheduled_tokens, r.impl_ns / 1e9) for r in runs]),
+                   [per_s(r.scheduled_tokens, r.on_cpu_ns / 1e9) for r in runs]),
         _per_round("allocate_slots_calls_per_s", "calls/s", "higher_is_better",
-                   [per_s(len(r.allocate_ns), sum(r.allocate_ns) / 1e9) for r in runs]),
+                   [per_s(len(r.allocate_ns), sum(r.allocate_ns) * r.on_cpu_fraction / 1e9)
+                    for r in runs]),
         Metric("allocate_slots_us_p50", "us", "lower_is_better", percentile(pooled_us, 50),
                p50s, stat="p50 of all calls"),
         Metric("allocate_slots_us_p99", "us", "lower_is_better", percentile(pooled_us, 99),
@@ -187,6 +205,7 @@ class HashingBench(RoundBench):
 
     def run(self, manager: Any, views: list[RequestView]) -> None:
         total_ns = 0
+        wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
         for view in views:
             start = time.perf_counter_ns()
             manager.get_computed_blocks(view)
@@ -199,8 +218,12 @@ class HashingBench(RoundBench):
                     f"{view.num_tokens}-token prompt; expected {self.blocks_per_request} (one "
                     f"per full block of {self.block_size})")
             manager.free(view.request_id)
+        # Less the share of the round when the process was not running (see scheduler.py).
+        cpu_ns, wall_ns = time.thread_time_ns() - cpu0, time.perf_counter_ns() - wall0
+        if 0 < cpu_ns < wall_ns:
+            total_ns = round(total_ns * cpu_ns / wall_ns)
         self.results.append((self.num_requests * self.blocks_per_request, total_ns))
-        ALLOCATOR_CLOCK.advance(total_ns / 1e9)
+        self.advance(total_ns / 1e9)
 
     def info(self) -> dict[str, Any]:
         return {"hash_algo": self.hash_algo, "num_requests": self.num_requests,
@@ -267,7 +290,7 @@ class SlotMappingBench(RoundBench):
             raise AssertionError(f"{self.impl.name}: slot_mapping disagrees with "
                                  f"compute_slot_mapping over its own block tables ({where})")
         self.results.append((len(rids) * n, impl_ns, vector_ns))
-        ALLOCATOR_CLOCK.advance(impl_ns / 1e9)
+        self.advance(impl_ns / 1e9)
 
     def info(self) -> dict[str, Any]:
         return {"num_requests": self.num_requests, "tokens_per_request": self.num_tokens,

@@ -1,9 +1,10 @@
 """Allocator benchmarks through the adapter protocol (CPU; every implementation).
 
 Each figure is measured on the implementation through pytest-benchmark and on kvcheck's
-reference, same inputs, same run (once per session), and reported with the ratio. The timer
-is the time spent inside the implementation's calls (``ALLOCATOR_CLOCK``), GC is off during a
-round, and each round starts from a fresh manager.
+reference, same inputs, rounds interleaved A B B A (``kvcheck.bench.paired``), and reported
+with the median of the paired ratios. The timer is the time spent inside the implementation's
+calls (``ALLOCATOR_CLOCK``), GC is collected before and off during every round of both sides,
+and each round starts from a fresh manager.
 """
 
 from __future__ import annotations

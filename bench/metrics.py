@@ -17,8 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvcheck.errors import KVCheckInputError
+
+if TYPE_CHECKING:
+    from kvcheck.bench.paired import PairedRatio
 
 __all__ = [
     "NOISY_CV",
@@ -147,7 +151,12 @@ def ratio(value: float | None, reference: float | None) -> float | None:
 @dataclass
 class Metric:
     """One reported figure: the headline value, its per-round samples and, once known, the
-    reference implementation's value of the same figure measured in the same run."""
+    reference implementation's value of the same figure measured in the same run.
+
+    When the reference was measured interleaved with the implementation (``bench.paired``),
+    ``reference_samples`` holds its per-round samples and ``paired`` the median of the
+    per-pair ratios, which is then the reported ``ratio_to_reference``.
+    """
 
     name: str
     unit: str
@@ -156,10 +165,15 @@ class Metric:
     samples: list[float]
     stat: str = "median"
     reference_value: float | None = None
+    reference_samples: list[float] | None = None
+    paired: PairedRatio | None = None
 
     @property
     def ratio_to_reference(self) -> float | None:
-        """``value / reference_value`` (see ``kvcheck.bench.metrics.ratio``)."""
+        """The paired ratio when there is one, else ``value / reference_value`` (see
+        ``kvcheck.bench.metrics.ratio``)."""
+        if self.paired is not None:
+            return self.paired.ratio
         return ratio(self.value, self.reference_value)
 
 

@@ -16,6 +16,13 @@ Per step, in vLLM V1's order:
 
 Only the implementation's calls are timed (``perf_counter_ns`` around each); the loop's own
 bookkeeping is excluded. Pool usage is read once per step (``num_free_blocks``, untimed).
+
+On a loaded machine the process is descheduled now and then, and a call that spans it counts
+another process's time. The whole replay's CPU time (``thread_time_ns``) over its wall time
+gives the fraction of the replay spent on the CPU; ``SchedulerRun.on_cpu_ns`` scales the
+summed call times by it (1.0 on an idle machine). Per-call CPU clocks would avoid the
+assumption that the stolen time falls evenly, but on Linux VMs they cost ~1 us per read, as
+much as a short ``allocate_slots``.
 """
 
 from __future__ import annotations
@@ -53,11 +60,25 @@ class SchedulerRun:
     finished: int = 0
     peak_used_blocks: int = 0
     usable_blocks: int = 0
+    wall_ns: int = 0  # the whole replay, loop included
+    cpu_ns: int = 0  # this thread's CPU time over the same span
 
     @property
     def impl_ns(self) -> int:
-        """Total time inside the implementation's calls."""
+        """Total wall time inside the implementation's calls."""
         return sum(self.allocate_ns) + sum(self.lookup_ns) + sum(self.free_ns)
+
+    @property
+    def on_cpu_fraction(self) -> float:
+        """CPU time over wall time of the replay, at most 1 (1 when not measured)."""
+        if self.wall_ns <= 0 or self.cpu_ns <= 0:
+            return 1.0
+        return min(1.0, self.cpu_ns / self.wall_ns)
+
+    @property
+    def on_cpu_ns(self) -> float:
+        """``impl_ns`` less the share of the replay when the process was not running."""
+        return self.impl_ns * self.on_cpu_fraction
 
     @property
     def prefix_hit_rate(self) -> float:
@@ -279,10 +300,13 @@ def run_workload(manager: Any, workload: Workload, max_steps: int | None = None)
     limit = max_steps if max_steps is not None else (
         4 * sum(r.num_tokens for r in workload.requests) + 1000)
     step = 0
+    wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
     while scheduler.has_work:
         if step >= limit:
             raise KVCheckFailure(scheduler.stall_message(step))
         scheduler.step(step)
         step += 1
+    run.cpu_ns = time.thread_time_ns() - cpu0
+    run.wall_ns = time.perf_counter_ns() - wall0
     run.steps = step
     return run

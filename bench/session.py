@@ -1,7 +1,7 @@
 """The benchmark session: options, shared caches, collected results and the result records.
 
 One ``BenchSession`` lives in ``config.stash`` and is the ``kv_bench`` fixture. It caches
-workloads and the reference baselines (measured once per session, in the same run), owns the
+workloads, measures each allocator benchmark interleaved with the reference (``paired``), owns the
 kernel timing device and the one live kernel input pool, collects a ``BenchResult`` per
 benchmark, fills the cross-provider kernel ratios (``finalize``) and builds kvcheck result
 records (``records``).
@@ -78,7 +78,6 @@ class BenchSession:
         self.options = options
         self.results: list[BenchResult] = []
         self._workloads: dict[str, Any] = {}
-        self._baselines: dict[Any, list[Metric]] = {}
         self._device: Any = None
         self._device_error: str | None = None
         self._pool: Any = None
@@ -94,37 +93,34 @@ class BenchSession:
                                                       self.options.scale)
         return self._workloads[scenario]
 
-    def baseline(self, key: Any, measure: Callable[[], list[Metric]]) -> list[Metric]:
-        """The reference's metrics for ``key``, measured on first use and kept for the run."""
-        if key not in self._baselines:
-            self._baselines[key] = measure()
-        return self._baselines[key]
-
     def run_allocator(self, benchmark: Any, request: pytest.FixtureRequest, impl: Any,
                       reference: Any, make: Callable[[Any], Any], group: str,
                       case: str) -> BenchResult:
-        """Measure ``make(impl)`` through pytest-benchmark and ``make(reference)`` once per
-        session (unless the implementation *is* the reference), attach the ratios."""
-        from kvcheck.bench.allocator import measure_rounds
+        """Measure ``make(impl)`` through pytest-benchmark, interleaved round by round with
+        ``make(reference)`` on the same inputs (``bench.paired``: A B B A ..., GC handled the
+        same way for both), unless the implementation *is* the reference. The ratios are the
+        medians of the per-pair ratios, with their confidence intervals."""
+        from kvcheck.bench.paired import PairedBench
 
         rounds, warmup = self.options.rounds_for("allocator")
         is_reference = impl.module is reference.module
-        baseline_metrics = None
-        if not is_reference:
-            baseline_metrics = self.baseline(
-                (group, case), lambda: measure_rounds(make(reference), rounds, warmup))
         bench = make(impl)
-        benchmark.pedantic(bench.run, setup=bench.setup, rounds=rounds, warmup_rounds=warmup)
-        metrics = bench.metrics(bench.timed_results(warmup))
-        if baseline_metrics is None:
-            baseline_metrics, baseline = metrics, "itself (the implementation is the reference)"
-            self._baselines.setdefault((group, case), metrics)  # later implementations reuse it
+        if is_reference:
+            benchmark.pedantic(bench.run, setup=bench.setup, rounds=rounds,
+                               warmup_rounds=warmup)
+            metrics = bench.metrics(bench.timed_results(warmup))
+            for metric in metrics:
+                metric.reference_value = metric.value
+            baseline = "itself (the implementation is the reference)"
         else:
-            baseline = f"reference {reference.info.version}, same run, same inputs"
-        by_name = {m.name: m for m in baseline_metrics}
-        for metric in metrics:
-            ref = by_name.get(metric.name)
-            metric.reference_value = ref.value if ref is not None else None
+            ref_bench = make(reference)
+            ref_bench.clock = None  # pytest-benchmark's timer counts the implementation only
+            pair = PairedBench(bench, ref_bench)
+            benchmark.pedantic(pair.run, setup=pair.setup, rounds=rounds,
+                               warmup_rounds=warmup)
+            metrics, _ = pair.metrics(warmup)
+            baseline = (f"reference {reference.info.version}, same run, same inputs, rounds "
+                        "interleaved A B B A")
         info = {**bench.info(), "rounds": len(bench.timed_results(warmup)),
                 "warmup_rounds": warmup, "timer": "time inside the implementation's calls"}
         result = BenchResult(group, case, impl.name, impl.info.version, request.node.nodeid,
@@ -263,7 +259,7 @@ class BenchSession:
                         "reference_value": m.reference_value,
                         "ratio_to_reference": m.ratio_to_reference,
                         "baseline": r.baseline, "noisy": summarize(m.samples).is_noisy,
-                        "device": r.device}) for m in r.metrics)
+                        "device": r.device, **_paired_extra(m)}) for m in r.metrics)
             benchmarks = [{"nodeid": r.nodeid, "group": r.group, "case": r.case,
                            "device": r.device, "info": r.info} for r in results]
             records.append(make_benchmark_record(
@@ -271,6 +267,16 @@ class BenchSession:
                 environment=environment,
                 seed=self.options.seed, extra={**extra, "benchmarks": benchmarks}))
         return records
+
+
+def _paired_extra(metric: Metric) -> dict[str, Any]:
+    """The interleaved reference's samples and the paired ratio's interval, when measured."""
+    out: dict[str, Any] = {}
+    if metric.reference_samples is not None:
+        out["reference_samples"] = list(metric.reference_samples)
+    if metric.paired is not None:
+        out.update(metric.paired.as_extra())
+    return out
 
 
 def extra_info(result: BenchResult) -> dict[str, Any]:
@@ -282,5 +288,7 @@ def extra_info(result: BenchResult) -> dict[str, Any]:
         out[m.name] = m.value
         out[f"{m.name}_unit"] = m.unit
         out[f"{m.name}_ratio_to_reference"] = m.ratio_to_reference
+        if m.paired is not None:
+            out[f"{m.name}_ratio_ci"] = [m.paired.ci_low, m.paired.ci_high]
     out.update({k: v for k, v in result.info.items() if k not in out})
     return out

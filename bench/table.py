@@ -46,6 +46,27 @@ def _ratio(metric: Metric | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
 
+def _ratio_ci(metric: Metric | None) -> str:
+    """The ratio with its interval when it was measured in interleaved pairs."""
+    if metric is None or metric.paired is None:
+        return _ratio(metric)
+    p = metric.paired
+    return f"{p.ratio:.2f}x [{p.ci_low:.2f}-{p.ci_high:.2f}]"
+
+
+def _produced(result: BenchResult) -> str:
+    """One line: what a scheduler scenario's trace and replay actually produced."""
+    p = result.info.get("produced") or {}
+    if not p:
+        return ""
+    return (f"  {result.case}: prompt tokens p10/p50/p90/max "
+            f"{p['prompt_tokens_p10']:.0f}/{p['prompt_tokens_p50']:.0f}/"
+            f"{p['prompt_tokens_p90']:.0f}/{p['prompt_tokens_max']:.0f}, shared prefix "
+            f"{p['shared_prefix_fraction']:.1%}"
+            + (f", hit rate {p['prefix_hit_rate']:.1%}, preemptions {p['preemptions']:.0f}"
+               if "prefix_hit_rate" in p else ""))
+
+
 def _speedup(result: BenchResult) -> str:
     m = result.metric("time_us")
     r = None if m is None else m.ratio_to_reference
@@ -80,7 +101,7 @@ def render_tables(results: list[BenchResult], device: dict[str, Any] | None = No
         for r in sched:
             m = r.metric
             rows.append([r.subject, r.case, _cell(m("scheduled_tokens_per_s")),
-                         _ratio(m("scheduled_tokens_per_s")),
+                         _ratio_ci(m("scheduled_tokens_per_s")),
                          _cell(m("allocate_slots_calls_per_s")),
                          _ratio(m("allocate_slots_calls_per_s")),
                          _cell(m("allocate_slots_us_p50")), _cell(m("allocate_slots_us_p99")),
@@ -88,11 +109,18 @@ def render_tables(results: list[BenchResult], device: dict[str, Any] | None = No
                          _cell(m("peak_usage")), _cell(m("preemptions"))])
         lines += _table("kvcheck bench: scheduler loop through the adapter protocol "
                         "(time inside the implementation's calls)", cols, rows)
+        lines.append("x ref: median of the ratios of interleaved rounds (A B B A) "
+                     "[their interval], see docs/benchmarks.md")
+        first = {r.case: r for r in reversed(sched)}  # one line per scenario
+        produced = [_produced(first[case]) for case in dict.fromkeys(r.case for r in sched)]
+        if any(produced):
+            lines.append("what each scenario produced (trace, then the replay):")
+            lines += [line for line in produced if line]
     small = [r for r in results if r.group in ("hashing", "slot_mapping")]
     if small:
         cols = [("implementation", "left"), ("benchmark", "left"), ("figure", "left"),
                 ("value", "right"), ("unit", "left"), ("x ref", "right")]
-        rows = [[r.subject, f"{r.group}[{r.case}]", m.name, _cell(m), m.unit, _ratio(m)]
+        rows = [[r.subject, f"{r.group}[{r.case}]", m.name, _cell(m), m.unit, _ratio_ci(m)]
                 for r in small for m in r.metrics]
         lines += _table("kvcheck bench: hashing and slot_mapping throughput", cols, rows)
     kernels = [r for r in results if r.group == "kernels"]

@@ -25,8 +25,9 @@ integers, ``B{...}`` piecewise-uniform buckets ``[lo, hi]: weight``):
   prefill is chunked by the 2048-token step budget.
 * ``eviction_pressure``: 32 documents U[512, 2048], request i reads document d with weight
   ``1000 // (d + 1)`` (Zipf-like), plus a question B{[8,31]:1, [32,127]:2}; output
-  B{[8,63]:3, [64,127]:1}; 192 requests, inter-arrival U[0, 1]; **pool at 50 % of the working
-  set** so cached prefixes are evicted and requests are preempted.
+  B{[8,63]:3, [64,127]:1}; 192 requests, inter-arrival U[0, 1], up to 32 running; **pool at
+  25 % of the working set** so cached prefixes are evicted and running requests are preempted
+  (seed 0, scale 1: 31 preemptions with the reference; at 50 % and 16 running there were none).
 * ``burst_short``: 384 short requests all arriving at step 0: prompt U[8, 64], output U[4, 32].
 
 ``scale`` multiplies the request (conversation) counts, rounded half up, at least 1; the
@@ -56,6 +57,7 @@ __all__ = [
     "Workload",
     "make_workload",
     "scaled_count",
+    "trace_profile",
     "working_set_blocks",
 ]
 
@@ -303,8 +305,9 @@ def _eviction_pressure(d: Draws, scale: float) -> _Shape:
     return _Shape(requests, {"documents": "32 x U[512,2048]",
                              "document_weight": "1000 // (d + 1)", "question": _fmt(question),
                              "output": _fmt(output), "inter_arrival_steps": "U[0,1]",
-                             "requests": "192 x scale", "pool": "50% of the working set"},
-                  max_num_seqs=16, pool_fraction=0.5)
+                             "requests": "192 x scale", "pool": "25% of the working set",
+                             "max_num_seqs": "32"},
+                  max_num_seqs=32, pool_fraction=0.25)
 
 
 def _burst_short(d: Draws, scale: float) -> _Shape:
@@ -348,6 +351,36 @@ def working_set_blocks(requests: Sequence[RequestSpec], block_size: int) -> int:
         if len(tokens) % block_size:
             partial += 1
     return len(ids) + partial
+
+
+def trace_profile(requests: Sequence[RequestSpec], block_size: int) -> dict[str, float]:
+    """What a trace actually contains, for the record beside the stated distributions.
+
+    ``prompt_tokens_p10/p50/p90/max``: prompt lengths (tokens, nearest-rank percentiles);
+    ``shared_prefix_fraction``: of all full prompt blocks, in trace order, the fraction whose
+    whole prefix (same tokens after the same parent) already appeared in an earlier request,
+    i.e. the best hit rate a pool with room for everything could reach on prompts.
+    """
+    lengths = sorted(len(r.prompt_token_ids) for r in requests)
+    if not lengths:
+        raise KVCheckInputError("trace_profile: no requests")
+
+    def rank(q: int) -> float:
+        return float(lengths[min(len(lengths) - 1, (len(lengths) * q) // 100)])
+
+    seen: dict[tuple[int, tuple[int, ...]], int] = {}
+    total = shared = 0
+    for req in requests:
+        tokens, parent = req.prompt_token_ids, -1
+        for i in range(len(tokens) // block_size):
+            key = (parent, tokens[i * block_size:(i + 1) * block_size])
+            total += 1
+            if key in seen:
+                shared += 1
+            parent = seen.setdefault(key, len(seen))
+    return {"prompt_tokens_p10": rank(10), "prompt_tokens_p50": rank(50),
+            "prompt_tokens_p90": rank(90), "prompt_tokens_max": float(lengths[-1]),
+            "shared_prefix_fraction": shared / total if total else 0.0}
 
 
 def make_workload(scenario: str, seed: int = 0, scale: float = 1.0,

@@ -8,7 +8,8 @@ shrinks a failure to a short op list, whose trace the ``Pair`` writes for ``kvch
 The machine counts the workload features it reaches (``FEATURES``: lookahead during chunked
 prefill and decode, successful and refused resets, each hash algorithm, caching off, prompt
 logprobs, extra keys, preempt-and-resume, hits on evicted-and-reused blocks, touches at both
-ends of the free queue, a full pool); ``scripts/coverage_report.py`` prints them.
+ends of the free queue, a full pool, a max_model_len, PYTHONHASHSEED unset);
+``scripts/coverage_report.py`` prints them, ``docs/coverage.md`` explains them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from hypothesis import assume
+from hypothesis import Phase, assume
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
@@ -60,7 +61,7 @@ _PREFIXES = [list(range(1, 17)), list(range(1, 20)), list(range(1, 9)), list(ran
 # Token ids of every pickle/CBOR integer width (docs/semantics.md#serialization-bytes).
 _TOKENS = st.sampled_from([0, 1, 2, 3, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 151643])
 # A prefill chunk: the rest of the prompt (None) or up to n tokens (chunked prefill).
-_CHUNKS = st.one_of(st.none(), st.integers(1, 12))
+_CHUNKS = st.one_of(st.none(), st.integers(1, 8))
 
 #: Hash algorithms each profile's vLLM offers (docs/semantics.md#hash-algorithms: 0.10.2 has
 #: only the sha256 pair); random workloads never ask an oracle for one its vLLM lacks.
@@ -73,7 +74,7 @@ OFFERED_HASH_ALGOS: dict[str, tuple[str, ...]] = {
 #: (``tests/conformance/test_workload_coverage.py``; a hash algorithm only where the profile
 #: offers it and the implementation declares it).
 FEATURES: tuple[str, ...] = (
-    "lookahead_chunked_prefill",  # speculative slots past a prompt not yet computed
+    "lookahead_chunked_prefill",  # speculative slots filling a block of uncomputed prompt
     "lookahead_decode",
     "reset_succeeded",
     "reset_refused",  # reset_prefix_cache while requests hold blocks
@@ -89,10 +90,26 @@ FEATURES: tuple[str, ...] = (
     "touch_free_queue_tail",
     "full_pool",  # num_free_blocks() == 0 after an allocation
     "allocation_refused",  # allocate_slots returned None
+    "max_model_len",  # an engine whose spec caps the slots per request
+    "pythonhashseed_unset",  # an engine whose NONE_HASH comes from an unset PYTHONHASHSEED
 )
+
+# Where NONE_HASH with PYTHONHASHSEED unset is the same in every manager (docs/semantics.md
+# #none-hash: from vLLM 0.29 the sha256 pair hashes a fixed seed; elsewhere it is random).
+_UNSET_SEED_ALGOS: dict[str, tuple[str, ...]] = {"vllm-0.33": ("sha256", "sha256_cbor")}
 
 #: Features reached by every run in this process (``run_workload_machine`` adds to it).
 REACHED: Counter[str] = Counter()
+
+
+def _coin_index(n: int) -> st.SearchStrategy[int]:
+    """An index in ``range(n)`` made of coin flips (shrinking to 0). Hypothesis draws the
+    first choices of an example (the ``@initialize`` arguments) far from uniformly with
+    ``sampled_from`` or ``integers`` (in 40 derandomized examples one of four values may never
+    come up) but evenly with ``booleans``."""
+    bits = max(1, (n - 1).bit_length())
+    flips = st.lists(st.booleans(), min_size=bits, max_size=bits)
+    return flips.map(lambda f: sum(b << i for i, b in enumerate(f)) % n)
 
 
 def supported_block_sizes(info: ImplInfo) -> list[int]:
@@ -122,7 +139,7 @@ def workload_hash_algos(info: ImplInfo | None, profile: str | None) -> tuple[str
 def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, seed: int | None,
                          *, extras: bool, events: bool, step_count: int = 30,
                          impl: ImplHandle | None = None, profile: str | None = None,
-                         stats: Counter[str] | None = None) -> None:
+                         stats: Counter[str] | None = None, random_roots: bool = False) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
     ``Pair``. ``extras`` adds salts / LoRA / multimodal items; ``events`` may enable KV events.
 
@@ -133,6 +150,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     resets (``reset_prefix_cache``), caching off (``caching_off``), prompt-logprobs requests
     (``skip_reading_prefix_cache``), speculative slots (``lookahead``) and decode steps of
     several tokens (``multi_token_decode``). Without ``impl``: everything.
+
+    ``random_roots``: PYTHONHASHSEED may be left unset even where NONE_HASH is then random per
+    manager, for runs whose pairs have no oracle (nothing compares hashes across managers).
 
     The workload features reached (``FEATURES``) are counted into ``stats`` when given, and
     into the process-wide ``REACHED`` in any case, also when the run fails.
@@ -149,8 +169,18 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     info = None if impl is None else impl.info
     hash_algos = workload_hash_algos(info, profile or (None if info is None else info.profile))
     multi_token = "multi_token_decode" in caps
-    caching_draw = (st.sampled_from([True, True, True, False]) if "caching_off" in caps
+    # Caching off in about one example in four: two coin flips (see _coin_index).
+    caching_draw = (_coin_index(4).map(lambda i: i != 3) if "caching_off" in caps
                     else st.just(True))
+    hash_algo_draw = _coin_index(len(hash_algos)).map(hash_algos.__getitem__)
+    # A model length cap in one engine in four (about as long as the longest prompts), and
+    # PYTHONHASHSEED unset in one in four (where allowed: see _start).
+    max_model_len_draw = _coin_index(4).flatmap(
+        lambda i: st.integers(16, 48) if i == 3 else st.none())
+    seed_unset_draw = _coin_index(4).map(lambda i: i == 3)
+    # KV events (when ``events``) in three engines in four: they show when each block is
+    # cached and evicted, op by op.
+    events_draw = _coin_index(4).map(lambda i: i != 3)
     skip_read_draw = st.booleans() if "skip_reading_prefix_cache" in caps else st.just(False)
     # Speculative slots as an EAGLE/MTP scheduler reserves them (0 first: Hypothesis shrinks
     # towards it); 4 can span a whole block of the sizes drawn.
@@ -165,7 +195,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             self.running: list[str] = []   # holding blocks
             self.prompts: list[list[int]] = []  # every prompt seen, for resubmission
             self.next_id = 0
-            self.last_freed: list[int] | None = None  # tokens of the request freed last
+            self.max_model_len: int | None = None  # the engine's (set by _start)
+            self.caching = True  # the engine's (set by _start)
             # block id -> how often allocate_slots handed it out as new (2+: it left the free
             # queue, was evicted and reused)
             self.handed_out: Counter[int] = Counter()
@@ -173,24 +204,58 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
         # Pools sized to the workload (a few requests fit, pressure still happens) and caching
         # mostly on: otherwise most allocations fail and prefix hits never occur.
         @initialize(block_size=st.sampled_from(block_sizes), pool_tokens=st.integers(24, 96),
-                    caching=caching_draw, with_events=st.booleans(),
-                    hash_algo=st.sampled_from(hash_algos))
-        def setup(self, block_size: int, pool_tokens: int, caching: bool,
-                  with_events: bool, hash_algo: str) -> None:
+                    with_events=events_draw, hash_algo=hash_algo_draw, caching=caching_draw,
+                    max_model_len=max_model_len_draw, seed_unset=seed_unset_draw)
+        def setup(self, block_size: int, pool_tokens: int, caching: bool, with_events: bool,
+                  hash_algo: str, max_model_len: int | None, seed_unset: bool) -> None:
+            self._start(block_size, pool_tokens, caching, with_events, hash_algo, max_model_len,
+                        seed_unset)
+
+        @rule(dice=_coin_index(8), block_size=st.sampled_from(block_sizes),
+              pool_tokens=st.integers(24, 96), with_events=events_draw,
+              hash_algo=hash_algo_draw, caching=caching_draw,
+              max_model_len=max_model_len_draw, seed_unset=seed_unset_draw)
+        def restart(self, dice: int, block_size: int, pool_tokens: int, caching: bool,
+                    with_events: bool, hash_algo: str, max_model_len: int | None,
+                    seed_unset: bool) -> None:
+            """Rarely, a new engine with another spec. Hypothesis varies an example's first
+            draws (``setup``'s) little between the examples of a run, so the specs a run sees,
+            hash algorithms and caching off among them, come mostly from here."""
+            if dice == 7:  # 1 in 8 (not 0: what shrinking favours): engines need some steps
+                self.pending, self.running, self.prompts = [], [], []
+                self.handed_out.clear()
+                self._start(block_size, pool_tokens, caching, with_events, hash_algo,
+                            max_model_len, seed_unset)
+
+        def _start(self, block_size: int, pool_tokens: int, caching: bool, with_events: bool,
+                   hash_algo: str, max_model_len: int | None, seed_unset: bool) -> None:
+            """A new ``Pair`` for this spec (its failure trace starts here). PYTHONHASHSEED is
+            left unset (``seed_unset``) only where NONE_HASH then stays comparable: the
+            deterministic default root of vllm-0.33's sha256 pair, or no oracle at all."""
             num_blocks = num_reserved + max(2, pool_tokens // block_size)
             if info is not None and info.num_blocks_range is not None:
                 low, high = info.num_blocks_range
                 num_blocks = min(max(num_blocks, low), high)
             spec = KVCacheSpec(num_blocks=num_blocks, block_size=block_size, hash_algo=hash_algo)
             assume(info is None or info.supports(spec))
+            unset = seed_unset and (random_roots or hash_algo in _UNSET_SEED_ALGOS.get(
+                profile or (info.profile if info is not None else ""), ()))
             try:
                 self.pair = make_pair(num_blocks=num_blocks, block_size=block_size,
                                       hash_algo=hash_algo, enable_caching=caching,
-                                      enable_kv_cache_events=events and with_events)
+                                      enable_kv_cache_events=events and with_events,
+                                      max_model_len=max_model_len,
+                                      pythonhashseed=None if unset else spec.pythonhashseed)
             except UnsupportedSpec:
                 assume(False)  # the factory declined it: draw another spec
+            self.max_model_len = max_model_len
+            self.caching = caching
             reached[f"hash_algo:{hash_algo}"] += 1
             reached["caching_off" if not caching else "caching_on"] += 1
+            if unset:
+                reached["pythonhashseed_unset"] += 1
+            if max_model_len is not None:
+                reached["max_model_len"] += 1
 
         @rule(prefix=st.sampled_from(_PREFIXES), tail=st.lists(_TOKENS, max_size=10),
               skip_read=skip_read_draw, extra=st.sampled_from(["", "salt", "lora", "mm"]),
@@ -214,26 +279,85 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             if rid is not None and admit_now:
                 self._admit(rid, None)
 
-        @precondition(lambda self: self.last_freed is not None)
-        @rule(keep=st.sampled_from([1, 2, 3, 0]))
-        def fill_pool(self, keep: int) -> None:
-            """A long request of tokens nobody shares takes all free blocks but ``keep`` (0: a
-            full pool), evicting the oldest free blocks; the request freed last comes back.
-            Its cached blocks were freed to the tail, so the ones left sit at the head of the
-            free queue too, and its hits touch the head and the tail of the queue."""
-            free_blocks = self._observer().manager.num_free_blocks()
-            size = (free_blocks - keep) * self.pair.spec.block_size
+        @rule(prefix=st.sampled_from(_PREFIXES), tail=st.lists(_TOKENS, min_size=8, max_size=24),
+              chunk=st.integers(1, 8), lookahead=lookahead_draw)
+        def long_prefill(self, prefix: list[int], tail: list[int], chunk: int,
+                         lookahead: int) -> None:
+            """A long prompt prefilled ``chunk`` tokens a step (a token budget), each step
+            after the first reserving ``lookahead`` speculative slots (a draft model): the
+            slots reach into prompt blocks not computed yet, which must not be cached before
+            they are."""
+            rid = self._add(prefix + tail, False, "")
+            if rid is None:
+                return
+            self._admit(rid, chunk)
+            while rid in self.running and self._in_prefill(rid):
+                self._step(rid, chunk, lookahead)
+
+        @precondition(lambda self: bool(self.running))
+        @rule(data=st.data(), chunk=_CHUNKS)
+        def duplicate(self, data: st.DataObject, chunk: int | None) -> None:
+            """A request with the same prompt and extra keys as a running one (parallel
+            sampling, or the same question twice), preferably one still in its chunked
+            prefill: it hits exactly the blocks already computed and cached, no further."""
+            rids = [r for r in self.running if self._in_prefill(r)] or self.running
+            view = self.pair.impl.views[data.draw(st.sampled_from(rids), label="original")]
+            kwargs: RequestExtras = {}
+            if view.lora is not None:
+                kwargs["lora"] = view.lora
+            if view.mm_features:
+                kwargs["mm"] = view.mm_features
+            if view.cache_salt is not None:
+                kwargs["salt"] = view.cache_salt
+            rid = f"r{self.next_id}"
+            self.next_id += 1
+            self.pair.apply(add(rid, view.prompt_token_ids, **kwargs))
+            self.pending.append(rid)
+            self._admit(rid, chunk)
+
+        @rule(chain=st.integers(1, 3), full=st.booleans())
+        def fill_pool(self, chain: int, full: bool) -> None:
+            """Eviction under pool pressure, then a prefix comes back. A request of fresh
+            tokens (``chain`` full blocks and one token) runs and finishes: its cached blocks
+            wait at the tail of the free queue, last block first. A long request of tokens
+            nobody shares takes every other free block (``full``: every one, evicting those
+            too) and finishes. Then the first request's prompt comes back: its blocks are now
+            the head of the queue, the long request's behind them, so its hits touch the head
+            and its new block evicts one of the long request's."""
+            block_size = self.pair.spec.block_size
+            base = 100_000 + 1_000 * self.next_id  # token ids no other request uses
+            prompt = [base + i for i in range(chain * block_size + 1)]
+            if not self._run_and_finish(prompt):
+                return
+            size = self._observer().manager.num_free_blocks() - (0 if full else chain)
             if size > 0:
-                rid = self._add([100_000 + self.next_id] * size, False, "", remember=False)
-                if rid is not None:
-                    self._admit(rid, None)
-            rid = self._add(list(self.last_freed or ()), False, "")
+                tokens = size * block_size
+                if self.max_model_len is not None:  # as long as the engine allows
+                    tokens = min(tokens, self.max_model_len - 1)
+                self._run_and_finish([base + 999] * tokens)
+            rid = self._add(prompt, False, "")
             if rid is not None:
                 self._admit(rid, None)
 
+        def _run_and_finish(self, prompt: list[int]) -> bool:
+            """A request admitted whole and freed at once (not resubmitted later); whether
+            it got its blocks."""
+            rid = self._add(prompt, False, "", remember=False)
+            if rid is None:
+                return False
+            self._admit(rid, None)
+            if rid not in self.running:
+                return False
+            self.pair.apply(free(rid))
+            self.running.remove(rid)
+            return True
+
         def _add(self, prompt: list[int], skip_read: bool, extra: str,
                  remember: bool = True) -> str | None:
-            if not prompt:
+            """Add a request (None: an empty prompt, or one the engine's max_model_len
+            rejects, as vLLM does: it must leave room for one output token)."""
+            if not prompt or (self.max_model_len is not None
+                              and len(prompt) >= self.max_model_len):
                 return None
             if remember:
                 self.prompts.append(prompt)
@@ -267,6 +391,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             self.running.append(rid)
             hits = got["hits"][0] if "hits" in got else []
             reached["preempt_resume" if view.output_token_ids else "admitted"] += 1
+            if self._in_prefill(rid):
+                reached["chunked_prefill"] += 1
             if view.skip_reading_prefix_cache:
                 reached["skip_read"] += 1
             for key, value in (("salt", view.cache_salt), ("lora", view.lora),
@@ -316,19 +442,61 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             a decode step (one token, or several with multi_token_decode), with ``lookahead``
             speculative slots."""
             rid = data.draw(st.sampled_from(self.running), label="running request")
+            self._step(rid, num_tokens, lookahead)
+
+        @precondition(lambda self: bool(self.running))
+        @rule(data=st.data(), lookahead=lookahead_draw)
+        def schedule_all(self, data: st.DataObject, lookahead: int) -> None:
+            """A scheduler step over every running request, in admission order: chunked
+            prefills take their next chunk, the others decode; each reserves ``lookahead``
+            speculative slots, as vLLM does for all running requests when a draft model is
+            configured."""
+            for rid in list(self.running):
+                if rid in self.running:  # not preempted to make room for an earlier one
+                    self._step(rid, data.draw(st.integers(1, 6), label=f"tokens for {rid}"),
+                               lookahead)
+
+        def _in_prefill(self, rid: str) -> bool:
+            view = self.pair.impl.views[rid]
+            return view.num_computed_tokens < view.num_tokens
+
+        def _step(self, rid: str, num_tokens: int, lookahead: int) -> None:
             view = self.pair.impl.views[rid]
             prefill = view.num_computed_tokens < view.num_tokens
             if not multi_token and not prefill:
                 num_tokens = 1  # a decode step of one token: all the design promises
+            if not prefill and self.max_model_len is not None:
+                room = self.max_model_len - view.num_tokens
+                if room <= 0:  # the request reached max_model_len: it finishes
+                    reached["finished_at_max_model_len"] += 1
+                    self._free(rid)
+                    return
+                num_tokens = min(num_tokens, room)
             op = (schedule(rid, num_tokens, lookahead) if prefill
                   else decode(rid, num_tokens, lookahead))
-            if not self._allocated(self.pair.apply(op)) or not lookahead:
+            # As vLLM's scheduler: when the pool is short, preempt the running request admitted
+            # last (recompute: freed, resumed later with its output) and try again, until the
+            # step fits or the request itself was the one preempted.
+            while not self._allocated(self.pair.apply(op)):
+                victim = self.running[-1]
+                reached["preempted_for_room"] += 1
+                self._free(victim)
+                if victim == rid:
+                    return
+                # The tokens a refused decode sampled stay in the request: the retry only
+                # schedules them (sampling again would lengthen the request twice).
+                op = schedule(rid, num_tokens, lookahead)
+            if not lookahead:
                 return
             after = self.pair.impl.views[rid]
+            computed, block_size = after.num_computed_tokens, self.pair.spec.block_size
             if not prefill:
                 reached["lookahead_decode"] += 1
-            elif after.num_computed_tokens < after.num_tokens:
-                reached["lookahead_chunked_prefill"] += 1  # slots past uncomputed prompt
+            elif self.caching and (min(computed + lookahead, after.num_tokens) // block_size
+                                   > computed // block_size):
+                # The speculative slots fill a block whose prompt tokens are not computed yet:
+                # caching it now would let another request hit KV never written.
+                reached["lookahead_chunked_prefill"] += 1
 
         @precondition(lambda self: bool(self.running or self.pending))
         @rule(data=st.data())
@@ -353,27 +521,31 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             view = self.pair.impl.views[rid]
             self.pair.apply(free(rid))
             if rid in self.running:
-                self.last_freed = list(view.token_ids)
                 self.running.remove(rid)
                 self.pending.append(rid)  # a freed request may come back (preemption)
                 if view.output_token_ids:  # its prompt and answer: a later turn's prefix
                     self.prompts.append(list(view.token_ids))
 
         if "reset_prefix_cache" in caps:
-            @rule(dice=st.integers(0, 9), drain=st.booleans())
+            @rule(dice=_coin_index(4), drain=st.booleans())
             def reset_cache(self, dice: int, drain: bool) -> None:
                 """Rarely, reset the prefix cache: refused while requests hold blocks; with
-                ``drain`` every request is freed first (as between benchmark runs), so it
-                succeeds."""
-                # Rare: a rule without arguments is cheap for Hypothesis to pick, and resetting
-                # often would leave nothing to hit (9, not 0: Hypothesis favours small values).
-                if dice != 9:
+                ``drain`` every request is then freed (as between benchmark runs) and the reset
+                asked again, which succeeds."""
+                # Rare (1 in 4): a rule without arguments is cheap for Hypothesis to pick, and
+                # resetting often would leave nothing to hit (3, not 0: what shrinking favours).
+                if dice != 3:
                     return
+                if self.running or not drain:
+                    self._reset()  # refused while requests hold blocks (none: succeeds)
                 if drain:
                     for rid in list(self.running):
                         self._free(rid)
-                got = self.pair.apply(reset())
-                reached["reset_succeeded" if got.get("reset") else "reset_refused"] += 1
+                    self._reset()
+
+        def _reset(self) -> None:
+            got = self.pair.apply(reset())
+            reached["reset_succeeded" if got.get("reset") else "reset_refused"] += 1
 
     # Hypothesis derives derandomized examples from the source of the factory it is given;
     # a fixed one-line factory keeps the examples the same when the machine's code changes.
@@ -383,8 +555,12 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     try:
         # Hypothesis annotates the factory as type[RuleBasedStateMachine] but documents (and
         # accepts) any zero-argument callable returning a machine.
+        # No explain phase: it re-runs each span of the shrunk workload many times (minutes
+        # for a workload that fills the pool) to print which lines only failures ran.
+        phases = tuple(p for p in settings.phases if p is not Phase.explain)
         run_state_machine_as_test(factory,  # type: ignore[arg-type]
-                                  settings=Settings(settings, stateful_step_count=step_count))
+                                  settings=Settings(settings, stateful_step_count=step_count,
+                                                    phases=phases))
     finally:
         REACHED.update(reached)
         if stats is not None:

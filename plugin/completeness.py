@@ -38,8 +38,8 @@ import kvcheck.conformance
 __all__ = ["INTERNAL_ERROR", "RUN_DID_NOT_FINISH", "Completeness", "SuiteInventory", "assess",
            "inventory_subprocess", "is_suite_path", "suite_dir", "suite_files", "suite_key"]
 
-#: The one reason of the record written when a session starts, which its end replaces: seen
-#: only when the process died first.
+#: The one reason of the record written before the first test, which the session's end
+#: replaces: seen only when the process died first.
 RUN_DID_NOT_FINISH = ("the run did not finish: pytest ended before the end of its session "
                       "(killed, crashed, or stopped by pytest-timeout's thread method)")
 #: The reason given when pytest aborted the session (an INTERNALERROR).
@@ -148,9 +148,12 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
     reasons: list[str] = []
     stopped = interrupted or internal_error
     if inventory is None or not inventory.known:
+        # E.g. every xdist worker crashed before handing its inventory over: say why too.
         reasons.append("the test collection never completed")
-        if internal_error:
-            reasons.append(INTERNAL_ERROR)
+        reasons.extend(reason for reason, fact in (("interrupted", interrupted),
+                                                   (INTERNAL_ERROR, internal_error),
+                                                   ("an xdist worker crashed", worker_crashed))
+                       if fact)
         return Completeness(None, len(reported), tuple(reasons), stopped)
     applicable = set(inventory.applicable.get(impl, ()))
     outside = 0

@@ -24,6 +24,7 @@ from kvcheck.results.schema import OUTCOMES, make_conformance_record, validate_r
 __all__ = ["SessionOutcomes", "area_of", "check_report_path", "conformance_record",
            "render_summary", "verdict", "write_report", "write_unfinished_report"]
 
+
 def verdict(impl: str, profile: str, counts: dict[str, dict[str, int]],
             completeness: Completeness, flaky: int = 0) -> tuple[bool, str]:
     """(conforms, one line) for the summary and the record.
@@ -129,7 +130,7 @@ def write_report(path: str, impls: list[ImplHandle], profile_for: Callable[[Impl
 
 def write_unfinished_report(path: str, impls: list[ImplHandle],
                             profile_for: Callable[[ImplHandle], str], seed: int | None) -> Path:
-    """Write, at the start of a session, the record a session that never ends leaves behind:
+    """Write, before the first test, the record a session that never ends leaves behind:
     incomplete, interrupted, no verdict (``RUN_DID_NOT_FINISH``). The end of the session
     replaces it; a process that is killed first (pytest-timeout's ``thread`` method, a
     crash, the OOM killer) leaves this, never an earlier run's verdict."""

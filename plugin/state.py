@@ -4,8 +4,8 @@ and JUnit XML properties.
 
 One ``KVSessionState`` per pytest session, in ``config.stash[KV_STATE]``, registered as a
 plugin object so its hook methods see every report (on the xdist controller, the reports the
-workers send). The record is written twice: at session start a record saying the run did not
-finish (what a killed process leaves), at the end the real one.
+workers send). The record is written twice: before the first test a record saying the run did
+not finish (what a killed process leaves), at the end the real one.
 """
 
 from __future__ import annotations
@@ -102,6 +102,12 @@ class KVSessionState:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # trylast: after pytest-cov has started measuring (on an xdist worker it starts here).
         measure_root_package()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Before the first test (collection is over, so a usage error found while
+        collecting has not replaced an earlier record): the record of a run that did not
+        finish, which the end of the session replaces."""
         if self.reports_conformance and self.report_path:
             write_unfinished_report(self.report_path, self.impls, self.profile_for, self.seed)
 
@@ -208,9 +214,9 @@ class KVSessionState:
         add_junit_properties(self.config, properties)
 
     @pytest.hookimpl(trylast=True, optionalhook=True)
-    def pytest_html_results_summary(self, prefix: list[str], summary: list[str],
-                                    postfix: list[str], session: pytest.Session) -> None:
-        """pytest-html (``--html``): the verdict and the per-area table atop its summary."""
+    def pytest_html_results_summary(self, prefix: list[str]) -> None:
+        """pytest-html (``--html``): the verdict and the per-area table atop its summary
+        (only ``prefix`` is taken: pytest-html 3 passes no ``session``)."""
         if not self._finished:
             return
         prefix.extend(
@@ -219,7 +225,7 @@ class KVSessionState:
             for v in self.verdicts())
 
     def write_record(self) -> None:
-        """Write the ``--kv-report`` record (replacing the one written at session start)."""
+        """Write the ``--kv-report`` record (replacing the one written before the first test)."""
         if self._finished and self.report_path:
             self.written = write_report(self.report_path, self.impls, self.profile_for,
                                         self.outcomes, self.completeness(), self.seed)

@@ -7,6 +7,7 @@ as extra keys (LoRA, multimodal items, ``cache_salt``, prompt embeds).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -89,10 +90,23 @@ class Request:
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
             raise KVCacheMisuseError(f"request_id must be a non-empty str, got {self.request_id!r}")
-        self.prompt_token_ids = tuple(int(t) for t in self.prompt_token_ids)
-        if any(t < 0 for t in self.prompt_token_ids):
+        # Conversion and checks run in C: per-token Python frames made construction ~1.75x
+        # slower than vLLM's. ``array`` takes a tuple or list of ints (and ``__index__`` objects
+        # such as numpy integers) in one pass; anything else (floats, strings, huge ints, other
+        # iterables) takes the general ``int()`` path, so inputs and errors are unchanged.
+        given = self.prompt_token_ids
+        prompt: tuple[int, ...] | None = None
+        if isinstance(given, (tuple, list)):  # re-iterable: the fallback may read it again
+            try:
+                prompt = tuple(array("q", given).tolist())
+            except (TypeError, OverflowError):
+                prompt = None
+        if prompt is None:
+            prompt = tuple(map(int, given))
+        if prompt and min(prompt) < 0:
             raise KVCacheMisuseError(f"request {self.request_id!r}: token ids must be >= 0")
-        self.all_token_ids = list(self.prompt_token_ids)
+        self.prompt_token_ids = prompt
+        self.all_token_ids = list(prompt)
         self.mm_features = tuple(self.mm_features)
         offsets = [f.offset for f in self.mm_features]
         if offsets != sorted(offsets):
@@ -117,7 +131,7 @@ class Request:
     def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
         """Append sampled tokens and hash any block they complete."""
         new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
-        if any(t < 0 for t in new):
+        if new and min(new) < 0:
             raise KVCacheMisuseError(f"request {self.request_id!r}: token ids must be >= 0")
         self.all_token_ids.extend(new)
         self.update_block_hashes()

@@ -12,6 +12,17 @@ A run fails the gate (exit 1) when
   (one-sided Mann-Whitney U, ``p < alpha``) AND it exceeds the metric's absolute floor
   (``--floor SEL:0.5``, in the metric's unit; default 0).
 
+Deterministic metrics (``deterministic: true``: instruction counts, see
+``kvcheck.bench.counted``) do not depend on the machine's load, so they get no significance
+test: a count that grew by more than its threshold fails, the default being 1%
+(``DEFAULT_DETERMINISTIC_THRESHOLD``), and the failure line names the case (scenario) whose
+count moved, by how much in percent and in instructions. A threshold without a selector
+(``--threshold 5%``) is for timings and leaves counts at 1%; one whose selector names them
+(``--threshold instructions:0.5%``, by unit, name or key) applies to them. In a record whose
+hardware key names a counting method (``"callgrind:x86_64"``), the wall-time metrics beside
+the counts may come from another machine of that architecture, so they are shown
+(``--verbose``) but never gated.
+
 Exact metrics (recorded without samples, or without spread in either run: counts, hit rates)
 need no test, so threshold and floor decide. A noisy metric with too few samples for any
 p-value below alpha (3 against 3 cannot go below 0.05) cannot be significant: it is reported
@@ -53,10 +64,12 @@ from kvcheck.results.compare import (
     pair_groups,
     software_differences,
 )
+from kvcheck.results.schema import counting_method, is_deterministic
 from kvcheck.results.text import visible
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "DEFAULT_DETERMINISTIC_THRESHOLD",
     "DEFAULT_THRESHOLD",
     "Decision",
     "GateConfig",
@@ -74,6 +87,7 @@ __all__ = [
 
 DEFAULT_THRESHOLD = 5.0  # percent
 DEFAULT_ALPHA = 0.01
+DEFAULT_DETERMINISTIC_THRESHOLD = 1.0  # percent, for deterministic counts
 
 
 class GateInputError(KVCheckInputError):
@@ -211,7 +225,14 @@ class GateConfig:
     allow_incomplete: bool = False  # a current record of an incomplete run may pass
 
     def threshold_for(self, key: str, metric: dict[str, Any]) -> Rule:
-        rules = [Rule(None, DEFAULT_THRESHOLD, True), *self.thresholds]
+        """The most specific matching threshold. A deterministic metric starts from
+        ``DEFAULT_DETERMINISTIC_THRESHOLD`` and ignores thresholds without a selector (those
+        are for timings)."""
+        if is_deterministic(metric):
+            rules = [Rule(None, DEFAULT_DETERMINISTIC_THRESHOLD, True),
+                     *(r for r in self.thresholds if r.selector is not None)]
+        else:
+            rules = [Rule(None, DEFAULT_THRESHOLD, True), *self.thresholds]
         return _resolve(rules, key, metric)  # type: ignore[return-value]
 
     def floor_for(self, key: str, metric: dict[str, Any]) -> float:
@@ -228,6 +249,7 @@ class GateConfig:
 # Statuses; only REGRESSION fails the gate.
 REGRESSION = "REGRESSION"
 UNTESTABLE = "untestable"  # worse beyond the threshold, but too few samples to tell
+NOT_GATED = "not gated"    # wall time in a record of counts (hardware key of a method)
 MISSING_ALLOWED = "missing (allowed)"
 INCOMPLETE_ALLOWED = "incomplete (allowed)"
 RECORD_ITEM = "(whole record)"  # the item of a decision about a record, not a test or metric
@@ -308,12 +330,23 @@ def _outcome_decision(impl: str, change: OutcomeChange, config: GateConfig) -> D
     return d
 
 
-def _metric_decision(impl: str, change: MetricChange, config: GateConfig) -> Decision:
+def _metric_decision(impl: str, change: MetricChange, config: GateConfig,
+                     method: str | None = None) -> Decision:
+    """``method``: the counting method the pair's hardware key names (None: a machine's)."""
     key = change.key
     if change.baseline is None:
         return Decision(impl, key, "new", "no baseline value", metric=change)
     if change.current is None:
         return Decision(impl, key, "missing", "not in the current run", metric=change)
+    counted = is_deterministic(change.baseline), is_deterministic(change.current)
+    if any(counted):
+        if not all(counted):
+            return Decision(impl, key, "not comparable",
+                            "a count in one run, a sampled figure in the other", metric=change)
+        return _count_decision(impl, change, config)
+    if method is not None:
+        return Decision(impl, key, NOT_GATED, f"wall time in a {method} record: the "
+                        "machines may differ; its counts are gated", metric=change)
     threshold = config.threshold_for(key, change.current)
     floor = config.floor_for(key, change.current)
     worse, pct = change.worse_by or 0.0, change.worse_pct
@@ -355,6 +388,41 @@ def _metric_decision(impl: str, change: MetricChange, config: GateConfig) -> Dec
                 d.status, d.detail = REGRESSION, "" if change.p is not None and not exact else (
                     evidence)
     elif beyond(-worse, None if pct is None else -pct) and significant:
+        d.status = "improved"
+    return d
+
+
+def _count_decision(impl: str, change: MetricChange, config: GateConfig) -> Decision:
+    """A deterministic count: threshold and floor decide, no significance test."""
+    assert change.baseline is not None and change.current is not None
+    key = change.key
+    threshold = config.threshold_for(key, change.current)
+    floor = config.floor_for(key, change.current)
+    worse, pct = change.worse_by or 0.0, change.worse_pct
+    before, after = change.baseline["value"], change.current["value"]
+    moved = (f"{'-' if pct is None else f'{pct:+.2f}%'} ({before:,.0f} -> {after:,.0f} "
+             f"{change.unit}, {after - before:+,.0f})")
+    d = Decision(impl, key, "ok", moved, metric=change, threshold=threshold)
+
+    def beyond(amount: float, relative: float | None) -> bool:
+        if threshold.percent:
+            return relative > threshold.value if relative is not None else amount > 0
+        return amount > threshold.value
+
+    if beyond(worse, pct) and worse > floor:
+        limit = f"{threshold.value:g}{'%' if threshold.percent else ' ' + change.unit}"
+        d.message = (f"Count {key!r} of {impl} has failed DeterministicRegressionCheck: it "
+                     f"moved {moved}, beyond the {limit} threshold (a deterministic count: "
+                     "no significance test)")
+        waiver = config.waiver_for(key)
+        if waiver:
+            waiver.used = True
+            d.status, d.detail = "waived", f"waived: {waiver.reason}"
+        else:
+            d.status = REGRESSION
+    elif beyond(worse, pct):
+        d.status, d.detail = "below floor", f"{moved}; {worse:.4g} {change.unit} <= floor {floor:g}"
+    elif beyond(-worse, None if pct is None else -pct):
         d.status = "improved"
     return d
 
@@ -404,8 +472,15 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
         decisions += outcome_decisions
         _report_missing(cur, [d for d in outcome_decisions if d.is_missing], config,
                         warnings, failures)
-        decisions.extend(_metric_decision(cur.name, metric_change, config)
-                         for metric_change in diff_metrics(base, cur))
+        method = counting_method(cur.hardware_key)
+        metric_decisions = [_metric_decision(cur.name, metric_change, config, method)
+                            for metric_change in diff_metrics(base, cur)]
+        decisions += metric_decisions
+        not_gated = sum(d.status == NOT_GATED for d in metric_decisions)
+        if not_gated:
+            warnings.append(f"{cur.label} [{cur.hardware_key}]: {not_gated} wall-time "
+                            f"metric(s) beside the {method} counts were not gated (shown with "
+                            "--verbose)")
     untestable = [d for d in decisions if d.status == UNTESTABLE]
     if untestable:
         warnings.append(
@@ -475,11 +550,14 @@ def _report_missing(cur: Group, missing: list[Decision], config: GateConfig,
 def _row(d: Decision) -> list[str]:
     if d.metric is not None:
         m = d.metric
-        pct = "-" if m.worse_pct is None else f"{m.worse_pct:+.1f}%"
+        counted = is_deterministic(m.metric)
+        digits = 2 if counted else 1  # counts move by fractions of a percent
+        pct = "-" if m.worse_pct is None else f"{m.worse_pct:+.{digits}f}%"
         return [d.implementation, d.item,
                 format_value((m.baseline or {}).get("value"), m.unit),
                 format_value((m.current or {}).get("value"), m.unit),
-                pct, str(d.threshold or "-"), format_p(m), d.status, d.detail]
+                pct, str(d.threshold or "-"), "count" if counted else format_p(m), d.status,
+                d.detail]
     if d.outcome is None:  # a decision about a whole record (incomplete)
         return [d.implementation, d.item, "", "", "", "", "", d.status, d.detail]
     return [d.implementation, d.item, d.outcome.before or "absent",
@@ -511,7 +589,7 @@ def _summary(result: GateResult) -> str:
 
 
 def _shown(result: GateResult, verbose: bool) -> list[Decision]:
-    return [d for d in result.decisions if verbose or d.status != "ok"]
+    return [d for d in result.decisions if verbose or d.status not in ("ok", NOT_GATED)]
 
 
 def render_gate(result: GateResult, verbose: bool = False) -> str:
@@ -536,8 +614,8 @@ def render_gate(result: GateResult, verbose: bool = False) -> str:
             style = "bold red" if d.status == REGRESSION else None
             table.add_row(*(escape(c) for c in _row(d)), style=style)
         out.print(table)
-    hidden = len(result.decisions) - len(shown)
-    if hidden:
+    hidden = sum(d.status == "ok" for d in result.decisions) if not verbose else 0
+    if hidden:  # (wall time that is not gated has a warning of its own)
         out.print(f"{hidden} metric(s) within their thresholds not shown (--verbose shows them)")
     elif result.compared and not result.decisions:
         out.print("kvcheck gate: no test outcome changed and no metrics to compare")

@@ -29,7 +29,10 @@ Fields of schema version 2 (``?`` marks an optional field, which may also be ``n
                                "higher_is_better", value number (the headline statistic,
                                finite), samples [number]? (raw per-round values, same unit),
                                case str?, stat str? ("median", "mean", "min"...),
-                               lower number?, upper number?, extra object?
+                               lower number?, upper number?, extra object?,
+                               deterministic bool? (true: a count that does not depend
+                               on the machine's load, e.g. callgrind's instructions;
+                               the gate compares it without a significance test)
     extra           object?    free-form data (e.g. pytest-benchmark's JSON, verbatim)
   conformance only:
     outcomes        object     test id -> one of OUTCOMES
@@ -58,6 +61,12 @@ whose completeness is unknown (``is_legacy`` / ``completeness_known``). The gate
 a current record as complete and warns; the leaderboard notes it beside the verdict.
 Version-1 benchmark records load unchanged. New records are always written as version 2.
 
+A deterministic metric (``deterministic: true``) is a count measured by a method named in the
+record's ``hardware_key`` (``"callgrind:x86_64"``: callgrind's instruction count on x86-64,
+see ``kvcheck.bench.counted``); its ``unit`` says what is counted (``"instructions"``). The
+field is optional, so such records remain schema version 2; absent or false means a timing
+or other sampled figure.
+
 A metric is identified inside a record by ``metric_key``: ``"<case>/<name>"`` when it has a
 case, else its name; keys are unique within a record.
 """
@@ -75,15 +84,18 @@ from typing import Any, NoReturn
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
+    "COUNTING_METHODS",
     "DIRECTIONS",
     "KINDS",
     "OUTCOMES",
     "SCHEMA_VERSION",
     "RecordError",
     "completeness_known",
+    "counting_method",
     "dump_lines",
     "envelope",
     "implementation_block",
+    "is_deterministic",
     "is_legacy",
     "load_records",
     "make_benchmark_record",
@@ -139,6 +151,23 @@ def _finite(obj: Mapping[str, Any], key: str, where: str, optional: bool = False
     return value
 
 
+#: Hardware-key prefixes that name a counting method (``"callgrind:x86_64"``): the records
+#: under such a key hold deterministic counts beside (ungated) wall time.
+COUNTING_METHODS = ("callgrind", "perf")
+
+
+def counting_method(hardware_key: str) -> str | None:
+    """The counting method a hardware key names (``"callgrind:x86_64"`` -> ``"callgrind"``),
+    or None for a machine's own key (``"cpu:AMD EPYC x2"``)."""
+    method, sep, _ = hardware_key.partition(":")
+    return method if sep and method in COUNTING_METHODS else None
+
+
+def is_deterministic(metric: Mapping[str, Any]) -> bool:
+    """Whether a metric is a deterministic count (``deterministic: true``), not a timing."""
+    return metric.get("deterministic") is True
+
+
 def metric_key(metric: Mapping[str, Any]) -> str:
     """The identity of a metric inside a record: ``"<case>/<name>"``, or the name alone."""
     case = metric.get("case")
@@ -165,6 +194,7 @@ def _validate_metric(metric: Any, w: str) -> str:
     _finite(metric, "lower", w, optional=True)
     _finite(metric, "upper", w, optional=True)
     _req(metric, "extra", dict, w, optional=True)
+    _req(metric, "deterministic", bool, w, optional=True)
     return metric_key(metric)
 
 
@@ -381,7 +411,7 @@ def implementation_block(impl: Any) -> dict[str, Any]:
 def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] = (),
                 value: float | None = None, *, case: str | None = None,
                 stat: str | None = None, extra: Mapping[str, Any] | None = None,
-                ) -> dict[str, Any]:
+                deterministic: bool | None = None) -> dict[str, Any]:
     """One metric object.
 
     Args:
@@ -393,6 +423,8 @@ def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] =
         value: the headline statistic; default: the median of ``samples`` (``stat`` is then
             ``"median"``, with ``lower``/``upper`` the 25th/75th percentiles).
         case: the benchmark case (shape, workload) the metric belongs to.
+        deterministic: true for a count that does not depend on the machine's load
+            (instructions counted by callgrind); the gate then uses no significance test.
 
     Raises:
         RecordError: no value and no samples, or an invalid field.
@@ -417,6 +449,8 @@ def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] =
         metric["stat"] = stat
     if extra is not None:
         metric["extra"] = dict(extra)
+    if deterministic is not None:
+        metric["deterministic"] = deterministic
     _validate_metric(metric, f"metric {name!r}")
     return metric
 

@@ -2,10 +2,10 @@
 """Mutation testing of the conformance suite: operator mutants of ``reference_impl/``, each
 served as an implementation (``--kv-impl``) and run against the shipped suite.
 
-    .venv/bin/python scripts/mutate.py                        # every module (~25 min, 1 job)
-    .venv/bin/python scripts/mutate.py --modules block_pool,free_block_queue --limit 20
-    .venv/bin/python scripts/mutate.py --list                 # the mutants, nothing run
-    .venv/bin/python scripts/mutate.py --only 'block_pool:BlockPool.touch:cmp:0'
+    scripts/mutate.py --list                      # the mutants, nothing run
+    scripts/mutate.py --modules block_hash_map    # one module (about a minute)
+    scripts/mutate.py --jobs 2 --results out.jsonl --resume   # all (docs/mutation.md)
+    scripts/mutate.py --only 'block_pool:BlockPool.touch:cmp:0'
 
 How a mutant is served: the reference package is copied into a temporary folder under another
 name (``kvmut_ref``), with one module replaced by its mutated source, and a copy of the
@@ -14,14 +14,17 @@ partner and golden-trace helpers keep importing ``kvcheck.reference_impl``, whic
 touched, so a mutant is always judged against the real reference. The error classes stay the
 reference's own (``kvcheck.reference_impl.errors`` is not copied), so ``isinstance`` checks
 see the same types. Mutants do not declare ``kernels`` (the kernel checks do not depend on
-the manager).
+the manager). The reference, the adapter and the suite's test modules are read once at the
+start, so a checkout edited during a run does not mix versions.
 
 Each mutant runs ``pytest -x`` on the suite under each profile of ``--profiles`` in turn
 (stopping at the first failure: a mutant is *killed* when any profile's run fails), with a
-fast configuration: ``--kv-max-examples`` examples, no Hypothesis shrinking and a per-call
-``--kv-timeout``. A mutant that still passes everything *survives*; docs/mutation.md lists
-the survivors known to be equivalent (behaviour no vLLM-conformant observer can tell from the
-reference), each with its reason, and this script exits 1 on any other survivor.
+fast configuration: ``--kv-max-examples`` examples, no Hypothesis shrinking, no whole-suite
+inventory child and a per-call ``--kv-timeout``. A run that does not end in ``--timeout``
+seconds kills the mutant too (``timeout``), and so does one the suite refuses to load
+(``error``). A mutant that passes everything *survives*; docs/mutation.md lists the survivors
+known to be equivalent (behaviour no vLLM-conformant observer can tell from the reference),
+each with its reason, and this script exits 1 on any other survivor.
 
 Operators (``--operators``): ``cmp`` (``<``/``<=``, ``>``/``>=``, ``==``/``!=``, ``is``/``is
 not``, ``in``/``not in``), ``const`` (an int ``n`` becomes ``n + 1``, ``1`` becomes ``0``;
@@ -30,11 +33,17 @@ not``, ``in``/``not in``), ``const`` (an int ``n`` becomes ``n + 1``, ``1`` beco
 statement, an augmented assignment or an assignment to an attribute or item removed),
 ``reverse`` (``for x in xs`` iterates ``reversed(list(xs))``; ``reversed(xs)`` becomes ``xs``),
 ``break`` (``break`` becomes ``continue``), ``minmax`` (``min``/``max``), ``return``
-(``return True``/``False`` swap). Argument validation is not mutated (code under a ``raise``,
-``if`` tests whose body only raises, ``assert``s, logging and f-strings): the suite's
-contract is behaviour on valid calls. Lines the suite never executes on the implementation
-side (a coverage run of the unmutated copy, under every profile) are reported as *not
-covered* and not run.
+(``return True``/``False`` swap).
+
+Not mutated: input validation (code under a ``raise``, ``if`` blocks that end by raising,
+``assert``s, helpers named ``_check*``/``_validate*``/``_as_*``/``_non_negative`` and the
+statements calling them), logging, f-strings, docstrings, declaration flags (``repr=False``,
+``total=False``): the suite's contract is behaviour on valid calls. ``invariants.py`` is
+mutated only when ``--modules`` names it: it is the implementation's own self-check, and a
+weakened self-check cannot be told apart on a correct pool. Per profile, a mutant runs only
+where the suite executes its statement on the implementation side (a coverage run of the
+unmutated copy, which is also the control); mutants no profile reaches are counted as *not
+covered*.
 
 Key of a mutant: ``module:qualname:operator:index``, the index counting that operator's
 mutants within the function in source order, so keys survive edits elsewhere in the module.
@@ -44,15 +53,18 @@ from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures
 import dataclasses
 import fnmatch
 import json
 import os
+import queue
 import random
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -70,6 +82,10 @@ IMPL = "kvmut_impl"  # the --kv-impl module: the adapter copy minus kernels
 PLUGIN = "kvmut_plugin"  # a pytest plugin: no shrinking, no whole-suite inventory child
 #: Modules not mutated: error classes (shared with the oracle) and re-exports.
 SKIP_MODULES = frozenset({"__init__", "errors"})
+#: Modules mutated only when named in --modules. invariants.py is the implementation's own
+#: self-check (check_invariants): weakening it is unobservable on a correct pool by
+#: construction, so most of its mutants survive at full cost (docs/mutation.md).
+NOT_BY_DEFAULT = frozenset({"invariants"})
 OPERATORS = ("cmp", "const", "boolop", "arith", "not", "cond", "stmt", "reverse", "break",
              "minmax", "return")
 PROFILES = ("vllm-0.33", "vllm-0.10")
@@ -80,6 +96,8 @@ _CMP_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.In: ast.NotIn, ast.NotIn: ast.In,
 }
 _ARITH_SWAP: dict[type[ast.operator], type[ast.operator]] = {ast.Add: ast.Sub, ast.Sub: ast.Add}
+_DECLARATION_FLAGS = frozenset({"repr", "compare", "init", "eq", "frozen", "slots", "order",
+                                "kw_only", "hash", "unsafe_hash", "match_args", "total"})
 _CMP_TEXT = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
              ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not", ast.In: "in",
              ast.NotIn: "not in"}
@@ -109,11 +127,13 @@ def _is_docstring(node: ast.AST, parent: ast.AST | None) -> bool:
     return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
             and isinstance(node.value.value, str)
             and isinstance(parent, (ast.Module, ast.ClassDef, ast.FunctionDef))
-            and parent.body and parent.body[0] is node)  # type: ignore[union-attr]
+            and bool(parent.body) and parent.body[0] is node)
 
 
-def _only_raises(body: Sequence[ast.stmt]) -> bool:
-    return all(isinstance(s, ast.Raise) for s in body)
+def _error_path(body: Sequence[ast.stmt]) -> bool:
+    """A block that ends by raising: an argument check (what precedes the raise only builds
+    its message)."""
+    return bool(body) and isinstance(body[-1], ast.Raise)
 
 
 def _is_logging(node: ast.AST) -> bool:
@@ -121,6 +141,22 @@ def _is_logging(node: ast.AST) -> bool:
             and isinstance(node.value.func, ast.Attribute)
             and isinstance(node.value.func.value, ast.Name)
             and node.value.func.value.id == "_logger")
+
+
+#: Input-validation helpers (by name): not mutated, nor the statements calling them.
+_VALIDATION = re.compile(r"^_(check|validate|as|non_negative)(_|$)")
+
+
+def _is_validation(node: ast.AST) -> bool:
+    """A validation helper's definition, or a statement that only calls one."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return bool(_VALIDATION.match(node.name))
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        func = node.value.func
+        name = func.id if isinstance(func, ast.Name) else \
+            func.attr if isinstance(func, ast.Attribute) else ""
+        return bool(_VALIDATION.match(name))
+    return False
 
 
 def _short(node: ast.AST) -> str:
@@ -131,8 +167,9 @@ def _short(node: ast.AST) -> str:
 class _Finder:
     """Walks one module and lists every mutation point (operators in ``OPERATORS``)."""
 
-    def __init__(self, module: str, operators: frozenset[str]) -> None:
+    def __init__(self, module: str, source: str, operators: frozenset[str]) -> None:
         self.module = module
+        self.lines = source.splitlines()
         self.operators = operators
         self.out: list[Mutant] = []
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -143,13 +180,20 @@ class _Finder:
             return
         index = self.counts[(qualname, operator)]
         self.counts[(qualname, operator)] += 1
-        self.out.append(Mutant(self.module, qualname, operator, index,
-                               getattr(node, "lineno", stmt.lineno), stmt.lineno, change, path))
+        line = getattr(node, "lineno", stmt.lineno)
+        text = self.lines[line - 1].strip()
+        text = text if len(text) <= 70 else text[:67] + "..."
+        self.out.append(Mutant(self.module, qualname, operator, index, line, stmt.lineno,
+                               f"{change} in `{text}`", path))
 
     def visit(self, node: ast.AST, path: tuple[tuple[str, int | None], ...], qualname: str,
               stmt: ast.stmt | None, parent: ast.AST | None) -> None:
         if isinstance(node, (ast.Raise, ast.Assert, ast.JoinedStr)) or _is_logging(node):
             return
+        if _is_validation(node):
+            return  # input validation: see the module docstring
+        if isinstance(node, ast.keyword) and node.arg in _DECLARATION_FLAGS:
+            return  # field(repr=False), dataclass(slots=True), TypedDict(total=False)
         if _is_docstring(node, parent):
             return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -162,7 +206,7 @@ class _Finder:
         if isinstance(node, ast.stmt):
             stmt = node
             self._statement(node, path, qualname)
-        if isinstance(node, ast.If) and _only_raises(node.body) and not node.orelse:
+        if isinstance(node, ast.If) and _error_path(node.body) and not node.orelse:
             return  # an argument check: not mutated (see the module docstring)
         assert stmt is not None or isinstance(node, ast.Module)
         if stmt is not None:
@@ -188,17 +232,16 @@ class _Finder:
                 and all(isinstance(t, (ast.Attribute, ast.Subscript)) for t in node.targets))
         )
         if removable:
-            self._add(qualname, "stmt", node, node, f"remove `{_short(node)}`", path)
+            self._add(qualname, "stmt", node, node, "statement removed", path)
         if isinstance(node, ast.AugAssign) and type(node.op) in _ARITH_SWAP:
-            self._add(qualname, "arith", node, node, f"`{_short(node)}`: += <-> -=", path)
+            self._add(qualname, "arith", node, node, "+= <-> -=", path)
         if isinstance(node, ast.For):
-            self._add(qualname, "reverse", node, node,
-                      f"iterate `{_short(node.iter)}` reversed", path)
+            self._add(qualname, "reverse", node, node, "iterated in reverse", path)
         if isinstance(node, ast.Break):
             self._add(qualname, "break", node, node, "break -> continue", path)
         if (isinstance(node, ast.Return) and isinstance(node.value, ast.Constant)
                 and isinstance(node.value.value, bool)):
-            self._add(qualname, "return", node, node, f"return {not node.value.value}", path)
+            self._add(qualname, "return", node, node, f"returns {not node.value.value}", path)
         if isinstance(node, (ast.If, ast.While)) and not isinstance(
                 node.test, (ast.Compare, ast.BoolOp, ast.UnaryOp)):
             self._add(qualname, "cond", node, node, f"`{_short(node.test)}` negated", path)
@@ -210,28 +253,26 @@ class _Finder:
                 if type(op) in _CMP_SWAP:
                     new = _CMP_TEXT[_CMP_SWAP[type(op)]]
                     self._add(qualname, "cmp", node, stmt,
-                              f"`{_short(node)}`: {_CMP_TEXT[type(op)]} -> {new}",
+                              f"{_CMP_TEXT[type(op)]} -> {new} (`{_short(node)}`)",
                               (*path, ("ops", i)))
         elif isinstance(node, ast.BoolOp):
-            self._add(qualname, "boolop", node, stmt, f"`{_short(node)}`: and <-> or", path)
+            self._add(qualname, "boolop", node, stmt, "and <-> or", path)
         elif isinstance(node, ast.BinOp) and type(node.op) in _ARITH_SWAP:
-            self._add(qualname, "arith", node, stmt, f"`{_short(node)}`: + <-> -", path)
+            self._add(qualname, "arith", node, stmt, f"+ <-> - (`{_short(node)}`)", path)
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            self._add(qualname, "not", node, stmt, f"`{_short(node)}`: not dropped", path)
-        elif isinstance(node, ast.Constant) and type(node.value) in (int, bool):
+            self._add(qualname, "not", node, stmt, "`not` dropped", path)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, int):
             if isinstance(node.value, bool):
                 change = f"{node.value} -> {not node.value}"
             else:
                 change = f"{node.value} -> {_const_mutation(node.value)}"
-            self._add(qualname, "const", node, stmt, f"line const {change}", path)
+            self._add(qualname, "const", node, stmt, change, path)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in ("min", "max"):
                 other = "max" if node.func.id == "min" else "min"
-                self._add(qualname, "minmax", node, stmt,
-                          f"`{_short(node)}`: {node.func.id} -> {other}", path)
+                self._add(qualname, "minmax", node, stmt, f"{node.func.id} -> {other}", path)
             elif node.func.id == "reversed" and len(node.args) == 1:
-                self._add(qualname, "reverse", node, stmt, f"`{_short(node)}`: not reversed",
-                          path)
+                self._add(qualname, "reverse", node, stmt, "reversed() dropped", path)
 
 
 def _const_mutation(value: int) -> int:
@@ -241,7 +282,7 @@ def _const_mutation(value: int) -> int:
 def find_mutants(module: str, source: str, operators: frozenset[str]) -> list[Mutant]:
     """Every mutation point of one module's source, in source order."""
     tree = ast.parse(source)
-    finder = _Finder(module, operators)
+    finder = _Finder(module, source, operators)
     finder.visit(tree, (), "<module>", None, None)
     return sorted(finder.out, key=lambda m: (m.line, m.key))
 
@@ -267,7 +308,7 @@ def apply_mutant(source: str, mutant: Mutant) -> str:
     if op == "cmp" and field == "ops":
         value[index] = _CMP_SWAP[type(node)]()
     elif op == "const":
-        assert isinstance(node, ast.Constant)
+        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
         node.value = (not node.value) if isinstance(node.value, bool) else \
             _const_mutation(node.value)
     elif op == "boolop":
@@ -345,23 +386,35 @@ def _rewrite_imports(text: str) -> str:
     return text.replace(f"{PACKAGE}.errors", "kvcheck.reference_impl.errors")
 
 
+def snapshot() -> dict[str, str]:
+    """The reference's module sources, the adapter's (under ``ADAPTER``) and the suite's test
+    modules (under ``suite/<name>``), read once: a run mutates and tests one consistent
+    version even if the checkout changes meanwhile."""
+    sources = {p.stem: p.read_text(encoding="utf-8") for p in sorted(REFERENCE_DIR.glob("*.py"))}
+    sources[ADAPTER] = ADAPTER_FILE.read_text(encoding="utf-8")
+    for path in sorted(SUITE_DIR.glob("test_*.py")):
+        if path.name != "test_kernels.py":  # mutants declare no kernels
+            sources[f"suite/{path.name}"] = path.read_text(encoding="utf-8")
+    return sources
+
+
 class Workspace:
     """A temporary folder holding the copied package, the adapter copy and the plugin; one
     module at a time is replaced by a mutant's source."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, sources: dict[str, str]) -> None:
         self.root = root
+        self.sources = sources
         self.package = root / PACKAGE
         self.package.mkdir(parents=True)
-        self.originals: dict[str, str] = {}
-        for path in sorted(REFERENCE_DIR.glob("*.py")):
-            if path.stem == "errors":
-                continue
-            text = _rewrite_imports(path.read_text(encoding="utf-8"))
-            self.originals[path.stem] = text
-            (self.package / path.name).write_text(text, encoding="utf-8")
-        (root / f"{ADAPTER}.py").write_text(
-            _rewrite_imports(ADAPTER_FILE.read_text(encoding="utf-8")), encoding="utf-8")
+        self.suite = root / "suite"  # the suite's test modules, as they were at the start
+        self.suite.mkdir()
+        for name, text in sources.items():
+            if name.startswith("suite/"):
+                (root / name).write_text(text, encoding="utf-8")
+            elif name not in ("errors", ADAPTER):
+                self.install(name, None)
+        (root / f"{ADAPTER}.py").write_text(_rewrite_imports(sources[ADAPTER]), encoding="utf-8")
         (root / f"{IMPL}.py").write_text(_IMPL_SOURCE, encoding="utf-8")
         (root / f"{PLUGIN}.py").write_text(_PLUGIN_SOURCE, encoding="utf-8")
         self.work = root / "run"  # the pytest cwd: repro traces land here
@@ -369,21 +422,19 @@ class Workspace:
 
     def install(self, module: str, source: str | None) -> None:
         """Put ``source`` (None: the original) in place of ``module``."""
-        text = self.originals[module] if source is None else _rewrite_imports(source)
-        (self.package / f"{module}.py").write_text(text, encoding="utf-8")
+        text = self.sources[module] if source is None else source
+        (self.package / f"{module}.py").write_text(_rewrite_imports(text), encoding="utf-8")
 
     def pytest_command(self, profile: str, args: argparse.Namespace,
                        coverage_file: Path | None = None) -> list[str]:
         runner = [sys.executable]
         if coverage_file is not None:
             runner += ["-m", "coverage", "run", f"--data-file={coverage_file}",
-                       f"--source={self.package}", "--parallel-mode"]
-        else:
-            runner += ["-X", "faulthandler"]
+                       f"--source={self.package}"]
         return [*runner, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                 "-p", PLUGIN, f"--kv-impl={IMPL}", f"--kv-profile={profile}",
                 f"--kv-max-examples={args.max_examples}", f"--kv-timeout={args.call_timeout}",
-                f"--ignore={SUITE_DIR / 'test_kernels.py'}"]
+                str(self.suite)]
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -395,7 +446,7 @@ class Workspace:
 
 @dataclasses.dataclass
 class Outcome:
-    status: str  # killed | survived | timeout | error
+    status: str  # killed | survived | timeout | error (the suite refused to load it)
     profile: str | None
     detail: str
     seconds: float
@@ -404,20 +455,21 @@ class Outcome:
 _FAILED = re.compile(r"^(FAILED|ERROR) (\S+)")
 
 
-def run_mutant(ws: Workspace, mutant: Mutant | None, args: argparse.Namespace) -> Outcome:
-    """Run the suite on ``mutant`` (None: the unmutated copy) under each profile in turn."""
+def run_mutant(ws: Workspace, mutant: Mutant | None, profiles: Sequence[str],
+               args: argparse.Namespace) -> Outcome:
+    """Run the suite on ``mutant`` (None: the unmutated copy) under each profile in turn,
+    until one run fails."""
     start = time.monotonic()
     if mutant is not None:
-        source = REFERENCE_DIR.joinpath(f"{mutant.module}.py").read_text(encoding="utf-8")
-        ws.install(mutant.module, apply_mutant(source, mutant))
+        ws.install(mutant.module, apply_mutant(ws.sources[mutant.module], mutant))
     try:
-        for profile in args.profiles:
+        for profile in profiles:
             try:
                 proc = subprocess.run(ws.pytest_command(profile, args), cwd=ws.work,
                                       env=ws.env(), capture_output=True, text=True,
                                       timeout=args.timeout, check=False)
             except subprocess.TimeoutExpired:
-                return Outcome("timeout", profile, f"no verdict in {args.timeout}s",
+                return Outcome("timeout", profile, f"no verdict in {args.timeout:g}s",
                                time.monotonic() - start)
             if proc.returncode == 0:
                 continue
@@ -435,29 +487,38 @@ def run_mutant(ws: Workspace, mutant: Mutant | None, args: argparse.Namespace) -
             ws.install(mutant.module, None)
 
 
-def covered_lines(ws: Workspace, args: argparse.Namespace) -> dict[str, set[int]] | None:
-    """Lines of each module the suite executes on the implementation side (the copy), under
-    every profile; None when coverage.py is not installed."""
+Coverage = dict[str, dict[str, set[int]]]  # profile -> module -> executed lines
+
+
+def covered_lines(ws: Workspace, args: argparse.Namespace) -> Coverage | None:
+    """Per profile, the lines of each module the suite executes on the implementation side
+    (the copy, not the oracle); None when coverage.py is not installed. Also the control run:
+    exits if the unmutated copy fails the suite."""
     try:
         import coverage
     except ImportError:
         return None
-    data_dir = ws.root / "coverage"
-    data_dir.mkdir(exist_ok=True)
+    out: Coverage = {}
     for profile in args.profiles:
-        proc = subprocess.run(ws.pytest_command(profile, args, data_dir / ".coverage"),
-                              cwd=ws.work, env=ws.env(), capture_output=True, text=True,
-                              check=False)
+        data_file = ws.root / f".coverage-{profile}"
+        proc = subprocess.run(ws.pytest_command(profile, args, data_file), cwd=ws.work,
+                              env=ws.env(), capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise SystemExit(f"mutate.py: the unmutated copy fails the suite under {profile}:\n"
-                             + (proc.stdout + proc.stderr)[-3000:])
-    cov = coverage.Coverage(data_file=str(data_dir / ".coverage"))
-    cov.combine([str(data_dir)])
-    data = cov.get_data()
-    out: dict[str, set[int]] = {}
-    for file in data.measured_files():
-        out[Path(file).stem] = set(data.lines(file) or ())
+            raise SystemExit(f"mutate.py: the unmutated copy fails the suite under {profile}:"
+                             "\n" + (proc.stdout + proc.stderr)[-3000:])
+        data = coverage.CoverageData(basename=str(data_file))
+        data.read()
+        out[profile] = {Path(f).stem: set(data.lines(f) or ()) for f in data.measured_files()}
     return out
+
+
+def profiles_reaching(mutant: Mutant, cov: Coverage | None, profiles: Sequence[str],
+                      ) -> list[str]:
+    """The profiles whose suite run executes the mutated statement (all without coverage):
+    in the others the mutant cannot change behaviour."""
+    if cov is None:
+        return list(profiles)
+    return [p for p in profiles if mutant.stmt_line in cov[p].get(mutant.module, ())]
 
 
 # ------------------------------------------------------------------------------- equivalents
@@ -472,8 +533,8 @@ def documented_equivalents(path: Path = DOC) -> dict[str, str]:
     out: dict[str, str] = {}
     section = False
     for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("## "):
-            section = line.strip().lower().startswith("## equivalent mutants")
+        if line.startswith("#"):  # a heading: is it the table's section?
+            section = line.lstrip("#").strip().lower().startswith("equivalent mutants")
             continue
         match = _KEY_CELL.match(line)
         if section and match:
@@ -491,29 +552,31 @@ def equivalent_reason(key: str, equivalents: dict[str, str]) -> str | None:
 
 
 # ------------------------------------------------------------------------------- main
-def select(args: argparse.Namespace) -> list[Mutant]:
-    modules = sorted(p.stem for p in REFERENCE_DIR.glob("*.py") if p.stem not in SKIP_MODULES)
+def select(args: argparse.Namespace, sources: dict[str, str]) -> list[Mutant]:
+    """The mutants ``--modules`` / ``--operators`` / ``--only`` / ``--sample`` / ``--limit``
+    ask for, in module and source order."""
+    modules = sorted(m for m in sources
+                     if m not in SKIP_MODULES and m != ADAPTER and not m.startswith("suite/"))
     if args.modules:
         wanted = [m.strip().removesuffix(".py") for m in args.modules.split(",") if m.strip()]
         unknown = sorted(set(wanted) - set(modules))
         if unknown:
             raise SystemExit(f"mutate.py: unknown module(s) {unknown}; known: {modules}")
         modules = [m for m in modules if m in wanted]
+    else:
+        modules = [m for m in modules if m not in NOT_BY_DEFAULT]
     operators = frozenset(args.operators.split(",")) if args.operators else frozenset(OPERATORS)
     bad = sorted(operators - set(OPERATORS))
     if bad:
         raise SystemExit(f"mutate.py: unknown operator(s) {bad}; known: {list(OPERATORS)}")
-    mutants: list[Mutant] = []
-    for module in modules:
-        source = (REFERENCE_DIR / f"{module}.py").read_text(encoding="utf-8")
-        mutants += find_mutants(module, source, operators)
+    mutants = [m for module in modules for m in find_mutants(module, sources[module], operators)]
     if args.only:
         keys = set(args.only)
         mutants = [m for m in mutants if m.key in keys]
     if args.sample is not None:
         rng = random.Random(args.seed)
-        mutants = sorted(rng.sample(mutants, min(args.sample, len(mutants))),
-                         key=lambda m: (m.module, m.line, m.key))
+        chosen = set(rng.sample(range(len(mutants)), min(args.sample, len(mutants))))
+        mutants = [m for i, m in enumerate(mutants) if i in chosen]
     if args.limit is not None:
         mutants = mutants[: args.limit]
     return mutants
@@ -564,14 +627,15 @@ def _score_row(name: str, c: Counter[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modules", help="comma list of reference_impl modules (default all)")
+    parser.add_argument("--modules", help="comma list of reference_impl modules (default: all "
+                                          f"but {', '.join(sorted(NOT_BY_DEFAULT))})")
     parser.add_argument("--operators", help=f"comma list of {','.join(OPERATORS)}")
     parser.add_argument("--only", action="append", metavar="KEY", help="run this mutant key")
     parser.add_argument("--limit", type=int, help="run the first N selected mutants only")
     parser.add_argument("--sample", type=int, help="a random sample of N mutants")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
     parser.add_argument("--profiles", default=",".join(PROFILES),
-                        help="profiles run in turn until one fails (default both)")
+                        help="profiles run in turn until one fails (default: both)")
     parser.add_argument("--max-examples", type=int, default=20,
                         help="--kv-max-examples of each suite run (default 20)")
     parser.add_argument("--call-timeout", type=float, default=10,
@@ -579,55 +643,99 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds per suite run before the mutant counts as killed by "
                              "timeout (default 300)")
+    parser.add_argument("--jobs", type=int, default=1, help="suite runs in parallel (default 1)")
     parser.add_argument("--no-coverage", action="store_true",
                         help="run mutants on lines the suite never executes too")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
-    parser.add_argument("--json", type=Path, help="write every outcome to this JSON file")
+    parser.add_argument("--results", type=Path,
+                        help="append each outcome to this JSON Lines file as it comes")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --results: skip the mutants that file already has")
     args = parser.parse_args(argv)
     args.profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
 
-    mutants = select(args)
+    sources = snapshot()
+    mutants = select(args, sources)
     if args.list:
         for m in mutants:
             print(f"{m.key:60} line {m.line:4}  {m.change}")
         print(f"{len(mutants)} mutants")
         return 0
     equivalents = documented_equivalents()
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvmut-") as tmp:
-        ws = Workspace(Path(tmp))
-        not_covered: list[Mutant] = []
-        started = time.monotonic()
-        lines = None if args.no_coverage else covered_lines(ws, args)
-        if lines is None:
-            control = run_mutant(ws, None, args)
+        workspaces = [Workspace(Path(tmp) / f"job{i}", sources) for i in range(max(1, args.jobs))]
+        cov = None if args.no_coverage else covered_lines(workspaces[0], args)
+        if cov is None:
+            control = run_mutant(workspaces[0], None, args.profiles, args)
             if control.status != "survived":
                 raise SystemExit(f"mutate.py: the unmutated copy fails the suite: {control}")
-        else:
-            not_covered = [m for m in mutants if m.stmt_line not in lines.get(m.module, ())]
-            mutants = [m for m in mutants if m.stmt_line in lines.get(m.module, ())]
-        print(f"control passed in {time.monotonic() - started:.0f}s; {len(mutants)} mutants "
-              f"to run, {len(not_covered)} on lines the suite never executes", flush=True)
-        results: list[tuple[Mutant, Outcome]] = []
-        for i, mutant in enumerate(mutants, 1):
-            outcome = run_mutant(ws, mutant, args)
-            results.append((mutant, outcome))
-            label = outcome.status
-            if label == "survived" and equivalent_reason(mutant.key, equivalents) is not None:
-                label = "equivalent"
-            where = f" [{outcome.profile}] {outcome.detail}" if outcome.profile else ""
-            print(f"[{i}/{len(mutants)}] {label:10} {outcome.seconds:5.1f}s {mutant.key} "
-                  f"(line {mutant.line}: {mutant.change}){where}", flush=True)
+        plan = [(m, profiles_reaching(m, cov, args.profiles)) for m in mutants]
+        not_covered = [m for m, profiles in plan if not profiles]
+        plan = [(m, profiles) for m, profiles in plan if profiles]
+        previous = _previous_results(args, {m.key: m for m, _ in plan})
+        plan = [(m, profiles) for m, profiles in plan if m.key not in previous]
+        print(f"control passed in {time.monotonic() - started:.0f}s; {len(plan)} mutants to "
+              f"run ({len(previous)} done before), {len(not_covered)} on lines the suite "
+              "never executes", flush=True)
+        results = list(previous.values()) + _run_all(plan, workspaces, equivalents, args)
     report, unexplained = summarize(results, not_covered, equivalents)
     print()
     print("\n".join(report))
-    print(f"\n{len(results)} mutants run in {time.monotonic() - started:.0f}s")
-    if args.json:
-        args.json.write_text(json.dumps(
-            [{"key": m.key, "line": m.line, "change": m.change, **dataclasses.asdict(o)}
-             for m, o in results]
-            + [{"key": m.key, "line": m.line, "change": m.change, "status": "not covered"}
-               for m in not_covered], indent=1) + "\n", encoding="utf-8")
+    print(f"\n{len(results) - len(previous)} mutants run in {time.monotonic() - started:.0f}s")
     return 1 if unexplained else 0
+
+
+def _previous_results(args: argparse.Namespace, planned: dict[str, Mutant],
+                      ) -> dict[str, tuple[Mutant, Outcome]]:
+    """With ``--resume``, the outcomes ``--results`` already holds for planned mutants."""
+    if not (args.resume and args.results and args.results.exists()):
+        return {}
+    out: dict[str, tuple[Mutant, Outcome]] = {}
+    for line in args.results.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        mutant = planned.get(record["key"])
+        if mutant is not None and record["change"] == mutant.change:  # the same mutant
+            out[mutant.key] = (mutant, Outcome(record["status"], record["profile"],
+                                               record["detail"], record["seconds"]))
+    return out
+
+
+def _run_all(plan: list[tuple[Mutant, list[str]]], workspaces: list[Workspace],
+             equivalents: dict[str, str], args: argparse.Namespace,
+             ) -> list[tuple[Mutant, Outcome]]:
+    """Run every planned mutant, one workspace per job; prints one line per mutant."""
+    free: queue.Queue[Workspace] = queue.Queue()
+    for ws in workspaces:
+        free.put(ws)
+    done: list[tuple[Mutant, Outcome]] = []
+    lock = threading.Lock()
+
+    def one(item: tuple[Mutant, list[str]]) -> None:
+        mutant, profiles = item
+        ws = free.get()
+        try:
+            outcome = run_mutant(ws, mutant, profiles, args)
+        finally:
+            free.put(ws)
+        label = outcome.status
+        if label == "survived" and equivalent_reason(mutant.key, equivalents) is not None:
+            label = "equivalent"
+        where = f" [{outcome.profile}] {outcome.detail}" if outcome.profile else ""
+        with lock:
+            done.append((mutant, outcome))
+            if args.results:
+                with args.results.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps({"key": mutant.key, "line": mutant.line,
+                                          "change": mutant.change,
+                                          **dataclasses.asdict(outcome)}) + "\n")
+            print(f"[{len(done)}/{len(plan)}] {label:10} {outcome.seconds:5.1f}s {mutant.key} "
+                  f"(line {mutant.line}: {mutant.change}){where}", flush=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(workspaces)) as pool:
+        list(pool.map(one, plan))
+    order = {m.key: i for i, (m, _) in enumerate(plan)}
+    return sorted(done, key=lambda r: order[r[0].key])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@
   `<!-- doc-test: exit N (why) -->` marker names. A ```text sample right after a shell block is
   its output: the sample's `verdict:` lines must be what the command prints now.
 * Only blocks that need a GPU, the network or vLLM are left out, each marked
-  `<!-- doc-test: skip (needs vLLM: why) -->`; a skip for any other reason fails.
+  `<!-- doc-test: skip (needs vLLM: why) -->`; a skip for any other reason fails. A block
+  marked `<!-- doc-test: needs valgrind (why) -->` runs where that program is installed (the
+  document is skipped, saying so, where it is not).
 * Files the docs tell readers to write themselves (`mypkg/kv_adapter.py`,
   `known-deviations.txt`) get stand-ins (``STAND_INS``), and runs are scaled down
   (``SCALED_DOWN``: fewer random examples, a smaller benchmark scale) to take minutes.
@@ -221,12 +223,15 @@ def test_every_command_uses_real_options(block: Block, kv_options: set[str]) -> 
 @pytest.mark.parametrize("block", [b for b in ALL if b.marker], ids=lambda b: b.where)
 def test_markers_are_known_and_say_why(block: Block) -> None:
     what, arg = block.marker  # type: ignore[misc]
-    assert what in {"skip", "exit", "file", "edit"}, \
+    assert what in {"skip", "exit", "needs", "file", "edit"}, \
         f"{block.where}: unknown doc-test marker {what!r}"
     if what == "skip":
         assert block.lang in ("bash", "sh"), f"{block.where}: skip marks shell blocks only"
         assert re.fullmatch(r"\(.*\S.*\)", arg), \
             f"{block.where}: say why in parentheses: <!-- doc-test: skip (needs vLLM) -->"
+    if what == "needs":
+        assert block.lang in ("bash", "sh") and re.fullmatch(r"[\w.-]+ \(.*\S.*\)", arg), \
+            f"{block.where}: <!-- doc-test: needs TOOL (why) --> on a shell block"
     if what == "exit":
         assert block.lang in ("bash", "sh") and re.fullmatch(r"\d+ \(.*\S.*\)", arg), \
             f"{block.where}: <!-- doc-test: exit CODE (why) --> on a shell block"
@@ -345,6 +350,13 @@ def test_only_blocks_needing_a_gpu_the_network_or_vllm_are_skipped() -> None:
 
 @pytest.mark.parametrize("path", RUNNABLE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_documented_commands_run(path: Path, fresh_copy: Path) -> None:
+    # `<!-- doc-test: needs valgrind (why) -->`: a program the machine may lack, as a GPU; the
+    # document's later blocks build on that one, so the whole document waits for it.
+    missing = sorted({b.marker[1].split()[0] for b in blocks(path)
+                      if b.marker and b.marker[0] == "needs"
+                      and shutil.which(b.marker[1].split()[0]) is None})
+    if missing:
+        pytest.skip(f"{path.name} needs {', '.join(missing)} on PATH")
     for block in blocks(path):
         needs = MUST_BE_MARKED.search(block.text) if block.lang in ("bash", "sh") else None
         assert needs is None or (block.marker or ("",))[0] == "skip", (

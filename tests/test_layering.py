@@ -10,7 +10,9 @@ subpackages must be one the layering allows:
     results                          takes what it needs as arguments: core only
     conformance                      uses reference_impl and gpu_kernels
     adapters                         third-party managers behind the protocol
-    plugin, bench                    on top; bench may use plugin's hook specs, not the reverse
+    plugin, bench                    on top; bench may use plugin's hook specs and the
+                                     adapters (to time the reference and vLLM directly), not
+                                     the reverse
 
 A subpackage also may not reach the next layer up through a lazy import; a test importing
 the modules would not see that, which is why this reads the source.
@@ -37,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "conformance": _BASE | {"reference_impl", "gpu_kernels"},
     "adapters": _BASE | {"reference_impl", "gpu_kernels", "conformance"},
     "plugin": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results"},
-    "bench": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "plugin"},
+    "bench": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "plugin",
+                      "adapters"},
 }
 
 

@@ -10,8 +10,9 @@ from kvcheck.reference_impl.profiles import BEHAVIOURS, DEFAULT_PROFILE
 
 
 def test_the_literal_is_the_list() -> None:
-    assert PROFILES == get_args(Profile) and "generic" in PROFILES
-    assert VLLM_PROFILES == tuple(p for p in PROFILES if p != "generic")
+    names = get_args(Profile)
+    assert names == PROFILES and "generic" in names
+    assert tuple(p for p in names if p != "generic") == VLLM_PROFILES
 
 
 def test_the_reference_has_a_behaviour_for_every_vllm_profile() -> None:

@@ -26,7 +26,9 @@ KNOWN_DIGESTS = {
     "multi_turn_chat": "18da400cc68d66e88e7369307bc3a901c85df8bfb2223c7bb8cbdaa6c175514a",
     "uniform_random": "7505abb3d1a51635aa6f09e8be9e141653f72a15cbbe41722f6299fce109ded9",
     "long_context": "c812d09f1da2b5103dbd46e8a98480ab7e44f09a8a3470c8696e8dc7c3c51426",
-    "eviction_pressure": "6e4b509267302e5092de8afa3f0dd38802d523fefe78b6da5375223cddcc447c",
+    # Issue 12: pool 50 % -> 25 % and 16 -> 32 running so that it preempts; the requests are
+    # unchanged (with num_blocks=1876, max_num_seqs=16 the digest is the old 6e4b5092...).
+    "eviction_pressure": "daa24406e8068afd36c0ba79f891dd2b80a423f6d69f0bc0dc67bdb4f185612c",
     "burst_short": "99d44b71829f27cc0ca8d94be1641686a8d53914d3f611cac9ced7f8182d3df7",
 }
 UNIFORM_SEED7_QUARTER = "e51ca7e6c2aab458bae926899cf0bd8288f8c4323005b99643725153448f67f9"
@@ -117,11 +119,11 @@ def test_multi_turn_prompts_grow_from_the_previous_turn() -> None:
         assert 0 <= r.arrival_step <= 4  # think steps after the predecessor finishes
 
 
-def test_eviction_pressure_pool_is_half_the_working_set() -> None:
-    """The pool holds 50 % of the distinct blocks the trace touches (plus the null block)."""
+def test_eviction_pressure_pool_is_a_quarter_of_the_working_set() -> None:
+    """The pool holds 25 % of the distinct blocks the trace touches (plus the null block)."""
     w = make_workload("eviction_pressure")
-    assert w.pool_fraction == 0.5
-    assert w.num_blocks == 1 + -(-w.working_set_blocks // 2)
+    assert w.pool_fraction == 0.25
+    assert w.num_blocks == 1 + -(-w.working_set_blocks // 4)
     other = make_workload("uniform_random")
     assert other.num_blocks == 1 + other.working_set_blocks
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kvcheck import __version__
 from kvcheck.adapters.reference import (
@@ -72,8 +72,10 @@ def _rebind_attr(attr: object, overrides: dict[str, object]) -> object:
     if isinstance(attr, classmethod):
         return classmethod(_rebind_attr(attr.__func__, overrides))  # type: ignore[arg-type]
     if isinstance(attr, property):
-        return property(*(None if f is None else _rebind_attr(f, overrides)
-                          for f in (attr.fget, attr.fset, attr.fdel)), attr.__doc__)
+        fget, fset, fdel = (None if f is None else cast("Callable[..., Any]",
+                                                        _rebind_attr(f, overrides))
+                            for f in (attr.fget, attr.fset, attr.fdel))
+        return property(fget, fset, fdel, attr.__doc__)
     return attr
 
 

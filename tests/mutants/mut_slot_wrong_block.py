@@ -2,9 +2,9 @@
 while the in-block offset is right, so the last token of every block is written into the
 following block.
 
-Stands in for a wrong DCP owner (the protocol has no batch/DCP slot mapping): a block-index
-error that only shows at block boundaries, like the interleave/owner arithmetic of vLLM's
-DCP slot mapping (``virtual_block_size = block_size * dcp_world_size``).
+A block-index error that only shows at block boundaries, like the interleave/owner arithmetic
+of vLLM's DCP slot mapping (``virtual_block_size = block_size * dcp_world_size``), which the
+``batch_metadata`` capability checks on an engine's batch builder.
 """
 
 from _mutant_base import MutantManager, build

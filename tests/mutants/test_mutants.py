@@ -70,14 +70,14 @@ EXPECTED: dict[str, set[str]] = {
     "mut_removed_hash_wrong_end": {"events"},
     # block_hash_map.py
     "mut_map_returns_newest": {"block_pool", "prefix_caching"},
-    "mut_map_pop_drops_key": {"mutation_kills", "invariants"},
+    "mut_map_pop_drops_key": {"edge_cases", "invariants"},
     # free_block_queue.py
     "mut_prepend_reversed": {"block_pool", "eviction"},
     "mut_popleft_n_stale_link": {"allocation", "invariants", "differential"},
     # events.py
     "mut_event_parent_field_renamed": {"events"},
     # extra_keys.py
-    "mut_mm_item_end_inclusive": {"mutation_kills"},
+    "mut_mm_item_end_inclusive": {"edge_cases"},
     "mut_extra_keys_mm_before_lora": {"hashing"},
     "mut_event_mm_offset_dropped": {"events"},
     # hashing.py
@@ -92,10 +92,12 @@ EXPECTED: dict[str, set[str]] = {
     "mut_profile_033_random_root": {"hashing"},
     # block_table.py
     "mut_slot_bound_exclusive": {"slot_mapping", "differential"},
+    # page_table.py
+    "mut_csr_pages_floor": {"batch_metadata"},
     # invariants.py
     "mut_invariants_count_shared_twice": {"invariants", "prefix_caching"},
     # kv_cache_manager.py
-    "mut_lookahead_cached_in_chunked_prefill": {"mutation_kills"},
+    "mut_lookahead_cached_in_chunked_prefill": {"edge_cases"},
     "mut_free_hits_not_counted": {"allocation"},
     "mut_free_keeps_cached_count": {"prefix_caching", "differential"},
     "mut_skip_read_ignored": {"prefix_caching"},

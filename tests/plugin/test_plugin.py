@@ -109,7 +109,7 @@ def test_reference_passes_whole_suite_with_header_and_summary(pytester: pytest.P
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "kvcheck: reference * (kvcheck.adapters.reference) profile=vllm-0.33 seed=derandomized*",
-        "*capabilities: block_hashes, block_pool, caching_off, events*",
+        "*capabilities: batch_metadata, block_hashes, block_pool, caching_off, events*",
         "*kvcheck conformance: reference*",
         "*allocation*",
         "*eviction*",
@@ -144,7 +144,7 @@ def make_kv_cache_manager(spec):
     passed = {t for t, o in record["outcomes"].items() if o == "passed"}
     assert failed and passed, "some tests must fail (they check invariants) and others pass"
     assert all("invariants" in t or "differential" in t or "allocation" in t or "prefix" in t
-               or "eviction" in t for t in failed)
+               or "eviction" in t or "edge_cases" in t for t in failed)
 
 
 def test_skip_and_xfail_files_and_unmatched_warning(pytester: pytest.Pytester) -> None:

@@ -1,0 +1,186 @@
+"""How repeatable are the counts, and do they catch a small slowdown? ``python -m
+kvcheck.bench.count_spread``.
+
+1. Runs the counted benchmarks (``kvcheck.bench.counted``) twice on the reference and prints,
+   per case, the two instruction counts and the two wall times (the case's headline figure,
+   measured natively at the same scale) with their spread, ``|run 2 - run 1| / run 1``.
+2. The demonstration: the same cases on a deliberately slowed reference, one extra list copy
+   (the prompt's token ids) per ``allocate_slots`` call, recorded under the reference's name,
+   then ``kvcheck gate`` twice: run 2 against run 1 (must pass) and the slowed reference
+   against run 1 (must fail, on the scheduler counts).
+
+Exit status: 0 when the counts' spread is within ``--max-spread`` (default 0.5%), the
+unchanged run passes the gate and the slowed one is caught; 1 otherwise.
+
+This module is also the slowed reference itself, loadable as
+``--kv-impl=kvcheck.bench.count_spread`` (``IMPL_INFO``, ``make_kv_cache_manager``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
+
+# IMPL_INFO is built on first use (the module's __getattr__), so it is not in __all__.
+__all__ = ["SLOWED_TARGET", "SlowedReferenceManager", "main", "make_kv_cache_manager"]
+
+SLOWED_TARGET = "kvcheck.bench.count_spread"
+
+#: Per benchmark, the figure whose wall time is compared (it is inversely proportional to the
+#: time inside the implementation's calls, as the count is proportional to its instructions).
+HEADLINE = {"scheduler": "scheduled_tokens_per_s", "hashing": "hash_blocks_per_s",
+            "slot_mapping": "slot_mapping_tokens_per_s"}
+
+
+def _reference() -> Any:
+    # Through the loader, not an import of kvcheck.adapters (bench sits beside adapters).
+    from kvcheck.conformance.loader import load_impl
+
+    return load_impl("reference", call_timeout=None)
+
+
+def __getattr__(name: str) -> ImplInfo:
+    """``IMPL_INFO``: the reference's, renamed ``reference-slowed``, manager capabilities only
+    (built on first use)."""
+    if name == "IMPL_INFO":
+        ref: ImplInfo = _reference().info
+        return dataclasses.replace(ref, name="reference-slowed",
+                                   capabilities=ref.capabilities - {"block_pool", "kernels"})
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class SlowedReferenceManager:
+    """The reference manager with one deliberate waste per ``allocate_slots``: a copy of the
+    prompt's token ids (hundreds to thousands of items), thrown away. Every other method is
+    the reference's own."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def allocate_slots(self, request: RequestView, num_new_tokens: int,
+                       *args: Any) -> list[int] | None:
+        list(request.prompt_token_ids)  # the slowdown
+        result: list[int] | None = self._inner.allocate_slots(request, num_new_tokens, *args)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def make_kv_cache_manager(spec: KVCacheSpec) -> SlowedReferenceManager:
+    """A fresh slowed reference manager for ``spec``."""
+    return SlowedReferenceManager(_reference().make_manager(spec, guard=False))
+
+
+def _spread(a: float, b: float) -> float:
+    """``|b - a| / a`` in percent."""
+    return 100.0 * abs(b - a) / a if a else 0.0
+
+
+def _headline(record: dict[str, Any], case: str, bench: str) -> float | None:
+    for metric in record["metrics"]:
+        if metric.get("case") == case and metric["name"] == HEADLINE[bench]:
+            return float(metric["value"])
+    return None
+
+
+def _parser() -> argparse.ArgumentParser:
+    from kvcheck.bench.counted import BENCHES, DEFAULT_SCALE
+
+    p = argparse.ArgumentParser(
+        prog="python -m kvcheck.bench.count_spread",
+        description="Run the counted benchmarks twice and print the spread of instruction "
+                    "counts and wall time; then show that the gate catches a slowed reference "
+                    "on counts and passes an unchanged run.")
+    p.add_argument("--bench", default=",".join(BENCHES),
+                   help="comma-separated benchmarks: scheduler, hashing, slot_mapping "
+                        "(default: all three)")
+    p.add_argument("--scale", type=float, default=DEFAULT_SCALE,
+                   help=f"benchmark scale (default {DEFAULT_SCALE})")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="counting children side by side (default 2)")
+    p.add_argument("--wall-rounds", type=int, default=5,
+                   help="native wall-time rounds per case and run (default 5)")
+    p.add_argument("--max-spread", type=float, default=0.5,
+                   help="largest acceptable spread of a count between the runs, in percent "
+                        "(default 0.5)")
+    p.add_argument("--no-demo", action="store_true",
+                   help="skip the slowed-reference demonstration")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kvcheck.bench.counted import (
+        count_cases,
+        counted_record,
+        default_cases,
+        unavailable_reason,
+    )
+    from kvcheck.results.gate import GateConfig, render_gate, run_gate
+
+    args = _parser().parse_args(argv)
+    reason = unavailable_reason()
+    if reason:
+        print(f"count_spread: {reason}", file=sys.stderr)
+        return 2
+    cases = default_cases([b.strip() for b in args.bench.split(",") if b.strip()], args.scale)
+    reference = {"name": "reference", "version": _reference().info.version}
+    records, timings = [], []
+    for run in (1, 2):
+        start = time.perf_counter()
+        counts = count_cases(cases, "reference", jobs=args.jobs)
+        records.append(counted_record("reference", counts, wall_rounds=args.wall_rounds,
+                                      implementation=reference))
+        timings.append(time.perf_counter() - start)
+        print(f"run {run}: {len(cases)} case(s) counted and timed in {timings[-1]:.1f} s")
+    first, second = ({m["case"]: int(m["value"]) for m in r["metrics"]
+                      if m.get("deterministic")} for r in records)
+    print(f"\n{'case':<36} {'count 1':>13} {'count 2':>13} {'spread':>8}   "
+          f"{'wall 1':>10} {'wall 2':>10} {'spread':>8}  (wall: headline figure)")
+    worst = 0.0
+    for case in cases:
+        a, b = first[case.key], second[case.key]
+        worst = max(worst, _spread(a, b))
+        wa, wb = (_headline(r, case.key, case.bench) for r in records)
+        wall = ("-" if wa is None or wb is None else
+                f"{wa:>10.4g} {wb:>10.4g} {_spread(wa, wb):>7.2f}%")
+        print(f"{case.key:<36} {a:>13,} {b:>13,} {_spread(a, b):>7.3f}%   {wall}")
+    ok = worst <= args.max_spread
+    print(f"\nlargest spread of a count: {worst:.3f}% (target <= {args.max_spread}%): "
+          f"{'ok' if ok else 'TOO LARGE'}")
+    if args.no_demo:
+        return 0 if ok else 1
+
+    print("\n== gate: run 2 against run 1 (unchanged: must pass) ==")
+    unchanged = run_gate([("run1", records[0])], [("run2", records[1])], GateConfig())
+    print(render_gate(unchanged))
+    slowed_cases = [c for c in cases if c.bench == "scheduler"] or cases
+    slowed_counts = count_cases(slowed_cases, SLOWED_TARGET, jobs=args.jobs)
+    slowed = counted_record(SLOWED_TARGET, slowed_counts, wall_rounds=0,
+                            implementation={**reference, "module": SLOWED_TARGET})
+    # The baseline's counts of the same cases only, so that the report lists what moved.
+    keys = {c.case.key for c in slowed_counts}
+    baseline = {**records[0], "metrics": [m for m in records[0]["metrics"]
+                                          if m.get("deterministic") and m["case"] in keys]}
+    print("== gate: the slowed reference (one extra list copy per allocate_slots) against "
+          "run 1 (must fail) ==")
+    caught = run_gate([("run1", baseline)], [("slowed", slowed)], GateConfig())
+    print(render_gate(caught))
+    for count in slowed_counts:
+        base = first[count.case.key]
+        print(f"slowed {count.case.key:<36} {base:>13,} -> {count.instructions:>13,} "
+              f"({100.0 * (count.instructions - base) / base:+.2f}%)")
+    demo_ok = unchanged.exit_code == 0 and caught.exit_code == 1
+    print(f"\ndemonstration: unchanged run {'passes' if unchanged.exit_code == 0 else 'FAILS'}"
+          f", slowed reference {'caught' if caught.exit_code == 1 else 'NOT CAUGHT'}")
+    return 0 if ok and demo_ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

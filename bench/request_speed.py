@@ -1,0 +1,104 @@
+"""How fast is a request built: kvcheck's reference ``Request`` against vLLM's.
+
+::
+
+    python -m kvcheck.bench.request_speed                 # the reference alone
+    envs/vllm-0.33/venv/bin/python -m kvcheck.bench.request_speed   # beside vLLM's Request
+
+Both sides build the same ``RequestView`` prompts through their adapter's own factory (the one
+their request sync calls), block hasher included (both hash a prompt's full blocks on
+construction), in interleaved rounds (A B B A, ``kvcheck.bench.paired``). Printed: microseconds
+per request for each side and the median of the paired time ratios reference / vLLM (below 1:
+the reference builds faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kvcheck.bench.paired import abba_first, paired_ratio
+from kvcheck.bench.workloads import Draws
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+
+__all__ = ["main", "reference_factory", "time_construction", "vllm_factory"]
+
+Factory = Callable[[RequestView], Any]
+
+
+def reference_factory(spec: KVCacheSpec) -> Factory:
+    """The reference adapter's request factory for ``spec`` (hasher included)."""
+    from kvcheck.adapters.reference import ReferenceManager
+
+    return ReferenceManager(spec)._requests._make
+
+
+def vllm_factory(spec: KVCacheSpec) -> Factory:
+    """The vLLM adapter's request factory for ``spec``, NONE_HASH installed first.
+
+    Raises:
+        ImportError: vLLM is not importable.
+    """
+    from kvcheck.adapters import vllm as adapter
+
+    hashing = adapter._Hashing(spec)
+    hashing.install()
+    return lambda view: adapter._make_request(view, hashing.block_hasher)
+
+
+def time_construction(make: Factory, views: Sequence[RequestView]) -> float:
+    """Seconds to build one request per view (GC collected before, off during; CPU time of
+    this thread, so another process's time slices do not count)."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.thread_time_ns()
+        for view in views:
+            make(view)
+        return (time.thread_time_ns() - start) / 1e9
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.request_speed")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--prompt-tokens", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--hash-algo", default="sha256")
+    args = parser.parse_args(argv)
+    spec = KVCacheSpec(num_blocks=16, block_size=16, hash_algo=args.hash_algo)
+    draws = Draws(0, "request_speed")
+    views = [RequestView(f"r{i}", draws.tokens(args.prompt_tokens)) for i in range(args.requests)]
+    sides: dict[str, Factory] = {"reference": reference_factory(spec)}
+    try:
+        sides["vllm"] = vllm_factory(spec)
+    except ImportError as exc:
+        print(f"vLLM not importable ({exc}); timing the reference alone")
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
+    for i in range(args.rounds + 1):  # round 0 warms up
+        order = names if abba_first(i) == "impl" else names[::-1]
+        for name in order:
+            seconds = time_construction(sides[name], views)
+            if i:
+                samples[name].append(seconds)
+    for name, values in samples.items():
+        per = sorted(values)[len(values) // 2] / len(views) * 1e6
+        print(f"{name:10s} {per:8.2f} us per {args.prompt_tokens}-token request "
+              f"({args.hash_algo}, block 16)")
+    if "vllm" in samples:
+        r = paired_ratio(samples["reference"], samples["vllm"])
+        if r is not None:
+            print(f"reference / vllm time: {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] "
+                  f"({r.confidence:.0%}); below 1: the reference builds faster")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

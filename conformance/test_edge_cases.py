@@ -1,0 +1,141 @@
+"""Edge cases found by mutation testing (docs/mutation.md): bugs no other area's scripted test
+reached and the random workloads reached rarely or never, each pinned by one scenario:
+multimodal items at block edges (and at the first block completed by decode), one of two
+blocks cached under the same key evicted, lookahead slots during a chunked prefill, events
+while events are disabled, and prefix hits allocated with no new tokens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, reset, schedule
+from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheSpec, RequestView
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.differential import PairFactory
+    from kvcheck.conformance.loader import ImplHandle
+
+
+#: (prompt length, multimodal items (identifier, offset, length)): where the items sit
+#: relative to the blocks of 4 tokens and to the first block completed by decode.
+MM_EDGE_CASES: dict[str, tuple[int, list[tuple[str, int, int]]]] = {
+    # img0 covers [2, 8) and ends where block 2 starts; img1 covers [12, 16) and ends with the
+    # prompt, where the first decode block starts.
+    "items-end-on-block-starts": (16, [("img0", 2, 6), ("img1", 12, 4)]),
+    # The first item runs past the prompt's last full block into the first decode block.
+    "first-item-in-decode-block": (18, [("img0", 14, 4)]),
+    # img0 ends where the first decode block starts, img1 starts there (0.10.2 keys both).
+    "items-meet-at-decode-block": (18, [("img0", 12, 4), ("img1", 16, 2)]),
+}
+
+
+@pytest.mark.kv_capability("block_hashes", "extra_keys")
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.parametrize("block_size", [4, 1])
+@pytest.mark.parametrize("case", list(MM_EDGE_CASES))
+def test_mm_items_at_block_edges(kv_pair: PairFactory, case: str, block_size: int) -> None:
+    """Images at block edges: each block carries the keys vLLM gives it, through a chunked
+    prefill and the decode that completes the next block. 0.33 overlaps half-open ranges, so
+    a block starting at an item's end has no key for it; the first block completed by decode
+    rescans the items from the first (0.33) or from the last (0.10.2, whose scan also keeps an
+    item ending exactly at the block's start) (docs/semantics.md#extra-keys)."""
+    prompt_len, mm = MM_EDGE_CASES[case]
+    pair = kv_pair(num_blocks=64, block_size=block_size)
+    pair.run(one_token_decodes(
+        [add("x", range(1, prompt_len + 1), mm=mm), schedule("x", 9), schedule("x"),
+         decode("x", 20 - prompt_len)],
+        "multi_token_decode" in pair.impl.capabilities))
+    assert pair.oracle is not None
+    mine = [bytes(h).hex() for h in pair.impl.manager.block_hashes("x")]
+    theirs = [bytes(h).hex() for h in pair.oracle.manager.block_hashes("x")]
+    assert mine == theirs and len(mine) == 20 // block_size, (
+        f"{case}: block_hashes {mine}, reference {theirs}\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_capability("prefix_caching")
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_evicting_one_of_two_duplicate_blocks_keeps_the_other(kv_pair: PairFactory) -> None:
+    """A block-aligned prompt run twice caches its last block twice under one key (vLLM does
+    not deduplicate). Evicting the first copy must leave the second findable: a later prompt
+    still hits the whole prefix, through the surviving copy."""
+    pair = kv_pair(num_blocks=10, block_size=4)
+    pair.run([add("a", range(8)), schedule("a"), add("b", range(8)), schedule("b")])
+    a, b = pair.impl.tables()["a"], pair.impl.tables()["b"]
+    assert a[0] == b[0] and a[1] != b[1], (
+        f"b should hit a's first block and recompute its second: tables a={a}, b={b}\n"
+        + pair.impl.snippet())
+    # Freed last-block-first, a's copy of block 1 is queued before b's: after the blocks
+    # never used, it is the first cached block a full pool hands out again.
+    pair.run([free("a"), free("b")])
+    keep = 2  # b's copy of block 1 and the shared block 0 stay in the queue
+    fill = pair.impl.manager.num_free_blocks() - keep
+    pair.run([add("fill", range(1000, 1000 + 4 * fill)), schedule("fill")])
+    assert a[1] in pair.impl.tables()["fill"], (
+        f"filling {fill} blocks should evict a's copy {a[1]}: {pair.impl.tables()}\n"
+        + pair.impl.snippet())
+    pair.apply(add("c", list(range(8)) + [99]))
+    got = pair.apply(schedule("c"))
+    assert got["hits"] == ([a[0], b[1]], 8), (
+        f"c must hit block {a[0]} and the surviving copy {b[1]} (8 tokens), got "
+        f"{got['hits']}\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching", "lookahead")
+def test_lookahead_slots_in_a_chunked_prefill_are_not_cached(kv_pair: PairFactory) -> None:
+    """Lookahead slots of a prefill chunk cover prompt tokens of the *next* chunk, whose KV is
+    not computed yet: the block holding them must not be cached (so never hit) until a later
+    chunk computes it. (A one-shot prefill hides this: its lookahead lies past the prompt.)"""
+    pair = kv_pair(num_blocks=16, block_size=4)
+    # 5 tokens computed, 4 lookahead slots: tokens 5..8 are in blocks 1 and 2, not computed.
+    pair.run([add("a", range(20)), schedule("a", 5, lookahead=4), add("b", range(20))])
+    got = pair.apply(schedule("b"))
+    assert got["hits"][1] <= 4, (
+        f"only a's first block is computed; b hit {got['hits']}\n" + pair.impl.snippet())
+    if pair.spec.profile != "generic":
+        assert got["hits"] == (pair.impl.tables()["a"][:1], 4), (
+            f"b must hit a's first block only, got {got['hits']}\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("manager", "events")
+def test_no_events_while_events_are_disabled(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """With ``enable_kv_cache_events`` off nothing is queued: ``take_events()`` stays empty
+    through caching, eviction and a reset (vLLM records events only when they are enabled;
+    a queue filled anyway grows without bound, as nobody drains it)."""
+    spec = KVCacheSpec(num_blocks=6, block_size=4, enable_kv_cache_events=False,
+                       profile=kv_profile)
+    driver = Driver(kv_impl, spec)
+    every_block = 4 * driver.initial_free
+    ops: list[Op] = [add("a", range(13)), schedule("a"), free("a"),  # caches blocks
+           add("b", range(100, 100 + every_block)), schedule("b"), free("b")]  # evicts them
+    if "reset_prefix_cache" in driver.capabilities:
+        ops.append(reset())
+    driver.run(ops)
+    events = driver.manager.take_events()
+    assert list(events) == [], (
+        f"events are disabled, yet take_events() returned {events}\n" + driver.snippet())
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("prefix_caching")
+def test_hits_with_no_new_tokens(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """vLLM 0.33 takes ``allocate_slots(request, 0, n, hits)``: a request whose other tokens
+    come from elsewhere (a KV connector loading them, as in prefill/decode disaggregation) pins
+    its prefix hits and gets no new block. 0.10.2 refuses any ``num_new_tokens == 0``."""
+    mgr = kv_impl.make_manager(KVCacheSpec(num_blocks=10, block_size=4, profile=kv_profile))
+    assert mgr.allocate_slots(RequestView("a", tuple(range(13))), 13) is not None
+    mgr.free("a")  # its 3 full blocks stay cached, in the free queue
+    b = RequestView("b", tuple(range(13)))
+    hits, num = mgr.get_computed_blocks(b)
+    assert num == 12, f"b should hit a's 3 cached blocks, got {(list(hits), num)}"
+    free_before = mgr.num_free_blocks()
+    new = mgr.allocate_slots(b, 0, num, hits)
+    assert new is not None and list(new) == [], (
+        f"allocate_slots(b, 0, 12, {list(hits)}) returned {new}: expected no new block")
+    assert list(mgr.get_block_ids("b")) == list(hits)
+    assert mgr.num_free_blocks() == free_before - 3, "the 3 hits leave the free queue"

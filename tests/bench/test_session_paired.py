@@ -1,0 +1,54 @@
+"""``BenchSession.run_allocator`` interleaves the reference with a non-reference
+implementation, and the record carries both sample sets and the paired ratio's interval."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from kvcheck.bench.allocator import SchedulerBench
+from kvcheck.bench.session import BenchOptions, BenchSession
+from kvcheck.bench.workloads import make_workload
+from kvcheck.conformance.loader import load_impl
+from kvcheck.results.schema import validate_record
+
+
+class _Benchmark:
+    """pytest-benchmark's ``benchmark`` fixture, reduced to ``pedantic`` and ``extra_info``."""
+
+    def __init__(self) -> None:
+        self.extra_info: dict[str, Any] = {}
+        self.calls = 0
+
+    def pedantic(self, target: Any, setup: Any, rounds: int, warmup_rounds: int) -> None:
+        for _ in range(rounds + warmup_rounds):
+            args, kwargs = setup()
+            target(*args, **kwargs)
+            self.calls += 1
+
+
+def test_run_allocator_pairs_with_the_reference() -> None:
+    reference = load_impl("reference")
+    # The reference under another module: the session must treat it as "not the reference".
+    impl = SimpleNamespace(module=object(), name="copy", info=reference.info,
+                           make_manager=reference.make_manager)
+    session = BenchSession(BenchOptions(enabled=True, rounds=3, warmup=1))
+    benchmark = _Benchmark()
+    request = SimpleNamespace(node=SimpleNamespace(nodeid="bench::x"))
+    workload = make_workload("burst_short", scale=0.05)
+    result = session.run_allocator(benchmark, request, impl, reference,
+                                   lambda i: SchedulerBench(i, workload), "scheduler",
+                                   "burst_short")
+    assert benchmark.calls == 4  # one pytest-benchmark round = one pair
+    tokens = result.metric("scheduled_tokens_per_s")
+    assert tokens is not None and tokens.paired is not None
+    assert len(tokens.samples) == 3 and tokens.reference_samples is not None
+    assert len(tokens.reference_samples) == 3
+    assert tokens.ratio_to_reference == tokens.paired.ratio
+    assert "interleaved" in result.baseline
+    (record,) = session.records("vllm-0.33", {"hardware_key": "cpu:test x2"}, {})
+    validate_record(record)
+    metric = next(m for m in record["metrics"] if m["name"] == "scheduled_tokens_per_s")
+    assert len(metric["extra"]["reference_samples"]) == 3
+    low, high = metric["extra"]["ratio_ci"]
+    assert low <= metric["extra"]["ratio_to_reference"] <= high
