@@ -35,8 +35,8 @@ _MAX_TOKEN_ID = 1 << 63
 
 _OP_FIELDS: dict[str, frozenset[str]] = {
     "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read"}),
-    "schedule": frozenset({"op", "rid", "num_tokens"}),
-    "decode": frozenset({"op", "rid", "num_tokens"}),
+    "schedule": frozenset({"op", "rid", "num_tokens", "lookahead"}),
+    "decode": frozenset({"op", "rid", "num_tokens", "lookahead"}),
     "free": frozenset({"op", "rid"}),
     "reset": frozenset({"op"}),
 }
@@ -118,6 +118,10 @@ def check_ops(ops: object, where: str) -> list[Op]:
             raise TraceError(f"{at}: {kind!r} names request {rid!r}, which no earlier 'add' op "
                              "added")
         if kind in ("schedule", "decode"):
+            lookahead = op.get("lookahead", 0)
+            if type(lookahead) is not int or not 0 <= lookahead <= MAX_REQUEST_TOKENS:
+                raise TraceError(f"{at}: lookahead={lookahead!r}: must be an int in "
+                                 f"[0, {MAX_REQUEST_TOKENS}]")
             n = op.get("num_tokens")
             if n is None and kind == "schedule":
                 continue

@@ -47,6 +47,15 @@ def test_a_good_trace_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert code == 0 and "4 ops on reference (compared with reference): no divergence" in out
 
 
+def test_a_trace_with_lookahead_replays(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Random workloads write lookahead into schedule and decode ops; replay takes them."""
+    ops = [add("a", list(range(10))), {"op": "schedule", "rid": "a", "lookahead": 2},
+           {"op": "decode", "rid": "a", "num_tokens": 1, "lookahead": 3}]
+    code, out, err = replay(tmp_path, capsys, trace(ops=ops))
+    assert code == 0 and "3 ops on reference" in out and "no divergence" in out, err
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (trace(ops=[{"op": "explode", "rid": "a"}]),
      ("ops[0] (op #1): unknown op 'explode' (known: ['add', 'decode', 'free', 'reset', "
@@ -60,6 +69,11 @@ def test_a_good_trace_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]
      "ops[1] (op #2): num_tokens='5': must be an int in [0, 1048576] or null"),
     (trace(ops=[add("a", [1]), decode("a", -1)]),
      "num_tokens=-1: must be an int in [0, 1048576]"),
+    (trace(ops=[add("a", [1]), {"op": "schedule", "rid": "a", "lookahead": -2}]),
+     "ops[1] (op #2): lookahead=-2: must be an int in [0, 1048576]"),
+    (trace(ops=[add("a", [1]), {"op": "decode", "rid": "a", "num_tokens": 1,
+                                "lookahead": "3"}]),
+     "lookahead='3': must be an int in [0, 1048576]"),
     (trace(ops=[add("a", [1]), decode("a", 1 << 20), decode("a", 1)]),
      "ops[2] (op #3): the schedule and decode ops of request 'a' ask for 1048577 tokens"),
     (trace(ops=[{"op": "add", "rid": "a", "prompt": [1], "ride": 1}]),
