@@ -573,6 +573,9 @@ def select(args: argparse.Namespace, sources: dict[str, str]) -> list[Mutant]:
     if args.only:
         keys = set(args.only)
         mutants = [m for m in mutants if m.key in keys]
+        unknown = sorted(keys - {m.key for m in mutants})
+        if unknown:
+            raise SystemExit(f"mutate.py: no mutant has the key(s) {unknown} (see --list)")
     if args.sample is not None:
         rng = random.Random(args.seed)
         chosen = set(rng.sample(range(len(mutants)), min(args.sample, len(mutants))))

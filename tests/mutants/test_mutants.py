@@ -9,10 +9,10 @@ run is given only the suite modules of the areas it must fail (``EXPECTED``), us
 test would otherwise spend most of a minute shrinking; we only need the verdict), and skips
 the rest of an area once one of its tests has failed (one failure is the verdict; the tests
 skipped are mostly the slow random workloads); in-process runs also skip the child pytest
-that counts the whole suite for a partial run's verdict. Mutants do not declare ``kernels`` (those tests
-would be skipped anyway), and keeping torch out of the in-process runs avoids re-importing it
-after pytester's ``sys.modules`` restore. The control (``ctl_wiring``) runs the whole suite
-but the kernels under the same settings; the reference runs go through
+that counts the whole suite for a partial run's verdict. Mutants do not declare ``kernels``
+(those tests would be skipped anyway), and keeping torch out of the in-process runs avoids
+re-importing it after pytester's ``sys.modules`` restore. The control (``ctl_wiring``) runs
+the whole suite but the kernels under the same settings; the reference runs go through
 ``runpytest_subprocess`` with default settings, kernels included: a clean process, exactly
 what ``pytest --kv-impl=reference --kv-profile=...`` does.
 
