@@ -173,7 +173,10 @@ class BenchState:
         from kvcheck.results.io import write_records
 
         environment = {**collect_environment(), "kvcheck_commit": kvcheck_commit()}
-        extra = {"options": dataclasses.asdict(self.session.options),
+        options = dataclasses.asdict(self.session.options)
+        if options.get("report"):  # the file name only: no machine paths in shared records
+            options["report"] = Path(options["report"]).name
+        extra = {"options": options,
                  "kernel_device": self.session.device_info(),
                  "skipped": dict(self.skipped)}
         records = self.session.records(_profile(self.config), environment, extra)
