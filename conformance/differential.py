@@ -12,7 +12,6 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import NoReturn, Protocol, TypedDict
 
@@ -23,7 +22,7 @@ from kvcheck.conformance.guard import ProtocolViolation
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op
-from kvcheck.conformance.protocol import KVCacheSpec, KVEvent
+from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, spec_to_dict
 from kvcheck.conformance.trace_check import TraceError, check_ops, check_spec
 from kvcheck.errors import KVCheckFailure
 
@@ -234,7 +233,7 @@ def write_trace(name: str, target: str, spec: KVCacheSpec, ops: Sequence[Op],
                 directory: Path | None = None) -> Path:
     """Write a replayable JSON trace atomically; returns its path (``_safe(name)`` + .json)."""
     directory = directory or REPRO_DIR
-    trace = {"trace_version": TRACE_VERSION, "impl": target, "spec": asdict(spec), "ops": ops}
+    trace = {"trace_version": TRACE_VERSION, "impl": target, "spec": spec_to_dict(spec), "ops": ops}
     return write_atomic(directory / f"{_safe(name)}.json", json.dumps(trace, indent=1) + "\n")
 
 

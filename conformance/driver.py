@@ -21,7 +21,7 @@ capability). Without the field the call is made without the argument.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 from kvcheck.conformance.laws import WrittenBlocks, check_hits
@@ -32,6 +32,7 @@ from kvcheck.conformance.protocol import (
     RequestView,
     effective_capabilities,
     reserved_block_ids,
+    spec_to_dict,
 )
 from kvcheck.errors import KVCheckInputError
 
@@ -233,8 +234,11 @@ class Driver:
             "from dataclasses import replace",
             "from kvcheck.conformance.protocol import KVCacheSpec, RequestView",
             "from kvcheck.conformance.loader import load_impl",
+            *(["from kvcheck.conformance.protocol import spec_from_dict"]
+              if self.spec.kv_cache_groups else []),
             (f"m = load_impl({self.impl.target!r}).make_manager("
-             f"KVCacheSpec(**{asdict(self.spec)!r}))"),
+             + (f"spec_from_dict({spec_to_dict(self.spec)!r}))" if self.spec.kv_cache_groups
+                else f"KVCacheSpec(**{spec_to_dict(self.spec)!r}))")),
             "views = {}",
         ]
         return "\n".join(head + lines + tail)

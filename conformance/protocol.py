@@ -23,15 +23,19 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 from kvcheck.errors import KVCheckError
 
 __all__ = [
+    "ATTENTION_KINDS",
     "CAPABILITIES",
     "CAPABILITY_METHODS",
     "CAPABILITY_PROTOCOLS",
     "DESIGN_CAPABILITIES",
     "HASH_ALGOS",
+    "KIND_CAPABILITIES",
     "PROFILES",
     "VLLM_PROFILES",
+    "AttentionKind",
     "BlockPoolAdapter",
     "ImplInfo",
+    "KVCacheGroupSpec",
     "KVCacheManagerAdapter",
     "KVCacheSpec",
     "KVEvent",
@@ -43,6 +47,7 @@ __all__ = [
     "SupportsEvents",
     "SupportsFreeQueueOrder",
     "SupportsInvariants",
+    "SupportsKVCacheGroups",
     "SupportsKernels",
     "SupportsRefCounts",
     "SupportsResetPrefixCache",
@@ -51,6 +56,8 @@ __all__ = [
     "effective_capabilities",
     "protocol_methods",
     "reserved_block_ids",
+    "spec_from_dict",
+    "spec_to_dict",
 ]
 
 #: Capability name -> what declaring it promises. Undeclared capabilities skip their tests.
@@ -67,6 +74,12 @@ CAPABILITIES: dict[str, str] = {
     "invariants": "manager.check_invariants(): raises AssertionError naming a broken law",
     "kernels": "a module-level kernels() returning a kvcheck.gpu_kernels.conformance.KernelSet",
     "batch_metadata": "manager.build_batch/flashinfer_csr/req_to_token: batch slots, page tables",
+    # Hybrid models (several KV-cache groups over one pool). Opt-in under every profile: a
+    # single-group engine declares none of them and its verdict does not depend on them.
+    "kv_cache_groups": "specs with kv_cache_groups: block ids as one list per group (one pool)",
+    "sliding_window": "kv_cache_groups of kind sliding_window: skipped blocks become null blocks",
+    "chunked_local_attention": "kv_cache_groups of kind chunked_local_attention",
+    "sizing": "module-level KV-cache sizing functions (see kvcheck.conformance.sizing_protocol)",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
     "reset_prefix_cache": "manager.reset_prefix_cache(): drop every cached hash when idle",
@@ -82,6 +95,16 @@ CAPABILITIES: dict[str, str] = {
 DESIGN_CAPABILITIES: frozenset[str] = frozenset(
     {"reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
      "multi_token_decode"})
+
+#: Attention kinds a ``KVCacheGroupSpec`` may name (vLLM's ``get_kv_cache_spec_kind`` names).
+AttentionKind = Literal["full_attention", "sliding_window", "chunked_local_attention"]
+ATTENTION_KINDS: tuple[AttentionKind, ...] = get_args(AttentionKind)
+#: The capability a group of each kind needs (full attention: ``kv_cache_groups`` alone).
+KIND_CAPABILITIES: dict[str, str] = {
+    "full_attention": "kv_cache_groups",
+    "sliding_window": "sliding_window",
+    "chunked_local_attention": "chunked_local_attention",
+}
 
 #: The behaviour to check against. ``generic`` checks only profile-independent laws
 #: (conservation, all-or-nothing, hit correctness, hit caps...), for any design.
@@ -107,6 +130,24 @@ class UnsupportedSpec(KVCheckError):
 
 
 @dataclass(frozen=True, slots=True)
+class KVCacheGroupSpec:
+    """One KV-cache group of a hybrid model (vLLM's ``KVCacheGroupSpec`` with its layers'
+    attention spec). All groups of a ``KVCacheSpec`` draw block ids from one pool.
+
+    Attributes:
+        kind: ``full_attention``, ``sliding_window`` or ``chunked_local_attention``.
+        block_size: tokens per block of this group; None: ``KVCacheSpec.block_size``.
+        sliding_window: the window in tokens (``sliding_window`` groups only).
+        attention_chunk_size: the chunk in tokens (``chunked_local_attention`` only).
+    """
+
+    kind: str = "full_attention"
+    block_size: int | None = None
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class KVCacheSpec:
     """The pool a test asks for.
 
@@ -121,6 +162,15 @@ class KVCacheSpec:
         max_model_len: cap on slots per request, or None.
         profile: the vLLM profile the test expects (``vllm-0.33`` / ``vllm-0.10``); a
             multi-profile implementation switches behaviour on it.
+        kv_cache_groups: ``()`` (the default): one full-attention group of ``block_size``,
+            and the manager speaks the single-group protocol (flat lists of block ids).
+            Non-empty (only with the ``kv_cache_groups`` capability): the model's groups in
+            vLLM's group order, and ``get_computed_blocks``, ``allocate_slots`` and
+            ``get_block_ids`` speak one list per group (``SupportsKVCacheGroups``), even for
+            a single group.
+        prefix_cache_retention_interval: vLLM 0.33's ``KVCacheConfig`` field of that name
+            (None: every block of a sliding-window group is cached; 0: only the blocks that
+            end at the prompt's last aligned boundary). Ignored by ``vllm-0.10``.
     """
 
     num_blocks: int
@@ -131,6 +181,18 @@ class KVCacheSpec:
     enable_kv_cache_events: bool = False
     max_model_len: int | None = None
     profile: str = "vllm-0.33"
+    kv_cache_groups: tuple[KVCacheGroupSpec, ...] = ()
+    prefix_cache_retention_interval: int | None = None
+
+    @property
+    def groups(self) -> tuple[KVCacheGroupSpec, ...]:
+        """The effective groups: ``kv_cache_groups``, or one full-attention group."""
+        return self.kv_cache_groups or (KVCacheGroupSpec("full_attention", self.block_size),)
+
+    def group_block_size(self, group: int) -> int:
+        """Tokens per block of group ``group``."""
+        size = self.groups[group].block_size
+        return self.block_size if size is None else size
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +281,30 @@ def reserved_block_ids(info: ImplInfo, profile: str) -> tuple[int, ...]:
     if info.reserved_block_ids is not None:
         return tuple(info.reserved_block_ids)
     return () if profile == "generic" else (0,)
+
+
+def spec_to_dict(spec: KVCacheSpec) -> dict[str, Any]:
+    """``spec`` as JSON-able primitives (traces, repro snippets). The hybrid fields are left
+    out while they hold their defaults, so single-group traces read as they always did."""
+    raw: dict[str, Any] = {
+        f: getattr(spec, f) for f in KVCacheSpec.__dataclass_fields__
+        if f not in ("kv_cache_groups", "prefix_cache_retention_interval")}
+    if spec.kv_cache_groups:
+        raw["kv_cache_groups"] = [
+            {f: getattr(g, f) for f in KVCacheGroupSpec.__dataclass_fields__}
+            for g in spec.kv_cache_groups]
+    if spec.prefix_cache_retention_interval is not None:
+        raw["prefix_cache_retention_interval"] = spec.prefix_cache_retention_interval
+    return raw
+
+
+def spec_from_dict(raw: dict[str, Any]) -> KVCacheSpec:
+    """The inverse of ``spec_to_dict`` (group dicts become ``KVCacheGroupSpec``)."""
+    fields = dict(raw)
+    if "kv_cache_groups" in fields:
+        fields["kv_cache_groups"] = tuple(
+            KVCacheGroupSpec(**g) for g in fields["kv_cache_groups"])
+    return KVCacheSpec(**fields)
 
 
 @runtime_checkable
@@ -372,6 +458,40 @@ class SupportsBatchMetadata(Protocol):
 
 
 @runtime_checkable
+class SupportsKVCacheGroups(Protocol):
+    """Capability ``kv_cache_groups`` (with ``sliding_window`` / ``chunked_local_attention``
+    for those kinds): the manager methods when ``spec.kv_cache_groups`` is non-empty.
+
+    Every list of block ids becomes one list per group, in ``spec.kv_cache_groups`` order;
+    ``0`` in a list is vLLM's null block (a position a sliding window or a finished chunk no
+    longer needs: never handed out, cached or queued). The other methods keep their
+    single-group form: one pool (``num_free_blocks``, ``free_block_ids``, ``ref_cnt``), one
+    ``free(request_id)``, ``block_hashes`` at vLLM's hash block size, and KV events that name
+    their group (``group_idx``, ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window`` under
+    ``vllm-0.33``)."""
+
+    def get_computed_blocks(self, request: RequestView) -> tuple[list[list[int]], int]:
+        """Per-group hit lists (nulls included) and the common hit length in tokens."""
+        ...
+
+    def allocate_slots(
+        self,
+        request: RequestView,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_block_ids: Sequence[Sequence[int]] = (),
+        num_lookahead_tokens: int = 0,
+    ) -> list[list[int]] | None:
+        """Per-group lists of the newly allocated blocks, or None (no state change except
+        vLLM's own: blocks a window skips are freed even when the allocation then fails)."""
+        ...
+
+    def get_block_ids(self, request_id: str) -> list[list[int]]:
+        """Per-group block tables, nulls included (a list of empty lists if unknown)."""
+        ...
+
+
+@runtime_checkable
 class SupportsInvariants(Protocol):
     def check_invariants(self) -> None: ...
 
@@ -410,6 +530,7 @@ CAPABILITY_PROTOCOLS: dict[str, type] = {
     "slot_mapping": SupportsSlotMapping,
     "invariants": SupportsInvariants,
     "batch_metadata": SupportsBatchMetadata,
+    "kv_cache_groups": SupportsKVCacheGroups,
 }
 
 
