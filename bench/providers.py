@@ -15,6 +15,7 @@ Index formats: vLLM takes kvcheck's own (NHD caches, int32 block tables, ``seq_l
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,11 +132,20 @@ def _vllm() -> Provider:
 
     version = getattr(vllm, "__version__", "unknown")
     fns: dict[str, Callable[[KernelInputs], Prepared]] = {}
-    try:
-        reshape_and_cache_flash = _import_first(("vllm._custom_ops",), "reshape_and_cache_flash")
-    except ProviderUnavailable:
-        reshape_and_cache_flash = None
-    if reshape_and_cache_flash is not None:
+    # The store: vLLM's Triton kernel where the release ships one (0.33:
+    # ``triton_reshape_and_cache_flash``, the store of its Triton attention backend), else the
+    # CUDA op of the same contract (``_custom_ops.reshape_and_cache_flash``, e.g. 0.10.2).
+    store_kernels = []
+    for module, attr in (("vllm.v1.attention.ops.triton_reshape_and_cache_flash",
+                          "triton_reshape_and_cache_flash"),
+                         ("vllm.attention.ops.triton_reshape_and_cache_flash",
+                          "triton_reshape_and_cache_flash"),
+                         ("vllm._custom_ops", "reshape_and_cache_flash")):
+        with contextlib.suppress(ProviderUnavailable):
+            store_kernels.append(_import_first((module,), attr))
+    if store_kernels:
+        reshape_and_cache_flash = store_kernels[0]
+
         def store(x: KernelInputs) -> Prepared:
             one = torch.ones(1, dtype=torch.float32, device=x.key_cache.device)
             return lambda: reshape_and_cache_flash(x.key, x.value, x.key_cache, x.value_cache,
