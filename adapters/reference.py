@@ -11,7 +11,13 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from kvcheck import __version__
-from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import (
+    ImplInfo,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    RequestView,
+    UnsupportedSpec,
+)
 from kvcheck.conformance.view_sync import EngineRequest, RequestViewSync
 from kvcheck.errors import KVCheckInputError
 from kvcheck.reference_impl import batch_metadata, page_table
@@ -19,15 +25,24 @@ from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.block_table import slot_mapping_for_request
+from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.events import KVCacheEvent
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS, resolve_none_hash
+from kvcheck.reference_impl.hybrid_kv_cache_manager import HybridKVCacheManager
 from kvcheck.reference_impl.invariants import check_manager_invariants
+from kvcheck.reference_impl.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    SlidingWindowSpec,
+)
+from kvcheck.reference_impl.kv_cache_interface import KVCacheSpec as GroupKVCacheSpec
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
 
 __all__ = [
     "IMPL_INFO",
     "ReferenceBlockPool",
+    "ReferenceGroupedManager",
     "ReferenceManager",
     "SnapshotSync",
     "event_to_dict",
@@ -46,6 +61,8 @@ IMPL_INFO = ImplInfo(
         {"manager", "block_pool", "prefix_caching", "extra_keys", "free_queue_order",
          "ref_counts", "block_hashes", "events", "slot_mapping", "invariants", "kernels",
          "batch_metadata",
+         # Hybrid models: several KV-cache groups over one pool (ReferenceGroupedManager).
+         "kv_cache_groups", "sliding_window", "chunked_local_attention",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
          # (the vLLM profiles imply them).
          "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
@@ -311,8 +328,123 @@ class ReferenceBlockPool:
         return [b.block_id for b in self.pool.free_block_queue]
 
 
+def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
+                        index: int) -> GroupKVCacheSpec:
+    """The reference spec of one protocol ``KVCacheGroupSpec`` (block size defaulting to
+    ``spec.block_size``).
+
+    Raises:
+        KVCheckInputError: an unknown kind, or a window / chunk missing for its kind.
+    """
+    block_size = spec.group_block_size(index)
+    if group.kind == "full_attention":
+        return FullAttentionSpec(block_size)
+    if group.kind == "sliding_window":
+        if group.sliding_window is None:
+            raise KVCheckInputError(f"kv_cache_groups[{index}]: sliding_window group without "
+                                    "a sliding_window")
+        return SlidingWindowSpec(block_size, group.sliding_window)
+    if group.kind == "chunked_local_attention":
+        if group.attention_chunk_size is None:
+            raise KVCheckInputError(f"kv_cache_groups[{index}]: chunked_local_attention group "
+                                    "without an attention_chunk_size")
+        return ChunkedLocalAttentionSpec(block_size, group.attention_chunk_size)
+    raise KVCheckInputError(f"kv_cache_groups[{index}]: unknown kind {group.kind!r}")
+
+
+class ReferenceGroupedManager(ReferenceManager):
+    """The protocol's grouped form (``SupportsKVCacheGroups``) over ``HybridKVCacheManager``:
+    hits, new blocks and block tables are one list per group; the rest keeps the
+    single-group form. Events name their group under ``vllm-0.33`` (``group_idx``,
+    ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window``) and carry no group field under
+    ``vllm-0.10``."""
+
+    def __init__(self, spec: KVCacheSpec) -> None:
+        self.spec = spec
+        specs = [group_kv_cache_spec(spec, g, i) for i, g in enumerate(spec.kv_cache_groups)]
+        try:
+            self.grouped = HybridKVCacheManager(
+                spec.num_blocks, specs, max_model_len=spec.max_model_len,
+                enable_caching=spec.enable_caching, hash_algo=spec.hash_algo,
+                profile=reference_profile(spec),
+                enable_kv_cache_events=spec.enable_kv_cache_events,
+                pythonhashseed=spec.pythonhashseed,
+                prefix_cache_retention_interval=spec.prefix_cache_retention_interval)
+        except KVCacheMisuseError as exc:
+            # A layout vLLM refuses (or crashes on): not applicable to this implementation.
+            raise UnsupportedSpec(str(exc)) from exc
+        self._v033 = self.grouped.profile.hybrid_rules == "spec_groups"
+        self._requests = request_sync(self.grouped.block_hasher)
+
+    def get_computed_blocks(  # type: ignore[override]
+            self, request: RequestView) -> tuple[list[list[int]], int]:
+        blocks, num = self.grouped.get_computed_blocks(self._requests.sync(request))
+        return [[b.block_id for b in g] for g in blocks], num
+
+    def allocate_slots(  # type: ignore[override]
+        self,
+        request: RequestView,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_block_ids: Sequence[Sequence[int]] = (),
+        num_lookahead_tokens: int = 0,
+    ) -> list[list[int]] | None:
+        req = self._requests.sync(request)
+        blocks = self.grouped.block_pool.blocks
+        hits = [[blocks[i] for i in g] for g in new_computed_block_ids]
+        new = self.grouped.allocate_slots(
+            req, num_new_tokens, num_new_computed_tokens, hits or None, num_lookahead_tokens)
+        if new is None:
+            return None
+        return [[b.block_id for b in g] for g in new]
+
+    def free(self, request_id: str) -> None:
+        self.grouped.free(request_id)
+        self._requests.pop(request_id)
+
+    def get_block_ids(self, request_id: str) -> list[list[int]]:  # type: ignore[override]
+        return list(self.grouped.get_block_ids(request_id))
+
+    def reset_prefix_cache(self) -> bool:
+        return self.grouped.reset_prefix_cache()
+
+    def num_free_blocks(self) -> int:
+        return self.grouped.num_free_blocks
+
+    def free_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.grouped.block_pool.free_block_queue]
+
+    def ref_cnt(self, block_id: int) -> int:
+        return self.grouped.block_pool.blocks[block_id].ref_cnt
+
+    def take_events(self) -> list[dict[str, Any]]:
+        out = []
+        metadata = self.grouped.kv_cache_event_metadata
+        for event in self.grouped.take_events():
+            d = event_to_dict(event)
+            if not self._v033:
+                d.pop("group_idx", None)
+            elif d["type"] == "BlockStored":
+                d["kv_cache_spec_kind"], d["kv_cache_spec_sliding_window"] = (
+                    metadata[d["group_idx"]])
+            out.append(d)
+        return out
+
+    def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
+        """Slots of group 0 (its block table and block size)."""
+        return slot_mapping_for_request(
+            self.grouped.get_block_ids(request_id)[0], self.spec.group_block_size(0),
+            start, end)
+
+    def check_invariants(self) -> None:
+        self.grouped.check_invariants()
+
+
 def make_kv_cache_manager(spec: KVCacheSpec) -> ReferenceManager:
-    """A fresh reference manager for ``spec``."""
+    """A fresh reference manager for ``spec`` (the grouped form when it has
+    ``kv_cache_groups``)."""
+    if spec.kv_cache_groups:
+        return ReferenceGroupedManager(spec)
     return ReferenceManager(spec)
 
 

@@ -1,7 +1,10 @@
 """Kernels (capability ``kernels``): the implementation's store / paged-attention callables
 against kvcheck's fp32 torch references, over the sweeps of ``kvcheck.gpu_kernels.cases``
 (ragged lengths, block sizes 1/16/32, GQA 1/4/8, head sizes 64/128, permuted and shared block
-ids, padded slots, NHD/HND and packed K||V views, fp32/fp16/bf16/fp8).
+ids, padded slots, NHD/HND and packed K||V views, fp32/fp16/bf16/fp8), and sliding-window
+attention through a KV-cache group's null-padded table (feature ``null_padded_window``: the
+entries before each window are the null block 0, which holds NaN and must never be read; a
+``KernelSet`` that does not declare the feature skips those cases with a reason).
 
 Runs on CUDA when a device is visible (the full sweep), else on the CPU with small shapes; a
 Triton implementation then runs in ``TRITON_INTERPRET`` mode, which must be enabled before

@@ -10,6 +10,8 @@ switch CPU runs to the interpreter after this package was imported.
 * ``paged_attention_varlen``: mixed prefill / extend / decode (vLLM unified attention).
 * ``copy_blocks``, ``gather_kv``: block copies and paged -> contiguous.
 * ``*_ref``: fp32 loop references; ``conformance``: sweeps and checks; ``layout``: shapes.
+* ``null_pad_block_table``, ``slot_mapping_from_block_table``: sliding-window groups' tables,
+  whose entries before the window are the null block 0 (``null_blocks``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "NULL_BLOCK_ID",
     "PAD_SLOT_ID",
     "KernelSet",
     "attention_ref",
@@ -27,10 +30,12 @@ __all__ = [
     "gather_kv",
     "gather_kv_ref",
     "kvcheck_kernel_set",
+    "null_pad_block_table",
     "paged_attention_decode",
     "paged_attention_decode_ref",
     "paged_attention_varlen",
     "paged_attention_varlen_ref",
+    "slot_mapping_from_block_table",
     "store_kv_cache",
     "store_kv_cache_ref",
 ]
@@ -51,12 +56,20 @@ _LAZY = {
     "PAD_SLOT_ID": "layout",
     "KernelSet": "conformance",
     "kvcheck_kernel_set": "conformance",
+    "NULL_BLOCK_ID": "null_blocks",
+    "null_pad_block_table": "null_blocks",
+    "slot_mapping_from_block_table": "null_blocks",
 }
 
 if TYPE_CHECKING:
     from kvcheck.gpu_kernels.block_copy import copy_blocks, gather_kv
     from kvcheck.gpu_kernels.conformance import KernelSet, kvcheck_kernel_set
     from kvcheck.gpu_kernels.layout import PAD_SLOT_ID
+    from kvcheck.gpu_kernels.null_blocks import (
+        NULL_BLOCK_ID,
+        null_pad_block_table,
+        slot_mapping_from_block_table,
+    )
     from kvcheck.gpu_kernels.paged_decode import choose_num_splits, paged_attention_decode
     from kvcheck.gpu_kernels.paged_varlen import paged_attention_varlen
     from kvcheck.gpu_kernels.reference import (

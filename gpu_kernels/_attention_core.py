@@ -9,7 +9,12 @@ Conventions inside the kernels:
 * ``KV_BLOCK_SIZE`` is the cache block size, ``BLOCK_N`` the KV tile, ``BLOCK_D`` the padded
   head size; a KV tile may span several cache blocks (or part of one), because every key position
   looks up its own ``block_id`` (so block sizes 1, 16, 32, ... and non-multiples all work);
-* every cache offset is int64 (``block_id * stride`` overflows int32 on large caches).
+* every cache offset is int64 (``block_id * stride`` overflows int32 on large caches);
+* with a sliding window nothing before ``kv_start`` is read, neither the block table nor the
+  cache: a sliding-window group's table holds the null block (id 0) at the positions the window
+  has skipped (``remove_skipped_blocks``), and those entries (and whatever block 0 holds) must
+  never reach the arithmetic. Whole tiles before ``kv_start`` are skipped by the callers
+  (``tile_start``); inside the first tile the loads are masked per position.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ def _attend_kv_tiles(
     block_table_row_ptr,  # this sequence's block-table row (int32/int64 block ids)
     kv_head,  # int64 KV head index of this program
     seq_len,  # number of cached tokens of the sequence (keys at positions [0, seq_len))
+    kv_start,  # first key position read (USE_WINDOW): earlier ones are neither loaded nor seen
     tile_start,  # first KV tile (of BLOCK_N positions) to visit
     tile_end,  # one past the last KV tile to visit
     scale,  # softmax scale applied to q . k (fp32)
@@ -79,6 +85,9 @@ def _attend_kv_tiles(
     for tile in range(tile_start, tile_end):
         kv_pos = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         kv_valid = kv_pos < seq_len
+        if USE_WINDOW:
+            # Before the window: the table may hold the null block there; load nothing.
+            kv_valid = kv_valid & (kv_pos >= kv_start)
         # Logical -> physical: position p lives in block_table[p // bs] at row p % bs.
         # e.g. bs 16, row [7, 2, 9]: p = 29 -> block 2, row 13 -> slot 45 = 2 * 16 + 13.
         block_ids = tl.load(block_table_row_ptr + kv_pos // KV_BLOCK_SIZE, mask=kv_valid, other=0)
@@ -86,7 +95,7 @@ def _attend_kv_tiles(
         block_offsets = (kv_pos % KV_BLOCK_SIZE).to(tl.int64)
 
         # K is loaded transposed, [BLOCK_D, BLOCK_N], ready for q @ K^T. Masked loads never touch
-        # slots past seq_len or unused block-table entries (which may hold garbage ids).
+        # slots past seq_len, before kv_start, or unused block-table entries (garbage or null).
         k_off = block_ids * stride_k_block + block_offsets * stride_k_slot + k_head_off
         k = tl.load(
             key_cache_ptr + k_off[None, :] + dims[:, None],

@@ -9,7 +9,10 @@ slots, and every cache form of ``kvcheck.gpu_kernels.layout``.
 
 Attention inputs are *poisoned*: every cache slot that belongs to no sequence (the tail of each
 last block, unused blocks and block 0, which unused block-table entries point at) holds NaN, so a
-kernel that reads past ``seq_len`` or through an unused table entry produces NaN.
+kernel that reads past ``seq_len`` or through an unused table entry produces NaN. Cases with
+``null_padded_window`` also null-pad the tables the way a sliding-window KV-cache group does
+(``kvcheck.gpu_kernels.null_blocks``): the blocks before each sequence's window become block 0,
+and the blocks they held are poisoned like any unused block.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 
 from kvcheck.errors import KVCheckInputError
 from kvcheck.gpu_kernels.layout import PAD_SLOT_ID, KVCachePair, allocate_kv_cache
+from kvcheck.gpu_kernels.reference import first_key_position
 
 __all__ = [
     "DTYPES",
@@ -79,6 +83,10 @@ class AttentionCase:
     softcap: float | None = None
     num_splits: int | None = None  # decode only; None = the kernel's own choice
     shared_blocks: int = 0  # leading full blocks every sequence shares with sequence 0
+    # A sliding-window group's table (needs sliding_window): the blocks before each sequence's
+    # window are the null block 0 (remove_skipped_blocks), and block 0 and the dropped blocks
+    # hold NaN, so a kernel that reads through a null entry produces NaN.
+    null_padded_window: bool = False
     seed: int = 0
     extra_kwargs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -155,6 +163,7 @@ def decode_cases(device: str, quick: bool = True) -> Iterator[AttentionCase]:
                 )
                 i += 1
     yield from _feature_cases(device, quick, decode=True)
+    yield from _null_padded_cases(device, quick, decode=True)
 
 
 def varlen_cases(device: str, quick: bool = True) -> Iterator[AttentionCase]:
@@ -172,6 +181,7 @@ def varlen_cases(device: str, quick: bool = True) -> Iterator[AttentionCase]:
             form=form, shared_blocks=1 if block_size > 1 else 4, seed=100 + i,
         )
     yield from _feature_cases(device, quick, decode=False)
+    yield from _null_padded_cases(device, quick, decode=False)
 
 
 def _mixed_batch(block_size: int, quick: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -217,6 +227,30 @@ def _feature_cases(device: str, quick: bool, decode: bool) -> Iterator[Attention
                        num_splits=num_splits, seed=210 + num_splits)
         yield case("decode-split4-window20-fp8-bf16", queries_per_kv=4, num_splits=4,
                    sliding_window=20, dtype="bfloat16", kv_cache_dtype="fp8", seed=215)
+
+
+def _null_padded_cases(device: str, quick: bool, decode: bool) -> Iterator[AttentionCase]:
+    """Sliding-window groups' null-padded tables: block size 4 (many null entries, one KV tile
+    spanning null and live blocks), block size 16 with split-KV (decode) or multi-tile queries."""
+    kind = "decode" if decode else "varlen"
+    case = partial(AttentionCase, device=device, num_kv_heads=2, head_size=64,
+                   null_padded_window=True)
+    if decode:
+        yield case("decode-nullpad-window7-f16-gqa4-bs4", block_size=4, queries_per_kv=4,
+                   sliding_window=7, shared_blocks=1, seed=300,
+                   seq_lens=(1, 4, 5, 9, 30, 67) if quick else (1, 4, 5, 9, 30, 1027, 4099))
+        yield case("decode-nullpad-window33-split3-bf16-hnd", block_size=16, queries_per_kv=1,
+                   sliding_window=33, num_splits=3, dtype="bfloat16", form="hnd", seed=301,
+                   seq_lens=(1, 33, 34, 100, 81) if quick else (1, 33, 34, 100, 2049, 4099))
+        return
+    yield case(f"{kind}-nullpad-window6-f16-gqa4-bs4", block_size=4, queries_per_kv=4,
+               sliding_window=6, shared_blocks=1, seed=302,
+               seq_lens=(30, 67, 9, 40, 13) if quick else (30, 1027, 9, 540, 13, 4099),
+               query_lens=(3, 1, 9, 20, 0) if quick else (3, 1, 9, 300, 0, 1))
+    yield case(f"{kind}-nullpad-window20-f32-gqa1-bs16-packed", block_size=16,
+               queries_per_kv=1, sliding_window=20, dtype="float32", form="packed_kv",
+               seed=303, seq_lens=(17, 100, 50) if quick else (17, 1000, 500, 3001),
+               query_lens=(17, 1, 30) if quick else (17, 1, 300, 64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,24 +355,45 @@ def _block_tables(case: AttentionCase, gen: torch.Generator) -> tuple[list[list[
     return rows, num_blocks
 
 
+def _null_pad(case: AttentionCase, rows: list[list[int]]) -> list[list[int]]:
+    """``rows`` with each sequence's blocks before its window replaced by the null block 0."""
+    if case.sliding_window is None:
+        raise KVCheckInputError(f"case {case.name}: null_padded_window needs a sliding_window")
+    query_lens = (1,) * len(case.seq_lens) if case.query_lens is None else case.query_lens
+    if len(query_lens) != len(case.seq_lens) or any(
+            q > n for q, n in zip(query_lens, case.seq_lens, strict=True)):
+        raise KVCheckInputError(f"case {case.name}: a query_len exceeds its seq_len")
+    padded = []
+    for row, seq_len, query_len in zip(rows, case.seq_lens, query_lens, strict=True):
+        first = first_key_position(seq_len, query_len, case.sliding_window)
+        skipped = first // case.block_size
+        padded.append([0] * skipped + row[skipped:])
+    return padded
+
+
 def build_attention_inputs(case: AttentionCase) -> dict[str, Any]:
     """Tensors for one attention case (decode when ``case.query_lens is None``).
 
     Returns a dict: ``query`` (``[num_seqs or num_tokens, num_heads, head_size]``), ``cache``
     (``KVCachePair``, poisoned with NaN outside the sequences), ``block_table`` (int32, width
     one more than needed, unused entries 0), ``seq_lens`` (int32), ``query_start_loc`` (int32,
-    varlen only), ``scale`` and ``kwargs`` (the optional arguments to pass).
+    varlen only), ``scale`` and ``kwargs`` (the optional arguments to pass). With
+    ``null_padded_window`` the table's entries before each sequence's window are 0 (the null
+    block, NaN like every slot no live entry maps to); the blocks it dropped are poisoned too.
     """
     gen = _generator(case.seed)
     dtype = DTYPES[case.dtype]
     rows, num_blocks = _block_tables(case, gen)
+    if case.null_padded_window:
+        rows = _null_pad(case, rows)
     shape = (num_blocks, case.block_size, case.num_kv_heads, case.head_size)
     key = torch.randn(shape, generator=gen)
     value = torch.randn(shape, generator=gen)
     used = torch.zeros(num_blocks, case.block_size, dtype=torch.bool)
     for row, seq_len in zip(rows, case.seq_lens, strict=True):
         for pos in range(seq_len):
-            used[row[pos // case.block_size], pos % case.block_size] = True
+            if row[pos // case.block_size] != 0:  # null entries (null_padded_window) hold no key
+                used[row[pos // case.block_size], pos % case.block_size] = True
     key[~used] = float("nan")
     value[~used] = float("nan")
 

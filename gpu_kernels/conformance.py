@@ -15,7 +15,10 @@ Contract checked (see each ``check_*``):
   one, i.e. one rounding step); padding tokens and every slot no token maps to stay unchanged;
 * attention matches the fp32 reference within ``attention_tolerance(query dtype, cache kind)``:
   ``|out - ref| <= atol + rtol * |ref|`` elementwise, and never NaN (the caches hold NaN in
-  every slot outside the sequences, so NaN means a read past ``seq_len``).
+  every slot outside the sequences, so NaN means a read past ``seq_len``);
+* feature ``null_padded_window``: with a sliding window, the table may hold the null block 0
+  (NaN) before each sequence's window, as a sliding-window KV-cache group's table does; it must
+  never be read.
 
 Failures raise ``AssertionError`` naming the case, the max abs error, the tolerance, the first
 mismatching index and the values there.
@@ -110,6 +113,9 @@ class KernelSet:
     )
     dtypes: frozenset[str] = frozenset({"float32", "float16", "bfloat16"})
     kv_cache_dtypes: frozenset[str] = frozenset({"auto", "fp8"})
+    #: ``"null_padded_window"``: sliding-window attention through a table whose entries before
+    #: the window are the null block 0 (a sliding-window KV-cache group's table), never reading
+    #: block 0. Not in the default: a set opts in.
     features: frozenset[str] = frozenset({"sliding_window", "softcap", "num_splits"})
 
     def skip_reason(self, op: str, case: StoreCase | AttentionCase) -> str | None:
@@ -131,6 +137,7 @@ class KernelSet:
                 ("sliding_window", case.sliding_window is not None),
                 ("softcap", case.softcap is not None),
                 ("num_splits", case.num_splits is not None),
+                ("null_padded_window", case.null_padded_window),
             ):
                 if used and feature not in self.features:
                     return f"{self.name} does not support {feature}"
@@ -154,8 +161,14 @@ def assert_attention_close(
     dtype: str,
     index_names: tuple[str, ...],
     kv_cache_dtype: str = "auto",
+    *,
+    null_padded: bool = False,
 ) -> None:
-    """``|out - ref| <= atol + rtol * |ref|`` everywhere (and no NaN), else a full explanation."""
+    """``|out - ref| <= atol + rtol * |ref|`` everywhere (and no NaN), else a full explanation.
+
+    ``null_padded``: the case's block table holds the null block before each window; a NaN
+    output then most likely comes from reading it, and the message says so.
+    """
     atol, rtol = attention_tolerance(dtype, kv_cache_dtype)
     if out.shape != ref.shape:
         raise AssertionError(
@@ -176,6 +189,12 @@ def assert_attention_close(
             "the kernel read past seq_len, through an unused block-table entry, or from the "
             "wrong block."
         )
+        if null_padded:
+            nan_note += (
+                " The block table is null-padded (a sliding-window group's: block 0, which "
+                "holds NaN, before each window): the kernel read keys before the window instead "
+                "of skipping those tiles and masking those loads."
+            )
     raise AssertionError(
         f"{op}[{case_name}]: {int(bad.sum())} of {bad.numel()} elements outside tolerance "
         f"(atol={atol:g}, rtol={rtol:g} for {dtype}, kv_cache_dtype={kv_cache_dtype}; "
@@ -270,7 +289,8 @@ def check_paged_attention_decode(fn: Callable[..., torch.Tensor], case: Attentio
     out = fn(*args, **inputs["kwargs"])
     ref = paged_attention_decode_ref(*args, **inputs["kwargs"])
     assert_attention_close("paged_attention_decode", case.name, out, ref, case.dtype,
-                           ("seq", "head", "dim"), case.kv_cache_dtype)
+                           ("seq", "head", "dim"), case.kv_cache_dtype,
+                           null_padded=case.null_padded_window)
 
 
 def check_paged_attention_varlen(fn: Callable[..., torch.Tensor], case: AttentionCase) -> None:
@@ -284,7 +304,8 @@ def check_paged_attention_varlen(fn: Callable[..., torch.Tensor], case: Attentio
     out = fn(*args, **inputs["kwargs"])
     ref = paged_attention_varlen_ref(*args, **inputs["kwargs"])
     assert_attention_close("paged_attention_varlen", case.name, out, ref, case.dtype,
-                           ("token", "head", "dim"), case.kv_cache_dtype)
+                           ("token", "head", "dim"), case.kv_cache_dtype,
+                           null_padded=case.null_padded_window)
 
 
 _CHECKS: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[Any, Any], None]]] = {
@@ -319,4 +340,5 @@ def kvcheck_kernel_set() -> KernelSet:
         store_kv_cache=store_kv_cache,
         paged_attention_decode=paged_attention_decode,
         paged_attention_varlen=paged_attention_varlen,
+        features=frozenset({"sliding_window", "softcap", "num_splits", "null_padded_window"}),
     )

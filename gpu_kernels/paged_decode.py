@@ -89,22 +89,27 @@ def _paged_attention_decode_kernel(
     q_pos = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
 
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
+    kv_start = 0
+    first_tile = 0
+    if USE_WINDOW:
+        # The window is keys [seq_len - W, seq_len). Tiles wholly before it are skipped, never
+        # loaded and masked: a sliding-window group's table holds the null block there. Inside
+        # the first tile the loads are masked from kv_start on (_attend_kv_tiles).
+        kv_start = tl.maximum(seq_len - sliding_window, 0)
+        first_tile = kv_start // BLOCK_N
     if NUM_SPLITS == 1:
-        tile_start = 0
+        tile_start = first_tile
         tile_end = num_tiles
     else:
-        tile_start = split * tiles_per_split
+        # Splits share out the tiles of the window (all tiles without one).
+        tile_start = first_tile + split * tiles_per_split
         tile_end = tl.minimum(tile_start + tiles_per_split, num_tiles)
-    if USE_WINDOW:
-        # Tiles wholly before the window hold no visible key: skip them (the mask handles the
-        # partially visible first tile).
-        first_visible = tl.maximum(seq_len - sliding_window, 0)
-        tile_start = tl.maximum(tile_start, first_visible // BLOCK_N)
 
     acc, m_i, l_i = _attend_kv_tiles(
         q, q_pos,
         key_cache_ptr, value_cache_ptr, block_table_ptr + seq * stride_bt_seq, kv_head,
-        seq_len, tile_start, tile_end, scale, softcap, sliding_window, k_scale_ptr, v_scale_ptr,
+        seq_len, kv_start, tile_start, tile_end, scale, softcap, sliding_window,
+        k_scale_ptr, v_scale_ptr,
         stride_k_block, stride_k_slot, stride_k_head,
         stride_v_block, stride_v_slot, stride_v_head,
         head_size,
@@ -219,13 +224,17 @@ def paged_attention_decode(
             (``layout="HND"``), any strides with a contiguous head dim; same dtype as ``query``
             unless ``kv_cache_dtype`` is fp8.
         block_table: ``[num_seqs, max_num_blocks_per_seq]`` int32 (or int64); entries past
-            ``ceil(seq_len / block_size)`` are never read.
+            ``ceil(seq_len / block_size)`` are never read, nor (sliding window) entries before
+            ``(seq_len - sliding_window) // block_size``.
         seq_lens: ``[num_seqs]`` int32 (or int64) cached tokens per sequence, including the
             query token. ``seq_len == 0`` yields a zero output row.
         scale: softmax scale, usually ``head_size ** -0.5``.
         layout: "NHD" or "HND".
         sliding_window: ``None`` (full attention) or ``W >= 1``: only the last ``W`` keys
-            (vLLM's ``window_size = (W - 1, 0)``).
+            (vLLM's ``window_size = (W - 1, 0)``). Nothing before key ``L - W`` is read, neither
+            block-table entries nor cache slots, so a sliding-window group's null-padded table
+            (the null block, id 0, at the blocks ``remove_skipped_blocks`` dropped) works
+            whatever block 0 holds.
         softcap: ``None`` or ``> 0``: Gemma-2 style ``softcap * tanh(score / softcap)``.
         kv_cache_dtype: "auto" or "fp8"/"fp8_e4m3" (cache e4m3 or uint8; K/V dequantised as
             ``x * scale`` in fp32, then cast to the query dtype).
@@ -276,10 +285,16 @@ def paged_attention_decode(
         max_seq_len = int(seq_lens.max().item())  # host sync; pass max_seq_len to avoid it
     if num_splits is None:
         assert max_seq_len is not None  # read just above (None is not 1)
-        num_splits = choose_num_splits(num_seqs, args.num_kv_heads, max_seq_len)
+        span = max_seq_len if sliding_window is None else min(max_seq_len, sliding_window)
+        num_splits = choose_num_splits(num_seqs, args.num_kv_heads, span)
     tiles_per_split = 1
     if num_splits > 1:
-        tiles_per_split = max(1, triton.cdiv(triton.cdiv(max_seq_len, block_n), num_splits))
+        assert max_seq_len is not None
+        num_tiles = triton.cdiv(max_seq_len, block_n)
+        if sliding_window is not None:
+            # Keys [L - W, L) touch at most cdiv(W - 1, block_n) + 1 tiles, wherever L falls.
+            num_tiles = min(num_tiles, triton.cdiv(sliding_window - 1, block_n) + 1)
+        tiles_per_split = max(1, triton.cdiv(num_tiles, num_splits))
 
     block_d = triton.next_power_of_2(head_size)
     block_m = max(16, triton.next_power_of_2(args.queries_per_kv))

@@ -93,15 +93,20 @@ def _paged_attention_varlen_kernel(
     # Keys past the tile's last query position are masked for every row: stop there.
     last_pos = context_len + tl.minimum(query_len, (q_tile + 1) * BLOCK_Q) - 1
     tile_end = tl.cdiv(last_pos + 1, BLOCK_N)
-    tile_start = 0
+    kv_start = 0
     if USE_WINDOW:
+        # The tile's first query row sees the oldest keys: from first_pos - W + 1 on. Nothing
+        # earlier is read (tiles skipped, the first tile's loads masked): a sliding-window
+        # group's null-padded table holds the null block there.
         first_pos = context_len + q_tile * BLOCK_Q
-        tile_start = tl.maximum(first_pos - sliding_window + 1, 0) // BLOCK_N
+        kv_start = tl.maximum(first_pos - sliding_window + 1, 0)
+    tile_start = kv_start // BLOCK_N
 
     acc, _m_i, l_i = _attend_kv_tiles(
         q, q_pos,
         key_cache_ptr, value_cache_ptr, block_table_ptr + seq * stride_bt_seq, kv_head,
-        seq_len, tile_start, tile_end, scale, softcap, sliding_window, k_scale_ptr, v_scale_ptr,
+        seq_len, kv_start, tile_start, tile_end, scale, softcap, sliding_window,
+        k_scale_ptr, v_scale_ptr,
         stride_k_block, stride_k_slot, stride_k_head,
         stride_v_block, stride_v_slot, stride_v_head,
         head_size,
@@ -154,7 +159,10 @@ def paged_attention_varlen(
             ones; ``query_len <= seq_len`` is required (not checked: it would need a sync).
         scale, layout, sliding_window, softcap, kv_cache_dtype, k_scale, v_scale, block_n, out:
             as for ``paged_attention_decode``; the window applies per query position
-            (``q_pos - key_pos < sliding_window``).
+            (``q_pos - key_pos < sliding_window``). Nothing before key ``context_len -
+            sliding_window + 1`` (the first query's window) is read, so a sliding-window
+            group's table may hold the null block (id 0) wherever ``remove_skipped_blocks``
+            (run with ``num_computed_tokens = context_len``) put it.
         max_query_len: upper bound of the query lengths (sizes the grid); ``None`` computes it
             with a device sync.
 

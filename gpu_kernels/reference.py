@@ -19,6 +19,7 @@ __all__ = [
     "attention_ref",
     "copy_blocks_ref",
     "dequantize_ref",
+    "first_key_position",
     "gather_kv_ref",
     "paged_attention_decode_ref",
     "paged_attention_varlen_ref",
@@ -123,13 +124,31 @@ def attention_ref(
 
 
 def _gather_sequence(
-    cache_nhd: torch.Tensor, block_ids: list[int], seq_len: int
+    cache_nhd: torch.Tensor, block_ids: list[int], seq_len: int, start: int = 0
 ) -> torch.Tensor:
-    """``[seq_len, H, D]``: the sequence's rows, block by block through its block ids."""
-    if seq_len == 0:
+    """``[seq_len - start, H, D]``: rows ``[start, seq_len)`` of a sequence, block by block.
+
+    ``block_ids`` are the table entries from block ``start // block_size`` on: entries before
+    it are never looked at (a sliding-window table holds the null block there).
+    """
+    if seq_len <= start:
         return cache_nhd.new_empty((0, *cache_nhd.shape[2:]))
+    offset = start - (start // cache_nhd.shape[1]) * cache_nhd.shape[1]
     blocks = cache_nhd[torch.tensor(block_ids, dtype=torch.long, device=cache_nhd.device)]
-    return blocks.reshape(-1, *cache_nhd.shape[2:])[:seq_len]
+    return blocks.reshape(-1, *cache_nhd.shape[2:])[offset : offset + seq_len - start]
+
+
+def first_key_position(seq_len: int, query_len: int, sliding_window: int | None) -> int:
+    """The oldest key any of a sequence's ``query_len`` new tokens attends to.
+
+    Without a window 0; with one, the first query (position ``seq_len - query_len``) sees keys
+    from ``seq_len - query_len - W + 1`` on, i.e. ``get_num_skipped_tokens(num_computed_tokens)``
+    of vLLM's sliding-window manager with ``num_computed_tokens = seq_len - query_len``. Every
+    block wholly before it may be the null block in that group's table.
+    """
+    if sliding_window is None:
+        return 0
+    return max(0, seq_len - query_len - sliding_window + 1)
 
 
 def _sequence_kv(
@@ -138,18 +157,21 @@ def _sequence_kv(
     block_table: torch.Tensor,
     seq: int,
     seq_len: int,
+    start: int,
     layout: str,
     kv_cache_dtype: str,
     k_scale: torch.Tensor | float | None,
     v_scale: torch.Tensor | float | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of positions ``[start, seq_len)``, dequantised to float32."""
     k_nhd, v_nhd = as_nhd(key_cache, layout), as_nhd(value_cache, layout)
     block_size = k_nhd.shape[1]
     num_blocks = math.ceil(seq_len / block_size)
-    block_ids = block_table[seq, :num_blocks].tolist()
-    key = dequantize_ref(_gather_sequence(k_nhd, block_ids, seq_len), kv_cache_dtype, k_scale)
-    value = dequantize_ref(_gather_sequence(v_nhd, block_ids, seq_len), kv_cache_dtype, v_scale)
-    return key, value
+    block_ids = block_table[seq, start // block_size : num_blocks].tolist()
+    key = _gather_sequence(k_nhd, block_ids, seq_len, start)
+    value = _gather_sequence(v_nhd, block_ids, seq_len, start)
+    return (dequantize_ref(key, kv_cache_dtype, k_scale),
+            dequantize_ref(value, kv_cache_dtype, v_scale))
 
 
 def paged_attention_decode_ref(
@@ -170,6 +192,9 @@ def paged_attention_decode_ref(
 ) -> torch.Tensor:
     """Reference of ``paged_attention_decode``: gather each sequence, then ``attention_ref``.
 
+    With a sliding window only the window's keys are gathered (table entries before block
+    ``(seq_len - W) // block_size`` are not read), so null-padded tables work as in the kernel.
+
     Returns ``[num_seqs, num_heads, head_size]`` float32. Launch-only options of the kernel
     (``num_splits``, ``max_seq_len``, ``block_n``, ``out``) are accepted and ignored.
     """
@@ -177,8 +202,11 @@ def paged_attention_decode_ref(
     for seq, seq_len in enumerate(seq_lens.tolist()):
         if seq_len == 0:
             continue
+        # Keys before the window are never gathered; attention_ref only needs the positions
+        # relative to the last key, so dropping a prefix of keys changes nothing else.
+        start = first_key_position(seq_len, 1, sliding_window)
         key, value = _sequence_kv(
-            key_cache, value_cache, block_table, seq, seq_len, layout, kv_cache_dtype,
+            key_cache, value_cache, block_table, seq, seq_len, start, layout, kv_cache_dtype,
             k_scale, v_scale,
         )
         out[seq] = attention_ref(
@@ -207,6 +235,8 @@ def paged_attention_varlen_ref(
 ) -> torch.Tensor:
     """Reference of ``paged_attention_varlen``: per sequence, the last ``query_len`` positions.
 
+    With a sliding window only keys from ``first_key_position`` on are gathered.
+
     Returns ``[num_tokens, num_heads, head_size]`` float32.
     """
     out = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
@@ -215,8 +245,9 @@ def paged_attention_varlen_ref(
         start, end = qsl[seq], qsl[seq + 1]
         if end == start:
             continue
+        first = first_key_position(seq_len, end - start, sliding_window)
         key, value = _sequence_kv(
-            key_cache, value_cache, block_table, seq, seq_len, layout, kv_cache_dtype,
+            key_cache, value_cache, block_table, seq, seq_len, first, layout, kv_cache_dtype,
             k_scale, v_scale,
         )
         out[start:end] = attention_ref(

@@ -33,10 +33,16 @@ from kvcheck.reference_impl.hashing import (
     get_hash_fn_by_name,
     resolve_none_hash,
 )
+from kvcheck.reference_impl.hybrid_kv_cache_manager import HybridKVCacheManager
 from kvcheck.reference_impl.invariants import (
     InvariantViolation,
     check_invariants,
     check_manager_invariants,
+)
+from kvcheck.reference_impl.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    SlidingWindowSpec,
 )
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.profiles import (
@@ -59,8 +65,11 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "BlockTable",
+    "ChunkedLocalAttentionSpec",
     "FreeKVCacheBlockQueue",
     "FreeQueueMisuseError",
+    "FullAttentionSpec",
+    "HybridKVCacheManager",
     "InvariantViolation",
     "KVCacheBlock",
     "KVCacheManager",
@@ -70,6 +79,7 @@ __all__ = [
     "ProfileBehaviour",
     "Request",
     "RequestBlockHasher",
+    "SlidingWindowSpec",
     "check_invariants",
     "check_manager_invariants",
     "compute_slot_mapping",

@@ -143,6 +143,85 @@ class BlockPool:
                 )
             )
 
+    def cache_full_blocks_grouped(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        block_hashes: Sequence[bytes],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
+    ) -> None:
+        """``cache_full_blocks`` for one group of a hybrid model (hybrid-groups.md §2.3, §3.5):
+        blocks ``[num_cached_blocks, num_full_blocks)`` are keyed by ``block_hashes[i] ‖
+        group id``, where ``block_hashes`` is the request's hash list viewed at this group's
+        block size. Null blocks and blocks whose ``block_mask`` entry (aligned with the range)
+        is False are skipped.
+
+        Events (``vllm-0.33``): one ``BlockStored`` per call with a non-empty range, even when
+        every block was skipped (``block_hashes == ()``, ``token_ids`` still the whole range);
+        the parent is the logical hash ``block_hashes[num_cached_blocks - 1]``. ``vllm-0.10``:
+        a ``BlockStored`` when at least one block was cached, parent taken from the physical
+        previous block; a null parent is refused (vLLM 0.10.2 fails an assertion there).
+
+        Raises:
+            KVCacheMisuseError: fewer hashes than ``num_full_blocks``; a 0.10 event whose
+                parent is the null block.
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        if len(block_hashes) < num_full_blocks:
+            raise KVCacheMisuseError(
+                f"request {request.request_id!r} has {len(block_hashes)} block hashes at block "
+                f"size {block_size}, cannot cache {num_full_blocks} full blocks")
+        events = self.enable_kv_cache_events
+        tagged = self.profile.extra_key_format == "tagged"
+        new_hashes: list[bytes] = []
+        new_extra_keys: list[object] = []
+        for i in range(num_cached_blocks, num_full_blocks):
+            block = blocks[i]
+            if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
+                continue
+            block_hash = block_hashes[i]
+            key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+            if block.block_hash == key:
+                continue
+            block.block_hash = key  # raises if the block holds another key
+            self.cached_block_hash_to_block.insert(key, block)
+            new_hashes.append(block_hash)
+            if events and tagged:
+                new_extra_keys.append(self._event_extra_keys(request, i, block_size))
+        if not events or (not new_hashes and self.profile.event_parent_from_physical):
+            return
+        parent: bytes | None = None
+        if num_cached_blocks > 0:
+            if self.profile.event_parent_from_physical:
+                prev = blocks[num_cached_blocks - 1]
+                if prev.is_null or prev.block_hash is None:
+                    raise KVCacheMisuseError(
+                        "vLLM 0.10.2 fails an assertion here (block_pool.py:150-154): the "
+                        f"parent of block {num_cached_blocks} of request "
+                        f"{request.request_id!r} (group {kv_cache_group_id}) is the null block; "
+                        "run this layout with KV events off")
+                parent = get_block_hash(prev.block_hash)
+            else:
+                parent = block_hashes[num_cached_blocks - 1]
+        lora = request.lora_request
+        self.kv_event_queue.append(BlockStored(
+            block_hashes=tuple(new_hashes),
+            parent_block_hash=parent,
+            token_ids=tuple(
+                request.all_token_ids[num_cached_blocks * block_size:num_full_blocks * block_size]),
+            block_size=block_size,
+            lora_id=None if lora is None else lora.lora_int_id,
+            medium="GPU",
+            lora_name=(None if lora is None else lora.lora_name) if tagged else None,
+            extra_keys=tuple(new_extra_keys) if tagged else None,
+            group_idx=kv_cache_group_id,
+        ))
+
     def _block_stored_event(
         self,
         request: Request,

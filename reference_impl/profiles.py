@@ -22,6 +22,7 @@ __all__ = [
 FreeOrder = Literal["head_tail_split", "append_all"]
 NoneHashPolicy = Literal["default_seed", "urandom"]
 ExtraKeyFormat = Literal["tagged", "bare"]
+HybridRules = Literal["spec_groups", "full_and_other"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,14 @@ class ProfileBehaviour:
             ``get_num_blocks_to_allocate`` at 0; 0.10.2 does not.
         live_common_prefix_blocks: 0.10.2 computes ``get_num_common_prefix_blocks``; 0.33
             always returns 0 (cascade attention was removed).
+        hybrid_rules: the KV-cache-group rules (hybrid-groups.md §4), used only by the
+            grouped manager (``hybrid_kv_cache_manager``): ``"spec_groups"`` (0.33: any number
+            of spec groups with a fixed-point hit search, LCM/GCD block sizes, skip-aware hits
+            and block counts, leading nulls trimmed on free, the sliding-window cache mask,
+            logical event parents, empty ``BlockStored``); ``"full_and_other"`` (0.10.2: one
+            full spec and one other spec, one block size with caching, hits stored as returned
+            with the null block's ``ref_cnt`` drifting, removal from ``num_computed_tokens``,
+            chunked local keeps its last cached block).
     """
 
     name: str
@@ -68,6 +77,7 @@ class ProfileBehaviour:
     allocate_zero_new_tokens_raises_always: bool
     clamp_blocks_to_allocate: bool
     live_common_prefix_blocks: bool
+    hybrid_rules: HybridRules
 
 
 VLLM_0_33 = ProfileBehaviour(
@@ -83,6 +93,7 @@ VLLM_0_33 = ProfileBehaviour(
     allocate_zero_new_tokens_raises_always=False,
     clamp_blocks_to_allocate=True,
     live_common_prefix_blocks=False,
+    hybrid_rules="spec_groups",
 )
 
 VLLM_0_10 = ProfileBehaviour(
@@ -98,6 +109,7 @@ VLLM_0_10 = ProfileBehaviour(
     allocate_zero_new_tokens_raises_always=True,
     clamp_blocks_to_allocate=False,
     live_common_prefix_blocks=True,
+    hybrid_rules="full_and_other",
 )
 
 BEHAVIOURS: dict[str, ProfileBehaviour] = {p.name: p for p in (VLLM_0_33, VLLM_0_10)}

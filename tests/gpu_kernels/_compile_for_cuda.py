@@ -77,6 +77,9 @@ def _record_launches() -> None:
         dict(dtype="float16", queries_per_kv=4, head_size=64, kv_cache_dtype="fp8"),
         dict(dtype="bfloat16", queries_per_kv=2, head_size=128, kv_cache_dtype="fp8"),
         dict(dtype="float16", queries_per_kv=16, head_size=80, block_size=32),
+        # A sliding-window group's null-padded table (kv_start masking, window-only splits).
+        dict(dtype="float16", queries_per_kv=4, head_size=64, block_size=4, sliding_window=7,
+             null_padded_window=True),
     ]
     for variant in variants:
         v = {"block_size": 16, **variant}

@@ -185,7 +185,10 @@ def build(
     info = ImplInfo(
         name=name,
         version=__version__,
-        capabilities=REFERENCE_INFO.capabilities - {"kernels"} - drop,
+        # The mutants wrap the single-group manager: no grouped specs, no sizing functions.
+        capabilities=REFERENCE_INFO.capabilities - {
+            "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
+            "sizing"} - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,
         reserved_block_ids=REFERENCE_INFO.reserved_block_ids,

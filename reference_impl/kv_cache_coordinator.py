@@ -1,0 +1,326 @@
+"""Coordinators over the per-group managers of a hybrid model (vLLM
+``v1/core/kv_cache_coordinator.py``; hybrid-groups.md §3).
+
+All groups share one ``BlockPool`` (block 0 = null). The coordinator runs each step's work
+group by group, in group order, and reconciles the groups' prefix-cache hits into one hit
+length:
+
+* ``KVCacheCoordinatorNoPrefixCache`` (caching off): any groups; never hits;
+* ``UnitaryKVCacheCoordinator``: one group; its own hit search;
+* ``HybridKVCacheCoordinator``: several groups. ``vllm-0.33``: groups with equal specs form
+  one spec group, full attention first; a fixed point shrinks the hit length until every spec
+  group accepts it. ``vllm-0.10``: exactly one full spec and one other spec, full hit first,
+  then the other type within it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kvcheck.reference_impl.block import KVCacheBlock
+from kvcheck.reference_impl.block_pool import BlockPool
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec, KVCacheSpec
+from kvcheck.reference_impl.profiles import ProfileBehaviour
+from kvcheck.reference_impl.single_type_kv_cache_manager import (
+    SingleTypeKVCacheManager,
+    cdiv,
+    get_manager_for_kv_cache_spec,
+    resolve_block_hashes,
+)
+
+if TYPE_CHECKING:
+    from kvcheck.reference_impl.request import Request
+
+__all__ = [
+    "HybridKVCacheCoordinator",
+    "KVCacheCoordinator",
+    "KVCacheCoordinatorNoPrefixCache",
+    "UnitaryKVCacheCoordinator",
+    "get_kv_cache_coordinator",
+]
+
+#: One list of blocks per group.
+GroupBlocks = tuple[list[KVCacheBlock], ...]
+
+
+class KVCacheCoordinator:
+    """The per-group managers over one pool, driven in group order.
+
+    Args:
+        specs: one spec per group, in group order.
+        num_blocks: pool size, null block included.
+        profile: the resolved profile.
+        enable_caching / enable_kv_cache_events: as for ``BlockPool``.
+        scheduler_block_size: LCM of the group block sizes (0.33's hit alignment).
+        hash_block_size: block size of the request's hashes.
+        retention_interval: 0.33 ``prefix_cache_retention_interval`` (None: dense).
+    """
+
+    def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
+                 profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
+                 scheduler_block_size: int, hash_block_size: int,
+                 retention_interval: int | None) -> None:
+        self.specs = tuple(specs)
+        self.profile = profile
+        self.v033 = profile.hybrid_rules == "spec_groups"
+        self.enable_caching = enable_caching
+        self.scheduler_block_size = scheduler_block_size
+        self.hash_block_size = hash_block_size
+        self.retention_interval = retention_interval if self.v033 else None
+        self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events,
+                                    profile=profile)
+        self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
+            get_manager_for_kv_cache_spec(spec, self.block_pool, i, profile, enable_caching,
+                                          scheduler_block_size)
+            for i, spec in enumerate(self.specs))
+
+    # ------------------------------------------------------------------ helpers
+    def group_hashes(self, request: Request, group_id: int) -> Sequence[bytes]:
+        """The request's hashes viewed at group ``group_id``'s block size."""
+        return resolve_block_hashes(request.block_hashes, self.hash_block_size,
+                                    self.specs[group_id].block_size)
+
+    def is_running(self, request_id: str) -> bool:
+        """Whether any group tracks the request as running (it was given hits or cached)."""
+        return any(request_id in m.num_cached_block for m in self.single_type_managers)
+
+    # ------------------------------------------------------------------ steps
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        for manager in self.single_type_managers:
+            manager.remove_skipped_blocks(request_id, num_computed_tokens)
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                                   total_computed_tokens: int) -> int:
+        return sum(
+            manager.get_num_blocks_to_allocate(request_id, num_tokens, hits,
+                                               total_computed_tokens)
+            for manager, hits in zip(self.single_type_managers, new_computed_blocks,
+                                     strict=True))
+
+    def add_computed_blocks(self, request_id: str,
+                            new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                            num_local_computed_tokens: int) -> None:
+        """Adopt a new request's hits in every group (each group touches its hits, in group
+        order, before any new block is popped)."""
+        if self.v033:
+            if self.is_running(request_id):
+                return
+            for manager, hits in zip(self.single_type_managers, new_computed_blocks,
+                                     strict=True):
+                manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens)
+            return
+        if self.enable_caching:
+            for hits in new_computed_blocks:
+                self.block_pool.touch(hits)
+        for manager, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
+            manager.save_new_computed_blocks(request_id, hits)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> GroupBlocks:
+        return tuple(m.allocate_new_blocks(request_id, num_tokens)
+                     for m in self.single_type_managers)
+
+    def get_num_cacheable_tokens(self, num_tokens: int) -> int:
+        return num_tokens
+
+    def cache_blocks(self, request: Request, num_tokens: int,
+                     shared_prefix_boundary: int = 0) -> None:
+        """Cache every group's newly full blocks, group by group."""
+        if not self.enable_caching:
+            return
+        boundaries = [request.num_prompt_tokens - 1]
+        if shared_prefix_boundary:
+            boundaries.append(shared_prefix_boundary)
+        n = self.get_num_cacheable_tokens(num_tokens)
+        for i, manager in enumerate(self.single_type_managers):
+            manager.cache_blocks(request, self.group_hashes(request, i), n,
+                                 self.retention_interval, boundaries)
+
+    def free(self, request_id: str) -> None:
+        for manager in self.single_type_managers:
+            manager.free(request_id)
+
+    def get_blocks(self, request_id: str) -> GroupBlocks:
+        return tuple(list(m.req_to_blocks.get(request_id, ()))
+                     for m in self.single_type_managers)
+
+    def find_longest_cache_hit(self, request: Request,
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
+        """Per-group hits, the common hit length and (0.33) the uncached common prefix."""
+        raise NotImplementedError
+
+
+class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
+    """Caching off: any groups, never a hit."""
+
+    def find_longest_cache_hit(self, request: Request,
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
+        return tuple([] for _ in self.specs), 0, 0
+
+
+class UnitaryKVCacheCoordinator(KVCacheCoordinator):
+    """One group: its own hit search, aligned to its block size."""
+
+    def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
+                 profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
+                 scheduler_block_size: int, hash_block_size: int,
+                 retention_interval: int | None) -> None:
+        if len(specs) != 1:
+            raise KVCacheMisuseError(
+                f"UnitaryKVCacheCoordinator needs exactly one group, got {len(specs)}")
+        if enable_caching and hash_block_size != specs[0].block_size:
+            raise KVCacheMisuseError(
+                f"one group with caching: hash_block_size ({hash_block_size}) must equal the "
+                f"group's block size ({specs[0].block_size}) (vLLM asserts it)")
+        super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
+                         enable_kv_cache_events=enable_kv_cache_events,
+                         scheduler_block_size=scheduler_block_size,
+                         hash_block_size=hash_block_size, retention_interval=retention_interval)
+
+    def find_longest_cache_hit(self, request: Request,
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
+        manager = self.single_type_managers[0]
+        blocks, length = manager.find_longest_cache_hit(
+            self.group_hashes(request, 0), max_cache_hit_length, [0], manager.block_size)
+        return tuple(blocks), length, 0
+
+
+class HybridKVCacheCoordinator(KVCacheCoordinator):
+    """Several groups with caching (see the module docstring for the two rule sets)."""
+
+    def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
+                 profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
+                 scheduler_block_size: int, hash_block_size: int,
+                 retention_interval: int | None) -> None:
+        super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
+                         enable_kv_cache_events=enable_kv_cache_events,
+                         scheduler_block_size=scheduler_block_size,
+                         hash_block_size=hash_block_size, retention_interval=retention_interval)
+        # Spec groups: (spec, group ids), equal specs looked up together.
+        self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = []
+        for i, spec in enumerate(self.specs):
+            for sg_spec, ids in self.spec_groups:
+                if sg_spec == spec:
+                    ids.append(i)
+                    break
+            else:
+                self.spec_groups.append((spec, [i]))
+        if self.v033:
+            bad = [s.block_size for s in self.specs if s.block_size % hash_block_size]
+            if bad:
+                raise KVCacheMisuseError(
+                    f"every group's block size must be divisible by hash_block_size "
+                    f"({hash_block_size}); got {bad} (vLLM 0.33 asserts it)")
+            # Full attention first (stable).
+            self.spec_groups.sort(key=lambda g: not isinstance(g[0], FullAttentionSpec))
+            return
+        full = [g for g in self.spec_groups if isinstance(g[0], FullAttentionSpec)]
+        other = [g for g in self.spec_groups if not isinstance(g[0], FullAttentionSpec)]
+        if len(full) != 1 or len(other) != 1:
+            raise KVCacheMisuseError(
+                "vLLM 0.10.2's HybridKVCacheCoordinator assumes exactly one full-attention "
+                f"spec and one other spec; got {len(full)} full and {len(other)} other "
+                "(kv_cache_coordinator.py:286-350)")
+        self.full_spec, self.full_ids = full[0]
+        self.other_spec, self.other_ids = other[0]
+        if self.other_spec.block_size % self.full_spec.block_size:
+            raise KVCacheMisuseError(
+                f"vLLM 0.10.2 asserts the other groups' block size ({self.other_spec.block_size}"
+                f") is divisible by the full-attention block size ({self.full_spec.block_size})")
+        if max(self.full_ids) < min(self.other_ids):
+            self.full_attn_first = True
+        elif max(self.other_ids) < min(self.full_ids):
+            self.full_attn_first = False
+        else:
+            raise KVCacheMisuseError(
+                "HybridKVCacheCoordinator assumes the full attention group ids and other "
+                "attention group ids do not interleave (vLLM 0.10.2 raises ValueError)")
+
+    def get_num_cacheable_tokens(self, num_tokens: int) -> int:
+        if not self.v033:
+            return num_tokens
+        return num_tokens // self.scheduler_block_size * self.scheduler_block_size
+
+    def find_longest_cache_hit(self, request: Request,
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
+        if not self.v033:
+            return self._find_v010(request, max_cache_hit_length)
+        return self._find_v033(request, max_cache_hit_length)
+
+    def _search(self, spec: KVCacheSpec, ids: list[int], request: Request,
+                max_length: int) -> tuple[list[list[KVCacheBlock]], int]:
+        manager = self.single_type_managers[ids[0]]
+        return manager.find_longest_cache_hit(
+            self.group_hashes(request, ids[0]), max_length, ids,
+            self.scheduler_block_size)
+
+    def _find_v010(self, request: Request, max_length: int) -> tuple[GroupBlocks, int, int]:
+        full_hits, full_len = self._search(self.full_spec, self.full_ids, request, max_length)
+        other_hits, hit_len = self._search(self.other_spec, self.other_ids, request, full_len)
+        keep = hit_len // self.full_spec.block_size
+        for blocks in full_hits:
+            del blocks[keep:]
+        out: list[list[KVCacheBlock]] = [[] for _ in self.specs]
+        for ids, hits in ((self.full_ids, full_hits), (self.other_ids, other_hits)):
+            for gid, blocks in zip(ids, hits, strict=True):
+                out[gid] = blocks
+        return tuple(out), hit_len, 0
+
+    def _find_v033(self, request: Request,
+                   max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
+        hit_length = max_cache_hit_length
+        longest = 0
+        by_group: list[list[KVCacheBlock] | None] = [None] * len(self.specs)
+        length_by_group = [0] * len(self.specs)
+        simple = (len(self.spec_groups) == 2
+                  and isinstance(self.spec_groups[0][0], FullAttentionSpec))
+        while True:
+            curr = hit_length
+            for spec, ids in self.spec_groups:
+                first = ids[0]
+                if isinstance(spec, FullAttentionSpec) and by_group[first] is not None:
+                    curr = min(curr, length_by_group[first])
+                    continue
+                hits, new_len = self._search(spec, ids, request, curr)
+                curr = new_len
+                for gid, blocks in zip(ids, hits, strict=True):
+                    by_group[gid] = blocks
+                    length_by_group[gid] = new_len
+                longest = max(longest, curr)
+            if curr >= hit_length:
+                break
+            hit_length = curr
+            if simple:
+                break
+        for spec, ids in self.spec_groups:
+            if not isinstance(spec, FullAttentionSpec):
+                continue
+            keep = cdiv(hit_length, spec.block_size)
+            for gid in ids:
+                group_blocks = by_group[gid]
+                if group_blocks is not None:
+                    del group_blocks[keep:]
+        out = tuple(b if b is not None else [] for b in by_group)
+        return out, hit_length, longest - hit_length
+
+
+def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
+                             profile: ProfileBehaviour, enable_caching: bool,
+                             enable_kv_cache_events: bool, scheduler_block_size: int,
+                             hash_block_size: int,
+                             retention_interval: int | None) -> KVCacheCoordinator:
+    """The coordinator vLLM picks: caching off → no prefix cache; one group → unitary;
+    otherwise hybrid."""
+    cls: type[KVCacheCoordinator]
+    if not enable_caching:
+        cls = KVCacheCoordinatorNoPrefixCache
+    elif len(specs) == 1:
+        cls = UnitaryKVCacheCoordinator
+    else:
+        cls = HybridKVCacheCoordinator
+    return cls(specs, num_blocks, profile=profile, enable_caching=enable_caching,
+               enable_kv_cache_events=enable_kv_cache_events,
+               scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,
+               retention_interval=retention_interval)

@@ -1,0 +1,84 @@
+"""KV-cache specs of one KV-cache group (vLLM ``v1/kv_cache_interface.py``, block management
+fields only).
+
+A spec says how a group's layers use their blocks: ``FullAttentionSpec`` keeps every block,
+``SlidingWindowSpec`` only needs the last ``sliding_window`` tokens, and
+``ChunkedLocalAttentionSpec`` only the current ``attention_chunk_size``-token chunk. Specs are
+frozen and compared by value (class included): two groups with equal specs are looked up
+together in a hybrid model's hit search. Page sizes, dtypes and head counts are sizing
+concerns (``kvcheck.reference_impl.sizing``), not modelled here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+
+__all__ = [
+    "ChunkedLocalAttentionSpec",
+    "FullAttentionSpec",
+    "KVCacheSpec",
+    "SlidingWindowSpec",
+    "get_kv_cache_spec_kind",
+    "get_kv_cache_spec_sliding_window",
+]
+
+
+def _positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise KVCacheMisuseError(f"{name} must be an int >= 1, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheSpec:
+    """Base of every group spec: ``block_size`` tokens per block of this group."""
+
+    block_size: int
+
+    def __post_init__(self) -> None:
+        _positive("block_size", self.block_size)
+
+
+@dataclass(frozen=True, slots=True)
+class FullAttentionSpec(KVCacheSpec):
+    """Full attention: every block of a request is kept until the request is freed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindowSpec(KVCacheSpec):
+    """Sliding-window attention over the last ``sliding_window`` tokens (the new token
+    included): ``max(0, n - sliding_window + 1)`` leading tokens of ``n`` computed ones are
+    skipped, and their whole blocks become null blocks."""
+
+    sliding_window: int
+
+    def __post_init__(self) -> None:
+        _positive("block_size", self.block_size)
+        _positive("sliding_window", self.sliding_window)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedLocalAttentionSpec(KVCacheSpec):
+    """Chunked local attention: a token attends only to the tokens of its own
+    ``attention_chunk_size``-token chunk; blocks of finished chunks become null blocks."""
+
+    attention_chunk_size: int
+
+    def __post_init__(self) -> None:
+        _positive("block_size", self.block_size)
+        _positive("attention_chunk_size", self.attention_chunk_size)
+
+
+def get_kv_cache_spec_kind(spec: KVCacheSpec) -> str:
+    """The kind name vLLM 0.33's KV events carry (``get_kv_cache_spec_kind``)."""
+    if isinstance(spec, SlidingWindowSpec):
+        return "sliding_window"
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return "chunked_local_attention"
+    return "full_attention"
+
+
+def get_kv_cache_spec_sliding_window(spec: KVCacheSpec) -> int | None:
+    """The window a sliding-window spec carries in KV events; None for other kinds."""
+    return spec.sliding_window if isinstance(spec, SlidingWindowSpec) else None

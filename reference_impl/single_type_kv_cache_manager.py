@@ -1,0 +1,404 @@
+"""Per-group managers of a hybrid model (vLLM ``v1/core/single_type_kv_cache_manager.py``):
+one per KV-cache group, all over one shared ``BlockPool`` (hybrid-groups.md §2).
+
+State per request: ``req_to_blocks[rid]`` (the group's block table, null blocks included) and
+``num_cached_block[rid]`` (blocks already hashed; its presence marks a running request). The
+profile's ``hybrid_rules`` selects vLLM 0.33's (``"spec_groups"``) or 0.10.2's
+(``"full_and_other"``) rules wherever they differ (§4).
+
+Contracts, with ``bs`` the group's block size:
+
+* ``remove_skipped_blocks(rid, n)`` replaces the blocks of the ``n`` computed tokens that the
+  attention no longer reads by the null block, walking from the highest index down and
+  stopping at the first null, then frees them in one ``free_blocks`` call (highest index first);
+* ``find_longest_cache_hit`` returns per group the hit blocks (nulls where the attention
+  needs nothing) and the hit length in tokens (§2.2);
+* ``get_num_blocks_to_allocate`` counts the free blocks the next allocation consumes (§2.4);
+* ``cache_blocks`` keys the blocks that became full by ``hash ‖ group id`` (§2.3);
+* ``free`` frees the table reversed (0.33: leading nulls removed first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kvcheck.reference_impl.block import KVCacheBlock
+from kvcheck.reference_impl.block_pool import BlockPool
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    SlidingWindowSpec,
+)
+from kvcheck.reference_impl.profiles import ProfileBehaviour
+
+if TYPE_CHECKING:
+    from kvcheck.reference_impl.request import Request
+
+__all__ = [
+    "ChunkedLocalAttentionManager",
+    "FullAttentionManager",
+    "SingleTypeKVCacheManager",
+    "SlidingWindowManager",
+    "cdiv",
+    "get_manager_for_kv_cache_spec",
+    "resolve_block_hashes",
+]
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for non-negative ints."""
+    return -(-a // b)
+
+
+def resolve_block_hashes(hashes: Sequence[bytes], hash_block_size: int,
+                         block_size: int) -> Sequence[bytes]:
+    """The request's hashes (computed at ``hash_block_size``) viewed at ``block_size``: hash
+    ``i`` of the coarse view is fine hash ``(i + 1) * k - 1`` with ``k = block_size //
+    hash_block_size`` (vLLM's ``BlockHashListWithBlockSize``)."""
+    if block_size == hash_block_size:
+        return hashes
+    if block_size % hash_block_size:
+        raise KVCacheMisuseError(
+            f"block size {block_size} is not a multiple of the hash block size "
+            f"{hash_block_size}")
+    k = block_size // hash_block_size
+    return hashes[k - 1::k]
+
+
+def trim_null_head(blocks: list[KVCacheBlock]) -> list[KVCacheBlock]:
+    """``blocks`` without its leading null blocks (vLLM 0.33 ``trim_null_head``)."""
+    i = 0
+    while i < len(blocks) and blocks[i].is_null:
+        i += 1
+    return blocks[i:]
+
+
+class SingleTypeKVCacheManager:
+    """The block tables of one KV-cache group (see the module docstring).
+
+    Args:
+        kv_cache_spec: the group's spec.
+        block_pool: the pool shared by every group.
+        kv_cache_group_id: this group's index (its cache keys carry it).
+        profile: the resolved profile.
+        enable_caching: prefix caching on.
+        scheduler_block_size: LCM of the groups' block sizes (0.33 hit alignment).
+    """
+
+    def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
+                 kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
+                 scheduler_block_size: int) -> None:
+        self.kv_cache_spec = kv_cache_spec
+        self.block_size = kv_cache_spec.block_size
+        self.block_pool = block_pool
+        self.kv_cache_group_id = kv_cache_group_id
+        self.profile = profile
+        self.v033 = profile.hybrid_rules == "spec_groups"
+        self.enable_caching = enable_caching
+        self.scheduler_block_size = scheduler_block_size
+        self.cache_hit_alignment_tokens = scheduler_block_size
+        self.null_block = block_pool.null_block
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_block: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ skipping
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Leading tokens the attention no longer reads after ``num_computed_tokens``."""
+        return 0
+
+    def _first_useful_block_v010(self, request_id: str, num_computed_tokens: int) -> int:
+        return 0
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Null out (and free, highest index first) the blocks before the attention window."""
+        if self.v033:
+            skipped = self.get_num_skipped_tokens(num_computed_tokens)
+            if skipped <= 0:
+                return
+            blocks = self.req_to_blocks.get(request_id)
+            if blocks is None:
+                return
+            end = min(skipped // self.block_size, len(blocks))
+        else:
+            blocks = self.req_to_blocks.get(request_id)
+            if blocks is None:
+                return
+            end = min(self._first_useful_block_v010(request_id, num_computed_tokens),
+                      len(blocks))
+        freed: list[KVCacheBlock] = []
+        for i in range(end - 1, -1, -1):
+            if blocks[i].is_null:
+                break
+            freed.append(blocks[i])
+            blocks[i] = self.null_block
+        if freed:
+            self.block_pool.free_blocks(freed)
+
+    # ------------------------------------------------------------------ hits
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               group_ids: Sequence[int], alignment_tokens: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        """Per group of ``group_ids`` (all with this spec) the hit blocks, and the hit length
+        in tokens; ``block_hashes`` are already viewed at this group's block size."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ allocation
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: Sequence[KVCacheBlock],
+                                   total_computed_tokens: int) -> int:
+        """Free blocks this group consumes to give the request ``num_tokens`` slots: new
+        blocks plus hits that sit in the free queue now (§2.4)."""
+        num_required = cdiv(num_tokens, self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if not self.v033:
+            evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+            return num_required - len(new_computed_blocks) - held + evictable
+        if request_id in self.num_cached_block:
+            return max(num_required - held, 0)
+        skipped_blocks = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        num_new = max(num_required - max(skipped_blocks, len(new_computed_blocks) + held), 0)
+        skip_hits = max(0, skipped_blocks - held)
+        evictable = sum(1 for b in new_computed_blocks[skip_hits:]
+                        if b.ref_cnt == 0 and not b.is_null)
+        return num_new + evictable
+
+    def add_local_computed_blocks(self, request_id: str,
+                                  new_computed_blocks: Sequence[KVCacheBlock],
+                                  num_local_computed_tokens: int) -> None:
+        """0.33: adopt the hits of a new request: the skipped leading ones are dropped and
+        re-padded with nulls, the rest touched (nulls are never touched)."""
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        assert not blocks, f"request {request_id!r} already holds blocks in this group"
+        skipped = self.get_num_skipped_tokens(num_local_computed_tokens) // self.block_size
+        hits = list(new_computed_blocks[skipped:]) if skipped > 0 else list(new_computed_blocks)
+        if self.enable_caching:
+            self.block_pool.touch(hits)
+        blocks.extend([self.null_block] * skipped)
+        blocks.extend(hits)
+        self.num_cached_block[request_id] = len(blocks)
+
+    def save_new_computed_blocks(self, request_id: str,
+                                 new_computed_blocks: Sequence[KVCacheBlock]) -> None:
+        """0.10.2: append the hits of a new request as returned (nulls included; the
+        manager touched them before)."""
+        if request_id in self.num_cached_block:
+            assert not new_computed_blocks, "a running request gets no new hits"
+            return
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        assert not blocks, f"request {request_id!r} already holds blocks in this group"
+        blocks.extend(new_computed_blocks)
+        self.num_cached_block[request_id] = len(new_computed_blocks)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        """Pop blocks from the queue head until the table covers ``num_tokens`` slots."""
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_new = cdiv(num_tokens, self.block_size) - len(blocks)
+        if num_new <= 0:
+            return []
+        new = self.block_pool.get_new_blocks(num_new)
+        blocks.extend(new)
+        return new
+
+    # ------------------------------------------------------------------ caching
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             retention_interval: int | None,
+                             reachable_boundaries: Sequence[int]) -> list[bool] | None:
+        """Which blocks of ``[start_block, end_block)`` a later hit can use (None: all)."""
+        return None
+
+    def cache_blocks(self, request: Request, block_hashes: Sequence[bytes], num_tokens: int,
+                     retention_interval: int | None = None,
+                     reachable_boundaries: Sequence[int] = ()) -> None:
+        """Cache the blocks that became full within ``num_tokens`` tokens; ``block_hashes``
+        is the request's hash list viewed at this group's block size."""
+        num_cached = self.num_cached_block.get(request.request_id, 0)
+        num_full = min(num_tokens, len(block_hashes) * self.block_size) // self.block_size
+        if num_cached >= num_full:
+            return
+        mask = None
+        if self.v033:
+            mask = self.reachable_block_mask(num_cached, num_full, retention_interval,
+                                             reachable_boundaries)
+        self.block_pool.cache_full_blocks_grouped(
+            request, self.req_to_blocks[request.request_id], block_hashes, num_cached,
+            num_full, self.block_size, self.kv_cache_group_id, mask)
+        self.num_cached_block[request.request_id] = num_full
+
+    # ------------------------------------------------------------------ release
+    def free(self, request_id: str) -> None:
+        """Free the table reversed in one ``free_blocks`` call (0.33: leading nulls first
+        removed; 0.10.2 passes them, which decrements the null block's ``ref_cnt``)."""
+        blocks = self.req_to_blocks.pop(request_id, [])
+        self.num_cached_block.pop(request_id, None)
+        if self.v033:
+            blocks = trim_null_head(blocks)
+        self.block_pool.free_blocks(reversed(blocks))
+
+
+class FullAttentionManager(SingleTypeKVCacheManager):
+    """Full attention: nothing is skipped; hits are the longest cached prefix."""
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               group_ids: Sequence[int], alignment_tokens: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        bs = self.block_size
+        computed: list[list[KVCacheBlock]] = [[] for _ in group_ids]
+        for block_hash in block_hashes[:max_length // bs]:
+            hit = self.block_pool.get_cached_block(block_hash, group_ids)  # type: ignore[arg-type]
+            if hit is None:
+                break
+            for out, block in zip(computed, hit, strict=True):
+                out.append(block)
+        hit_length = len(computed[0]) * bs
+        if self.v033:
+            hit_length -= hit_length % alignment_tokens
+            num_blocks = cdiv(hit_length, bs)
+            for out in computed:
+                del out[num_blocks:]
+        return computed, hit_length
+
+
+class SlidingWindowManager(SingleTypeKVCacheManager):
+    """Sliding window ``w``: tokens before ``n - w + 1`` are skipped; a hit needs a run of
+    ``cdiv(w - 1, bs)`` cached blocks, searched right to left."""
+
+    def __init__(self, kv_cache_spec: SlidingWindowSpec, block_pool: BlockPool,
+                 kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
+                 scheduler_block_size: int) -> None:
+        super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, profile,
+                         enable_caching, scheduler_block_size)
+        self.sliding_window = kv_cache_spec.sliding_window
+        self.contiguous_blocks = cdiv(self.sliding_window - 1, self.block_size)
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def _first_useful_block_v010(self, request_id: str, num_computed_tokens: int) -> int:
+        return (num_computed_tokens - self.sliding_window + 1) // self.block_size
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               group_ids: Sequence[int], alignment_tokens: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        bs = self.block_size
+        need = self.contiguous_blocks
+        max_num_blocks = max_length // bs
+        null = self.null_block
+        computed: list[list[KVCacheBlock]] = [[null] * max_num_blocks for _ in group_ids]
+        run = 0
+        found = False
+        for i in range(max_num_blocks - 1, -1, -1):
+            hit = self.block_pool.get_cached_block(block_hashes[i], group_ids)  # type: ignore[arg-type]
+            if hit is None:
+                run = 0
+                continue
+            if (self.v033 and run == 0 and bs != alignment_tokens
+                    and ((i + 1) * bs) % alignment_tokens != 0):
+                continue  # 0.33: a run must end on an aligned boundary
+            for out, block in zip(computed, hit, strict=True):
+                out[i] = block
+            run += 1
+            if run >= need:
+                for out in computed:
+                    del out[i + run:]
+                found = True
+                break
+        if not found:
+            for out in computed:
+                del out[run:]
+            if self.v033:
+                while bs != alignment_tokens and len(computed[0]) * bs % alignment_tokens:
+                    for out in computed:
+                        out.pop()
+        return computed, len(computed[0]) * bs
+
+    def reachable_block_mask(self, start_block: int, end_block: int,
+                             retention_interval: int | None,
+                             reachable_boundaries: Sequence[int]) -> list[bool] | None:
+        """0.33 ``reachable_block_mask`` without EAGLE (§2.3)."""
+        alignment = self.cache_hit_alignment_tokens
+        bs = self.block_size
+        if alignment % bs != 0:
+            return None
+        need = self.contiguous_blocks
+        mask = [False] * (end_block - start_block)
+        segment = (alignment if retention_interval is None
+                   else (None if retention_interval == 0 else retention_interval))
+        if segment is not None:
+            per_segment = segment // bs
+            if need >= per_segment:
+                return None
+            for i in range(start_block, end_block):
+                if i % per_segment >= per_segment - need:
+                    mask[i - start_block] = True
+        if retention_interval is not None:
+            for boundary in reachable_boundaries:
+                end = (boundary // alignment * alignment) // bs
+                for j in range(max(start_block, end - need), min(end_block, end)):
+                    mask[j - start_block] = True
+        return mask
+
+
+class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
+    """Chunked local attention ``c``: tokens of finished chunks are skipped; the hit search
+    pads the finished chunks with nulls without looking them up."""
+
+    def __init__(self, kv_cache_spec: ChunkedLocalAttentionSpec, block_pool: BlockPool,
+                 kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
+                 scheduler_block_size: int) -> None:
+        super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, profile,
+                         enable_caching, scheduler_block_size)
+        self.attention_chunk_size = kv_cache_spec.attention_chunk_size
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
+
+    def _first_useful_block_v010(self, request_id: str, num_computed_tokens: int) -> int:
+        first = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
+        num_cached = self.num_cached_block.get(request_id, 0)
+        if num_cached > 0:
+            first = min(first, num_cached - 1)  # 0.10.2 keeps the last cached block
+        return first
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               group_ids: Sequence[int], alignment_tokens: int,
+                               ) -> tuple[list[list[KVCacheBlock]], int]:
+        bs = self.block_size
+        if self.v033 and bs != alignment_tokens:
+            raise KVCacheMisuseError(
+                "chunked local attention needs every group to have its block size "
+                f"({bs}) equal to the hit alignment ({alignment_tokens}): vLLM 0.33 asserts "
+                "it (single_type_kv_cache_manager.py:1329-1341)")
+        start = max_length // self.attention_chunk_size * self.attention_chunk_size
+        start_block = start // bs
+        computed: list[list[KVCacheBlock]] = [[self.null_block] * start_block
+                                              for _ in group_ids]
+        for i in range(start_block, max_length // bs):
+            hit = self.block_pool.get_cached_block(block_hashes[i], group_ids)  # type: ignore[arg-type]
+            if hit is None:
+                break
+            for out, block in zip(computed, hit, strict=True):
+                out.append(block)
+        return computed, len(computed[0]) * bs
+
+
+def get_manager_for_kv_cache_spec(spec: KVCacheSpec, block_pool: BlockPool, group_id: int,
+                                  profile: ProfileBehaviour, enable_caching: bool,
+                                  scheduler_block_size: int) -> SingleTypeKVCacheManager:
+    """The manager class for ``spec``'s kind.
+
+    Raises:
+        KVCacheMisuseError: a spec kind the reference does not model.
+    """
+    if isinstance(spec, SlidingWindowSpec):
+        return SlidingWindowManager(spec, block_pool, group_id, profile, enable_caching,
+                                    scheduler_block_size)
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return ChunkedLocalAttentionManager(spec, block_pool, group_id, profile,
+                                            enable_caching, scheduler_block_size)
+    if isinstance(spec, FullAttentionSpec):
+        return FullAttentionManager(spec, block_pool, group_id, profile, enable_caching,
+                                    scheduler_block_size)
+    raise KVCacheMisuseError(f"no manager for KV-cache spec {spec!r}")
