@@ -12,7 +12,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["write_atomic", "write_atomic_bytes"]
 
 
 def _target_mode(path: Path) -> int:
@@ -27,16 +27,21 @@ def _target_mode(path: Path) -> int:
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder and
     ``os.replace`` (atomic on POSIX and Windows); parent folders are created. The file keeps
     the permissions of the one it replaces (a new one gets the umask's default)."""
+    return write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def write_atomic_bytes(path: str | Path, data: bytes) -> Path:
+    """``write_atomic`` for binary content (compressed corpora)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _target_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)

@@ -6,10 +6,13 @@
     kvcheck gate --baseline base.jsonl --current r.jsonl [--threshold mean:5%] [--waivers W]
     kvcheck leaderboard results/records/*.jsonl r.jsonl --format html -o leaderboard.html
     kvcheck new-adapter myengine_adapter       (writes myengine_adapter.py and pytest.ini)
+    kvcheck record --kv-impl=vllm --kv-profile=vllm-0.33 -o vllm-0.33.cbor.xz
+    kvcheck record --check conformance/corpus/vllm-0.33.cbor.xz
     kvcheck --version
 
-Exit codes: 0 success, 1 a check failed (a divergence, a gated regression), 2 unusable input
-(bad module, trace, record file or arguments; the message names the file and field).
+Exit codes: 0 success, 1 a check failed (a divergence, a gated regression, a stale corpus), 2
+unusable input (bad module, trace, record or corpus file, or arguments; the message names the
+file and field).
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import sys
 from collections.abc import Sequence
 
 __all__ = ["main"]
+
+# kvcheck.conformance.recorder.DEFAULT_TRACES, spelled here so `kvcheck --help` imports nothing
+# heavy (tests/plugin/test_cli_record.py checks they agree).
+_DEFAULT_TRACES = 60
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -85,6 +92,74 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return 1
     against = "laws only" if oracle is None else f"compared with {oracle.name}"
     print(f"kvcheck replay: {len(trace['ops'])} ops on {impl.name} ({against}): no divergence")
+    return 0
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    """``kvcheck record``: record a corpus of an implementation's behaviour (``-o``), or
+    re-record one with its header's parameters and compare (``--check``). Exit 0: written, or
+    up to date; 1: the corpus is stale (the first difference is named); 2: unusable input."""
+    from kvcheck.conformance.loader import ImplLoadError, load_impl
+    from kvcheck.conformance.recorded import (
+        CorpusError,
+        encode_corpus,
+        first_difference,
+        load_corpus,
+        make_corpus,
+        rerecord,
+        write_corpus,
+    )
+    from kvcheck.conformance.recorder import record_corpus
+
+    if (args.check is None) == (args.output is None):
+        return _fail_input("record", "pass -o PATH (record a corpus) or --check PATH (compare "
+                           "a corpus with a fresh recording), one of the two")
+    if args.traces < 1:
+        return _fail_input("record", f"--traces {args.traces}: record at least one trace")
+    try:
+        shipped = None if args.check is None else load_corpus(args.check)
+    except CorpusError as exc:
+        return _fail_input("record", exc)
+    target = args.kv_impl or (shipped["header"]["target"] if shipped else "vllm")
+    try:
+        impl = load_impl(target)
+    except ImplLoadError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if shipped is not None:
+        header = shipped["header"]
+        fresh = rerecord(shipped, impl)
+        difference = first_difference(shipped, fresh)
+        recorded = f"{header['impl']} {header['impl_version']}"
+        now = f"{impl.name} {impl.info.version}"
+        if difference is not None:
+            print(f"kvcheck record: {args.check} is stale: recorded from {recorded}, "
+                  f"{now} now behaves differently at {difference}\n"
+                  f"  Fix: record it again: kvcheck record --kv-impl={target} "
+                  f"--kv-profile={header['profile']} --traces {header['traces']} "
+                  f"--seed {header['seed']} -o {args.check}")
+            return 1
+        note = "" if recorded == now else f" (recorded from {recorded})"
+        print(f"kvcheck record: {args.check} is up to date: {header['traces']} traces, "
+              f"{header['steps']} steps replay identically on {now}{note}")
+        return 0
+    profile = args.kv_profile or impl.info.profile
+    if profile == "generic":
+        return _fail_input("record", "--kv-profile=generic: a corpus records one vLLM "
+                           "profile's exact behaviour; pass vllm-0.33 or vllm-0.10")
+    if profile != impl.info.profile and impl.module.__name__ != "kvcheck.adapters.reference":
+        print(f"kvcheck record: warning: {impl.name} {impl.info.version} claims profile "
+              f"{impl.info.profile}; recording it under {profile}", file=sys.stderr)
+    corpus = make_corpus(record_corpus(impl, profile, args.traces, args.seed),
+                         profile=profile, impl=impl, seed=args.seed)
+    data = encode_corpus(corpus)
+    try:
+        path = write_corpus(args.output, data)
+    except OSError as exc:
+        return _fail_input("record", f"-o {args.output}: cannot write ({exc})")
+    header = corpus["header"]
+    print(f"kvcheck record: {header['traces']} traces, {header['steps']} steps of {impl.name} "
+          f"{impl.info.version} under {profile} written to {path} ({len(data)} bytes)")
     return 0
 
 
@@ -252,6 +327,32 @@ def build_parser() -> argparse.ArgumentParser:
                         help="per-call limit on every adapter call, as the pytest option "
                              "(default 60; 0 = no limit)")
     replay.set_defaults(func=_cmd_replay)
+
+    record = sub.add_parser(
+        "record", help="record an implementation's behaviour as a replayable corpus, or "
+                       "check that a corpus is up to date",
+        description="Drive the implementation (vLLM by default) through seeded "
+                    "scheduler-like traces and record every call, its answer and the "
+                    "observable state after every step, as the corpus the `recorded` area "
+                    "replays (CBOR, xz-compressed; written atomically). With --check PATH, "
+                    "record again with PATH's own parameters and exit 1, naming the first "
+                    "differing trace and step, if the behaviour changed. See "
+                    "docs/recorded.md.")
+    record.add_argument("--kv-impl", metavar="MODULE[:FACTORY]",
+                        help="implementation to record (default: vllm; with --check, the one "
+                             "the corpus was recorded with)")
+    record.add_argument("--kv-profile", choices=PROFILES,
+                        help="profile to record under (default: the one IMPL_INFO claims)")
+    record.add_argument("-o", "--output", metavar="PATH",
+                        help="write the corpus here (e.g. conformance/corpus/vllm-0.33.cbor.xz)")
+    record.add_argument("--check", metavar="PATH",
+                        help="re-record the corpus at PATH with its header's parameters and "
+                             "fail (exit 1) if anything differs")
+    record.add_argument("--traces", type=int, default=_DEFAULT_TRACES, metavar="N",
+                        help=f"traces to record (default {_DEFAULT_TRACES})")
+    record.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="seed of the traces' moves (default 0)")
+    record.set_defaults(func=_cmd_record)
 
     compare = sub.add_parser(
         "compare", help="show what differs between two result files (informational, exit 0)",

@@ -49,6 +49,21 @@ def test_every_subpackage_and_the_suite_are_shipped(wheel_names: list[str]) -> N
     assert not [n for n in wheel_names if n.startswith("kvcheck/tests/") or "/tests/" in n]
 
 
+def test_recorded_corpora_are_shipped(wheel: Path, wheel_names: list[str]) -> None:
+    """One corpus per vLLM profile (conformance/corpus/), byte for byte the checkout's, at
+    most 2 MB together (the issue's budget for the wheel)."""
+    from kvcheck.conformance.protocol import VLLM_PROFILES
+
+    names = {f"kvcheck/conformance/corpus/{p}.cbor.xz" for p in VLLM_PROFILES}
+    assert names <= set(wheel_names), sorted(n for n in wheel_names if "corpus" in n)
+    assert "kvcheck/conformance/test_recorded.py" in wheel_names
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {n: zf.read(n) for n in names}
+    for name, data in shipped.items():
+        assert data == (ROOT / name.removeprefix("kvcheck/")).read_bytes(), name
+    assert sum(map(len, shipped.values())) <= 2_000_000
+
+
 def test_entry_points(wheel: Path, wheel_names: list[str]) -> None:
     (entry,) = [n for n in wheel_names if n.endswith(".dist-info/entry_points.txt")]
     with zipfile.ZipFile(wheel) as zf:

@@ -50,7 +50,7 @@ MUTANT_MAX_EXAMPLES = 15
 #: (its "local constants"), so it depends on what else this process collected and ran.
 EXPECTED: dict[str, set[str]] = {
     "mut_forward_free_order": {"eviction"},
-    "mut_all_to_tail": {"eviction", "block_pool"},
+    "mut_all_to_tail": {"eviction", "block_pool", "recorded"},
     "mut_hash_not_chained": {"hashing", "differential"},
     "mut_salt_every_block": {"hashing"},
     "mut_hit_cap_num_tokens": {"prefix_caching"},

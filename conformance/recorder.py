@@ -1,0 +1,418 @@
+"""Recording real behaviour: seeded scheduler-like workloads driven through any loaded
+implementation, with its answer and observable state after every step.
+
+``record_corpus(impl, profile, traces=N, seed=S)`` runs ``N`` traces. Trace ``i`` is planned
+from its index alone (``trace_plan``: block size, pool size, hash algorithm, caching, KV
+events, a model-length cap, and a flavour that weights the scheduler's moves), so its name is
+the same under every profile; its moves come from ``random.Random`` seeded with ``(S, i)``.
+A move may depend on the implementation's answers (a refused allocation preempts the request
+admitted last, as vLLM's scheduler does), but the ops actually applied are recorded, so a
+replay only re-applies them.
+
+The moves (``kvcheck.conformance.ops``, run by ``kvcheck.conformance.driver.Driver``):
+requests with shared system prompts and chat-style resubmissions (prefix hits, also on
+evicted and reused blocks), chunked prefill, decode of one or several tokens, speculative
+lookahead slots, scheduler steps over every running request, finishing, preempt-and-resume,
+pool pressure (a long request that takes the pool), prefix-cache resets (refused while
+requests hold blocks), and LoRA / cache-salt / multimodal requests (``extras`` traces, where
+the implementation declares ``extra_keys``; LoRA only without KV events: vLLM 0.10.2 crashes
+on that pair, see ``adapters/vllm-0.10.2.xfails``).
+
+Observed after every step (``observe_state``): ``num_free_blocks()``, the block tables of the
+requests holding blocks, and what the implementation declares: the free queue
+(``free_queue_order``), the non-zero ref counts (``ref_counts``), each live request's block
+hashes (``block_hashes``, for the hash algorithms it reproduces) and the KV events of the step
+(``events``). Deterministic: the same implementation version and seed give the same corpus,
+byte for byte (``kvcheck.conformance.recorded.encode_corpus``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from kvcheck.conformance.differential import normalize_events
+from kvcheck.conformance.driver import Driver, StepResult
+from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.ops import Op, RequestExtras, add, decode, free, reset, schedule
+from kvcheck.conformance.protocol import KVCacheSpec, spec_to_dict
+from kvcheck.conformance.workload_machine import OFFERED_HASH_ALGOS
+from kvcheck.errors import KVCheckInputError
+
+__all__ = [
+    "BLOCK_SIZES",
+    "DEFAULT_SEED",
+    "DEFAULT_TRACES",
+    "FLAVOURS",
+    "STEPS_PER_TRACE",
+    "TracePlan",
+    "normalize_answer",
+    "observe_state",
+    "plan_spec",
+    "record_corpus",
+    "record_trace",
+    "recordable_fields",
+    "trace_plan",
+]
+
+#: Traces per profile and the seed of the shipped corpora (``kvcheck record`` defaults).
+DEFAULT_TRACES = 60
+DEFAULT_SEED = 0
+#: Ops per trace (a trace ends at the first move that reaches it).
+STEPS_PER_TRACE = 180
+#: Block sizes the plans cycle through.
+BLOCK_SIZES = (4, 2, 8, 1, 16, 4, 8, 2)
+#: Trace flavours, cycled by index: each weights the moves differently.
+FLAVOURS = ("chat", "pressure", "chunked", "lookahead", "preempt", "extras", "reset",
+            "mixed")
+#: Move -> weight per flavour (moves without a weight get 1).
+_WEIGHTS: dict[str, dict[str, int]] = {
+    "chat": {"add": 3, "resubmit": 5, "step": 6, "finish": 3},
+    "pressure": {"add": 3, "pressure": 3, "step": 6, "step_all": 3},
+    "chunked": {"long_prefill": 4, "step": 6, "step_all": 3, "duplicate": 3},
+    "lookahead": {"long_prefill": 3, "step": 6, "step_all": 3},
+    "preempt": {"preempt": 4, "step": 6, "finish": 2},
+    "extras": {"add": 5, "resubmit": 3, "duplicate": 3, "step": 6},
+    "reset": {"reset": 3, "add": 3, "resubmit": 3, "step": 5},
+    "mixed": {},
+}
+_MOVES = ("add", "resubmit", "long_prefill", "duplicate", "admit", "step", "step_all",
+          "finish", "preempt", "pressure", "reset")
+# System prompts shared by requests (the longer ones extend the shorter ones).
+_PREFIXES = [list(range(1, 17)), list(range(1, 20)), list(range(1, 9)), list(range(1, 33)),
+             list(range(1, 5)), [], [7] * 6]
+# Token ids of every pickle / CBOR integer width.
+_TOKENS = (0, 1, 2, 3, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 151643)
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    """What trace ``index`` is, from its index alone. ``name`` is its test id (the same under
+    every profile: the hash algorithm, which depends on what the profile offers, is not in
+    it)."""
+
+    index: int
+    name: str
+    flavour: str
+    block_size: int
+    pool_tokens: int
+    hash_algo: str
+    enable_caching: bool
+    enable_kv_cache_events: bool
+    max_model_len: int | None
+
+
+def trace_plan(index: int, profile: str) -> TracePlan:
+    """The plan of trace ``index`` under ``profile`` (hash algorithms: those the profile's
+    vLLM offers, cycled)."""
+    if index < 0:
+        raise KVCheckInputError(f"trace index {index}: must be >= 0")
+    flavour = FLAVOURS[index % len(FLAVOURS)]
+    block_size = BLOCK_SIZES[(index // len(FLAVOURS) + index) % len(BLOCK_SIZES)]
+    algos = OFFERED_HASH_ALGOS.get(profile, OFFERED_HASH_ALGOS["vllm-0.33"])
+    caching = index % 7 != 5
+    events = index % 5 != 4
+    max_model_len = 40 if index % 6 == 3 else None
+    pool_tokens = (32, 48, 64, 96, 128)[index % 5]
+    name = (f"t{index:02d}-{flavour}-bs{block_size}"
+            + ("" if caching else "-nocache") + ("-events" if events else "")
+            + ("" if max_model_len is None else f"-mml{max_model_len}"))
+    return TracePlan(index, name, flavour, block_size, pool_tokens, algos[index % len(algos)],
+                     caching, events, max_model_len)
+
+
+def plan_spec(plan: TracePlan, profile: str) -> KVCacheSpec:
+    """The spec trace ``plan`` runs on: ``pool_tokens`` worth of blocks (at least 3) plus
+    vLLM's null block."""
+    return KVCacheSpec(
+        num_blocks=1 + max(3, plan.pool_tokens // plan.block_size),
+        block_size=plan.block_size, enable_caching=plan.enable_caching,
+        hash_algo=plan.hash_algo, enable_kv_cache_events=plan.enable_kv_cache_events,
+        max_model_len=plan.max_model_len, profile=profile)
+
+
+def normalize_answer(answer: StepResult) -> dict[str, Any]:
+    """An op's answer as plain lists (what the corpus stores and replays compare)."""
+    out: dict[str, Any] = {}
+    if "hits" in answer:
+        ids, num = answer["hits"]
+        out["hits"] = [list(ids), int(num)]
+    if "new" in answer:
+        new = answer["new"]
+        out["new"] = None if new is None else list(new)
+    if "reset" in answer:
+        out["reset"] = bool(answer["reset"])
+    return out
+
+
+def observe_state(driver: Driver, fields: frozenset[str]) -> dict[str, Any]:
+    """The observable state named by ``fields`` (``STATE_FIELDS`` of
+    ``kvcheck.conformance.recorded``): ``free`` (num_free_blocks), ``tables`` (block tables of
+    the requests holding blocks), ``queue`` (the free queue, head first), ``refs`` ([block,
+    ref_cnt] of every block with a non-zero count, reserved ones left out), ``hashes`` (block
+    hashes of each request holding blocks) and ``events`` (the KV events of the step, drained)."""
+    mgr = driver.manager
+    state: dict[str, Any] = {"free": mgr.num_free_blocks(), "tables": driver.tables()}
+    if "queue" in fields:
+        state["queue"] = list(mgr.free_block_ids())
+    if "refs" in fields:
+        # Blocks in the free queue are unreferenced (a law the invariants area checks): only
+        # the others are asked, which halves the cost of a replay.
+        queued = set(state.get("queue", ()))
+        counts = ((b, mgr.ref_cnt(b)) for b in driver.ordinary_block_ids if b not in queued)
+        state["refs"] = [[b, n] for b, n in counts if n]
+    if "hashes" in fields:
+        state["hashes"] = {rid: [bytes(h) for h in mgr.block_hashes(rid)]
+                           for rid in sorted(driver.running)}
+    if "events" in fields:
+        state["events"] = (normalize_events(mgr.take_events())
+                           if driver.spec.enable_kv_cache_events else [])
+    return state
+
+
+def recordable_fields(impl: ImplHandle, spec: KVCacheSpec) -> frozenset[str]:
+    """The state fields ``impl`` shows for ``spec`` (by its declared capabilities)."""
+    caps = impl.info.capabilities
+    fields = {"free", "tables"}
+    if "free_queue_order" in caps:
+        fields.add("queue")
+    if "ref_counts" in caps:
+        fields.add("refs")
+    if "block_hashes" in caps and spec.hash_algo in impl.info.hash_algos:
+        fields.add("hashes")
+    if "events" in caps and spec.enable_kv_cache_events:
+        fields.add("events")
+    return frozenset(fields)
+
+
+class _Workload:
+    """A scheduler over one ``Driver``: the moves of the module docstring, each a few ops;
+    every op's answer and state are appended to ``steps``."""
+
+    def __init__(self, driver: Driver, plan: TracePlan, rng: random.Random, extras: bool,
+                 fields: frozenset[str]) -> None:
+        self.d = driver
+        self.plan = plan
+        self.rng = rng
+        self.extras = extras
+        self.fields = fields
+        self.pending: list[str] = []
+        self.running: list[str] = []
+        self.prompts: list[list[int]] = []
+        self.next_id = 0
+        self.steps: list[dict[str, Any]] = []
+        weights = _WEIGHTS[plan.flavour]
+        self.moves = list(_MOVES)
+        self.weights = [weights.get(m, 1) for m in _MOVES]
+        self.multi = "multi_token_decode" in driver.capabilities
+        self.lookahead = "lookahead" in driver.capabilities and plan.flavour in (
+            "lookahead", "mixed", "chunked")
+
+    # ------------------------------------------------------------ recording
+    def apply(self, op: Op) -> StepResult:
+        answer = self.d.apply(op)
+        self.steps.append({"op": dict(op), "answer": normalize_answer(answer),
+                           "state": observe_state(self.d, self.fields)})
+        return answer
+
+    def run(self, max_steps: int) -> None:
+        while len(self.steps) < max_steps:
+            move = self.rng.choices(self.moves, self.weights)[0]
+            # `_add` and `_admit` are helpers; those moves are `_add_` and `_admit_`.
+            getattr(self, f"_{move}_" if move in ("add", "admit") else f"_{move}")()
+
+    # ------------------------------------------------------------ helpers
+    def _la(self) -> int:
+        return self.rng.choice((0, 0, 1, 2, 4)) if self.lookahead else 0
+
+    def _chunk(self) -> int | None:
+        return self.rng.choice((None, None, 1, 2, 3, 5, 8))
+
+    def _tail(self, low: int, high: int) -> list[int]:
+        return [self.rng.choice(_TOKENS) for _ in range(self.rng.randint(low, high))]
+
+    def _add(self, prompt: list[int], remember: bool = True,
+             **kwargs: Any) -> str | None:
+        mml = self.plan.max_model_len
+        if not prompt or (mml is not None and len(prompt) >= mml):
+            return None
+        if remember:
+            self.prompts.append(prompt)
+        rid = f"r{self.next_id}"
+        self.next_id += 1
+        self.apply(add(rid, prompt, **kwargs))
+        self.pending.append(rid)
+        return rid
+
+    def _extra(self, prompt: list[int]) -> RequestExtras:
+        if not self.extras:
+            return {}
+        kinds = ["", "salt", "mm"] + ([] if self.plan.enable_kv_cache_events else ["lora"])
+        kind = self.rng.choice(kinds)
+        if kind == "salt":
+            return {"salt": self.rng.choice(("tenant-a", "tenant-b"))}
+        if kind == "lora":
+            return {"lora": ("adapter", 1, "/lora/adapter")}
+        if kind == "mm" and len(prompt) >= 3:
+            return {"mm": [("img0", 1, min(4, len(prompt) - 1))]}
+        return {}
+
+    def _admit(self, rid: str, chunk: int | None) -> None:
+        got = self.apply(schedule(rid, chunk))
+        if got.get("new") is not None:
+            self.pending.remove(rid)
+            self.running.append(rid)
+
+    def _in_prefill(self, rid: str) -> bool:
+        view = self.d.views[rid]
+        return view.num_computed_tokens < view.num_tokens
+
+    def _step_one(self, rid: str, num_tokens: int, lookahead: int) -> None:
+        prefill = self._in_prefill(rid)
+        if not self.multi and not prefill:
+            num_tokens = 1
+        mml = self.plan.max_model_len
+        if not prefill and mml is not None:
+            room = mml - self.d.views[rid].num_tokens
+            if room <= 0:
+                self._free(rid)
+                return
+            num_tokens = min(num_tokens, room)
+        op: Op = (schedule(rid, num_tokens, lookahead) if prefill
+                  else decode(rid, num_tokens, lookahead))
+        while self.apply(op).get("new") is None:
+            victim = self.running[-1]
+            self._free(victim)
+            if victim == rid:
+                return
+            op = schedule(rid, num_tokens, lookahead)
+
+    def _free(self, rid: str) -> None:
+        view = self.d.views[rid]
+        self.apply(free(rid))
+        if rid in self.running:
+            self.running.remove(rid)
+            self.pending.append(rid)
+            if view.output_token_ids:
+                self.prompts.append(list(view.token_ids))
+        elif rid in self.pending:
+            self.pending.remove(rid)
+
+    # ------------------------------------------------------------ moves
+    def _add_move(self, prompt: list[int]) -> None:
+        rid = self._add(prompt, **self._extra(prompt))
+        if rid is not None and self.rng.random() < 0.7:
+            self._admit(rid, self._chunk())
+
+    def _add_(self) -> None:
+        self._add_move(self.rng.choice(_PREFIXES) + self._tail(0, 10))
+
+    def _resubmit(self) -> None:
+        if not self.prompts:
+            return self._add_()
+        self._add_move(self.rng.choice(self.prompts) + self._tail(0, 6))
+        return None
+
+    def _long_prefill(self) -> None:
+        rid = self._add(self.rng.choice(_PREFIXES) + self._tail(8, 24))
+        if rid is None:
+            return
+        chunk = self.rng.randint(1, 8)
+        lookahead = self._la()
+        self._admit(rid, chunk)
+        while rid in self.running and self._in_prefill(rid):  # each step advances or frees
+            self._step_one(rid, chunk, lookahead)
+
+    def _duplicate(self) -> None:
+        if not self.running:
+            return self._add_()
+        rids = [r for r in self.running if self._in_prefill(r)] or self.running
+        view = self.d.views[self.rng.choice(rids)]
+        kwargs: RequestExtras = {}
+        if view.lora is not None:
+            kwargs["lora"] = view.lora
+        if view.mm_features:
+            kwargs["mm"] = view.mm_features
+        if view.cache_salt is not None:
+            kwargs["salt"] = view.cache_salt
+        rid = self._add(list(view.prompt_token_ids), remember=False, **kwargs)
+        if rid is not None:
+            self._admit(rid, self._chunk())
+        return None
+
+    def _admit_(self) -> None:
+        if self.pending:
+            self._admit(self.rng.choice(self.pending), self._chunk())
+
+    def _step(self) -> None:
+        if self.running:
+            self._step_one(self.rng.choice(self.running), self.rng.randint(1, 6), self._la())
+        else:
+            self._admit_()
+
+    def _step_all(self) -> None:
+        lookahead = self._la()
+        for rid in list(self.running):
+            if rid in self.running:
+                self._step_one(rid, self.rng.randint(1, 6), lookahead)
+
+    def _finish(self) -> None:
+        live = self.running + self.pending
+        if live:
+            self._free(self.rng.choice(live))
+
+    def _preempt(self) -> None:
+        with_output = [r for r in self.running if self.d.views[r].output_token_ids]
+        if not with_output:
+            return self._step()
+        rid = self.rng.choice(with_output)
+        self._free(rid)
+        self._admit(rid, self._chunk())
+        return None
+
+    def _pressure(self) -> None:
+        size = self.d.manager.num_free_blocks() - self.rng.randint(0, 2)
+        if size <= 0:
+            return self._finish()
+        base = 100_000 + 1_000 * self.next_id
+        tokens = size * self.plan.block_size
+        if self.plan.max_model_len is not None:
+            tokens = min(tokens, self.plan.max_model_len - 1)
+        rid = self._add([base + i for i in range(tokens)], remember=False)
+        if rid is None:
+            return None
+        self._admit(rid, None)
+        if rid in self.running:
+            self._free(rid)
+        return None
+
+    def _reset(self) -> None:
+        if self.rng.random() < 0.5:
+            for rid in list(self.running):
+                self._free(rid)
+        self.apply(reset())
+
+
+
+def record_trace(impl: ImplHandle, profile: str, index: int, seed: int,
+                 steps: int = STEPS_PER_TRACE) -> dict[str, Any]:
+    """Run trace ``index`` on ``impl`` under ``profile``: ``{"name", "spec" (spec_to_dict),
+    "fields" (the state fields recorded), "steps": [{"op", "answer", "state"}, ...]}``."""
+    plan = trace_plan(index, profile)
+    spec = plan_spec(plan, profile)
+    driver = Driver(impl, spec)
+    fields = recordable_fields(impl, spec)
+    extras = plan.flavour in ("extras", "mixed") and "extra_keys" in impl.info.capabilities
+    workload = _Workload(driver, plan, random.Random(seed * 1_000_003 + index), extras, fields)
+    workload.run(steps)
+    return {"name": plan.name, "spec": spec_to_dict(spec), "fields": sorted(fields),
+            "steps": workload.steps}
+
+
+def record_corpus(impl: ImplHandle, profile: str, traces: int = DEFAULT_TRACES,
+                  seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
+    """``traces`` traces of ``impl`` under ``profile`` (see ``record_trace``)."""
+    if traces < 1:
+        raise KVCheckInputError(f"--traces {traces}: record at least one trace")
+    return [record_trace(impl, profile, i, seed) for i in range(traces)]

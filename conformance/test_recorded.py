@@ -1,0 +1,54 @@
+"""Recorded: real vLLM behaviour, replayed. The wheel ships a corpus per vLLM profile
+(``conformance/corpus/<profile>.cbor.xz``, recorded from that vLLM release with ``kvcheck
+record``): seeded scheduler-like traces with vLLM's answer and observable state after every
+step (``kvcheck.conformance.recorder``). Each test replays one trace on the implementation and
+compares its answers, and the state fields it declares (free count and block tables always;
+free queue, ref counts, block hashes, KV events by capability), step by step.
+
+Only under the vLLM profiles: the corpus is one release's exact behaviour, so under
+``--kv-profile=generic`` the area is skipped (the profile-independent laws are the
+``invariants`` area's). A failure names the trace, the step and the differing field, and
+writes a trace that ``kvcheck replay`` re-runs against the reference.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kvcheck.conformance.protocol import VLLM_PROFILES, effective_capabilities
+from kvcheck.conformance.recorded import needed_capabilities, replay_recorded, shipped_corpus
+from kvcheck.conformance.recorder import DEFAULT_TRACES, trace_plan
+from kvcheck.conformance.trace_check import check_spec
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.loader import ImplHandle
+
+# Trace names do not depend on the profile (trace_plan), so both corpora share these ids.
+_NAMES = [trace_plan(i, VLLM_PROFILES[0]).name for i in range(DEFAULT_TRACES)]
+
+
+@pytest.mark.kv_capability("manager")
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.parametrize("index", range(DEFAULT_TRACES), ids=_NAMES)
+def test_recorded_trace_replays(kv_impl: ImplHandle, kv_profile: str, index: int) -> None:
+    """The implementation answers, and shows the state, that vLLM did on this trace."""
+    corpus = shipped_corpus(kv_profile)
+    traces = corpus["traces"]
+    assert index < len(traces), (
+        f"the shipped {kv_profile} corpus holds {len(traces)} traces, not {DEFAULT_TRACES}: "
+        "record it again (kvcheck record, see docs/recorded.md)")
+    trace = traces[index]
+    assert trace["name"] == _NAMES[index], (
+        f"trace {index} of the shipped {kv_profile} corpus is {trace['name']!r}, expected "
+        f"{_NAMES[index]!r}: record the corpus again (docs/recorded.md)")
+    missing = needed_capabilities(trace) - effective_capabilities(kv_impl.info, kv_profile)
+    if missing:
+        pytest.skip(f"{kv_impl.name} does not declare {sorted(missing)}, which this trace's "
+                    "requests need")
+    spec = check_spec(trace["spec"], trace["name"])
+    if not kv_impl.info.supports(spec):
+        pytest.skip(f"{kv_impl.name} does not support this trace's pool (num_blocks="
+                    f"{spec.num_blocks}, block_size={spec.block_size})")
+    replay_recorded(kv_impl, trace, corpus["header"])

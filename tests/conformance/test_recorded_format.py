@@ -1,0 +1,183 @@
+"""The recorded corpus format (``kvcheck.conformance.recorded``): round trip of the delta
+encoding, byte-for-byte determinism, the shipped corpora's budget, and a clear ``CorpusError``
+for every kind of broken file (not xz, truncated, not CBOR, another format, a newer version,
+a bad header, trace or step)."""
+
+from __future__ import annotations
+
+import copy
+import lzma
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import pytest
+
+from kvcheck.conformance.loader import load_impl
+from kvcheck.conformance.protocol import VLLM_PROFILES
+from kvcheck.conformance.recorded import (
+    FORMAT_VERSION,
+    CorpusError,
+    corpus_path,
+    decode_corpus,
+    encode_corpus,
+    first_difference,
+    iter_steps,
+    load_corpus,
+    make_corpus,
+)
+from kvcheck.conformance.recorder import DEFAULT_TRACES, record_trace, trace_plan
+
+STEPS = 60
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Three traces of the reference with full states, and their corpus."""
+    impl = load_impl("reference")
+    traces = [record_trace(impl, "vllm-0.33", i, 7, STEPS) for i in range(3)]
+    corpus = make_corpus(copy.deepcopy(traces), profile="vllm-0.33", impl=impl, seed=7,
+                         steps_per_trace=STEPS)
+    return traces, corpus
+
+
+def reencode(corpus: dict[str, Any]) -> bytes:
+    return lzma.compress(cbor2.dumps(corpus))
+
+
+def test_round_trip_rebuilds_every_full_state(recorded: tuple[list[dict[str, Any]],
+                                                              dict[str, Any]]) -> None:
+    """The file stores only what changed per step; reading it back gives every step's full
+    state, op and answer as recorded."""
+    traces, corpus = recorded
+    loaded = decode_corpus(encode_corpus(corpus), "mem")
+    assert loaded["header"]["steps"] == sum(len(t["steps"]) for t in traces)
+    for original, trace in zip(traces, loaded["traces"], strict=True):
+        steps = list(iter_steps(trace))
+        assert len(steps) == len(original["steps"]) >= STEPS
+        for (op, answer, state), full in zip(steps, original["steps"], strict=True):
+            assert (op, answer) == (full["op"], full["answer"])
+            assert state == full["state"]
+    # The deltas are smaller than the full states (the point of them).
+    stored = sum(len(s["state"]) for t in loaded["traces"] for s in t["steps"])
+    assert stored < sum(len(s["state"]) for t in traces for s in t["steps"])
+
+
+def test_recording_is_deterministic(recorded: tuple[list[dict[str, Any]],
+                                                    dict[str, Any]]) -> None:
+    _, corpus = recorded
+    impl = load_impl("reference")
+    again = make_corpus([record_trace(impl, "vllm-0.33", i, 7, STEPS) for i in range(3)],
+                        profile="vllm-0.33", impl=impl, seed=7, steps_per_trace=STEPS)
+    assert encode_corpus(again) == encode_corpus(corpus)
+    assert first_difference(corpus, again) is None
+
+
+def test_another_seed_differs(recorded: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
+    _, corpus = recorded
+    impl = load_impl("reference")
+    other = make_corpus([record_trace(impl, "vllm-0.33", i, 8, STEPS) for i in range(3)],
+                        profile="vllm-0.33", impl=impl, seed=8, steps_per_trace=STEPS)
+    assert first_difference(corpus, other) == "header.seed: shipped 7, re-recorded 8"
+
+
+@pytest.mark.parametrize("profile", VLLM_PROFILES)
+def test_shipped_corpus_budget(profile: str) -> None:
+    """Recorded from that vLLM release: at least 50 traces and 10,000 steps, named as the
+    plans name them; both files together at most 2 MB."""
+    corpus = load_corpus(corpus_path(profile))
+    header = corpus["header"]
+    assert header["impl"] == "vllm" and header["target"] == "vllm"
+    assert header["impl_version"].startswith({"vllm-0.33": "0.33.", "vllm-0.10": "0.10."}[profile])
+    assert header["profile"] == profile
+    assert header["traces"] == DEFAULT_TRACES >= 50
+    assert header["steps"] >= 10_000
+    assert [t["name"] for t in corpus["traces"]] == [
+        trace_plan(i, profile).name for i in range(DEFAULT_TRACES)]
+    assert sum(corpus_path(p).stat().st_size for p in VLLM_PROFILES) <= 2_000_000
+
+
+def test_unknown_profile_has_no_corpus() -> None:
+    with pytest.raises(CorpusError, match="no recorded corpus for profile 'generic'"):
+        corpus_path("generic")
+
+
+# ---------------------------------------------------------------------- broken files
+def test_truncated_file(recorded: tuple[list[dict[str, Any]], dict[str, Any]],
+                        tmp_path: Path) -> None:
+    data = encode_corpus(recorded[1])
+    path = tmp_path / "c.cbor.xz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorpusError, match=r"c\.cbor\.xz: truncated: the xz stream ends early"):
+        load_corpus(path)
+
+
+def test_not_xz(tmp_path: Path) -> None:
+    path = tmp_path / "c.cbor.xz"
+    path.write_bytes(b'{"format": "kvcheck-recorded-corpus"}')
+    with pytest.raises(CorpusError, match="not an xz-compressed corpus"):
+        load_corpus(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(CorpusError, match="cannot read the corpus"):
+        load_corpus(tmp_path / "absent.cbor.xz")
+
+
+def test_not_cbor() -> None:
+    with pytest.raises(CorpusError, match="mem: not a CBOR corpus"):
+        decode_corpus(lzma.compress(b"\xff\xfe\x1c"), "mem")
+
+
+def test_another_format() -> None:
+    with pytest.raises(CorpusError, match="not a kvcheck recorded corpus"):
+        decode_corpus(reencode({"format": "something-else", "format_version": 1}), "mem")
+
+
+def test_newer_format_version(recorded: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
+    corpus = copy.deepcopy(recorded[1])
+    corpus["format_version"] = FORMAT_VERSION + 1
+    with pytest.raises(CorpusError, match=f"format_version {FORMAT_VERSION + 1} is newer than "
+                                          f"this kvcheck"):
+        decode_corpus(reencode(corpus), "mem")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda c: c["header"].pop("seed"), r"header\.seed=None: expected int"),
+    (lambda c: c["header"].__setitem__("traces", 4), "header counts 4 traces, the file holds 3"),
+    (lambda c: c["header"].__setitem__("steps", 1), "the header counts 1 steps"),
+    (lambda c: c["header"].__setitem__("profile", "generic"), "header.profile='generic'"),
+    (lambda c: c["header"].__setitem__("steps_per_trace", 10**9),
+     r"header\.steps_per_trace=1000000000: must be in \[1, 100000\]"),
+    (lambda c: c["traces"][0].__setitem__("fields", [["free"]]), r"field 'fields'="),
+    (lambda c: c["traces"][1]["steps"][4]["state"].__setitem__("tables", {"r0": ["x"]}),
+     r"traces\[1\] \(t01-\S+\): steps\[4\] \(step #5\): state field 'tables' is malformed"),
+    (lambda c: c["traces"][0]["steps"][2]["op"].__setitem__("op", "explode"),
+     r"traces\[0\] \(t00-\S+\): ops\[2\] \(op #3\): unknown op 'explode'"),
+    (lambda c: c["traces"][2]["steps"][0]["answer"].__setitem__("new", "lots"),
+     r"traces\[2\] \(t02-\S+\): steps\[0\] \(step #1\): answer new='lots'"),
+    (lambda c: c["traces"][0]["spec"].__setitem__("block_size", 0),
+     r"traces\[0\] \(t00-\S+\): spec\.block_size=0"),
+    (lambda c: c["traces"][0]["steps"][0]["state"].pop("free"),
+     r"step #1\): the first step's state lacks \['free'\]"),
+])
+def test_malformed_content_is_named(recorded: tuple[list[dict[str, Any]], dict[str, Any]],
+                                    edit: Any, message: str) -> None:
+    corpus = copy.deepcopy(recorded[1])
+    edit(corpus)
+    with pytest.raises(CorpusError, match=message):
+        decode_corpus(reencode(corpus), "mem")
+
+
+def test_first_difference_names_trace_step_and_field(
+        recorded: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
+    _, corpus = recorded
+    altered = copy.deepcopy(corpus)
+    step = next(s for s in altered["traces"][1]["steps"][5:] if "free" in s["state"])
+    index = altered["traces"][1]["steps"].index(step)
+    step["state"]["free"] += 1
+    name = corpus["traces"][1]["name"]
+    difference = first_difference(corpus, altered)
+    assert difference is not None
+    assert difference.startswith(f"trace {name}, step #{index + 1} (")
+    assert "state.free differs" in difference
