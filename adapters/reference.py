@@ -11,6 +11,12 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from kvcheck import __version__
+from kvcheck.adapters.reference_sizing import (
+    kv_block_sizes,
+    kv_cache_view_shape,
+    kv_page_size_bytes,
+    kv_sizing_plan,
+)
 from kvcheck.conformance.protocol import (
     ImplInfo,
     KVCacheGroupSpec,
@@ -47,6 +53,10 @@ __all__ = [
     "SnapshotSync",
     "event_to_dict",
     "kernels",
+    "kv_block_sizes",
+    "kv_cache_view_shape",
+    "kv_page_size_bytes",
+    "kv_sizing_plan",
     "make_block_pool",
     "make_kv_cache_manager",
     "none_hash_for",
@@ -63,6 +73,8 @@ IMPL_INFO = ImplInfo(
          "batch_metadata",
          # Hybrid models: several KV-cache groups over one pool (ReferenceGroupedManager).
          "kv_cache_groups", "sliding_window", "chunked_local_attention",
+         # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
+         "sizing",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
          # (the vLLM profiles imply them).
          "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",

@@ -2,7 +2,8 @@
 
 Every way a module can fail the contract (not importable, no ``IMPL_INFO``, no factory, a
 factory with the wrong signature, an unknown capability, hash algorithm or profile, a malformed
-``IMPL_INFO`` field, a name unfit for test ids, a declared capability whose method is missing, a
+``IMPL_INFO`` field, a name unfit for test ids, a declared capability whose method (or, for
+``kernels`` and ``sizing``, module-level function) is missing, a
 factory that declines every spec it claims to support or does not return) becomes one
 ``ImplLoadError`` paragraph that names the problem and the fix; no traceback. The pytest plugin
 and the ``kvcheck`` command turn it into their usage error.
@@ -44,6 +45,7 @@ from kvcheck.conformance.protocol import (
     effective_capabilities,
     reserved_block_ids,
 )
+from kvcheck.conformance.sizing_protocol import SIZING_FUNCTIONS
 from kvcheck.errors import KVCheckInputError
 
 __all__ = ["ALIASES", "DEFAULT_CALL_TIMEOUT", "ImplHandle", "ImplLoadError", "load_impl",
@@ -59,6 +61,8 @@ ALIASES: dict[str, str] = {
 # the module); the method names come from the Protocol classes (CAPABILITY_METHODS).
 _POOL_CAPABILITY = "block_pool"
 _MODULE_CAPABILITY = "kernels"
+# Module-level functions too (kvcheck.conformance.sizing_protocol.SIZING_FUNCTIONS).
+_SIZING_CAPABILITY = "sizing"
 _PROBE_SPEC = KVCacheSpec(num_blocks=16, block_size=4)
 # Pool sizes tried by the load-time probe, in order, within ImplInfo.num_blocks_range.
 _PROBE_NUM_BLOCKS = (16, 64, 256, 8, 4)
@@ -286,6 +290,21 @@ def _check_methods(target: str, obj: object, what: str, names: tuple[str, ...],
         )
 
 
+def _check_module_functions(target: str, module: ModuleType, names: tuple[str, ...],
+                            cap: str, protocol: str) -> None:
+    """A module-level capability: every function of ``names`` must be a module attribute
+    (a callable), not a manager method."""
+    missing = [n for n in names if not callable(getattr(module, n, None))]
+    if missing:
+        raise _usage(
+            target,
+            f"capability {cap!r} is declared but module {module.__name__!r} lacks the "
+            f"module-level function(s) {', '.join(missing)}",
+            f"define {', '.join(missing)} at module level in {module.__name__} (see {protocol}"
+            f"), or remove {cap!r} from IMPL_INFO.capabilities",
+        )
+
+
 def _parse_target(target: str) -> tuple[str, str]:
     """``(module, factory)`` of one --kv-impl entry (aliases resolved)."""
     module_name, colon, factory_name = target.partition(":")
@@ -374,7 +393,8 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         # Under a vLLM profile the design capabilities are implied, so their methods too.
         caps = effective_capabilities(info, info.profile)
         for cap, methods in CAPABILITY_METHODS.items():
-            if cap in caps and cap not in (_POOL_CAPABILITY, _MODULE_CAPABILITY):
+            if cap in caps and cap not in (_POOL_CAPABILITY, _MODULE_CAPABILITY,
+                                           _SIZING_CAPABILITY):
                 _check_methods(target, probe, "manager", methods, cap)
     pool_factory = getattr(module, "make_block_pool", None)
     if "block_pool" in info.capabilities:
@@ -388,6 +408,9 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     if "kernels" in info.capabilities and not callable(getattr(module, "kernels", None)):
         raise _usage(target, "capability 'kernels' is declared but the module has no kernels()",
                      "define kernels() returning a KernelSet, or drop 'kernels'")
+    if _SIZING_CAPABILITY in info.capabilities:
+        _check_module_functions(target, module, SIZING_FUNCTIONS, _SIZING_CAPABILITY,
+                                "kvcheck.conformance.sizing_protocol.SupportsSizing")
     return ImplHandle(
         info.name, target, module, info,
         factory if "manager" in info.capabilities else None,

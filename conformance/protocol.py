@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
+from kvcheck.conformance.sizing_protocol import SupportsSizing
 from kvcheck.errors import KVCheckError
 
 __all__ = [
@@ -531,6 +532,7 @@ CAPABILITY_PROTOCOLS: dict[str, type] = {
     "invariants": SupportsInvariants,
     "batch_metadata": SupportsBatchMetadata,
     "kv_cache_groups": SupportsKVCacheGroups,
+    "sizing": SupportsSizing,
 }
 
 

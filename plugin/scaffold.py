@@ -221,6 +221,13 @@ class Manager:
         raise NotImplementedError(
             "{name}.Manager.check_invariants: assert your internal invariants")
 
+    # ------------------------------------------------------------ capability "kv_cache_groups"
+    # Hybrid models ("kv_cache_groups", with "sliding_window" / "chunked_local_attention" for
+    # those kinds): when spec.kv_cache_groups is non-empty, get_computed_blocks,
+    # allocate_slots and get_block_ids above take and return one list of block ids per group
+    # (block 0 = the null block), as kvcheck.conformance.protocol.SupportsKVCacheGroups says.
+    # No other method: declare the capability once your methods speak both forms.
+
     # ------------------------------------------------------------ capability "batch_metadata"
     # Your worker's batch builder and page-table conversions. They use no manager state: the
     # block tables (rows of block ids, row r = request r) come in as arguments.
@@ -310,7 +317,35 @@ def kernels() -> Any:
     raise NotImplementedError("{name}.kernels: return a KernelSet of your kernels")
 
 
-__all__ = ["IMPL_INFO", "BlockPool", "Manager", "kernels", "make_block_pool",
+# ---------------------------------------------------------------- capability "sizing"
+# Module-level KV-cache sizing (kvcheck.conformance.sizing_protocol: LayerKVSpec in,
+# KVSizingPlan out). Each takes the profile whose vLLM release the answer must match.
+
+def kv_page_size_bytes(spec: Any, profile: str) -> int:
+    """Bytes one block of one layer takes (vLLM's page_size_bytes), padding included."""
+    raise NotImplementedError("{name}.kv_page_size_bytes: return the layer's page size")
+
+
+def kv_sizing_plan(layers: Any, available_memory: int, profile: str,
+                   num_gpu_blocks_override: int | None) -> Any:
+    """The KV-cache groups, num_blocks and tensors of a model (a KVSizingPlan)."""
+    raise NotImplementedError("{name}.kv_sizing_plan: return a KVSizingPlan")
+
+
+def kv_cache_view_shape(spec: Any, num_blocks: int, layout: str,
+                        profile: str) -> tuple[int, ...]:
+    """One attention layer's cache view shape for layout "NHD" or "HND"."""
+    raise NotImplementedError("{name}.kv_cache_view_shape: return the view shape")
+
+
+def kv_block_sizes(groups: Any, enable_prefix_caching: bool, prefix_match_unit: int | None,
+                   profile: str) -> tuple[int, int]:
+    """(scheduler_block_size, hash_block_size) of KV-cache groups with these specs."""
+    raise NotImplementedError("{name}.kv_block_sizes: return the two block sizes")
+
+
+__all__ = ["IMPL_INFO", "BlockPool", "Manager", "kernels", "kv_block_sizes",
+           "kv_cache_view_shape", "kv_page_size_bytes", "kv_sizing_plan", "make_block_pool",
            "make_kv_cache_manager"]
 '''
 

@@ -1,0 +1,485 @@
+"""sizing (capability ``sizing``): page sizes, KV-cache groups, num_blocks, the KV tensor plan,
+per-layer view shapes and block sizes across groups, through the module-level functions of
+``kvcheck.conformance.sizing_protocol``.
+
+Golden values, recorded from vLLM's own classes: page sizes (both releases); two worked
+grouping examples as vLLM 0.10.2 computes them and as 0.33.0 does (0.33.0 gives a bucket's
+groups its layers strided, ``layers[i::num_groups]``: its values were recorded from
+``_get_kv_cache_groups_uniform_page_size`` / ``get_kv_cache_config_from_groups``); block
+sizes across groups (0.33 ``resolve_kv_cache_block_sizes``); view shapes of the FlashAttention
+and MLA backends (0.10.2) and of ``compute_layer_kv_cache_shape_bytes`` (0.33.0). Property
+tests compare random specs and models with kvcheck's reference
+(``kvcheck.reference_impl.sizing``) and check the tensor plan's invariants.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from kvcheck.conformance.protocol import UnsupportedSpec
+from kvcheck.conformance.sizing_protocol import LayerKVSpec
+from kvcheck.errors import KVCheckFailure
+from kvcheck.reference_impl import sizing as ref
+
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+
+    from kvcheck.conformance.loader import ImplHandle
+
+pytestmark = pytest.mark.kv_capability("sizing")
+
+MiB = 1 << 20
+F16 = LayerKVSpec("full_attention", 16, 8, 128, "bfloat16")
+S16 = LayerKVSpec("sliding_window", 16, 8, 128, "bfloat16", sliding_window=128)
+MLA = LayerKVSpec("mla_attention", 64, 1, 576, "bfloat16")
+MAMBA = LayerKVSpec("mamba", 16, shapes=((3, 4), (2, 8)), dtypes=("float32", "bfloat16"))
+#: 0.33-only fields and functions (head_size_v, attention page_size_padded,
+#: resolve_kv_cache_block_sizes): not applicable under vllm-0.10.
+ONLY_033 = pytest.mark.kv_profiles("vllm-0.33")
+
+
+def _call(kv_impl: ImplHandle, name: str, *args: Any) -> Any:
+    fn: Callable[..., Any] = getattr(kv_impl.module, name)
+    return kv_impl.limit.call(name, fn, *args)
+
+
+def _plan(kv_impl: ImplHandle, layers: Mapping[str, LayerKVSpec], memory: int,
+          profile: str, override: int | None = None) -> tuple[Any, ...]:
+    """The implementation's plan as plain tuples:
+    ``(groups, page_size, group_size, num_blocks, ((size, shared_by), ...))``."""
+    plan = _call(kv_impl, "kv_sizing_plan", dict(layers), memory, profile, override)
+    try:
+        return (tuple(tuple(g) for g in plan.groups), int(plan.page_size),
+                int(plan.group_size), int(plan.num_blocks),
+                tuple((int(t.size), tuple(t.shared_by)) for t in plan.tensors))
+    except (AttributeError, TypeError) as exc:
+        raise KVCheckFailure(f"{kv_impl.name}: kv_sizing_plan returned {plan!r}, not a "
+                             f"KVSizingPlan ({exc})") from None
+
+
+def _expect_value_error(kv_impl: ImplHandle, what: str, name: str, *args: Any) -> None:
+    """``name(*args)`` must raise ValueError (vLLM rejects the input)."""
+    try:
+        result = _call(kv_impl, name, *args)
+    except ValueError:
+        return
+    raise KVCheckFailure(f"{kv_impl.name}: {name} accepted {what} (returned {result!r}); "
+                         "vLLM rejects it: raise ValueError")
+
+
+def _ref_spec(spec: LayerKVSpec) -> ref.LayerKVSpec:
+    return ref.LayerKVSpec(**asdict(spec))
+
+
+def _ref_plan(layers: Mapping[str, LayerKVSpec], memory: int, profile: str,
+              override: int | None = None) -> tuple[Any, ...]:
+    plan = ref.kv_sizing_plan({n: _ref_spec(s) for n, s in layers.items()}, memory, profile,
+                              override)
+    return (plan.groups, plan.page_size, plan.group_size, plan.num_blocks,
+            tuple((t.size, t.shared_by) for t in plan.tensors))
+
+
+# ------------------------------------------------------------------ page_size_bytes
+PAGE_SIZES = [
+    pytest.param(F16, 65536, id="full-bs16-h8-d128-bf16"),
+    pytest.param(S16, 65536, id="swa-bs16-h8-d128-bf16"),
+    pytest.param(LayerKVSpec("full_attention", 16, 8, 128, "uint8"), 32768,
+                 id="full-uint8"),
+    pytest.param(LayerKVSpec("full_attention", 16, 8, 128, "float8_e4m3fn"), 32768,
+                 id="full-fp8"),
+    pytest.param(MLA, 73728, id="mla-bs64-d576"),
+    pytest.param(LayerKVSpec("full_attention", 16, 8, 128, "bfloat16", head_size_v=64),
+                 49152, id="head_size_v-64", marks=ONLY_033),
+    pytest.param(MAMBA, 80, id="mamba"),
+    pytest.param(LayerKVSpec("mamba", 16, shapes=((3, 4), (2, 8)),
+                             dtypes=("float32", "bfloat16"), page_size_padded=1024), 1024,
+                 id="mamba-padded"),
+]
+
+
+@pytest.mark.parametrize(("spec", "expected"), PAGE_SIZES)
+def test_page_size_golden(kv_impl: ImplHandle, kv_profile: str, spec: LayerKVSpec,
+                          expected: int) -> None:
+    """The page sizes vLLM's spec classes compute (identical in 0.10.2 and 0.33.0)."""
+    got = _call(kv_impl, "kv_page_size_bytes", spec, kv_profile)
+    assert got == expected, f"{kv_impl.name}: page_size_bytes({spec}) = {got}, vLLM {expected}"
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param(LayerKVSpec("full_attention", 16, 8, 128, page_size_padded=1000),
+                 id="attention-padded-below-page", marks=ONLY_033),
+    pytest.param(LayerKVSpec("mamba", 16, shapes=((3, 4),), dtypes=("float32",),
+                             page_size_padded=40), id="mamba-padded-below-page"),
+])
+def test_page_size_padded_below_page_rejected(kv_impl: ImplHandle, kv_profile: str,
+                                              spec: LayerKVSpec) -> None:
+    """``page_size_padded`` smaller than the page: vLLM asserts; an implementation raises
+    ValueError (attention pages are padded only in 0.33)."""
+    _expect_value_error(kv_impl, f"{spec}", "kv_page_size_bytes", spec, kv_profile)
+
+
+# ------------------------------------------------------------------ grouping and sizing
+EXAMPLE_1 = {"l0": F16, "l1": S16, "l2": S16, "l3": F16, "l4": S16, "l5": S16}
+EXAMPLE_2 = {"l0": F16, "l1": S16, "l2": S16, "l3": S16}
+# profile -> (groups, num_blocks, tensors (size, shared_by)); 0.10.2: its worked example;
+# 0.33.0: recorded from vLLM 0.33.0 (strided assignment within a bucket).
+GOLDEN_EXAMPLE_1 = {
+    "vllm-0.10": ((("l0", "l3"), ("l1", "l2"), ("l4", "l5")), 512,
+                  ((33554432, ("l0", "l1", "l4")), (33554432, ("l3", "l2", "l5")))),
+    "vllm-0.33": ((("l0", "l3"), ("l1", "l4"), ("l2", "l5")), 512,
+                  ((33554432, ("l0", "l1", "l2")), (33554432, ("l3", "l4", "l5")))),
+}
+GOLDEN_EXAMPLE_2 = ((("l0",), ("l1",), ("l2",), ("l3",)), 1024,
+                    ((67108864, ("l0", "l1", "l2", "l3")),))
+
+
+def test_worked_example_full_swa_2_to_4(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """Worked example 1: l0 F, l1 S, l2 S, l3 F, l4 S, l5 S, page 65536, 64 MiB: three groups of
+    two, 512 blocks, two 32 MiB tensors each shared by one layer of every group."""
+    groups, num_blocks, tensors = GOLDEN_EXAMPLE_1[kv_profile]
+    got = _plan(kv_impl, EXAMPLE_1, 64 * MiB, kv_profile)
+    assert got == (groups, 65536, 2, num_blocks, tensors), (
+        f"{kv_impl.name}: plan {got}\n vLLM: groups {groups}, page 65536, group_size 2, "
+        f"num_blocks {num_blocks}, tensors {tensors}")
+
+
+def test_worked_example_one_full_three_swa(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """Worked example 2: l0 F, l1-l3 S: four single-layer groups, 1024 blocks, one 64 MiB tensor
+    shared by all four layers."""
+    groups, num_blocks, tensors = GOLDEN_EXAMPLE_2
+    got = _plan(kv_impl, EXAMPLE_2, 64 * MiB, kv_profile)
+    assert got == (groups, 65536, 1, num_blocks, tensors), f"{kv_impl.name}: plan {got}"
+
+
+def test_one_spec_is_one_group_tensor_per_layer(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """One spec for every layer: one group with all layers, one tensor per layer
+    (``num_blocks = memory // page // num_layers``)."""
+    layers = {f"layer.{i}": F16 for i in range(3)}
+    got = _plan(kv_impl, layers, 1 * MiB, kv_profile)
+    want_blocks = MiB // 65536 // 3  # vLLM's num_blocks rule
+    assert got == ((tuple(layers),), 65536, 3, want_blocks,
+                   tuple((65536 * want_blocks, (name,)) for name in layers)), (
+        f"{kv_impl.name}: plan {got}")
+
+
+@pytest.mark.parametrize(("memory", "override", "blocks"), [
+    pytest.param(0, None, 0, id="no-memory"),
+    pytest.param(2 * 65536 - 1, None, 0, id="less-than-one-block-per-tensor"),
+    pytest.param(64 * MiB, 100, 100, id="override"),
+    pytest.param(0, 7, 7, id="override-without-memory"),
+])
+def test_num_blocks_floor_and_override(kv_impl: ImplHandle, kv_profile: str, memory: int,
+                                       override: int | None, blocks: int) -> None:
+    """``num_blocks`` is floored at 0 and replaced by ``num_gpu_blocks_override``; the
+    tensors follow it (``page_size * num_blocks`` bytes each)."""
+    got = _plan(kv_impl, EXAMPLE_1, memory, kv_profile, override)
+    assert got[3] == blocks, f"{kv_impl.name}: num_blocks {got[3]}, expected {blocks}"
+    assert all(size == 65536 * blocks for size, _ in got[4]), (
+        f"{kv_impl.name}: tensor sizes {[s for s, _ in got[4]]} != 65536 * {blocks}")
+
+
+def test_non_uniform_page_sizes_rejected(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """Layers whose page sizes differ: ValueError (vLLM 0.10.2: NotImplementedError; the
+    uniform-page-size path is the one specified)."""
+    layers = {"l0": F16, "l1": LayerKVSpec("sliding_window", 16, 4, 128, sliding_window=64)}
+    _expect_value_error(kv_impl, "layers with page sizes 65536 and 32768", "kv_sizing_plan",
+                        layers, 64 * MiB, kv_profile, None)
+
+
+# ------------------------------------------------------------------ view shapes
+VIEW_SHAPES = {
+    # (spec, num_blocks, layout) -> profile -> shape in memory order
+    "full-NHD": (F16, 3, "NHD", {"vllm-0.10": (2, 3, 16, 8, 128),
+                                 "vllm-0.33": (3, 16, 8, 512)}),
+    "full-HND": (F16, 3, "HND", {"vllm-0.10": (2, 3, 8, 16, 128),
+                                 "vllm-0.33": (3, 8, 16, 512)}),
+    "mla-NHD": (MLA, 3, "NHD", {"vllm-0.10": (3, 64, 576), "vllm-0.33": (3, 64, 1, 1152)}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_SHAPES))
+def test_view_shape_golden(kv_impl: ImplHandle, kv_profile: str, case: str) -> None:
+    """0.10.2: FlashAttention ``(2, num_blocks, block_size, num_kv_heads, head_size)`` and its
+    HND stride order, MLA ``(num_blocks, block_size, head_size)``; 0.33.0: the
+    ``[B, H, N, C bytes]`` view in the LBNHC (NHD) / LBHNC (HND) order."""
+    spec, num_blocks, layout, shapes = VIEW_SHAPES[case]
+    got = tuple(_call(kv_impl, "kv_cache_view_shape", spec, num_blocks, layout, kv_profile))
+    assert got == shapes[kv_profile], f"{kv_impl.name}: {case} shape {got}"
+
+
+@pytest.mark.kv_profiles("vllm-0.10")
+def test_view_shape_flash_attention_block_size_16(kv_impl: ImplHandle,
+                                                  kv_profile: str) -> None:
+    """vLLM 0.10.2's FlashAttention backend refuses block sizes not a multiple of 16."""
+    _expect_value_error(kv_impl, "block_size 8 for FlashAttention", "kv_cache_view_shape",
+                        LayerKVSpec("full_attention", 8, 8, 128), 3, "NHD", kv_profile)
+
+
+# ------------------------------------------------------------------ block sizes (0.33)
+def _bs(kind: str, block_size: int, **kw: Any) -> LayerKVSpec:
+    if kind == "mamba":
+        return LayerKVSpec("mamba", block_size, shapes=((4,),), dtypes=("float32",), **kw)
+    extra = {"sliding_window": 8} if kind == "sliding_window" else {}
+    return LayerKVSpec(kind, block_size, 8, 128, **extra, **kw)  # type: ignore[arg-type]
+
+
+BLOCK_SIZES = [
+    # id, groups, enable_prefix_caching, prefix_match_unit, expected (scheduler, hash)
+    ("one-group", [_bs("full_attention", 16)], True, None, (16, 16)),
+    ("one-group-unit-equal", [_bs("full_attention", 16)], True, 16, (16, 16)),
+    ("full2-swa4", [_bs("full_attention", 2), _bs("sliding_window", 4)], True, None, (4, 2)),
+    ("full4-swa6-gcd", [_bs("full_attention", 4), _bs("sliding_window", 6)], True, None,
+     (12, 2)),
+    ("unit-1", [_bs("full_attention", 2), _bs("sliding_window", 4)], True, 1, (4, 1)),
+    ("caching-off", [_bs("full_attention", 2), _bs("sliding_window", 4)], False, None, (4, 4)),
+    ("mamba-not-align", [_bs("full_attention", 2), _bs("mamba", 4)], True, None, (4, 4)),
+    ("mamba-align", [_bs("full_attention", 2), _bs("mamba", 4, mamba_cache_mode="align")],
+     True, None, (4, 2)),
+]
+
+
+@ONLY_033
+@pytest.mark.parametrize(("groups", "caching", "unit", "expected"),
+                         [pytest.param(*c[1:], id=c[0]) for c in BLOCK_SIZES])
+def test_block_sizes_golden(kv_impl: ImplHandle, kv_profile: str, groups: list[LayerKVSpec],
+                            caching: bool, unit: int | None,
+                            expected: tuple[int, int]) -> None:
+    """Scheduler block size = lcm of the groups' sizes, hash block size = the
+    prefix_match_unit or the gcd (= the scheduler size with caching off or a Mamba group not
+    in "align" mode); one group: its block size for both."""
+    got = tuple(_call(kv_impl, "kv_block_sizes", groups, caching, unit, kv_profile))
+    assert got == expected, f"{kv_impl.name}: (scheduler, hash) = {got}, vLLM {expected}"
+
+
+@ONLY_033
+@pytest.mark.parametrize(("groups", "unit"), [
+    pytest.param([_bs("full_attention", 16)], 8, id="one-group-other-unit"),
+    pytest.param([_bs("full_attention", 2), _bs("sliding_window", 4)], 4, id="unit-4-vs-2"),
+    pytest.param([_bs("full_attention", 4), _bs("sliding_window", 6)], 3, id="unit-3-vs-4"),
+])
+def test_block_sizes_value_errors(kv_impl: ImplHandle, kv_profile: str,
+                                  groups: list[LayerKVSpec], unit: int) -> None:
+    """``resolve_kv_cache_block_sizes``'s ValueErrors: a prefix_match_unit other than the
+    single group's block size, or one that does not divide every prefix-cacheable group's
+    size."""
+    _expect_value_error(kv_impl, f"prefix_match_unit={unit} for {groups}", "kv_block_sizes",
+                        groups, True, unit, kv_profile)
+
+
+# ------------------------------------------------------------------ properties vs the reference
+def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return "ok", fn()
+    except ValueError as exc:
+        return "ValueError", str(exc)
+
+
+def _same_outcome(kv_impl: ImplHandle, what: str, got: tuple[str, Any],
+                  want: tuple[str, Any]) -> None:
+    if got[0] != want[0] or (got[0] == "ok" and got[1] != want[1]):
+        raise KVCheckFailure(f"{kv_impl.name}: {what}\n  implementation: {got}\n  "
+                             f"reference (vLLM's rules): {want}")
+
+
+_DTYPES = ("bfloat16", "float16", "float32", "uint8", "float8_e4m3fn")
+
+
+def _attention_specs(st: Any, profile: str) -> Any:
+    kinds = st.sampled_from(["full_attention", "sliding_window", "chunked_local_attention",
+                             "mla_attention"])
+
+    def build(draw: Any) -> LayerKVSpec:
+        kind = draw(kinds)
+        head = draw(st.sampled_from([64, 128, 576]))
+        kw: dict[str, Any] = {}
+        if kind == "sliding_window":
+            kw["sliding_window"] = draw(st.integers(1, 4096))
+        if kind == "chunked_local_attention":
+            kw["attention_chunk_size"] = draw(st.integers(1, 4096))
+        if profile == "vllm-0.33" and kind != "mla_attention":
+            kw["head_size_v"] = draw(st.one_of(st.none(), st.sampled_from([0, 64, head])))
+        # MLA stores one latent: one KV head (vLLM's MLA backends assume it).
+        heads = 1 if kind == "mla_attention" else draw(st.integers(1, 16))
+        return LayerKVSpec(kind, draw(st.sampled_from([1, 2, 16, 32, 64])), heads, head,
+                           draw(st.sampled_from(_DTYPES)), **kw)
+    return st.composite(build)()
+
+
+def _mamba_specs(st: Any) -> Any:
+    shapes = st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple),
+                      min_size=1, max_size=3).map(tuple)
+
+    def build(draw: Any) -> LayerKVSpec:
+        shp = draw(shapes)
+        dtypes = tuple(draw(st.sampled_from(_DTYPES)) for _ in shp)
+        padded = draw(st.one_of(st.none(), st.integers(1, 4096)))
+        return LayerKVSpec("mamba", draw(st.sampled_from([1, 16, 64])), shapes=shp,
+                           dtypes=dtypes, page_size_padded=padded)
+    return st.composite(build)()
+
+
+def test_page_size_matches_reference(kv_impl: ImplHandle, kv_profile: str,
+                                     kv_settings: Settings) -> None:
+    """Random attention and Mamba specs: the implementation's page size equals the
+    reference's (both raise ValueError for a padded page below the page)."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @kv_settings
+    @given(spec=st.one_of(_attention_specs(st, kv_profile), _mamba_specs(st)))
+    def run(spec: LayerKVSpec) -> None:
+        got = _outcome(lambda: _call(kv_impl, "kv_page_size_bytes", spec, kv_profile))
+        want = _outcome(lambda: ref.page_size_bytes(_ref_spec(spec), kv_profile))
+        _same_outcome(kv_impl, f"kv_page_size_bytes({spec})", got, want)
+
+    run()
+
+
+def _models(st: Any, profile: str) -> Any:
+    """Models whose layers share one page size: specs of one (block_size, heads, head,
+    dtype) with different kinds and windows, plus MLA layers of twice the head size (same
+    page under both releases), in a random order."""
+    def build(draw: Any) -> tuple[dict[str, LayerKVSpec], int, int | None]:
+        bs = draw(st.sampled_from([1, 2, 16]))
+        heads = draw(st.integers(1, 4))
+        head = draw(st.sampled_from([8, 64]))
+        dtype = draw(st.sampled_from(_DTYPES))
+        menu = [LayerKVSpec("full_attention", bs, heads, head, dtype)]
+        menu += [LayerKVSpec("sliding_window", bs, heads, head, dtype, sliding_window=w)
+                 for w in draw(st.lists(st.integers(1, 64), max_size=2, unique=True))]
+        if draw(st.booleans()):
+            menu.append(LayerKVSpec("chunked_local_attention", bs, heads, head, dtype,
+                                    attention_chunk_size=draw(st.integers(1, 64))))
+        if heads == 1 and draw(st.booleans()):
+            menu.append(LayerKVSpec("mla_attention", bs, 1, 2 * head, dtype))
+        picks = draw(st.lists(st.sampled_from(menu), min_size=1, max_size=12))
+        layers = {f"model.layers.{i}": spec for i, spec in enumerate(picks)}
+        memory = draw(st.integers(0, 1 << 24))
+        override = draw(st.one_of(st.none(), st.none(), st.integers(0, 64)))
+        return layers, memory, override
+    return st.composite(build)()
+
+
+def test_sizing_plan_matches_reference_and_invariants(kv_impl: ImplHandle, kv_profile: str,
+                                                      kv_settings: Settings) -> None:
+    """Random models with a uniform page size: the implementation's plan equals the
+    reference's, and it is a valid plan: the groups partition the layers, each group holds
+    one spec, every layer lies in exactly one tensor, tensor ``i`` holds the ``i``-th layer
+    of every group, ``group_size`` tensors of ``page_size * num_blocks`` bytes, and
+    ``num_blocks * page_size * group_size <= memory`` (without an override)."""
+    from hypothesis import assume, given, reject
+    from hypothesis import strategies as st
+
+    @kv_settings
+    @given(model=_models(st, kv_profile))
+    def run(model: tuple[dict[str, LayerKVSpec], int, int | None]) -> None:
+        layers, memory, override = model
+        ref_layers = {n: _ref_spec(s) for n, s in layers.items()}
+        # One type with different specs: 0.33 makes one UniformTypeKVCacheSpecs group, a
+        # path the spec does not model.
+        assume(kv_profile != "vllm-0.33" or not ref.is_uniform_type(ref_layers))
+        try:
+            got = _plan(kv_impl, layers, memory, kv_profile, override)
+        except UnsupportedSpec:
+            reject()
+        want = _ref_plan(layers, memory, kv_profile, override)
+        if got != want:
+            raise KVCheckFailure(f"{kv_impl.name}: plan for {layers}, memory {memory}, "
+                                 f"override {override}\n  implementation: {got}\n  "
+                                 f"reference: {want}")
+        _check_plan(kv_impl.name, layers, memory, override, got)
+
+    run()
+
+
+def _check_plan(name: str, layers: Mapping[str, LayerKVSpec], memory: int,
+                override: int | None, plan: tuple[Any, ...]) -> None:
+    groups, page, group_size, num_blocks, tensors = plan
+    flat = [layer for g in groups for layer in g]
+    problems = []
+    if sorted(flat) != sorted(layers):
+        problems.append(f"groups {groups} do not partition the layers {list(layers)}")
+    if any(len({layers[x] for x in g}) != 1 for g in groups if g):
+        problems.append("a group mixes specs")
+    if group_size != max(len(g) for g in groups) or len(tensors) != group_size:
+        problems.append(f"group_size {group_size}, {len(tensors)} tensors, groups {groups}")
+    shared = [x for _, sb in tensors for x in sb]
+    if sorted(shared) != sorted(layers):
+        problems.append("a layer is in no tensor or in several")
+    for i, (size, shared_by) in enumerate(tensors):
+        if size != page * num_blocks:
+            problems.append(f"tensor {i} has {size} bytes, not page * num_blocks")
+        if tuple(shared_by) != tuple(g[i] for g in groups if i < len(g)):
+            problems.append(f"tensor {i} is not shared by the {i}-th layer of every group")
+    if override is None and num_blocks * page * group_size > memory:
+        problems.append(f"{num_blocks} blocks * {page} B * {group_size} > {memory} B")
+    if override is not None and num_blocks != override:
+        problems.append(f"num_blocks {num_blocks} ignores num_gpu_blocks_override {override}")
+    if problems:
+        raise KVCheckFailure(f"{name}: invalid plan {plan}: " + "; ".join(problems))
+
+
+def test_view_shape_matches_reference(kv_impl: ImplHandle, kv_profile: str,
+                                      kv_settings: Settings) -> None:
+    """Random attention specs and pool sizes: the view shape equals the reference's, and the
+    view covers the layer's blocks exactly (elements x dtype size, or bytes under 0.33, =
+    ``num_blocks * page_size``)."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @kv_settings
+    @given(spec=_attention_specs(st, kv_profile), num_blocks=st.integers(0, 50),
+           layout=st.sampled_from(["NHD", "HND"]))
+    def run(spec: LayerKVSpec, num_blocks: int, layout: str) -> None:
+        got = _outcome(lambda: tuple(_call(kv_impl, "kv_cache_view_shape", spec, num_blocks,
+                                           layout, kv_profile)))
+        want = _outcome(lambda: ref.kv_cache_view_shape(
+            _ref_spec(spec), num_blocks, "NHD" if layout == "NHD" else "HND", kv_profile))
+        _same_outcome(kv_impl, f"kv_cache_view_shape({spec}, {num_blocks}, {layout})", got,
+                      want)
+        if got[0] == "ok":
+            unit = 1 if kv_profile == "vllm-0.33" else ref.dtype_size(spec.dtype)
+            page = ref.page_size_bytes(_ref_spec(spec), kv_profile)
+            assert math.prod(got[1]) * unit == num_blocks * page, (
+                f"{kv_impl.name}: view {got[1]} does not cover {num_blocks} pages of {page} B")
+
+    run()
+
+
+@ONLY_033
+def test_block_sizes_match_reference(kv_impl: ImplHandle, kv_profile: str,
+                                     kv_settings: Settings) -> None:
+    """Random groups (0.33): ``(scheduler, hash)`` equals the reference's, the scheduler
+    size is a multiple of every group's size and the hash size divides every
+    prefix-cacheable group's size (or both raise ValueError)."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    group = st.builds(
+        _bs, st.sampled_from(["full_attention", "sliding_window", "mamba"]),
+        st.sampled_from([1, 2, 3, 4, 6, 8, 16, 32]),
+        mamba_cache_mode=st.sampled_from(["none", "align"]))
+
+    @kv_settings
+    @given(groups=st.lists(group, min_size=1, max_size=4), caching=st.booleans(),
+           unit=st.one_of(st.none(), st.sampled_from([1, 2, 4, 16])))
+    def run(groups: list[LayerKVSpec], caching: bool, unit: int | None) -> None:
+        got = _outcome(lambda: tuple(_call(kv_impl, "kv_block_sizes", groups, caching, unit,
+                                           kv_profile)))
+        want = _outcome(lambda: ref.resolve_block_sizes(
+            [_ref_spec(g) for g in groups], enable_prefix_caching=caching,
+            prefix_match_unit=unit, profile=kv_profile))
+        _same_outcome(kv_impl, f"kv_block_sizes({groups}, caching={caching}, unit={unit})",
+                      got, want)
+        if got[0] == "ok":
+            scheduler, hashing = got[1]
+            sizes = [g.block_size for g in groups]
+            assert all(scheduler % s == 0 for s in sizes)
+            assert all(s % hashing == 0 for s in sizes) or not caching or hashing == scheduler
+
+    run()
