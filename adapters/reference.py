@@ -11,6 +11,7 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from kvcheck import __version__
+from kvcheck.adapters.reference_native import make_native_manager
 from kvcheck.adapters.reference_sizing import (
     kv_block_sizes,
     kv_cache_view_shape,
@@ -59,6 +60,7 @@ __all__ = [
     "kv_sizing_plan",
     "make_block_pool",
     "make_kv_cache_manager",
+    "make_native_manager",
     "none_hash_for",
     "reference_profile",
     "request_sync",

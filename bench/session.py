@@ -123,6 +123,9 @@ class BenchSession:
                         "interleaved A B B A")
         info = {**bench.info(), "rounds": len(bench.timed_results(warmup)),
                 "warmup_rounds": warmup, "timer": "time inside the implementation's calls"}
+        manager_metrics, manager_info = _manager_level(bench, impl, reference, rounds, warmup)
+        metrics = [*metrics, *manager_metrics]
+        info.update(manager_info)
         result = BenchResult(group, case, impl.name, impl.info.version, request.node.nodeid,
                              "cpu", metrics, info, baseline, impl)
         self.add(result, benchmark)
@@ -267,6 +270,20 @@ class BenchSession:
                 environment=environment,
                 seed=self.options.seed, extra={**extra, "benchmarks": benchmarks}))
         return records
+
+
+def _manager_level(bench: Any, impl: Any, reference: Any, rounds: int, warmup: int
+                   ) -> tuple[list[Metric], dict[str, Any]]:
+    """Scheduler benchmarks also get the manager-level figures (``manager_<name>``, paired with
+    the reference's own hook: ``kvcheck.bench.native``) when both sides have the hook, and a
+    note saying why not otherwise. Other groups: nothing."""
+    from kvcheck.bench.allocator import SchedulerBench
+
+    if not isinstance(bench, SchedulerBench):
+        return [], {}
+    from kvcheck.bench.native import manager_level_metrics
+
+    return manager_level_metrics(impl, reference, bench.workload, rounds, warmup)
 
 
 def _paired_extra(metric: Metric) -> dict[str, Any]:

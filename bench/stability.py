@@ -17,6 +17,15 @@ case moved by more than ``--tolerance`` (default 10 %).
 ``--layers`` adds, per scenario, the harness's share (the null adapter's floor over the
 implementation's time, ``kvcheck.bench.harness``) and the protocol layer's share of the
 engine's own time, for adapters that expose their engine manager.
+
+``--level protocol|manager|both`` (default ``protocol``) chooses where scheduler scenarios
+are timed: through the adapter protocol, or on the engine's own objects through the
+adapters' ``make_native_manager`` hook (``kvcheck.bench.native``), the implementation's
+hook paired with the reference's, same A B B A interleaving. Without a hook on either side
+the manager level is not reported (a line says so). ``both`` also prints, per scenario and
+run, how far the protocol-level ratio is from the manager-level one
+(``protocol / manager - 1``). Hashing cases are protocol-level only (skipped with
+``--level manager``).
 """
 
 from __future__ import annotations
@@ -30,12 +39,15 @@ from functools import partial
 from typing import Any
 
 from kvcheck.bench.allocator import HashingBench, RoundBench, SchedulerBench, workload_spec
+from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
 from kvcheck.bench.paired import PairedBench, PairedRatio
 from kvcheck.bench.workloads import SCENARIOS, Workload, make_workload
 
-__all__ = ["CaseRatio", "main", "measure_cases", "moved"]
+__all__ = ["LEVELS", "CaseRatio", "main", "measure_cases", "moved"]
 
 HEADLINE = {"scheduler": "scheduled_tokens_per_s", "hashing": "hash_blocks_per_s"}
+#: ``--level`` choices and the levels each one measures.
+LEVELS = {"protocol": ("protocol",), "manager": ("manager",), "both": ("protocol", "manager")}
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,12 @@ class CaseRatio:
     case: str
     ratio: PairedRatio | None
     seconds: float  # wall time of the case (both sides, warm-up included)
+    level: str = "protocol"  # or "manager": engine objects (kvcheck.bench.native)
+
+    @property
+    def label(self) -> str:
+        return f"{self.group}/{self.case}" + ("" if self.level == "protocol" else
+                                               f" @{self.level}")
 
 
 def moved(first: float, second: float) -> float:
@@ -70,21 +88,41 @@ def _scheduler_bench(impl: Any, workload: Workload) -> RoundBench:
     return SchedulerBench(impl, workload)
 
 
+def _native_bench(impl: Any, workload: Workload) -> RoundBench:
+    factory = native_factory(impl)
+    assert factory is not None  # measure_cases checked both sides
+    return NativeSchedulerBench(factory, workload, impl.name)
+
+
 def _hashing_bench(impl: Any, algo: str, seed: int, scale: float) -> RoundBench:
     return HashingBench(impl, algo, seed, scale)
 
 
+def manager_level_missing(impl: Any, reference: Any) -> str | None:
+    """Why the manager level cannot be measured (a side without the hook), or None."""
+    for side in (impl, reference):
+        if native_factory(side) is None:
+            return missing_hook_note(side.name)
+    return None
+
+
 def measure_cases(impl: Any, reference: Any, scenarios: Sequence[str],
                   hash_algos: Sequence[str], rounds: int, warmup: int, scale: float,
-                  seed: int) -> list[CaseRatio]:
-    """One run: every scenario, then every hashing algorithm, paired with the reference."""
+                  seed: int, levels: Sequence[str] = ("protocol",)) -> list[CaseRatio]:
+    """One run: every scenario (at each of ``levels``, the manager level only when both
+    sides have the hook), then every hashing algorithm, paired with the reference."""
     out = []
+    makers = {"protocol": _scheduler_bench, "manager": _native_bench}
+    if "manager" in levels and manager_level_missing(impl, reference) is not None:
+        levels = [lv for lv in levels if lv != "manager"]
     for scenario in scenarios:
         workload = make_workload(scenario, seed, scale)
-        start = time.perf_counter()
-        ratio = _measure(partial(_scheduler_bench, workload=workload), impl, reference,
-                         "scheduler", rounds, warmup)
-        out.append(CaseRatio("scheduler", scenario, ratio, time.perf_counter() - start))
+        for level in levels:
+            start = time.perf_counter()
+            ratio = _measure(partial(makers[level], workload=workload), impl, reference,
+                             "scheduler", rounds, warmup)
+            out.append(CaseRatio("scheduler", scenario, ratio, time.perf_counter() - start,
+                                 level))
     for algo in hash_algos:
         start = time.perf_counter()
         ratio = _measure(partial(_hashing_bench, algo=algo, seed=seed, scale=scale), impl,
@@ -117,8 +155,31 @@ def _print_layers(impl: Any, scenarios: Sequence[str], scale: float, seed: int) 
               f"{'-' if share is None else f'{share:.1%}':>9s}")
 
 
+def level_agreement(cases: Sequence[CaseRatio]) -> dict[str, float]:
+    """Per scheduler scenario measured at both levels: ``protocol ratio / manager ratio - 1``
+    (0.05: the protocol level's ratio is 5 % higher)."""
+    by_level = {(c.case, c.level): c.ratio for c in cases if c.group == "scheduler"}
+    out = {}
+    for (case, level), ratio in by_level.items():
+        manager = by_level.get((case, "manager"))
+        if level == "protocol" and ratio is not None and manager is not None:
+            out[case] = moved(manager.ratio, ratio.ratio)
+    return out
+
+
+def _print_agreement(runs: Sequence[Sequence[CaseRatio]]) -> None:
+    agreements = [level_agreement(run) for run in runs]
+    print("\nprotocol-level ratio / manager-level ratio - 1 (how much the adapters' "
+          "marshalling moves the comparison)")
+    print(f"{'scenario':34s}" + "".join(f"{f'run {i + 1}':>10s}" for i in range(len(runs))))
+    for case in agreements[0]:
+        print(f"{case:34s}" + "".join(f"{a[case]:10.1%}" if case in a else f"{'-':>10s}"
+                                      for a in agreements))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; returns the exit status (1: a ratio moved too far)."""
+    """Command line entry point; returns the exit status (1: a ratio moved too far; 2:
+    ``--level manager`` and a side without the hook)."""
     parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.stability",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default="reference", help="--kv-impl target (default: "
@@ -134,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--layers", action="store_true",
                         help="also print the harness floor and protocol-layer shares")
+    parser.add_argument("--level", choices=list(LEVELS), default="protocol",
+                        help="time scheduler scenarios through the adapter protocol, on the "
+                        "engine's own objects (make_native_manager hook), or both")
     args = parser.parse_args(argv)
 
     from kvcheck.conformance.loader import load_impl
@@ -145,11 +209,19 @@ def main(argv: Sequence[str] | None = None) -> int:
              if a in reference.info.hash_algos]
     if not impl.has("block_hashes"):
         algos = []
+    levels = LEVELS[args.level]
+    missing = manager_level_missing(impl, reference) if "manager" in levels else None
+    if missing is not None:
+        print(missing)
+        if args.level == "manager":
+            return 2  # nothing to measure
+    if args.level == "manager":
+        algos = []  # hashing is measured at the protocol level only
     runs = []
     for run in range(args.runs):
         start = time.perf_counter()
         runs.append(measure_cases(impl, reference, scenarios, algos, args.rounds, args.warmup,
-                                  args.scale, args.seed))
+                                  args.scale, args.seed, levels))
         print(f"run {run + 1}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
     if not runs:  # --runs 0: only the layers
         if args.layers:
@@ -158,12 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{impl.name} / reference, median of {args.rounds} paired ratios [95% interval], "
           f"scale {args.scale}, seed {args.seed}; above 1: {impl.name} is faster")
     header = "".join(f"{f'run {i + 1}':>24s}" for i in range(len(runs)))
-    print(f"{'case':34s}{header}  {'moved':>7s}")
+    print(f"{'case':42s}{header}  {'moved':>7s}")
     worst = 0.0
     for i, first in enumerate(runs[0]):
         cells = [run[i].ratio for run in runs]
-        line = f"{first.group + '/' + first.case:34s}" + "".join(f"{_fmt(c):>24s}"
-                                                               for c in cells)
+        line = f"{first.label:42s}" + "".join(f"{_fmt(c):>24s}" for c in cells)
         ratios = [c.ratio for c in cells if c is not None]
         if len(ratios) == len(cells) > 1:
             change = max(abs(moved(ratios[0], r)) for r in ratios[1:])
@@ -171,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             line += f"  {change:7.1%}"
         print(line)
     print(f"largest move: {worst:.1%} (tolerance {args.tolerance:.0%})")
+    if args.level == "both" and missing is None:
+        _print_agreement(runs)
     if args.layers:
         _print_layers(impl, scenarios, args.scale, args.seed)
     return 1 if worst > args.tolerance else 0

@@ -94,14 +94,15 @@ def render_tables(results: list[BenchResult], device: dict[str, Any] | None = No
     sched = [r for r in results if r.group == "scheduler"]
     if sched:
         cols = [("implementation", "left"), ("scenario", "left"), ("tokens/s", "right"),
-                ("x ref", "right"), ("alloc calls/s", "right"), ("x ref", "right"),
-                ("us/call p50", "right"), ("p99", "right"), ("x ref p99", "right"),
+                ("x ref", "right"), ("mgr x ref", "right"), ("alloc calls/s", "right"),
+                ("x ref", "right"), ("us/call p50", "right"), ("p99", "right"), ("x ref p99", "right"),
                 ("prefix hit", "right"), ("peak usage", "right"), ("preempt", "right")]
         rows = []
         for r in sched:
             m = r.metric
             rows.append([r.subject, r.case, _cell(m("scheduled_tokens_per_s")),
                          _ratio_ci(m("scheduled_tokens_per_s")),
+                         _ratio(m("manager_scheduled_tokens_per_s")),
                          _cell(m("allocate_slots_calls_per_s")),
                          _ratio(m("allocate_slots_calls_per_s")),
                          _cell(m("allocate_slots_us_p50")), _cell(m("allocate_slots_us_p99")),
@@ -110,7 +111,9 @@ def render_tables(results: list[BenchResult], device: dict[str, Any] | None = No
         lines += _table("kvcheck bench: scheduler loop through the adapter protocol "
                         "(time inside the implementation's calls)", cols, rows)
         lines.append("x ref: median of the ratios of interleaved rounds (A B B A) "
-                     "[their interval], see docs/benchmarks.md")
+                     "[their interval]; mgr x ref: the same ratio at manager level (each "
+                     "adapter's make_native_manager hook, no protocol marshalling; blank "
+                     "without the hook on both sides), see docs/benchmarks.md")
         first = {r.case: r for r in reversed(sched)}  # one line per scenario
         produced = [_produced(first[case]) for case in dict.fromkeys(r.case for r in sched)]
         if any(produced):

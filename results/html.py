@@ -189,9 +189,13 @@ def _metrics_table(board: Board, index: int) -> str:
 
 
 def _charts(board: Board) -> str:
-    """One collapsible group of bar charts per benchmark case (``case/name`` keys)."""
+    """One collapsible group of bar charts per benchmark case (``case/name`` keys); sweep
+    metrics are drawn by ``_sweep_charts`` instead."""
     groups: dict[str, list[str]] = {}
+    sweep = _sweep_keys(board)
     for key in board.metric_keys:
+        if key in sweep:
+            continue
         case = key.rsplit("/", 1)[0] if "/" in key else ""
         groups.setdefault(case, []).append(key)
     parts = []
@@ -230,6 +234,111 @@ def _chart(board: Board, key: str) -> str:
             f"better</figcaption>{''.join(parts)}</figure>")
 
 
+# ------------------------------------------------------------------------------ sweep charts
+_SWEEP_COLORS = ("#4f7ecf", "#d9822b", "#3a9a5b", "#b8459a", "#8a6d3b", "#2a9fb0")
+
+
+def _sweep_axis(metric: dict[str, object]) -> tuple[str, float] | None:
+    """``(axis, value)`` of a sweep metric (``kvcheck.bench.sweep`` records), else None."""
+    extra = metric.get("extra")
+    if not isinstance(extra, dict):
+        return None
+    axis, value = extra.get("sweep_axis"), extra.get("sweep_value")
+    if not isinstance(axis, str) or isinstance(value, bool) or not isinstance(
+            value, (int, float)) or value <= 0:
+        return None
+    return axis, float(value)
+
+
+def _sweep_keys(board: Board) -> set[str]:
+    return {key for row in board.rows for key, metric in row.metrics.items()
+            if _sweep_axis(metric) is not None}
+
+
+def _sweep_series(board: Board) -> dict[tuple[str, str, str], dict[str, list[tuple[float,
+                                                                                  float]]]]:
+    """(axis, metric name, unit) -> row label -> [(axis value, metric value)], sorted."""
+    out: dict[tuple[str, str, str], dict[str, list[tuple[float, float]]]] = {}
+    for row in board.rows:
+        for metric in row.metrics.values():
+            where = _sweep_axis(metric)
+            if where is None:
+                continue
+            axis, x = where
+            series = out.setdefault((axis, str(metric["name"]), str(metric["unit"])), {})
+            series.setdefault(f"{row.label} ({row.profile})", []).append(
+                (x, float(metric["value"])))
+    for series in out.values():
+        for points in series.values():
+            points.sort()
+    return out
+
+
+def _sweep_chart(axis: str, name: str, unit: str,
+                 series: dict[str, list[tuple[float, float]]]) -> str:
+    """A line chart, one line per subject: the axis (log scale) across, the cost up."""
+    import math
+
+    left, top, width, height, legend_h = 120, 10, 420, 220, 20 * len(series) + 10
+    xs = sorted({x for points in series.values() for x, _ in points})
+    y_max = max((y for points in series.values() for _, y in points), default=0.0) or 1.0
+    lo, hi = math.log(xs[0]), math.log(xs[-1])
+    span = (hi - lo) or 1.0
+
+    def px(x: float) -> float:
+        return left + (width * (math.log(x) - lo) / span if len(xs) > 1 else width / 2)
+
+    def py(y: float) -> float:
+        return top + height - height * max(y, 0.0) / y_max
+
+    total_h = top + height + 40 + legend_h
+    svg_open = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" '
+                f'height="{total_h}" role="img" class="sweep" data-axis="{_attr(axis)}" '
+                f'aria-label="{_attr(f"{name} against {axis}")}">')
+    x_axis = (f'<line x1="{left}" y1="{top + height}" x2="{left + width}" '
+              f'y2="{top + height}" stroke="#888"/>')
+    y_axis = f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + height}" stroke="#888"/>'
+    y_top = (f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">'
+             f"{escape(format_value(y_max, unit))}</text>")
+    y_zero = f'<text x="{left - 6}" y="{top + height}" text-anchor="end">0</text>'
+    parts = [svg_open, x_axis, y_axis, y_top, y_zero]
+    parts += [f'<text x="{px(x):.1f}" y="{top + height + 16}" text-anchor="middle">'
+              f"{escape(f'{x:g}')}</text>" for x in xs]
+    parts.append(f'<text x="{left + width / 2:.1f}" y="{top + height + 34}" '
+                 f'text-anchor="middle">{escape(axis)} (log scale)</text>')
+    for i, (label, points) in enumerate(series.items()):
+        color = _SWEEP_COLORS[i % len(_SWEEP_COLORS)]
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
+        parts.append(f'<polyline class="series" fill="none" stroke="{color}" '
+                     f'stroke-width="2" points="{coords}"/>')
+        for x, y in points:
+            parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}">'
+                         f"<title>{escape(label)}: {escape(axis)}={escape(f'{x:g}')}, "
+                         f"{escape(format_value(y, unit))}</title></circle>")
+        ly = top + height + 50 + 20 * i
+        parts.append(f'<rect x="{left}" y="{ly - 10}" width="12" height="12" '
+                     f'fill="{color}"/><text x="{left + 18}" y="{ly}">'
+                     f"{escape(label[:60])}</text>")
+    parts.append("</svg>")
+    return (f'<figure class="sweep-chart"><figcaption>{escape(name)} [{escape(unit)}] '
+            f"against {escape(axis)}, lower is better</figcaption>{''.join(parts)}</figure>")
+
+
+def _sweep_charts(board: Board) -> str:
+    """The scaling sweep (``python -m kvcheck.bench.sweep``): per axis and metric, the cost
+    of every subject against the axis value. Empty when the board has no sweep records."""
+    series = _sweep_series(board)
+    if not series:
+        return ""
+    by_axis: dict[str, list[str]] = {}
+    for (axis, name, unit), lines in series.items():
+        by_axis.setdefault(axis, []).append(_sweep_chart(axis, name, unit, lines))
+    body = "".join(f"<details open><summary>{escape(axis)}</summary>"
+                   f'<div class="charts">{"".join(charts)}</div></details>'
+                   for axis, charts in by_axis.items())
+    return f'<h3>Scaling sweep</h3><div class="sweep">{body}</div>'
+
+
 def render_html(boards: Sequence[Board], title: str = "kvcheck leaderboard") -> str:
     """The whole page as a string (write it with ``kvcheck.results.io.write_atomic``)."""
     from kvcheck import __version__
@@ -245,7 +354,8 @@ def render_html(boards: Sequence[Board], title: str = "kvcheck leaderboard") -> 
         if note:
             parts.append(f'<p class="note">{escape(note)}</p>')
         if board.metric_keys:
-            parts += ["<h3>Metrics</h3>", _metrics_table(board, i), _charts(board)]
+            parts += ["<h3>Metrics</h3>", _metrics_table(board, i), _charts(board),
+                      _sweep_charts(board)]
         verdicts = [f"<li>{escape(r.label)} ({escape(r.profile)}): {escape(r.verdict)}</li>"
                     for r in board.rows if r.verdict]
         if verdicts:

@@ -1,0 +1,75 @@
+"""vLLM's manager-level benchmark hook (``kvcheck.bench.native``), 0.10.2 and later.
+
+``make_native_manager(spec)`` builds vLLM's ``KVCacheManager`` exactly as
+``kvcheck.adapters.vllm.VLLMManager`` does (one full-attention group, the same constructor
+arguments, the spec's hash function and NONE_HASH) and exposes it with vLLM's own objects:
+``vllm.v1.request.Request`` in, ``KVCacheBlocks`` out. As in vLLM's scheduler, the hits of
+``get_computed_blocks`` go back into ``allocate_slots`` as they are.
+
+``kvcheck.adapters.vllm`` is imported lazily (on the first call), so that module can
+re-export the hook (``from kvcheck.adapters.vllm_native import make_native_manager``)
+without an import cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView, UnsupportedSpec
+
+__all__ = ["VLLMNativeManager", "make_native_manager"]
+
+
+class VLLMNativeManager:
+    """``kvcheck.bench.native.NativeManager`` over vLLM's ``KVCacheManager``."""
+
+    def __init__(self, spec: KVCacheSpec) -> None:
+        if spec.kv_cache_groups:
+            raise UnsupportedSpec("the manager-level benchmark hook covers single-group "
+                                  "specs only (kv_cache_groups is set)")
+        from kvcheck.adapters import vllm as v
+
+        self._v = v
+        self.spec = spec
+        self.hashing = v._Hashing(spec)
+        self.manager = v.KVCacheManager(**v._accepting(
+            v.KVCacheManager.__init__,
+            kv_cache_config=v._kv_cache_config(spec.num_blocks, spec.block_size),
+            max_model_len=spec.max_model_len or v._UNCAPPED_MODEL_LEN,
+            scheduler_block_size=spec.block_size, hash_block_size=spec.block_size,
+            enable_caching=spec.enable_caching, log_stats=False,
+            enable_kv_cache_events=spec.enable_kv_cache_events))
+        self.pool = self.manager.block_pool
+
+    def new_request(self, view: RequestView) -> Any:
+        self.hashing.install()  # vLLM's hasher chains from a module-global NONE_HASH
+        return self._v._make_request(view, self.hashing.block_hasher)
+
+    def append_output(self, request: Any, token_ids: list[int]) -> None:
+        self.hashing.install()
+        request.append_output_token_ids(token_ids[0] if len(token_ids) == 1 else token_ids)
+
+    def get_computed_blocks(self, request: Any) -> tuple[Any, int]:
+        result = self.manager.get_computed_blocks(request)
+        return result[0], result[1]  # 0.33 adds a third element
+
+    def allocate_slots(self, request: Any, num_new_tokens: int,
+                       num_new_computed_tokens: int, new_computed_blocks: Any) -> Any:
+        return self.manager.allocate_slots(
+            request, num_new_tokens=num_new_tokens,
+            num_new_computed_tokens=num_new_computed_tokens,
+            new_computed_blocks=new_computed_blocks)
+
+    def free(self, request: Any) -> None:
+        self.manager.free(request)
+
+    def num_free_blocks(self) -> int:
+        return int(self.pool.get_num_free_blocks())
+
+    def block_ids(self, blocks: Any) -> list[int]:
+        return [b.block_id for b in blocks.blocks[0]]
+
+
+def make_native_manager(spec: KVCacheSpec) -> VLLMNativeManager:
+    """vLLM's manager for ``spec`` with its own objects (benchmark hook)."""
+    return VLLMNativeManager(spec)
