@@ -12,8 +12,10 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.bench.allocator import HashingBench, SchedulerBench, SlotMappingBench
+from kvcheck.bench.hybrid import HYBRID_SCENARIOS, HybridBench, hybrid_spec, make_hybrid_workload
 from kvcheck.bench.timing import allocator_time
 from kvcheck.bench.workloads import SCENARIOS
+from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
 
 
@@ -32,6 +34,27 @@ def test_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference, scenario
     workload = kv_bench.workload(scenario)
     kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
                            lambda impl: SchedulerBench(impl, workload), "scheduler", scenario)
+
+
+@pytest.mark.benchmark(group="scheduler", timer=allocator_time, disable_gc=True)
+@pytest.mark.parametrize("scenario", list(HYBRID_SCENARIOS))
+def test_hybrid_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference,
+                          scenario: str) -> None:
+    """Continuous batching on a hybrid layout (1 full-attention group, 5 sliding-window
+    groups of 1024 and 4096 tokens) through the per-group protocol: the scheduler figures,
+    plus live / null blocks and window frees per group in the record's ``produced``."""
+    _require(kv_impl, "manager", "the scheduler loop")
+    _require(kv_impl, "kv_cache_groups", "a hybrid (multi-group) workload")
+    _require(kv_impl, "sliding_window", "sliding-window groups")
+    options = kv_bench.options
+    hybrid = make_hybrid_workload(scenario, options.seed, options.scale)
+    for side in (kv_impl, kv_reference):
+        try:
+            side.make_manager(hybrid_spec(hybrid), guard=False)
+        except UnsupportedSpec as exc:
+            pytest.skip(f"{side.name} declines the hybrid spec of {scenario}: {exc}")
+    kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
+                           lambda impl: HybridBench(impl, hybrid), "scheduler", scenario)
 
 
 @pytest.mark.benchmark(group="hashing", timer=allocator_time, disable_gc=True)

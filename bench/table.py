@@ -59,12 +59,18 @@ def _produced(result: BenchResult) -> str:
     p = result.info.get("produced") or {}
     if not p:
         return ""
-    return (f"  {result.case}: prompt tokens p10/p50/p90/max "
+    line = (f"  {result.case}: prompt tokens p10/p50/p90/max "
             f"{p['prompt_tokens_p10']:.0f}/{p['prompt_tokens_p50']:.0f}/"
             f"{p['prompt_tokens_p90']:.0f}/{p['prompt_tokens_max']:.0f}, shared prefix "
             f"{p['shared_prefix_fraction']:.1%}"
             + (f", hit rate {p['prefix_hit_rate']:.1%}, preemptions {p['preemptions']:.0f}"
                if "prefix_hit_rate" in p else ""))
+    if "window_freed_blocks" in p:  # a hybrid scenario (kvcheck.bench.hybrid): per group
+        names = "/".join(result.info.get("kv_cache_groups") or [])
+        line += (f"; per group ({names}): window-freed "
+                 + "/".join(f"{n:.0f}" for n in p["window_freed_blocks"])
+                 + ", null share " + "/".join(f"{f:.0%}" for f in p["null_fraction"]))
+    return line
 
 
 def _speedup(result: BenchResult) -> str:
@@ -84,7 +90,8 @@ def _table(title: str, columns: list[tuple[str, str]], rows: Iterable[list[str]]
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # Text: "[sha256]" is not markup
     buf = io.StringIO()
-    Console(file=buf, width=160, force_terminal=False, color_system=None).print(table)
+    # Wide enough for every column of the scheduler table (13) without cutting names.
+    Console(file=buf, width=200, force_terminal=False, color_system=None).print(table)
     return buf.getvalue().rstrip("\n").splitlines()
 
 
@@ -95,7 +102,8 @@ def render_tables(results: list[BenchResult], device: dict[str, Any] | None = No
     if sched:
         cols = [("implementation", "left"), ("scenario", "left"), ("tokens/s", "right"),
                 ("x ref", "right"), ("mgr x ref", "right"), ("alloc calls/s", "right"),
-                ("x ref", "right"), ("us/call p50", "right"), ("p99", "right"), ("x ref p99", "right"),
+                ("x ref", "right"), ("us/call p50", "right"), ("p99", "right"),
+                ("x ref p99", "right"),
                 ("prefix hit", "right"), ("peak usage", "right"), ("preempt", "right")]
         rows = []
         for r in sched:

@@ -127,6 +127,7 @@ def test_vllm_triton_kernels_agree_with_kvchecks() -> None:
     args = [sys.executable, "-m", "kvcheck.bench.kernel_crosscheck"]
     if vllm.__version__.startswith("0.10."):
         args += ["--allow-missing", "store_kv_cache"]
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run(args, check=False, capture_output=True, text=True, env=env,
+                          timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert " 0 disagree" in proc.stdout

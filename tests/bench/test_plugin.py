@@ -86,7 +86,7 @@ def test_tiny_run_prints_tables_and_writes_records(pytester: pytest.Pytester) ->
     verdict appears, and both result files carry the figures."""
     result = pytester.runpytest(*TINY, "--kv-bench-report=out/records.jsonl",
                                 "--benchmark-json=pb.json", "-k", "not kernels or store_kv_cache")
-    result.assert_outcomes(passed=11, skipped=None if HAS_CUDA else 10)
+    result.assert_outcomes(passed=13, skipped=None if HAS_CUDA else 10)
     out = result.stdout.str()
     result.stdout.fnmatch_lines([
         "*kvcheck bench: scheduler loop through the adapter protocol*",
