@@ -4,7 +4,9 @@ It wraps vLLM's own code, built as vLLM's unit tests build it (docs/semantics.md
 full-attention KV-cache group (``FullAttentionSpec(block_size, num_kv_heads=1, head_size=1,
 dtype=torch.float32)``), ``KVCacheManager`` / ``BlockPool`` over ``spec.num_blocks`` blocks,
 ``Request`` objects hashed by ``get_request_block_hasher(block_size, hash_fn)``, and the
-worker's ``BlockTable`` for ``slot_mapping``. Constructor and signature differences between
+worker's ``BlockTable`` for ``slot_mapping``. A spec with ``kv_cache_groups`` (hybrid models:
+full attention, sliding window, chunked local attention) gets vLLM's groups and coordinator
+instead (``kvcheck.adapters.vllm_groups``). Constructor and signature differences between
 releases (0.10.x to the newest) are handled by inspecting parameter names, and the profile is
 chosen by observing behaviour (``kvcheck.adapters.vllm_features``), not by parsing the version.
 
@@ -70,8 +72,13 @@ __all__ = [
     "VLLMBlockPool",
     "VLLMManager",
     "event_to_dict",
+    "kv_block_sizes",
+    "kv_cache_view_shape",
+    "kv_page_size_bytes",
+    "kv_sizing_plan",
     "make_block_pool",
     "make_kv_cache_manager",
+    "make_native_manager",
 ]
 
 HINT = ("build an environment with vLLM in it with scripts/vllm-cpu-env.sh VERSION DIR (from a "
@@ -131,9 +138,11 @@ try:
         from vllm.v1.core.block_pool import BlockPool
         from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
         from vllm.v1.kv_cache_interface import (
+            ChunkedLocalAttentionSpec,  # noqa: F401 - for kvcheck.adapters.vllm_groups
             FullAttentionSpec,
             KVCacheConfig,
             KVCacheGroupSpec,
+            SlidingWindowSpec,  # noqa: F401 - for kvcheck.adapters.vllm_groups
         )
         from vllm.v1.request import Request
         try:
@@ -286,12 +295,13 @@ def _make_request(view: RequestView, block_hasher: Any) -> Any:
 class _Hashing:
     """The spec's hash function, block hasher and NONE_HASH, re-installed before each use."""
 
-    def __init__(self, spec: KVCacheSpec) -> None:
+    def __init__(self, spec: KVCacheSpec, hash_block_size: int | None = None) -> None:
         self.fn = get_hash_fn_by_name(spec.hash_algo)
         with pythonhashseed(spec.pythonhashseed):
             _kcu.init_none_hash(self.fn)
         self.none_hash = _kcu.NONE_HASH
-        self.block_hasher = _kcu.get_request_block_hasher(spec.block_size, self.fn)
+        self.block_hasher = _kcu.get_request_block_hasher(
+            spec.block_size if hash_block_size is None else hash_block_size, self.fn)
 
     def install(self) -> None:
         """Make this spec's root the one vLLM's (module-global) hasher chains from."""
@@ -648,7 +658,13 @@ class VLLMBlockPool:
 
 
 def make_kv_cache_manager(spec: KVCacheSpec) -> VLLMManager:
-    """A fresh vLLM ``KVCacheManager`` for ``spec``."""
+    """A fresh vLLM ``KVCacheManager`` for ``spec``: one full-attention group, or, for a spec
+    with ``kv_cache_groups``, vLLM's groups speaking the per-group protocol
+    (``kvcheck.adapters.vllm_groups``; ``UnsupportedSpec`` for groups this release refuses)."""
+    if spec.kv_cache_groups:
+        from kvcheck.adapters.vllm_groups import VLLMGroupedManager
+
+        return VLLMGroupedManager(spec)
     return VLLMManager(spec)
 
 
@@ -716,6 +732,14 @@ _capabilities = {"manager", "block_pool", "prefix_caching", "free_queue_order", 
                  "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache",
                  "lookahead", "multi_token_decode"}
 _notes = []
+# KV-cache groups (kvcheck.adapters.vllm_groups): every supported release has vLLM's hybrid
+# coordinator and the sliding-window and chunked-local specs; the configurations a release
+# refuses are declined per spec (UnsupportedSpec).
+_capabilities.update({"kv_cache_groups", "sliding_window", "chunked_local_attention"})
+if "hash_block_size" not in _MANAGER_PARAMS:
+    _notes.append("kv_cache_groups: this release's hybrid coordinator takes one full-attention "
+                  "and one other spec of one block size with prefix caching on; other layouts "
+                  "are declined (skipped).")
 if _HAS_EXTRAS:
     _capabilities.add("extra_keys")
 else:
@@ -765,6 +789,20 @@ def _commit() -> str | None:
     commit = getattr(_version, "__commit_id__", None) or getattr(_version, "commit_id", None)
     return str(commit) if commit else None
 
+
+# Module-level hooks: KV-cache sizing computed by this vLLM's own functions (capability
+# "sizing", for the profile the release answers) and the manager-level benchmark hook.
+from kvcheck.adapters import vllm_sizing as _vllm_sizing  # noqa: E402
+from kvcheck.adapters.vllm_native import make_native_manager  # noqa: E402
+from kvcheck.adapters.vllm_sizing import (  # noqa: E402
+    kv_block_sizes,
+    kv_cache_view_shape,
+    kv_page_size_bytes,
+    kv_sizing_plan,
+)
+
+if _vllm_sizing.SIZING_PROFILE == _PROFILE:
+    _capabilities.add("sizing")
 
 IMPL_INFO = ImplInfo(
     name="vllm",

@@ -218,7 +218,7 @@ class BlockPool:
             lora_id=None if lora is None else lora.lora_int_id,
             medium="GPU",
             lora_name=(None if lora is None else lora.lora_name) if tagged else None,
-            extra_keys=tuple(new_extra_keys) if tagged else None,
+            extra_keys=(tuple(new_extra_keys) or None) if tagged else None,
             group_idx=kv_cache_group_id,
         ))
 
