@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn, Protocol, TypedDict
 
@@ -19,6 +19,8 @@ from kvcheck.atomic import write_atomic
 from kvcheck.conformance.call_limit import AdapterTimeout
 from kvcheck.conformance.driver import Check, Driver, StepResult
 from kvcheck.conformance.guard import ProtocolViolation
+from kvcheck.conformance.hybrid_driver import HybridDriver
+from kvcheck.conformance.hybrid_laws import check_hybrid_laws
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op
@@ -57,12 +59,17 @@ class Trace(TypedDict):
 
 
 class Pair:
-    """The implementation under test and the oracle, driven in lockstep."""
+    """The implementation under test and the oracle, driven in lockstep (a multi-group
+    spec: ``HybridDriver`` sides judged by the hybrid laws)."""
 
     def __init__(self, impl: ImplHandle, oracle: ImplHandle | None, spec: KVCacheSpec) -> None:
         self.spec = spec
-        self.impl = Driver(impl, spec)
-        self.oracle = Driver(oracle, spec) if oracle is not None else None
+        driver = HybridDriver if spec.kv_cache_groups else Driver
+        self.impl = driver(impl, spec)
+        self.oracle = driver(oracle, spec) if oracle is not None else None
+        self._laws: Callable[[Driver], list[str]] = check_laws
+        if isinstance(self.impl, HybridDriver):
+            self._laws = _hybrid_laws
         self.ops: list[Op] = []
         self.trace_name: str | None = None
 
@@ -76,7 +83,7 @@ class Pair:
         except Exception as exc:  # noqa: BLE001 - whatever it raises fails the test, named
             self.fail(_failure_text(exc, "the implementation"), op)
         try:  # the laws and observations call the adapters too (guarded, time-limited)
-            laws = check_laws(self.impl)
+            laws = self._laws(self.impl)
         except _ADAPTER_FAILURES as exc:
             self.fail(_failure_text(exc, "the implementation"), op)
         if laws:
@@ -125,6 +132,12 @@ class Pair:
                            f"--kv-impl={self.impl.impl.target}); repro: python {repro}")
         message.append("runnable repro of the calls made:\n" + snippet)
         raise ConformanceMismatch("\n".join(message))
+
+
+def _hybrid_laws(driver: Driver) -> list[str]:
+    """``check_hybrid_laws`` for the ``HybridDriver`` a multi-group ``Pair`` builds."""
+    assert isinstance(driver, HybridDriver), "a multi-group Pair drives HybridDrivers"
+    return check_hybrid_laws(driver)
 
 
 class PairFactory(Protocol):

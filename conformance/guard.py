@@ -26,7 +26,13 @@ returned value and the rule):
   ``block_hashes(rid)`` a list of bytes, ``take_events()`` a list of dicts with a ``"type"``,
   ``slot_mapping(...)`` a list of int;
 * the adapter does not mutate the ``RequestView`` it is given (it is frozen; a write through
-  ``object.__setattr__`` still counts).
+  ``object.__setattr__`` still counts);
+* multi-group specs (``spec.kv_cache_groups`` non-empty; ``GuardedHybridManager``, which
+  ``GuardedManager(...)`` becomes for such a spec): ``get_computed_blocks`` is ``(one list per
+  group, n)``, ``allocate_slots`` None or one list of new ids per group, ``get_block_ids`` one
+  table per group. Id ``0`` is the null block: allowed in hits and tables, never a new block;
+  no other id twice across the groups of one answer. A table equals the previous one + the
+  hits + the new ids, except that entries may have become ``0`` (skipped by a window).
 
 Validation is a few C-level set/min/max operations per answer (the ``ref_cnt`` loop of the
 observations makes it a hot path). After an adapter call raised, the guard stops checking
@@ -49,7 +55,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-__all__ = ["GuardedBlockPool", "GuardedManager", "ProtocolViolation"]
+__all__ = ["GuardedBlockPool", "GuardedHybridManager", "GuardedManager", "ProtocolViolation"]
 
 
 class ProtocolViolation(KVCheckFailure):
@@ -168,6 +174,14 @@ class GuardedManager(_Guard):
     """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
 
     __slots__ = ("_held", "_lost", "_tables")
+
+    def __new__(  # noqa: PYI034 - returns the hybrid subclass for a multi-group spec
+        cls, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
+        limit: CallLimit,
+    ) -> GuardedManager:
+        # A multi-group spec speaks the per-group protocol: its own guard.
+        kind = GuardedHybridManager if cls is GuardedManager and spec.kv_cache_groups else cls
+        return object.__new__(kind)
 
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
@@ -403,6 +417,176 @@ class GuardedManager(_Guard):
                             f"must be a list of rows (lists of int), not a {_type_name(value)}")
         return self._int_lists("req_to_token", args, value,
                                tuple(f"row {b}" for b in range(len(value))))
+
+NULL_BLOCK = 0  # vLLM's null block: the id of a position a window no longer needs
+
+
+class GuardedHybridManager(GuardedManager):
+    """The guard of a manager built for a multi-group spec (``SupportsKVCacheGroups``): block
+    ids come as one list per group and ``0`` is the null block (see the module doc)."""
+
+    __slots__ = ("_group_bs", "_gtables")
+
+    def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
+                 limit: CallLimit) -> None:
+        super().__init__(raw, impl=impl, spec=spec, reserved=reserved, limit=limit)
+        self._group_bs = tuple(spec.group_block_size(g) for g in range(len(spec.groups)))
+        self._gtables: dict[str, list[list[int]]] = {}  # per-group tables the answers imply
+
+    def _groups(self, method: str, args: tuple[object, ...], value: object, what: str, *,
+                nulls: bool) -> list[list[int]]:
+        """``value`` checked as one list of block ids per group (types, range, reserved ids,
+        an id twice across the groups; ``0`` allowed only with ``nulls``)."""
+        __tracebackhide__ = True
+        n = len(self._group_bs)
+        if (type(value) is not list and type(value) is not tuple) or len(value) != n:
+            self._violation(method, args, value,
+                            f"{what} must be a list of {n} lists of int (one per KV-cache "
+                            f"group, spec.kv_cache_groups order), not "
+                            f"{abbreviate(value, 40)}")
+        out: list[list[int]] = []
+        seen: set[int] = set()
+        for g, part in enumerate(value):
+            label = f"{what} of group {g}"
+            problem = _ints_problem(part, label)
+            if problem is not None:
+                self._violation(method, args, value, problem)
+            ids = list(cast("list[int]", part))
+            real = [b for b in ids if b != NULL_BLOCK]
+            if NULL_BLOCK in ids and not nulls:
+                problem = (f"{label} contains the null block {NULL_BLOCK}; a newly allocated "
+                           "block is never the null block")
+            elif real and (min(real) < 0 or max(real) >= self._n):
+                bad = min(real) if min(real) < 0 else max(real)
+                problem = f"block id {bad} in {label} is outside [0, num_blocks={self._n})"
+            elif not self._reserved.isdisjoint(real):
+                problem = (f"{label} contains reserved block id(s) "
+                           f"{sorted(self._reserved.intersection(real))} (only the null block "
+                           f"{NULL_BLOCK} may appear, as a skipped position)")
+            elif len(set(real)) != len(real) or not seen.isdisjoint(real):
+                dup = sorted({b for b in real if real.count(b) > 1 or b in seen})
+                problem = (f"{label} lists block id(s) {dup} twice (in one group or in two "
+                           "groups: a block belongs to one group at a time)")
+            if problem is not None:
+                self._violation(method, args, value, problem)
+            seen.update(real)
+            out.append(ids)
+        return out
+
+    def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
+        __tracebackhide__ = True
+        before = _view_state(request)
+        value: object = self._call("get_computed_blocks", self._raw.get_computed_blocks, request)
+        args = (request,)
+        if before is not None:
+            self._unchanged("get_computed_blocks", args, before, _view_state(request), value)
+        if (type(value) is not tuple and type(value) is not list) or len(value) != 2:
+            self._violation("get_computed_blocks", args, value,
+                            "must be a pair (one list of block ids per KV-cache group, "
+                            "num_computed_tokens: int)")
+        hits = self._groups("get_computed_blocks", args, value[0], "the hit block ids",
+                            nulls=True)
+        num = value[1]
+        total = request.num_tokens
+        if type(num) is not int or not 0 <= num <= total:
+            self._violation("get_computed_blocks", args, value,
+                            f"num_computed_tokens must be an int in [0, {total}] (the "
+                            "request's tokens)")
+        for g, (ids, bs) in enumerate(zip(hits, self._group_bs, strict=True)):
+            if len(ids) != -(-num // bs):
+                self._violation("get_computed_blocks", args, value,
+                                f"{num} hit tokens fill {-(-num // bs)} block(s) of group {g} "
+                                f"(block size {bs}), but its list has {len(ids)} ids")
+        # Per-group lists: the hybrid form of the single-group answer (see the Protocol).
+        return cast("list[int]", hits), num
+
+    def allocate_slots(self, request: RequestView, num_new_tokens: int,
+                       num_new_computed_tokens: int = 0,
+                       new_computed_block_ids: Sequence[Any] = (),
+                       num_lookahead_tokens: int = 0) -> Any:
+        __tracebackhide__ = True
+        hits = [list(h) for h in new_computed_block_ids]
+        args: tuple[object, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
+        if num_lookahead_tokens:
+            args += (num_lookahead_tokens,)
+        before = _view_state(request)
+        value: object = self._raising(
+            "allocate_slots", self._raw.allocate_slots, request,
+            *((num_new_tokens, num_new_computed_tokens, [list(h) for h in hits]) + args[4:]))
+        if before is not None:
+            self._unchanged("allocate_slots", args, before, _view_state(request), value)
+        new = None if value is None else self._groups("allocate_slots", args, value,
+                                                      "the new block ids", nulls=False)
+        if self._lost:
+            return new
+        rid = request.request_id
+        old = self._gtables.get(rid)
+        if new is None and old is None:
+            return None  # a refused admission: nothing held, nothing to follow
+        flat_hits = {b for h in hits for b in h}
+        for part in new or ():
+            for b in part:
+                if b in flat_hits:
+                    self._violation("allocate_slots", args, value,
+                                    f"block {b} is one of the cache hits passed in "
+                                    "(new_computed_block_ids); allocate_slots returns only "
+                                    "newly allocated blocks")
+        # Skipped positions may have become null during the call (even a refused one): read
+        # the request's tables to follow them.
+        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
+        if new is not None:
+            for g, part in enumerate(new):
+                if g < len(hits):
+                    expected[g] += hits[g]
+                expected[g] += part
+        self._follow(rid, expected, f"allocate_slots({rid!r}) returned {abbreviate(value)}; "
+                     "then get_block_ids")
+        for part in new or ():
+            for b in part:
+                owners = sorted(r for r, t in self._gtables.items()
+                                if r != rid and any(b in row for row in t))
+                if owners:
+                    self._violation("allocate_slots", args, value,
+                                    f"block {b} is handed out anew but request(s) {owners} "
+                                    "still hold it (only cache hits passed back may be "
+                                    "shared)")
+        return new
+
+    def _follow(self, rid: str, expected: list[list[int]], context: str) -> list[list[int]]:
+        """Read ``rid``'s tables from the adapter, check them against ``expected`` (entries
+        may have become null), and remember them."""
+        __tracebackhide__ = True
+        value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
+        tables = self._groups("get_block_ids", (rid,), value, "the block tables", nulls=True)
+        for g, (got, want) in enumerate(zip(tables, expected, strict=True)):
+            if len(got) != len(want) or any(a != b and a != NULL_BLOCK
+                                            for a, b in zip(got, want, strict=True)):
+                self._violation("get_block_ids", (rid,), value,
+                                f"group {g}'s table must be {abbreviate(want)} with some entries "
+                                "possibly replaced by the null block 0 (the previous table + "
+                                "the hits passed to allocate_slots + the new ids it returned; "
+                                f"[] after free or for an unknown request) [{context}]")
+        if any(tables):
+            self._gtables[rid] = tables
+        else:
+            self._gtables.pop(rid, None)
+        return tables
+
+    def free(self, request_id: str) -> None:
+        fn: Callable[[str], None] = self._raw.free
+        result = self._raising("free", fn, request_id)
+        self._gtables.pop(request_id, None)
+        return result
+
+    def get_block_ids(self, request_id: str) -> Any:
+        __tracebackhide__ = True
+        if self._lost:
+            value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
+            return self._groups("get_block_ids", (request_id,), value, "the block tables",
+                                nulls=True)
+        old = self._gtables.get(request_id)
+        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
+        return self._follow(request_id, expected, "get_block_ids")
 
 
 class GuardedBlockPool(_Guard):

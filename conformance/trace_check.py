@@ -12,7 +12,12 @@ Bounds (what a trace may ask for; the suite's own traces are far below them):
 * a prompt of at most ``MAX_REQUEST_TOKENS`` (2**20) tokens, and at most as many asked for by
   the ``schedule`` / ``decode`` ops of one request (each count an int >= 0);
 * at most ``MAX_OPS`` (10**6) ops; token ids are ints in [0, 2**63);
-* ``hash_algo`` one of ``HASH_ALGOS``, ``profile`` one of ``PROFILES``.
+* ``hash_algo`` one of ``HASH_ALGOS``, ``profile`` one of ``PROFILES``;
+* ``kv_cache_groups`` (optional) at most ``MAX_GROUPS`` objects with a ``kind`` of
+  ``ATTENTION_KINDS`` and optional ``block_size``, ``sliding_window``,
+  ``attention_chunk_size`` (null or ints in 1 .. ``MAX_BLOCK_SIZE``; a window only for
+  ``sliding_window`` groups, a chunk only for ``chunked_local_attention`` ones, and required
+  there); ``prefix_cache_retention_interval`` null or an int in 0 .. ``MAX_REQUEST_TOKENS``.
 """
 
 from __future__ import annotations
@@ -21,16 +26,24 @@ from dataclasses import fields
 from typing import TypeGuard, cast
 
 from kvcheck.conformance.ops import Op
-from kvcheck.conformance.protocol import HASH_ALGOS, PROFILES, KVCacheSpec
+from kvcheck.conformance.protocol import (
+    ATTENTION_KINDS,
+    HASH_ALGOS,
+    PROFILES,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    spec_from_dict,
+)
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["MAX_BLOCK_SIZE", "MAX_NUM_BLOCKS", "MAX_OPS", "MAX_REQUEST_TOKENS", "TraceError",
-           "check_ops", "check_spec"]
+__all__ = ["MAX_BLOCK_SIZE", "MAX_GROUPS", "MAX_NUM_BLOCKS", "MAX_OPS", "MAX_REQUEST_TOKENS",
+           "TraceError", "check_ops", "check_spec"]
 
 MAX_NUM_BLOCKS = 1 << 20
 MAX_BLOCK_SIZE = 1 << 16
 MAX_REQUEST_TOKENS = 1 << 20
 MAX_OPS = 1_000_000
+MAX_GROUPS = 64
 _MAX_TOKEN_ID = 1 << 63
 
 _OP_FIELDS: dict[str, frozenset[str]] = {
@@ -84,7 +97,48 @@ def check_spec(raw: object, where: str) -> KVCacheSpec:
     if mml is not None and (not _is_int(mml) or not 1 <= mml <= MAX_REQUEST_TOKENS):
         raise TraceError(f"{where}: spec.max_model_len={mml!r}: must be null or an int in "
                          f"[1, {MAX_REQUEST_TOKENS}]")
-    return KVCacheSpec(**raw)
+    retention = raw.get("prefix_cache_retention_interval")
+    if retention is not None and (not _is_int(retention)
+                                  or not 0 <= retention <= MAX_REQUEST_TOKENS):
+        raise TraceError(f"{where}: spec.prefix_cache_retention_interval={retention!r}: must "
+                         f"be null or an int in [0, {MAX_REQUEST_TOKENS}]")
+    if "kv_cache_groups" in raw:
+        _check_groups(raw["kv_cache_groups"], where)
+    return spec_from_dict(raw)
+
+
+_GROUP_FIELDS = frozenset(f.name for f in fields(KVCacheGroupSpec))
+# The size field each kind needs (and only it may set).
+_KIND_FIELD = {"sliding_window": "sliding_window",
+               "chunked_local_attention": "attention_chunk_size"}
+
+
+def _check_groups(groups: object, where: str) -> None:
+    """A trace's ``spec.kv_cache_groups``: a list of group objects (see the module doc)."""
+    if not isinstance(groups, list) or len(groups) > MAX_GROUPS:
+        raise TraceError(f"{where}: spec.kv_cache_groups must be a list of at most "
+                         f"{MAX_GROUPS} group objects")
+    for i, group in enumerate(groups):
+        at = f"{where}: spec.kv_cache_groups[{i}]"
+        if not isinstance(group, dict):
+            raise TraceError(f"{at}: must be an object with a 'kind'")
+        unknown = sorted(set(map(str, group)) - _GROUP_FIELDS)
+        if unknown:
+            raise TraceError(f"{at}: unknown fields {unknown} (known: {sorted(_GROUP_FIELDS)})")
+        kind = group.get("kind", "full_attention")
+        if kind not in ATTENTION_KINDS:
+            raise TraceError(f"{at}: kind={kind!r}: unknown (known: {list(ATTENTION_KINDS)})")
+        for key in ("block_size", "sliding_window", "attention_chunk_size"):
+            value = group.get(key)
+            if value is not None and (not _is_int(value) or not 1 <= value <= MAX_BLOCK_SIZE):
+                raise TraceError(f"{at}: {key}={value!r}: must be null or an int in "
+                                 f"[1, {MAX_BLOCK_SIZE}]")
+        for key in ("sliding_window", "attention_chunk_size"):
+            needed = _KIND_FIELD.get(str(kind)) == key
+            if needed and group.get(key) is None:
+                raise TraceError(f"{at}: a {kind} group needs {key}")
+            if not needed and group.get(key) is not None:
+                raise TraceError(f"{at}: {key} is set on a {kind} group")
 
 
 def check_ops(ops: object, where: str) -> list[Op]:

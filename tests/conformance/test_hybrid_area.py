@@ -1,0 +1,105 @@
+"""The hybrid area (``conformance/test_hybrid.py``) has teeth: the reference passes it under
+both vLLM profiles, and each hand-written single-bug hybrid mutant
+(``tests/mutants/hybrid_*.py``: the reference with one per-group manager or coordinator bug)
+fails the tests that own its bug: the golden scenarios, the hybrid laws of random workloads
+(no oracle), the differential against the reference.
+
+The area runs in-process (``inline_run``) with the mutant-run settings of
+``tests/mutants/test_mutants.py``: ``--kv-max-examples=15`` and no shrinking (only the verdict
+matters; shrinking a multi-group workload takes minutes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import Phase, settings
+
+import kvcheck.adapters.reference  # kept imported across the in-process runs
+import kvcheck.conformance
+import kvcheck.conformance.differential  # kept across the in-process runs
+
+AREA_FILE = Path(kvcheck.conformance.__file__).resolve().parent / "test_hybrid.py"
+MUTANTS_DIR = Path(__file__).resolve().parents[1] / "mutants"
+MAX_EXAMPLES = 15
+
+GOLDEN, LAWS, DIFFERENTIAL = ("test_hybrid_golden", "test_hybrid_laws_hold_under_random_workloads",
+                              "test_hybrid_differential")
+
+#: (mutant, profile) -> the area's test functions that must each fail (others may too).
+MUTANTS: dict[tuple[str, str], set[str]] = {
+    # The guard refuses the null block as a new block; the golden prefills show it at once.
+    ("hybrid_null_handed_out", "vllm-0.33"): {GOLDEN, LAWS, DIFFERENTIAL},
+    # Window law: a null block where the window still reads (G1 row 3 frees 4 blocks).
+    ("hybrid_window_off_by_one", "vllm-0.33"): {GOLDEN, LAWS, DIFFERENTIAL},
+    ("hybrid_window_off_by_one", "vllm-0.10"): {GOLDEN, LAWS},
+    # Hits are correct data, so no 0.33 law breaks; G2 row 4 and the oracle show the bug.
+    ("hybrid_swa_hit_left_to_right", "vllm-0.33"): {GOLDEN, DIFFERENTIAL},
+    # 0.10.2 keeps hits as returned: the live blocks below the window break the window law.
+    ("hybrid_swa_hit_left_to_right", "vllm-0.10"): {GOLDEN, LAWS},
+    # Only the free-queue order shows it (G1 row 3: 8, 7, 6).
+    ("hybrid_skipped_forward_free", "vllm-0.33"): {GOLDEN, DIFFERENTIAL},
+    # Hit length law (per-group lists of different lengths).
+    ("hybrid_hit_length_not_common", "vllm-0.33"): {LAWS, DIFFERENTIAL},
+    # Window law for chunked-local groups (G4 row 4 nulls the finished chunk).
+    ("hybrid_chunk_keeps_finished", "vllm-0.33"): {GOLDEN, LAWS},
+}
+
+_NO_SHRINK = "kvcheck-hybrid-area-no-shrink"
+settings.register_profile(_NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
+class _NoShrinkProfile:
+    """Inner-run plugin: the no-shrink Hypothesis profile, restored afterwards."""
+
+    def __init__(self) -> None:
+        self.previous = settings.get_current_profile_name()
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        settings.load_profile(_NO_SHRINK)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        settings.load_profile(self.previous)
+
+
+def _run_area(pytester: pytest.Pytester, impl: str, profile: str,
+              ) -> tuple[set[str], set[str], int]:
+    """Run the hybrid area on ``impl`` under ``profile``: (failed test functions, passed test
+    functions, number of skipped tests)."""
+    ini = pytester.makeini("[pytest]\n")  # not the checkout's pytest settings
+    pytester.syspathinsert(MUTANTS_DIR)  # the mutants import as top-level modules
+    rec = pytester.inline_run(f"--kv-impl={impl}", f"--kv-profile={profile}",
+                              f"--kv-max-examples={MAX_EXAMPLES}", "-p", "no:cacheprovider",
+                              "-p", "no:terminal", "-c", str(ini), str(AREA_FILE),
+                              plugins=[_NoShrinkProfile()])
+    passed, skipped, failed = rec.listoutcomes()
+    assert passed or failed, f"{impl}: nothing ran"
+
+    def functions(reports: list[pytest.TestReport]) -> set[str]:
+        return {r.nodeid.split("::")[-1].split("[")[0] for r in reports}
+
+    return functions(failed), functions(passed), len(skipped)
+
+
+def test_every_hybrid_mutant_is_listed() -> None:
+    """Each tests/mutants/hybrid_*.py has an entry in MUTANTS (and vice versa)."""
+    files = {p.stem for p in MUTANTS_DIR.glob("hybrid_*.py")}
+    assert files == {name for name, _ in MUTANTS}, (sorted(files), sorted(MUTANTS))
+
+
+@pytest.mark.parametrize(("mutant", "profile"), sorted(MUTANTS))
+def test_hybrid_area_fails_each_bug(pytester: pytest.Pytester, mutant: str,
+                                    profile: str) -> None:
+    failed, _, _ = _run_area(pytester, mutant, profile)
+    must_fail = MUTANTS[mutant, profile]
+    assert must_fail <= failed, (
+        f"{mutant} under {profile}: failing tests {sorted(failed)}; each of "
+        f"{sorted(must_fail)} must fail")
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10"])
+def test_reference_passes_hybrid_area(pytester: pytest.Pytester, profile: str) -> None:
+    failed, passed, _ = _run_area(pytester, "reference", profile)
+    assert not failed, failed
+    assert passed == {GOLDEN, LAWS, DIFFERENTIAL}, passed

@@ -1,0 +1,267 @@
+"""The multi-group harness on small fakes: the guard's per-group rules
+(``GuardedHybridManager``), the hybrid laws (``hybrid_laws``), the layouts drawn by
+``hybrid_workloads`` and multi-group traces (``trace_check``, ``write_trace`` /
+``load_trace``).
+
+``FakeHybrid`` is a tiny correct two-group manager (full attention + sliding window, no
+caching) written from spec §2.1 / §3.3; each subclass has one bug, which the guard or exactly
+the law meant for it must catch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from kvcheck.conformance.differential import load_trace, write_trace
+from kvcheck.conformance.guard import GuardedHybridManager, ProtocolViolation
+from kvcheck.conformance.hybrid_driver import HybridDriver
+from kvcheck.conformance.hybrid_laws import check_hybrid_laws, skipped_tokens
+from kvcheck.conformance.hybrid_workloads import hybrid_layouts, layout_for
+from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.ops import add, decode, free, schedule
+from kvcheck.conformance.protocol import (
+    ImplInfo,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    RequestView,
+    spec_to_dict,
+)
+from kvcheck.conformance.trace_check import TraceError
+
+SPEC = KVCacheSpec(num_blocks=16, block_size=2, enable_caching=False,
+                   kv_cache_groups=(KVCacheGroupSpec("full_attention", 2),
+                                    KVCacheGroupSpec("sliding_window", 2, sliding_window=4)))
+CAPS = frozenset({"manager", "kv_cache_groups", "sliding_window", "free_queue_order",
+                  "ref_counts"})
+
+
+class FakeHybrid:
+    """Full attention + SWA(w) over one pool, caching off: unhashed frees go to the head."""
+
+    def __init__(self, spec: KVCacheSpec) -> None:
+        self.spec = spec
+        self.queue = list(range(1, spec.num_blocks))
+        self.tables: dict[str, list[list[int]]] = {}
+
+    def skipped(self, g: int, n: int) -> int:
+        return skipped_tokens(self.spec.groups[g], n) // self.spec.group_block_size(g)
+
+    def get_computed_blocks(self, request: RequestView) -> tuple[list[list[int]], int]:
+        return [[], []], 0
+
+    def allocate_slots(self, request: RequestView, num_new_tokens: int,
+                       num_new_computed_tokens: int = 0, new_computed_block_ids: Any = (),
+                       num_lookahead_tokens: int = 0) -> list[list[int]] | None:
+        rid = request.request_id
+        tables = self.tables.get(rid, [[], []])
+        n = request.num_computed_tokens + num_new_computed_tokens
+        for g, table in enumerate(tables):
+            freed = []
+            for i in range(min(self.skipped(g, n), len(table)) - 1, -1, -1):
+                if table[i] == 0:
+                    break
+                freed.append(table[i])
+                table[i] = 0
+            self.release(freed)
+        total = n + num_new_tokens + num_lookahead_tokens
+        need = [max(0, -(-total // 2) - len(t)) for t in tables]
+        if sum(need) > len(self.queue):
+            return None
+        new = [self.take(k) for k in need]
+        for table, part in zip(tables, new, strict=True):
+            table.extend(part)
+        self.tables[rid] = tables
+        return new
+
+    def take(self, k: int) -> list[int]:
+        out, self.queue = self.queue[:k], self.queue[k:]
+        return out
+
+    def release(self, blocks: list[int]) -> None:
+        self.queue[:0] = blocks[::-1]  # each block to the head: the first freed ends first
+
+    def free(self, request_id: str) -> None:
+        for table in self.tables.pop(request_id, []):
+            self.release([b for b in reversed(table) if b])
+
+    def get_block_ids(self, request_id: str) -> list[list[int]]:
+        return [list(t) for t in self.tables.get(request_id, [[], []])]
+
+    def num_free_blocks(self) -> int:
+        return len(self.queue)
+
+    def free_block_ids(self) -> list[int]:
+        return list(self.queue)
+
+    def ref_cnt(self, block_id: int) -> int:
+        return sum(block_id in t for ts in self.tables.values() for t in ts)
+
+
+class NullHandedOut(FakeHybrid):
+    def take(self, k: int) -> list[int]:
+        return [0] + super().take(k - 1) if k else []
+
+
+class WindowTooLate(FakeHybrid):
+    def skipped(self, g: int, n: int) -> int:
+        return max(0, super().skipped(g, n) - 1)
+
+
+class WindowTooEarly(FakeHybrid):
+    def skipped(self, g: int, n: int) -> int:
+        return super().skipped(g, n) + 1 if g == 1 and n > 4 else super().skipped(g, n)
+
+
+class LeaksSkipped(FakeHybrid):
+    def release(self, blocks: list[int]) -> None:
+        pass
+
+
+class NullQueued(FakeHybrid):
+    def free(self, request_id: str) -> None:
+        super().free(request_id)
+        if 0 not in self.queue:
+            self.queue.append(0)
+
+
+class CrossGroup(FakeHybrid):
+    """Hands group 1 a block group 0 of another request holds."""
+
+    def allocate_slots(self, request: RequestView, *args: Any, **kwargs: Any) -> Any:
+        new = super().allocate_slots(request, *args, **kwargs)
+        if new and new[1] and request.request_id == "b":
+            stolen = self.tables["a"][0][0]
+            self.queue.append(new[1][0])
+            self.tables["b"][1][self.tables["b"][1].index(new[1][0])] = stolen
+            new[1][0] = stolen
+        return new
+
+
+def handle(cls: type[FakeHybrid], caps: frozenset[str] = CAPS) -> ImplHandle:
+    module = ModuleType(f"fake_{cls.__name__}")
+    info = ImplInfo(name=cls.__name__, version="0", capabilities=caps, hash_algos=())
+    return ImplHandle(info.name, module.__name__, module, info, cls, None, call_timeout=None)
+
+
+OPS = [add("a", range(100, 110)), schedule("a", 6), schedule("a"), decode("a", 1),
+       decode("a", 1), add("b", range(200, 205)), schedule("b"), decode("b", 1),
+       free("a"), decode("b", 1), free("b")]
+
+
+def run(cls: type[FakeHybrid]) -> tuple[int, list[str]]:
+    """The 1-based op after which a law (or the guard) first broke, and the problems."""
+    driver = HybridDriver(handle(cls), SPEC)
+    for number, op in enumerate(OPS, 1):
+        try:
+            driver.apply(op)
+            problems = check_hybrid_laws(driver)
+        except ProtocolViolation as exc:
+            return number, [f"guard: {exc}"]
+        if problems:
+            return number, problems
+    return 0, []
+
+
+def test_correct_fake_keeps_every_hybrid_law() -> None:
+    assert run(FakeHybrid) == (0, [])
+
+
+@pytest.mark.parametrize(("cls", "words"), [
+    (NullHandedOut, "guard: "),
+    (WindowTooLate, "window: request 'a' group 1 (sliding_window) still holds live blocks"),
+    (WindowTooEarly, "which its window still needs"),
+    (LeaksSkipped, "conservation:"),
+    # The guard stops these first (the laws repeat the rule for what the guard cannot see).
+    (NullQueued, "the free queue contains reserved block id(s) [0]"),
+    (CrossGroup, "handed out anew but request(s) ['a'] still hold it"),
+])
+def test_each_bug_breaks_its_law(cls: type[FakeHybrid], words: str) -> None:
+    number, problems = run(cls)
+    assert number, f"{cls.__name__}: no law broke"
+    assert any(words in p for p in problems), (cls.__name__, number, problems)
+
+
+def test_guard_names_the_per_group_shape() -> None:
+    class Flat(FakeHybrid):
+        def get_computed_blocks(self, request: RequestView) -> Any:
+            return [], 0
+
+    mgr = handle(Flat).make_manager(SPEC)
+    assert isinstance(mgr, GuardedHybridManager)
+    with pytest.raises(ProtocolViolation, match=r"get_computed_blocks.*must be a list of 2 "
+                                                r"lists of int \(one per KV-cache group"):
+        mgr.get_computed_blocks(RequestView("a", (1, 2, 3)))
+
+
+def test_guard_checks_tables_against_the_answers() -> None:
+    class Rewrites(FakeHybrid):
+        def get_block_ids(self, request_id: str) -> list[list[int]]:
+            tables = super().get_block_ids(request_id)
+            return [t[::-1] for t in tables]
+
+    mgr = handle(Rewrites).make_manager(SPEC)
+    with pytest.raises(ProtocolViolation, match="possibly replaced by the null block"):
+        mgr.allocate_slots(RequestView("a", tuple(range(6))), 6, 0, [[], []])
+
+
+def test_single_group_specs_keep_the_flat_guard() -> None:
+    mgr = handle(FakeHybrid).make_manager(KVCacheSpec(num_blocks=8, block_size=2))
+    assert not isinstance(mgr, GuardedHybridManager)
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10", "generic"])
+def test_layouts_stay_within_the_profile(profile: str) -> None:
+    kinds = ("full_attention", "sliding_window", "chunked_local_attention")
+    assert hybrid_layouts(profile, ("full_attention",))
+    for draw in range(200):
+        groups, retention = layout_for(profile, kinds, 2, draw)
+        sizes = {g.block_size or 2 for g in groups}
+        lcm = max(sizes)
+        assert all(lcm % s == 0 for s in sizes)
+        for g in groups:
+            if g.kind == "sliding_window":
+                assert g.sliding_window is not None and 2 <= g.sliding_window <= 32
+            if g.kind == "chunked_local_attention":
+                assert g.attention_chunk_size is not None and g.block_size == lcm
+                assert g.attention_chunk_size % lcm == 0
+        if profile == "vllm-0.10":
+            assert len(sizes) == 1 and retention is None
+            specs = {(g.kind, g.sliding_window, g.attention_chunk_size) for g in groups}
+            full = [s for s in specs if s[0] == "full_attention"]
+            assert len(specs) == 1 or (len(full) == 1 and len(specs) == 2), groups
+        else:
+            assert retention in (None, 0) and len(groups) <= 4
+
+
+def test_multi_group_trace_round_trips(tmp_path: Path) -> None:
+    spec = KVCacheSpec(num_blocks=9, block_size=2, prefix_cache_retention_interval=0,
+                       kv_cache_groups=(KVCacheGroupSpec("full_attention", 2),
+                                        KVCacheGroupSpec("chunked_local_attention", 2,
+                                                         attention_chunk_size=4)))
+    path = write_trace("t", "reference", spec, OPS, directory=tmp_path)
+    assert load_trace(path)["spec"] == spec
+
+
+@pytest.mark.parametrize(("groups", "retention", "words"), [
+    ([{"kind": "sliding"}], None, "kind='sliding': unknown"),
+    ([{"kind": "sliding_window"}], None, "needs sliding_window"),
+    ([{"kind": "full_attention", "sliding_window": 4}], None, "sliding_window is set"),
+    ([{"kind": "full_attention", "block_size": 0}], None, "block_size=0"),
+    ([{"kind": "full_attention", "window": 4}], None, "unknown fields ['window']"),
+    ("full", None, "must be a list"),
+    ([], -1, "prefix_cache_retention_interval=-1"),
+])
+def test_trace_spec_groups_are_checked(tmp_path: Path, groups: object, retention: object,
+                                       words: str) -> None:
+    raw: dict[str, Any] = spec_to_dict(SPEC)
+    raw["kv_cache_groups"] = groups
+    raw["prefix_cache_retention_interval"] = retention
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"trace_version": 1, "impl": "x", "spec": raw, "ops": []}))
+    with pytest.raises(TraceError, match=words.replace("[", r"\[").replace("(", r"\(")):
+        load_trace(path)

@@ -1,0 +1,58 @@
+"""Shared wiring for the hybrid mutants (``hybrid_*.py``): the reference adapter whose
+multi-group manager (``ReferenceGroupedManager``) runs one mutated class.
+
+A hybrid mutant states its one bug as a subclass of a reference per-group manager
+(``SlidingWindowManager``...) or coordinator and calls ``build_hybrid``; right after the
+reference builds its coordinator, every per-group manager of the named class (exactly that
+class) and the coordinator, if its class is the named one's base, are switched to the mutant
+subclass. Single-group specs get the unmutated reference (``_mutant_base.build``), so the
+mutant differs from the reference by exactly one bug, in hybrid models only. The hybrid
+capabilities (which ``build`` drops) are declared again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from _mutant_base import build
+
+from kvcheck.adapters.reference import IMPL_INFO as REFERENCE_INFO
+from kvcheck.adapters.reference import ReferenceGroupedManager
+from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec
+
+__all__ = ["build_hybrid"]
+
+
+def build_hybrid(
+    name: str, *, managers: Mapping[type, type] | None = None,
+    coordinator: type | None = None,
+) -> tuple[ImplInfo, Callable[[KVCacheSpec], Any], Callable[[KVCacheSpec], Any]]:
+    """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for the hybrid mutant ``name``:
+    ``managers`` maps a reference per-group manager class to its mutant subclass;
+    ``coordinator`` is a mutant subclass of one reference coordinator class."""
+    info, make_single, make_pool = build(name)
+    # build() leaves the hybrid capabilities out (its managers are single-group ones).
+    hybrid_caps = REFERENCE_INFO.capabilities & {"kv_cache_groups", "sliding_window",
+                                                 "chunked_local_attention"}
+    info = replace(info, capabilities=info.capabilities | hybrid_caps)
+    swaps = dict(managers or {})
+
+    class MutantGroupedManager(ReferenceGroupedManager):
+        def __init__(self, spec: KVCacheSpec) -> None:
+            super().__init__(spec)
+            coord = self.grouped.coordinator
+            if coordinator is not None and type(coord) is coordinator.__mro__[1]:
+                coord.__class__ = coordinator
+            for manager in coord.single_type_managers:
+                mutant = swaps.get(type(manager))
+                if mutant is not None:
+                    manager.__class__ = mutant
+
+    def make_kv_cache_manager(spec: KVCacheSpec) -> Any:
+        if spec.kv_cache_groups:
+            return MutantGroupedManager(spec)
+        return make_single(spec)
+
+    return info, make_kv_cache_manager, make_pool
