@@ -26,7 +26,8 @@ group 0's table, as the reference does). KV events keep vLLM's group fields wher
 has them (``group_idx`` on both event types and, on ``BlockStored``, ``kv_cache_spec_kind`` and
 ``kv_cache_spec_sliding_window``: 0.33) and carry none of them where it does not (0.10.2).
 Like vLLM's scheduler, ``get_computed_blocks`` stores 0.33's ``shared_prefix_boundary`` on the
-request, where the sliding-window cache mask reads it (spec §2.3, §3.2).
+request, where the sliding-window cache mask reads it
+(docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups).
 """
 
 from __future__ import annotations

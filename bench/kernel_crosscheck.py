@@ -89,7 +89,7 @@ def _as_sm90_if_interpreted() -> Iterator[None]:
         yield
         return
     saved = torch.cuda.get_device_capability
-    torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)  # type: ignore[assignment]
+    torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
     try:
         yield
     finally:

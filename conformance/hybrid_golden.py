@@ -1,4 +1,5 @@
-"""Golden scenarios G1-G9 of the hybrid KV-cache groups spec (hybrid-groups.md §7), as data.
+"""Golden scenarios G1-G9 of the hybrid KV-cache groups spec
+(docs/semantics.md#kv-cache-groups-hybrid-models), as data.
 
 Every expected column (result, block tables, free queue, cache map, events) is copied from the
 spec's tables, which were recorded from vLLM 0.33.0's and 0.10.2's own ``KVCacheManager`` on a
@@ -19,7 +20,8 @@ these scripts through vLLM's own classes must reproduce every column):
   before the call). The driver advances ``num_computed_tokens`` after a successful call by the
   hit tokens plus ``num_new_tokens``, as vLLM's scheduler does;
 * under ``vllm-0.10`` only, ``null_ref_cnt``: the null block's ``ref_cnt`` after the row,
-  derived by hand from spec §2.5 (+1 per null entry of a hit list that ``allocate_slots``
+  derived by hand from docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups
+  (+1 per null entry of a hit list that ``allocate_slots``
   touches, -1 per null entry of a freed table; 0.33 keeps it at 0). Not a recorded column.
 
 Calls (``GoldenRow.op``):
@@ -115,7 +117,7 @@ class GoldenRow:
 
 @dataclass(frozen=True, slots=True)
 class GoldenScenario:
-    """One table of spec §7 under one profile."""
+    """One table of docs/semantics.md#kv-cache-groups-hybrid-models under one profile."""
 
     name: str
     profile: str
@@ -254,7 +256,7 @@ _G9 = (GoldenRequest("A", _tok(100, 109), (109,)),
        GoldenRequest("B", _tok(110, 113)))
 
 
-# --- vLLM 0.33.0 (spec §7.1) ---------------------------------------------------------------
+# --- vLLM 0.33.0 (docs/semantics.md#kv-cache-groups-hybrid-models) --------------------------------
 
 G1_033 = _scenario(
     'G1', V033, 'full + SWA(w=4), bs 2, 16 blocks: prefill 10, decode 2, free',
@@ -681,7 +683,7 @@ G9_033 = _scenario(
          ""),
 ])
 
-# --- vLLM 0.10.2 (spec §7.2) ---------------------------------------------------------------
+# --- vLLM 0.10.2 (docs/semantics.md#kv-cache-groups-hybrid-models) --------------------------------
 
 G1_010 = _scenario(
     'G1', V010, 'full + SWA(w=4), bs 2, 16 blocks: prefill 10, decode 2, free',

@@ -1,5 +1,5 @@
 """Profile-independent laws of a multi-group (hybrid) manager, checked after every op of a
-``HybridDriver`` (hybrid-groups.md §2-§3), with or without an oracle.
+``HybridDriver`` (docs/semantics.md#kv-cache-groups-hybrid-models), with or without an oracle.
 
 Block id 0 is the null block: the position of a block a sliding window (or a finished local
 chunk) no longer needs. With ``start`` the tokens a request had computed when its last
@@ -46,7 +46,7 @@ NULL_BLOCK = 0
 
 def skipped_tokens(group: KVCacheGroupSpec, num_tokens: int) -> int:
     """vLLM 0.33's ``get_num_skipped_tokens`` of ``group`` after ``num_tokens`` computed
-    tokens (hybrid-groups.md §2.1)."""
+    tokens (docs/semantics.md#skipped-tokens-and-null-blocks)."""
     if group.kind == "sliding_window" and group.sliding_window is not None:
         return max(0, num_tokens - group.sliding_window + 1)
     if group.kind == "chunked_local_attention" and group.attention_chunk_size is not None:
@@ -62,7 +62,7 @@ def null_floor(spec: KVCacheSpec, group: int, num_tokens: int) -> int:
 
 def _slack(spec: KVCacheSpec, group: int) -> int:
     """Live blocks below the floor a profile keeps: vLLM 0.10.2's chunked-local removal keeps
-    the last cached block (hybrid-groups.md §2.1)."""
+    the last cached block (docs/semantics.md#skipped-tokens-and-null-blocks)."""
     kind = spec.groups[group].kind
     return 1 if spec.profile == "vllm-0.10" and kind == "chunked_local_attention" else 0
 

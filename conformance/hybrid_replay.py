@@ -1,4 +1,5 @@
-"""Replay of the hybrid golden scenarios (``kvcheck.conformance.hybrid_golden``, spec §7)
+"""Replay of the hybrid golden scenarios (``kvcheck.conformance.hybrid_golden``,
+docs/semantics.md#kv-cache-groups-hybrid-models)
 through an implementation's manager, row by row.
 
 After every row the replay compares what the implementation declares with the row's

@@ -1,5 +1,6 @@
 """Random multi-group workloads: the single-group workload machine
-(``kvcheck.conformance.workload_machine``) run over hybrid layouts (hybrid-groups.md §6).
+(``kvcheck.conformance.workload_machine``) run over hybrid layouts
+(docs/semantics.md#kv-cache-groups-hybrid-models).
 
 The machine draws each engine's block size, pool size, caching, events and hash algorithm;
 ``hybrid_pair_factory`` turns those draws into a multi-group spec: the layout (which groups,
@@ -16,7 +17,8 @@ supports:
   the group's block size, ``prefix_cache_retention_interval`` None or 0.
 
 Only kinds both sides declare are drawn (``KIND_CAPABILITIES``). vLLM 0.10.2 crashes when
-events are on for a chunked-local group or a window ``w - 1 < bs`` (spec §5): such engines
+events are on for a chunked-local group or a window ``w - 1 < bs``
+(docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups): such engines
 run with events off under that profile.
 """
 
@@ -120,7 +122,9 @@ def hybrid_pair_factory(make_pair: Callable[..., Any], profile: str,
         if profile == "vllm-0.10" and any(
                 g.kind == _C or (g.kind == _S and (g.sliding_window or 0) - 1
                                  < (g.block_size or block_size)) for g in groups):
-            fields["enable_kv_cache_events"] = False  # vLLM 0.10.2's event crash (spec §5)
+            # vLLM 0.10.2's event crash
+            # (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)
+            fields["enable_kv_cache_events"] = False
         return FlatAnswers(make_pair(**fields))
 
     return make

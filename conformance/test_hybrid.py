@@ -1,9 +1,11 @@
 """Hybrid models: several KV-cache groups (full attention, sliding window, chunked local
-attention) over one block pool (hybrid-groups.md §2-§5, §7). Runs on implementations that
+attention) over one block pool (docs/semantics.md#kv-cache-groups-hybrid-models). Runs on
+implementations that
 declare ``kv_cache_groups`` (and ``sliding_window`` / ``chunked_local_attention`` for groups
 of those kinds; a scenario needing an undeclared kind is skipped naming the capability).
 
-* the golden scenarios of spec §7 for the active vLLM profile, replayed row by row;
+* the golden scenarios of docs/semantics.md#kv-cache-groups-hybrid-models for the active vLLM
+profile, replayed row by row;
 * the hybrid laws (``kvcheck.conformance.hybrid_laws``: null block, windows, common hit
   length, one shared pool, ownership, all-or-nothing) after every op of random multi-group
   workloads, under every profile, ``generic`` included;
@@ -40,12 +42,14 @@ _NAMES = list(dict.fromkeys(sc.name for sc in SCENARIOS))
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
 @pytest.mark.parametrize("name", _NAMES, ids=[n.replace("'", "p") for n in _NAMES])
 def test_hybrid_golden(kv_impl: ImplHandle, kv_profile: str, name: str) -> None:
-    """A golden scenario of spec §7 replayed row by row: answers, block tables, free queue,
+    """A golden scenario of docs/semantics.md#kv-cache-groups-hybrid-models replayed row by row:
+    answers, block tables, free queue,
     ref counts, events and block hashes as vLLM recorded them."""
     try:
         sc = scenario(kv_profile, name)
     except KeyError:
-        pytest.skip(f"golden scenario {name} has no {kv_profile} table (spec §7)")
+        pytest.skip(f"golden scenario {name} has no {kv_profile} table (it was recorded "
+                    "from the other vLLM release only)")
     missing = missing_capabilities(kv_impl, sc)
     if missing:
         pytest.skip(f"{kv_impl.name} does not declare capability "

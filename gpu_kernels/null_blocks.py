@@ -1,6 +1,7 @@
 """Per-group block tables with null padding: what a sliding-window KV-cache group hands a kernel.
 
-With hybrid KV-cache groups (hybrid-groups spec §2.1, §3) every group has its own block table
+With hybrid KV-cache groups (docs/semantics.md#skipped-tokens-and-null-blocks) every group has its
+own block table
 over **one shared pool** of block ids, and block id 0 is the *null block*. A sliding-window
 group's manager replaces the blocks its window has left behind by the null block
 (``remove_skipped_blocks``), so its table reads e.g. ``[0, 0, 0, 10, 11]`` where the
@@ -42,7 +43,8 @@ def num_skipped_tokens(num_computed_tokens: int, sliding_window: int) -> int:
     """vLLM 0.33 ``SlidingWindowManager.get_num_skipped_tokens``: ``max(0, n - W + 1)``.
 
     The tokens before the window of the next token (position ``n``); e.g. ``W = 4``, ``n = 10``:
-    6, so with block size 2 blocks 0..2 are null (spec §2.1, G1).
+    6, so with block size 2 blocks 0..2 are null (docs/semantics.md#skipped-tokens-and-null-blocks,
+    G1).
     """
     if sliding_window < 1:
         raise KVCheckInputError(f"sliding_window must be >= 1, got {sliding_window}")

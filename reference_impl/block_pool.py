@@ -154,7 +154,8 @@ class BlockPool:
         kv_cache_group_id: int,
         block_mask: Sequence[bool] | None = None,
     ) -> None:
-        """``cache_full_blocks`` for one group of a hybrid model (hybrid-groups.md §2.3, §3.5):
+        """``cache_full_blocks`` for one group of a hybrid model
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups):
         blocks ``[num_cached_blocks, num_full_blocks)`` are keyed by ``block_hashes[i] ‖
         group id``, where ``block_hashes`` is the request's hash list viewed at this group's
         block size. Null blocks and blocks whose ``block_mask`` entry (aligned with the range)

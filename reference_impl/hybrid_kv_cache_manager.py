@@ -1,5 +1,5 @@
 """``HybridKVCacheManager``: vLLM's ``KVCacheManager`` over several KV-cache groups
-(hybrid-groups.md §1.4, §3, §5), for full-attention, sliding-window and chunked-local groups
+(docs/semantics.md#kv-cache-sizing), for full-attention, sliding-window and chunked-local groups
 sharing one block pool.
 
 The single-group ``KVCacheManager`` stays the fast path for one full-attention group; this
@@ -55,7 +55,8 @@ _UNSET = object()
 
 def resolve_kv_cache_block_sizes(specs: Sequence[KVCacheSpec], enable_caching: bool,
                                  profile: ProfileBehaviour) -> tuple[int, int]:
-    """``(scheduler_block_size, hash_block_size)`` for ``specs`` (§1.4).
+    """``(scheduler_block_size, hash_block_size)`` for ``specs``
+    (docs/semantics.md#kv-cache-sizing).
 
     Raises:
         KVCacheMisuseError: no group; 0.10.2 with caching and differing block sizes.
@@ -90,7 +91,9 @@ class HybridKVCacheManager:
         prefix_cache_retention_interval: 0.33's ``KVCacheConfig`` field (ignored by 0.10).
 
     Raises:
-        KVCacheMisuseError: the layout breaks one of vLLM's rules (§5): the message names it.
+        KVCacheMisuseError: the layout breaks one of vLLM's rules
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups): the message
+        names it.
     """
 
     def __init__(

@@ -1,5 +1,6 @@
 """Coordinators over the per-group managers of a hybrid model (vLLM
-``v1/core/kv_cache_coordinator.py``; hybrid-groups.md §3).
+``v1/core/kv_cache_coordinator.py``;
+docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups).
 
 All groups share one ``BlockPool`` (block 0 = null). The coordinator runs each step's work
 group by group, in group order, and reconciles the groups' prefix-cache hits into one hit

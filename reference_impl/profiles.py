@@ -55,7 +55,9 @@ class ProfileBehaviour:
             ``get_num_blocks_to_allocate`` at 0; 0.10.2 does not.
         live_common_prefix_blocks: 0.10.2 computes ``get_num_common_prefix_blocks``; 0.33
             always returns 0 (cascade attention was removed).
-        hybrid_rules: the KV-cache-group rules (hybrid-groups.md §4), used only by the
+        hybrid_rules: the KV-cache-group rules
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups), used only by
+        the
             grouped manager (``hybrid_kv_cache_manager``): ``"spec_groups"`` (0.33: any number
             of spec groups with a fixed-point hit search, LCM/GCD block sizes, skip-aware hits
             and block counts, leading nulls trimmed on free, the sliding-window cache mask,

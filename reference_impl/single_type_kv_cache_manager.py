@@ -1,10 +1,12 @@
 """Per-group managers of a hybrid model (vLLM ``v1/core/single_type_kv_cache_manager.py``):
-one per KV-cache group, all over one shared ``BlockPool`` (hybrid-groups.md §2).
+one per KV-cache group, all over one shared ``BlockPool``
+(docs/semantics.md#kv-cache-groups-hybrid-models).
 
 State per request: ``req_to_blocks[rid]`` (the group's block table, null blocks included) and
 ``num_cached_block[rid]`` (blocks already hashed; its presence marks a running request). The
 profile's ``hybrid_rules`` selects vLLM 0.33's (``"spec_groups"``) or 0.10.2's
-(``"full_and_other"``) rules wherever they differ (§4).
+(``"full_and_other"``) rules wherever they differ
+(docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups).
 
 Contracts, with ``bs`` the group's block size:
 
@@ -12,9 +14,12 @@ Contracts, with ``bs`` the group's block size:
   attention no longer reads by the null block, walking from the highest index down and
   stopping at the first null, then frees them in one ``free_blocks`` call (highest index first);
 * ``find_longest_cache_hit`` returns per group the hit blocks (nulls where the attention
-  needs nothing) and the hit length in tokens (§2.2);
-* ``get_num_blocks_to_allocate`` counts the free blocks the next allocation consumes (§2.4);
-* ``cache_blocks`` keys the blocks that became full by ``hash ‖ group id`` (§2.3);
+  needs nothing) and the hit length in tokens
+  (docs/semantics.md#hits-per-group-and-the-common-hit-length);
+* ``get_num_blocks_to_allocate`` counts the free blocks the next allocation consumes
+(docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups);
+* ``cache_blocks`` keys the blocks that became full by ``hash ‖ group id``
+(docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups);
 * ``free`` frees the table reversed (0.33: leading nulls removed first).
 """
 
@@ -150,7 +155,8 @@ class SingleTypeKVCacheManager:
                                    new_computed_blocks: Sequence[KVCacheBlock],
                                    total_computed_tokens: int) -> int:
         """Free blocks this group consumes to give the request ``num_tokens`` slots: new
-        blocks plus hits that sit in the free queue now (§2.4)."""
+        blocks plus hits that sit in the free queue now
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)."""
         num_required = cdiv(num_tokens, self.block_size)
         held = len(self.req_to_blocks.get(request_id, ()))
         if not self.v033:
@@ -317,7 +323,8 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def reachable_block_mask(self, start_block: int, end_block: int,
                              retention_interval: int | None,
                              reachable_boundaries: Sequence[int]) -> list[bool] | None:
-        """0.33 ``reachable_block_mask`` without EAGLE (§2.3)."""
+        """0.33 ``reachable_block_mask`` without EAGLE
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)."""
         alignment = self.cache_hit_alignment_tokens
         bs = self.block_size
         if alignment % bs != 0:

@@ -35,7 +35,8 @@ HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 EXPLICIT_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
 FENCE = re.compile(r"^\s*(```|~~~)")
 # Built from parts so this file does not cite the spec itself.
-SPEC_CITATION = re.compile("spec " + "\u00a7", re.IGNORECASE)
+SPEC_CITATION = re.compile("(spec|hybrid-groups[.a-z]*|vllm-v1-semantics[.a-z]*) " + "\u00a7",
+                           re.IGNORECASE)
 
 
 def project_files() -> list[Path]:

@@ -2,7 +2,8 @@
 
 Runs only where vLLM is importable (an environment built by scripts/vllm-cpu-env.sh; run it
 with that environment's python), and then in this process: the golden scenarios of the hybrid
-spec (§7, ``kvcheck.conformance.hybrid_golden``) for the installed release's profile are
+spec (docs/semantics.md#kv-cache-groups-hybrid-models, ``kvcheck.conformance.hybrid_golden``) for
+the installed release's profile are
 replayed through the adapter and every column is compared (the call's result, every block
 table, the free queue, vLLM's cache map, the KV events with their group fields, and under
 vllm-0.10 the null block's ref count); the configurations the release refuses must be
@@ -273,7 +274,9 @@ def test_slot_mapping_maps_group_0_even_past_the_pool_size(adapter: Any) -> None
 
 @pytest.mark.skipif(PROFILE != "vllm-0.33", reason="shared_prefix_boundary is 0.33's")
 def test_lookup_pins_the_shared_prefix_boundary_as_the_scheduler_does(adapter: Any) -> None:
-    """Spec §3.2 / §2.3 with retention 0: A (10 tokens) leaves its SWA(w=4) blocks 2-3 cached;
+    """docs/semantics.md#hits-per-group-and-the-common-hit-length /
+    docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups with retention 0: A
+    (10 tokens) leaves its SWA(w=4) blocks 2-3 cached;
     B (A + 6 tokens) hits 8 tokens while full attention alone would hit 10, so the boundary
     is 8 + 2 = 10 and B's SWA group caches blocks [3, 5) besides [5, 7) (prompt boundary 15):
     hashes 2-6, block 4 only because of the boundary."""

@@ -4,7 +4,9 @@
 ``load_trace``).
 
 ``FakeHybrid`` is a tiny correct two-group manager (full attention + sliding window, no
-caching) written from spec §2.1 / §3.3; each subclass has one bug, which the guard or exactly
+caching) written from docs/semantics.md#skipped-tokens-and-null-blocks /
+docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups; each subclass has one
+bug, which the guard or exactly
 the law meant for it must catch.
 """
 

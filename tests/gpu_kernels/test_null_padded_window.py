@@ -1,5 +1,7 @@
 """Sliding-window groups' null-padded block tables: kernels, references and the store never touch
-the null block (hybrid-groups spec §2.1 null padding, §3 per-group tables over one pool).
+the null block (docs/semantics.md#skipped-tokens-and-null-blocks null padding,
+docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups per-group tables over
+one pool).
 
 "Never read" is proven by poison: block 0, every block the window dropped and (for kvcheck's own
 kernels, which mask per position) every slot before the window hold NaN or +-inf, and outputs
@@ -38,7 +40,8 @@ POISONS = {"nan": (float("nan"), float("nan")), "inf": (float("inf"), float("-in
 
 # ------------------------------------------------------------------------------ table helpers
 def test_null_padding_follows_the_spec_worked_examples():
-    """Spec §2.1 worked example (w 4, bs 2): n=10 nulls indices 0-2; n=11 also index 3."""
+    """docs/semantics.md#skipped-tokens-and-null-blocks worked example (w 4, bs 2): n=10
+    nulls indices 0-2; n=11 also index 3."""
     assert num_skipped_tokens(10, 4) == 7 and num_skipped_tokens(3, 4) == 0
     table = torch.arange(1, 7, dtype=torch.int32).repeat(2, 1)  # two rows [1..6]
     # Decode steps: seq_len = n + 1 (the new token), n computed tokens.
@@ -203,7 +206,8 @@ def test_full_and_sliding_groups_share_one_pool(device):
     """Hybrid model: a full-attention layer reads its group's full table, a sliding-window layer
     its group's null-padded table, both layers in ONE cache tensor (vLLM shares a KV tensor
     between one layer of each group) over one pool. Chunked prefill 13 + 7 tokens, then two
-    decodes; before each step the sliding group drops its skipped blocks (spec §2.1), which are
+    decodes; before each step the sliding group drops its skipped blocks
+    (docs/semantics.md#skipped-tokens-and-null-blocks), which are
     poisoned as if reused. Stores go through slot mappings of each table; block 0 is never
     written; both layers equal attention on their own clean K/V."""
     bs, window, nh_kv, qpk, d = 4, 6, 2, 2, 64

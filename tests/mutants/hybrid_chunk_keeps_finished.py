@@ -2,7 +2,7 @@
 tokens are always 0), so a long request holds every block, as full attention would.
 
 vLLM's ``ChunkedLocalAttentionManager`` skips ``n // c * c`` tokens and nulls those blocks
-(hybrid-groups.md §2.1; G4 row 4).
+(docs/semantics.md#skipped-tokens-and-null-blocks; G4 row 4).
 """
 
 from _hybrid_mutant_base import build_hybrid

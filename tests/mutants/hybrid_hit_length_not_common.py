@@ -3,7 +3,8 @@ of truncating it to the common hit length the other groups agreed on.
 
 vLLM truncates every full-attention group's list to the final hit length (0.33:
 ``cdiv(L, bs)`` blocks; 0.10.2: ``hit // full_bs``), so every group covers the same tokens
-(hybrid-groups.md §3.2; G2 row 4: ``[1,2,3,4] · [0,0,8,9]`` for 8 tokens, not 5 full blocks).
+(docs/semantics.md#hits-per-group-and-the-common-hit-length; G2 row 4: ``[1,2,3,4] · [0,0,8,9]`` for
+8 tokens, not 5 full blocks).
 """
 
 from _hybrid_mutant_base import build_hybrid

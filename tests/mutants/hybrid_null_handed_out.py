@@ -3,7 +3,8 @@ chunk's window already skips ("no need for real blocks there"), instead of alloc
 blocks and letting ``remove_skipped_blocks`` null them at the next step.
 
 vLLM allocates every position (``allocate_new_blocks``) and only ever nulls a position that
-was computed; the null block is never a *new* block (hybrid-groups.md §2.5).
+was computed; the null block is never a *new* block
+(docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups).
 """
 
 from _hybrid_mutant_base import build_hybrid

@@ -2,7 +2,8 @@
 index first) instead of highest index first.
 
 vLLM walks the skipped indices backwards and frees them in one ``free_blocks`` call, so the
-free queue gets ``8, 7, 6`` (hybrid-groups.md §2.1; G1 row 3); forward order evicts the
+free queue gets ``8, 7, 6`` (docs/semantics.md#skipped-tokens-and-null-blocks; G1 row 3); forward
+order evicts the
 chain's root first.
 """
 

@@ -3,7 +3,8 @@ cached prefix) instead of right to left for the last run of ``cdiv(w - 1, bs)`` 
 blocks padded with nulls.
 
 vLLM's ``SlidingWindowManager.find_longest_cache_hit`` scans right to left (hybrid-groups.md
-§2.2; G2 row 4: ``[0,0,8,9]``, not ``[6,7,8,9]``): the prefix scan keeps blocks the window
+docs/semantics.md#hits-per-group-and-the-common-hit-length; G2 row 4: ``[0,0,8,9]``, not
+``[6,7,8,9]``): the prefix scan keeps blocks the window
 never reads and stops short where an early block was evicted.
 """
 

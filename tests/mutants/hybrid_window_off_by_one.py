@@ -2,7 +2,7 @@
 ``n - w + 1``), so a block the window still reads is nulled and freed one step early.
 
 vLLM's ``get_num_skipped_tokens`` is ``max(0, n - w + 1)``: the last ``w - 1`` computed tokens
-plus the new one make the window (hybrid-groups.md §2.1; G1 row 3).
+plus the new one make the window (docs/semantics.md#skipped-tokens-and-null-blocks; G1 row 3).
 """
 
 from _hybrid_mutant_base import build_hybrid

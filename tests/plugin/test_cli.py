@@ -18,7 +18,7 @@ from kvcheck.plugin.cli import main
 FORWARD_FREE = """
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("forward", "0", _R.capabilities - {"block_pool", "kernels"})
+IMPL_INFO = ImplInfo("forward", "0", _R.capabilities - {"block_pool", "kernels", "sizing"})
 class M(ReferenceManager):
     def free(self, request_id):
         blocks = self.manager.req_to_blocks.pop(request_id, [])

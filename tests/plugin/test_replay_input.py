@@ -136,14 +136,14 @@ def test_unloadable_impl_is_an_input_error(tmp_path: Path,
 PICKY = """
 from kvcheck.adapters.reference import IMPL_INFO as _R, make_kv_cache_manager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("picky", "0", _R.capabilities - {"block_pool", "kernels"},
+IMPL_INFO = ImplInfo("picky", "0", _R.capabilities - {"block_pool", "kernels", "sizing"},
                      block_sizes=(16,))
 """
 HANGS = """
 import time
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("hangs", "0", _R.capabilities - {"block_pool", "kernels"})
+IMPL_INFO = ImplInfo("hangs", "0", _R.capabilities - {"block_pool", "kernels", "sizing"})
 class M(ReferenceManager):
     def allocate_slots(self, request, *args):
         time.sleep(3600)

@@ -1,4 +1,5 @@
-"""The hybrid golden scenarios (hybrid-groups.md §7, ``kvcheck.conformance.hybrid_golden``)
+"""The hybrid golden scenarios (docs/semantics.md#kv-cache-groups-hybrid-models,
+``kvcheck.conformance.hybrid_golden``)
 replayed on ``HybridKVCacheManager``: every recorded column after every row.
 
 Columns: the call's result, every request's block tables, the free queue, the prefix-cache map

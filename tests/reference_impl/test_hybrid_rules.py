@@ -1,4 +1,5 @@
-"""Worked examples of hybrid-groups.md §1.4, §2.1, §2.2, §3.2 and the errors of §5, on the
+"""Worked examples of docs/semantics.md#kv-cache-sizing and the errors of
+docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups, on the
 reference's grouped manager (expected values are the spec's)."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def prefill(m: HybridKVCacheManager, rid: str, n: int) -> Request:
     return req
 
 
-# -- §1.1 / §1.4 -----------------------------------------------------------------------------
+# -- docs/semantics.md#kv-cache-sizing / docs/semantics.md#kv-cache-sizing -------------------------
 
 def test_spec_kinds_and_windows() -> None:
     assert get_kv_cache_spec_kind(FULL2) == "full_attention"
@@ -64,7 +65,8 @@ def test_spec_fields_must_be_positive_ints(bad: object) -> None:
 
 
 def test_lcm_scheduler_and_gcd_hash_block_sizes() -> None:
-    """§1.4: full bs 2 + SWA bs 4 -> scheduler 4, hash 2; caching off -> hash = scheduler;
+    """docs/semantics.md#kv-cache-sizing: full bs 2 + SWA bs 4 -> scheduler 4, hash 2; caching off
+    -> hash = scheduler;
     one group -> its block size."""
     p033 = get_profile(V033)
     assert resolve_kv_cache_block_sizes([FULL2, SlidingWindowSpec(4, 8)], True, p033) == (4, 2)
@@ -73,7 +75,7 @@ def test_lcm_scheduler_and_gcd_hash_block_sizes() -> None:
     assert resolve_kv_cache_block_sizes([FULL2, SlidingWindowSpec(3, 8)], True, p033) == (6, 1)
 
 
-# -- §2.1 remove_skipped_blocks ----------------------------------------------------------------
+# -- docs/semantics.md#skipped-tokens-and-null-blocks remove_skipped_blocks ------------------------
 
 @pytest.mark.parametrize("profile", [V033, V010])
 def test_swa_skipped_blocks_worked_example(profile: str) -> None:
@@ -108,7 +110,8 @@ def test_chunked_local_skipped_blocks_worked_example(profile: str, table: list[i
 
 
 def test_remove_skipped_blocks_runs_even_when_allocation_fails() -> None:
-    """§2.1 (0.33): the skipped blocks are freed before the capacity check."""
+    """docs/semantics.md#skipped-tokens-and-null-blocks (0.33): the skipped blocks are freed
+    before the capacity check."""
     m = manager([SWA4], num_blocks=7)
     req = prefill(m, "A", 10)  # 5 blocks, 1 free
     req.append_output_token_ids(list(range(110, 120)))
@@ -117,7 +120,7 @@ def test_remove_skipped_blocks_runs_even_when_allocation_fails() -> None:
     assert m.num_free_blocks == 4
 
 
-# -- §2.2 hit search ---------------------------------------------------------------------------
+# -- docs/semantics.md#hits-per-group-and-the-common-hit-length hit search -------------------------
 
 def test_swa_hit_right_to_left_worked_example() -> None:
     """Hashes cached for blocks 0-4, w 4, bs 2, max 9 tokens -> [0, 0, 8, 9], 8 tokens
@@ -139,7 +142,8 @@ def test_chunked_local_empty_cache_still_hits_finished_chunks() -> None:
 
 
 def test_fixed_point_three_spec_groups() -> None:
-    """§3.2 G6: full 5 blocks -> SWA w4 [0,0,0,10,11] -> SWA w8 [0,14,15,16,17], 10 tokens."""
+    """docs/semantics.md#hits-per-group-and-the-common-hit-length G6: full 5 blocks -> SWA w4
+    [0,0,0,10,11] -> SWA w8 [0,14,15,16,17], 10 tokens."""
     m = manager([FULL2, SWA4, SlidingWindowSpec(2, 8)], num_blocks=24)
     prefill(m, "A", 12)
     m.free("A")
@@ -158,7 +162,8 @@ def test_v010_other_group_first() -> None:
 
 
 def test_v010_hits_touch_the_null_block() -> None:
-    """§2.5: 0.10.2 increments the null block's ref_cnt per null hit entry and decrements it
+    """docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups: 0.10.2
+    increments the null block's ref_cnt per null hit entry and decrements it
     per null freed; 0.33 never touches it."""
     for profile, after_alloc, after_free in ((V010, 2, 0), (V033, 0, 0)):
         m = manager([FULL2, SWA4], profile, num_blocks=16)
@@ -173,7 +178,8 @@ def test_v010_hits_touch_the_null_block() -> None:
 
 
 def test_swa_mask_retention_zero_keeps_the_replay_tail() -> None:
-    """§2.3 / G8: with retention 0 a 10-token prompt caches only SWA blocks 2 and 3."""
+    """docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups / G8: with
+    retention 0 a 10-token prompt caches only SWA blocks 2 and 3."""
     m = manager([FULL2, SWA4], num_blocks=16, prefix_cache_retention_interval=0,
                 enable_kv_cache_events=True)
     prefill(m, "A", 10)
@@ -185,7 +191,8 @@ def test_swa_mask_retention_zero_keeps_the_replay_tail() -> None:
 
 
 def test_empty_block_stored_033_only() -> None:
-    """§3.5: 0.33 emits a BlockStored even when every block of the range is masked."""
+    """docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups: 0.33 emits a
+    BlockStored even when every block of the range is masked."""
     m = manager([FULL2, SWA4], num_blocks=16, prefix_cache_retention_interval=0,
                 enable_kv_cache_events=True)
     req = prefill(m, "A", 10)
@@ -196,7 +203,7 @@ def test_empty_block_stored_033_only() -> None:
     assert stored == [(0, 1), (1, 0)]
 
 
-# -- §5 errors ---------------------------------------------------------------------------------
+# -- docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups errors ------------
 
 def test_retention_without_sliding_window() -> None:
     with pytest.raises(KVCacheMisuseError, match="no sliding-window"):
@@ -232,7 +239,8 @@ def test_v010_interleaved_groups() -> None:
 
 
 def test_v010_events_with_null_parents_refused() -> None:
-    """§5 last row: 0.10.2 crashes on a null parent with events on; the reference refuses
+    """docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups last row: 0.10.2
+    crashes on a null parent with events on; the reference refuses
     the layout up front instead of reproducing the crash."""
     with pytest.raises(KVCacheMisuseError, match=r"run .* with enable_kv_cache_events=False"):
         manager([ChunkedLocalAttentionSpec(2, 4)], V010, enable_kv_cache_events=True)

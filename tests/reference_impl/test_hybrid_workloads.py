@@ -1,5 +1,6 @@
 """Random scheduler-like workloads on the grouped manager over the layouts of
-hybrid-groups.md §6: no call raises, the pool's invariants hold after every call, a refused
+docs/semantics.md#kv-cache-groups-hybrid-models: no call raises, the pool's invariants hold after
+every call, a refused
 allocation changes nothing but the blocks a window skipped, and every hit is a cached block
 whose key is the request's hash at that position in that group."""
 
