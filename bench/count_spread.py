@@ -51,7 +51,8 @@ def __getattr__(name: str) -> ImplInfo:
     if name == "IMPL_INFO":
         ref: ImplInfo = _reference().info
         return dataclasses.replace(ref, name="reference-slowed",
-                                   capabilities=ref.capabilities - {"block_pool", "kernels"})
+                                   capabilities=ref.capabilities - {"block_pool", "kernels",
+                                                                   "sizing"})
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

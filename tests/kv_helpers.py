@@ -43,7 +43,7 @@ REF_NO_KERNELS = """
 from dataclasses import replace
 import kvcheck.adapters.reference as _ref
 IMPL_INFO = replace(_ref.IMPL_INFO, name={name!r},
-                    capabilities=_ref.IMPL_INFO.capabilities - {{"kernels"}})
+                    capabilities=_ref.IMPL_INFO.capabilities - {{"kernels", "sizing"}})
 make_block_pool = _ref.make_block_pool
 {body}
 """

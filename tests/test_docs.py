@@ -268,10 +268,8 @@ STAND_INS = {
     "mypkg/kv_adapter.py": (
         '"""Stand-in for a reader\'s own adapter (tests/test_docs.py): the reference."""\n'
         "from dataclasses import replace\n\n"
-        "from kvcheck.adapters.reference import IMPL_INFO as _REFERENCE\n"
-        "from kvcheck.adapters.reference import kernels, make_block_pool, "
-        "make_kv_cache_manager\n\n"
-        '__all__ = ["IMPL_INFO", "kernels", "make_block_pool", "make_kv_cache_manager"]\n'
+        "from kvcheck.adapters.reference import *  # noqa: F403 (factories, module hooks)\n"
+        "from kvcheck.adapters.reference import IMPL_INFO as _REFERENCE\n\n"
         'IMPL_INFO = replace(_REFERENCE, name="mypkg")\n'),
     "known-deviations.txt": "# test ids this implementation is known to fail, one per line\n",
 }
@@ -329,10 +327,13 @@ def run_documented_session(path: Path, clone: Path) -> list[str]:
         cwd = Path(state.read_text(encoding="utf-8").strip())
         sample = sample_after(doc, i, lines)
         printed = proc.stdout.splitlines()
+        now = [line for line in printed if line.startswith("verdict:")]
         problems.extend(f"{sample.where}: the sample's {line!r} is not what {block.where} "
-                        "prints now: regenerate the sample"
+                        f"prints now ({now}): regenerate the sample"
                         for line in (sample.text.splitlines() if sample else [])
                         if line.startswith("verdict:") and line not in printed)
+        if sample and os.environ.get("KVCHECK_DOCS_SHOW_OUTPUT"):
+            print(f"--- {block.where} printed:\n{proc.stdout}")  # to regenerate samples
     return problems
 
 

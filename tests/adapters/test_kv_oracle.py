@@ -32,7 +32,7 @@ from kvcheck.conformance.protocol import ImplInfo
 from kvcheck.adapters import reference as _ref
 
 IMPL_INFO = ImplInfo(name="skewed", version="9.9",
-                     capabilities=_ref.IMPL_INFO.capabilities - {"kernels"},
+                     capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing"},
                      profile="vllm-0.33", hash_algos=_ref.IMPL_INFO.hash_algos)
 PROFILE_NOTE = "skewed: a test oracle"
 

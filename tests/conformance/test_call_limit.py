@@ -163,7 +163,7 @@ HANGING_IMPL = """
 import time
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("hangs", "0", _R.capabilities - {"block_pool", "kernels"})
+IMPL_INFO = ImplInfo("hangs", "0", _R.capabilities - {"block_pool", "kernels", "sizing"})
 class M(ReferenceManager):
     def allocate_slots(self, request, *args):
         if request.num_tokens > 12:

@@ -26,7 +26,7 @@ SUITE_FILE = TESTS.parent / "conformance" / "test_recorded.py"
 QUEUE_REVERSED = """
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-CAPS = _R.capabilities - {"block_pool", "kernels"}
+CAPS = _R.capabilities - {"block_pool", "kernels", "sizing"}
 IMPL_INFO = ImplInfo("queue_reversed", "0", CAPS if DECLARE else CAPS - {"free_queue_order"})
 class M(ReferenceManager):
     def free_block_ids(self):

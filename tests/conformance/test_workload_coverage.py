@@ -217,7 +217,7 @@ def test_random_workloads_catch_lookahead_cached_during_chunked_prefill(profile:
     """The suite's differential run (40 derandomized examples) fails this bug on its own;
     the old workloads, with no lookahead op, passed it."""
     info = ImplInfo(name="lookahead-cached", version="0",
-                    capabilities=REFERENCE_INFO.capabilities - {"kernels"},
+                    capabilities=REFERENCE_INFO.capabilities - {"kernels", "sizing"},
                     profile=profile, hash_algos=REFERENCE_INFO.hash_algos,
                     reserved_block_ids=REFERENCE_INFO.reserved_block_ids)
     buggy = ImplHandle(name="lookahead-cached", target="reference",

@@ -112,7 +112,7 @@ import kvcheck.adapters.reference as _ref
 from mypkg.engine import Engine
 
 IMPL_INFO = replace(_ref.IMPL_INFO, name="mine",
-                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels"})
+                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing"})
 make_block_pool = _ref.make_block_pool
 
 

@@ -22,7 +22,7 @@ BASE = """
 import time
 from kvcheck.adapters.reference import IMPL_INFO as _R, make_kv_cache_manager
 from kvcheck.conformance.protocol import ImplInfo, UnsupportedSpec
-CAPS = _R.capabilities - {{"block_pool", "kernels"}}
+CAPS = _R.capabilities - {{"block_pool", "kernels", "sizing"}}
 IMPL_INFO = {info}
 """
 

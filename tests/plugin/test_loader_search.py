@@ -19,7 +19,7 @@ ADAPTER = """
 from dataclasses import replace
 import kvcheck.adapters.reference as _ref
 IMPL_INFO = replace(_ref.IMPL_INFO, name="mine",
-                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels"})
+                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing"})
 make_kv_cache_manager = _ref.make_kv_cache_manager
 make_block_pool = _ref.make_block_pool
 """
