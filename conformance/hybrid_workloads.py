@@ -14,7 +14,8 @@ supports:
 * ``vllm-0.33`` and ``generic``: up to four groups, mixed block sizes (every size divides the
   largest, so the hash block is the smallest and the scheduler block the largest), a
   chunked-local group only at the scheduler block size, windows 2..32, chunks a multiple of
-  the group's block size, ``prefix_cache_retention_interval`` None or 0.
+  the group's block size, ``prefix_cache_retention_interval`` None, 0 or a multiple of the
+  scheduler block size (with a sliding group).
 
 Only kinds both sides declare are drawn (``KIND_CAPABILITIES``). vLLM 0.10.2 crashes when
 events are on for a chunked-local group or a window ``w - 1 < bs``
@@ -24,6 +25,7 @@ run with events off under that profile.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -63,6 +65,8 @@ _LAYOUTS_033: tuple[_Layout, ...] = (
     ((_F, 1), (_F, 2)),
     ((_S, 2), (_F, 1), (_C, 2)),
     ((_F, 2), (_S, 4)),
+    # A sliding group finer than the scheduler block: its hits must end on aligned boundaries.
+    ((_F, 1), (_S, 1), (_S, 2)),
 )
 
 
@@ -91,7 +95,14 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
             groups.append(KVCacheGroupSpec(kind, bs, attention_chunk_size=chunk))
         else:
             groups.append(KVCacheGroupSpec(kind, bs))
-    retention = None if profile == "vllm-0.10" or (draw // 5) % 2 == 0 else 0
+    # 0.33's prefix_cache_retention_interval: None, 0, or (with a sliding group) a multiple of
+    # the scheduler block size (the lcm of the groups' sizes).
+    choice = (draw + 1) % 4
+    has_swa = any(kind == _S for kind, _ in layout)
+    retention: int | None = None
+    if profile != "vllm-0.10" and choice and (choice == 1 or has_swa):
+        retention = 0 if choice == 1 else math.lcm(*(g.block_size or block_size
+                                                     for g in groups)) * (choice - 1)
     return tuple(groups), retention
 
 

@@ -9,7 +9,9 @@ and ``vllm-0.10`` (one pytest process per profile, their data combined):
 * ``conformance/test_differential.py``: random workloads against the reference oracle;
 * the random workloads of ``conformance/test_invariants.py`` (laws only, no oracle);
 * the ``*_matches_reference`` property tests of ``conformance/test_batch_metadata.py``, where
-  that area exists: random batches compared with the reference's batch builder.
+  that area exists: random batches compared with the reference's batch builder;
+* the random multi-group workloads of ``conformance/test_hybrid.py`` (laws, and the
+  differential against the reference), where that area exists.
 
 No scripted test runs, so the figures say what the generated workloads reach on their own.
 Prints, for every module of ``reference_impl/``, its coverage (statements and branches
@@ -62,8 +64,12 @@ UNREACHABLE: dict[str, str] = {
         "0.10.2 cascade attention, hash-lookahead version check, helpers for tests",
     r"class BlockTable\b": "vLLM's persistent worker block table (row operations): no "
                           "protocol method reaches it",
-    r"if block\.is_null:": "a null block enters block tables only with sliding-window or "
-                           "hybrid groups, which the full-attention protocol never has",
+    r"block = blocks\[i\]\n\s+if block\.is_null:": (
+        "the single-group cache_full_blocks skipping a null block: only KV-cache groups put "
+        "null blocks in a table, and they cache through cache_full_blocks_grouped"),
+    r"if self\.profile\.touch_null_ref_cnt:": (
+        "0.10.2's null-block ref count in touch / free_blocks: its false side (a 0.33 null "
+        "reaching them) cannot happen, 0.33 drops skipped hits and trims leading nulls first"),
     r"if request\.prompt_embeds is not None:": "prompt embeddings are not in RequestView",
     r"return \(extra_keys, \*token_ids": "hash lookahead (EAGLE/MTP) is not in the protocol",
 }
@@ -82,9 +88,10 @@ def pytest_sessionfinish() -> None:
 def _test_selection() -> list[str]:
     """The test files and the ``-k`` expression picking their random tests."""
     files = ["conformance/test_differential.py", "conformance/test_invariants.py"]
-    if (REPO / "conformance" / "test_batch_metadata.py").exists():
-        files.append("conformance/test_batch_metadata.py")
-    return [*files, "-k", "random_workloads or matches_reference"]
+    for optional in ("test_batch_metadata.py", "test_hybrid.py"):
+        if (REPO / "conformance" / optional).exists():
+            files.append(f"conformance/{optional}")
+    return [*files, "-k", "random_workloads or matches_reference or hybrid_differential"]
 
 
 def _run_profile(profile: str, work: Path, extra: list[str]) -> tuple[int, Counter[str]]:
