@@ -88,9 +88,9 @@ def pytest_sessionfinish() -> None:
 def _test_selection() -> list[str]:
     """The test files and the ``-k`` expression picking their random tests."""
     files = ["conformance/test_differential.py", "conformance/test_invariants.py"]
-    for optional in ("test_batch_metadata.py", "test_hybrid.py"):
-        if (REPO / "conformance" / optional).exists():
-            files.append(f"conformance/{optional}")
+    files.extend(f"conformance/{optional}"
+                 for optional in ("test_batch_metadata.py", "test_hybrid.py")
+                 if (REPO / "conformance" / optional).exists())
     return [*files, "-k", "random_workloads or matches_reference or hybrid_differential"]
 
 

@@ -109,7 +109,8 @@ def test_reference_passes_whole_suite_with_header_and_summary(pytester: pytest.P
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "kvcheck: reference * (kvcheck.adapters.reference) profile=vllm-0.33 seed=derandomized*",
-        "*capabilities: batch_metadata, block_hashes, block_pool, caching_off, chunked_local_attention, events*",
+        ("*capabilities: batch_metadata, block_hashes, block_pool, caching_off, "
+         "chunked_local_attention, events*"),
         "*kvcheck conformance: reference*",
         "*allocation*",
         "*eviction*",
