@@ -62,7 +62,9 @@ __all__ = [
     "make_kv_cache_manager",
     "make_native_manager",
     "none_hash_for",
+    "reference_kv_cache_manager",
     "reference_profile",
+    "request_factory",
     "request_sync",
 ]
 
@@ -91,6 +93,21 @@ IMPL_INFO = ImplInfo(
 def reference_profile(spec: KVCacheSpec) -> str:
     # "generic" checks profile-independent laws; the reference then behaves as the newest vLLM.
     return "vllm-0.33" if spec.profile == "generic" else spec.profile
+
+
+def reference_kv_cache_manager(spec: KVCacheSpec) -> KVCacheManager:
+    """The reference ``KVCacheManager`` for a single-group ``spec``: the engine
+    ``ReferenceManager`` wraps and the benchmark hook (``make_native_manager``) exposes."""
+    return KVCacheManager(
+        spec.num_blocks,
+        spec.block_size,
+        max_model_len=spec.max_model_len,
+        enable_caching=spec.enable_caching,
+        hash_algo=spec.hash_algo,
+        profile=reference_profile(spec),
+        enable_kv_cache_events=spec.enable_kv_cache_events,
+        pythonhashseed=spec.pythonhashseed,
+    )
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -175,12 +192,15 @@ class SnapshotSync(RequestViewSync[R]):
         return super().pop(request_id)
 
 
-def request_sync(block_hasher: RequestBlockHasher) -> RequestViewSync[Request]:
-    """One reference ``Request`` per request id, hashed by ``block_hasher`` and kept in step
-    with the views the suite passes."""
+def request_factory(block_hasher: RequestBlockHasher,
+                    request_cls: type[Request] = Request) -> Callable[[RequestView], Request]:
+    """``make(view)``: a new ``request_cls`` for ``view``'s prompt alone (outputs are appended
+    by the caller), hashed by ``block_hasher``, with the view's LoRA, multimodal features,
+    cache salt and ``skip_reading_prefix_cache``. Shared by ``request_sync`` and the benchmark
+    hook, whose timed ``new_request`` is this closure itself (no extra call layer)."""
 
     def make(view: RequestView) -> Request:
-        return Request(
+        return request_cls(
             view.request_id,
             view.prompt_token_ids,
             block_hasher=block_hasher,
@@ -190,7 +210,15 @@ def request_sync(block_hasher: RequestBlockHasher) -> RequestViewSync[Request]:
             skip_reading_prefix_cache=view.skip_reading_prefix_cache,
         )
 
-    return SnapshotSync(make)
+    return make
+
+
+def request_sync(block_hasher: RequestBlockHasher) -> RequestViewSync[Request]:
+    """One reference ``Request`` per request id, hashed by ``block_hasher`` and kept in step
+    with the views the suite passes."""
+    # ``Request`` is read here, from this function's globals: a copy of this function with
+    # other globals (the mutation tests' ``rebind_function``) builds its own request class.
+    return SnapshotSync(request_factory(block_hasher, Request))
 
 
 class ReferenceManager:
@@ -198,16 +226,7 @@ class ReferenceManager:
 
     def __init__(self, spec: KVCacheSpec) -> None:
         self.spec = spec
-        self.manager = KVCacheManager(
-            spec.num_blocks,
-            spec.block_size,
-            max_model_len=spec.max_model_len,
-            enable_caching=spec.enable_caching,
-            hash_algo=spec.hash_algo,
-            profile=reference_profile(spec),
-            enable_kv_cache_events=spec.enable_kv_cache_events,
-            pythonhashseed=spec.pythonhashseed,
-        )
+        self.manager = reference_kv_cache_manager(spec)
         self._requests = request_sync(self.manager.block_hasher)
 
     # -- manager
@@ -373,11 +392,16 @@ class ReferenceGroupedManager(ReferenceManager):
     ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window``) and carry no group field under
     ``vllm-0.10``."""
 
+    # The grouped engine speaks KVCacheManager's pool-level API (free, reset_prefix_cache,
+    # num_free_blocks, block_pool), which the methods inherited from ReferenceManager use;
+    # the methods whose answers are per group are overridden below.
+    manager: HybridKVCacheManager  # type: ignore[assignment]
+
     def __init__(self, spec: KVCacheSpec) -> None:
         self.spec = spec
         specs = [group_kv_cache_spec(spec, g, i) for i, g in enumerate(spec.kv_cache_groups)]
         try:
-            self.grouped = HybridKVCacheManager(
+            self.manager = HybridKVCacheManager(
                 spec.num_blocks, specs, max_model_len=spec.max_model_len,
                 enable_caching=spec.enable_caching, hash_algo=spec.hash_algo,
                 profile=reference_profile(spec),
@@ -387,12 +411,17 @@ class ReferenceGroupedManager(ReferenceManager):
         except KVCacheMisuseError as exc:
             # A layout vLLM refuses (or crashes on): not applicable to this implementation.
             raise UnsupportedSpec(str(exc)) from exc
-        self._v033 = self.grouped.profile.hybrid_rules == "spec_groups"
-        self._requests = request_sync(self.grouped.block_hasher)
+        self._v033 = self.manager.profile.hybrid_rules == "spec_groups"
+        self._requests = request_sync(self.manager.block_hasher)
+
+    @property
+    def grouped(self) -> HybridKVCacheManager:
+        """The grouped engine (``manager``)."""
+        return self.manager
 
     def get_computed_blocks(  # type: ignore[override]
             self, request: RequestView) -> tuple[list[list[int]], int]:
-        blocks, num = self.grouped.get_computed_blocks(self._requests.sync(request))
+        blocks, num = self.manager.get_computed_blocks(self._requests.sync(request))
         return [[b.block_id for b in g] for g in blocks], num
 
     def allocate_slots(  # type: ignore[override]
@@ -404,37 +433,21 @@ class ReferenceGroupedManager(ReferenceManager):
         num_lookahead_tokens: int = 0,
     ) -> list[list[int]] | None:
         req = self._requests.sync(request)
-        blocks = self.grouped.block_pool.blocks
+        blocks = self.manager.block_pool.blocks
         hits = [[blocks[i] for i in g] for g in new_computed_block_ids]
-        new = self.grouped.allocate_slots(
+        new = self.manager.allocate_slots(
             req, num_new_tokens, num_new_computed_tokens, hits or None, num_lookahead_tokens)
         if new is None:
             return None
         return [[b.block_id for b in g] for g in new]
 
-    def free(self, request_id: str) -> None:
-        self.grouped.free(request_id)
-        self._requests.pop(request_id)
-
     def get_block_ids(self, request_id: str) -> list[list[int]]:  # type: ignore[override]
-        return list(self.grouped.get_block_ids(request_id))
-
-    def reset_prefix_cache(self) -> bool:
-        return self.grouped.reset_prefix_cache()
-
-    def num_free_blocks(self) -> int:
-        return self.grouped.num_free_blocks
-
-    def free_block_ids(self) -> list[int]:
-        return [b.block_id for b in self.grouped.block_pool.free_block_queue]
-
-    def ref_cnt(self, block_id: int) -> int:
-        return self.grouped.block_pool.blocks[block_id].ref_cnt
+        return list(self.manager.get_block_ids(request_id))
 
     def take_events(self) -> list[dict[str, Any]]:
         out = []
-        metadata = self.grouped.kv_cache_event_metadata
-        for event in self.grouped.take_events():
+        metadata = self.manager.kv_cache_event_metadata
+        for event in self.manager.take_events():
             d = event_to_dict(event)
             if not self._v033:
                 d.pop("group_idx", None)
@@ -447,11 +460,11 @@ class ReferenceGroupedManager(ReferenceManager):
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         """Slots of group 0 (its block table and block size)."""
         return slot_mapping_for_request(
-            self.grouped.get_block_ids(request_id)[0], self.spec.group_block_size(0),
+            self.manager.get_block_ids(request_id)[0], self.spec.group_block_size(0),
             start, end)
 
     def check_invariants(self) -> None:
-        self.grouped.check_invariants()
+        self.manager.check_invariants()
 
 
 def make_kv_cache_manager(spec: KVCacheSpec) -> ReferenceManager:

@@ -7,13 +7,8 @@ module-level functions of ``kvcheck.conformance.sizing_protocol``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 
-from kvcheck.conformance.sizing_protocol import (
-    KVCacheTensorPlan,
-    KVSizingPlan,
-    LayerKVSpec,
-)
+from kvcheck.conformance.sizing_protocol import KVSizingPlan, LayerKVSpec
 from kvcheck.errors import KVCheckInputError
 from kvcheck.reference_impl import sizing as ref
 
@@ -22,11 +17,12 @@ __all__ = ["kv_block_sizes", "kv_cache_view_shape", "kv_page_size_bytes", "kv_si
 
 
 def to_reference_spec(spec: LayerKVSpec) -> ref.LayerKVSpec:
-    """The reference's spec with the same field values."""
+    """``spec`` itself, checked to be a ``LayerKVSpec`` (the protocol's class is the
+    reference's, so there is nothing to convert)."""
     if not isinstance(spec, LayerKVSpec):
         raise KVCheckInputError(f"expected a sizing_protocol.LayerKVSpec, got "
                                 f"{type(spec).__name__}")
-    return ref.LayerKVSpec(**asdict(spec))
+    return spec
 
 
 def kv_page_size_bytes(spec: LayerKVSpec, profile: str) -> int:
@@ -37,10 +33,8 @@ def kv_page_size_bytes(spec: LayerKVSpec, profile: str) -> int:
 def kv_sizing_plan(layers: Mapping[str, LayerKVSpec], available_memory: int, profile: str,
                    num_gpu_blocks_override: int | None = None) -> KVSizingPlan:
     """See ``SupportsSizing.kv_sizing_plan``."""
-    plan = ref.kv_sizing_plan({name: to_reference_spec(s) for name, s in layers.items()},
+    return ref.kv_sizing_plan({name: to_reference_spec(s) for name, s in layers.items()},
                               available_memory, profile, num_gpu_blocks_override)
-    return KVSizingPlan(plan.groups, plan.page_size, plan.group_size, plan.num_blocks,
-                        tuple(KVCacheTensorPlan(t.size, t.shared_by) for t in plan.tensors))
 
 
 def kv_cache_view_shape(spec: LayerKVSpec, num_blocks: int, layout: str,

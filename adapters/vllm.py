@@ -242,6 +242,24 @@ def _kv_cache_config(num_blocks: int, block_size: int) -> Any:
                          kv_cache_groups=[KVCacheGroupSpec(["layer.0"], attention)])
 
 
+def _make_kv_cache_manager(spec: KVCacheSpec, kv_cache_config: Any | None = None,
+                           block_sizes: tuple[int, int] | None = None) -> Any:
+    """vLLM's ``KVCacheManager`` for ``spec`` with the arguments this release accepts:
+    ``kv_cache_config`` (default: one full-attention group of ``spec.block_size``) and the
+    ``(scheduler, hash)`` block sizes (default: ``spec.block_size`` for both). The single-group
+    adapter, the grouped one and the benchmark hook all build their manager here."""
+    if kv_cache_config is None:
+        kv_cache_config = _kv_cache_config(spec.num_blocks, spec.block_size)
+    scheduler, hashed = block_sizes or (spec.block_size, spec.block_size)
+    return KVCacheManager(**_accepting(
+        KVCacheManager.__init__,
+        kv_cache_config=kv_cache_config,
+        max_model_len=spec.max_model_len or _UNCAPPED_MODEL_LEN,
+        scheduler_block_size=scheduler, hash_block_size=hashed,
+        enable_caching=spec.enable_caching, log_stats=False,
+        enable_kv_cache_events=spec.enable_kv_cache_events))
+
+
 def _make_block_pool(num_blocks: int, block_size: int, enable_caching: bool,
                      enable_kv_cache_events: bool = False) -> Any:
     return BlockPool(**_accepting(
@@ -511,13 +529,7 @@ class VLLMManager:
     def __init__(self, spec: KVCacheSpec) -> None:
         self.spec = spec
         self.hashing = _Hashing(spec)
-        self.manager = KVCacheManager(**_accepting(
-            KVCacheManager.__init__,
-            kv_cache_config=_kv_cache_config(spec.num_blocks, spec.block_size),
-            max_model_len=spec.max_model_len or _UNCAPPED_MODEL_LEN,
-            scheduler_block_size=spec.block_size, hash_block_size=spec.block_size,
-            enable_caching=spec.enable_caching, log_stats=False,
-            enable_kv_cache_events=spec.enable_kv_cache_events))
+        self.manager = _make_kv_cache_manager(spec)
         self.pool = self.manager.block_pool
         self._requests = _request_sync(self.hashing)
         self._slots: _SlotMapper | None = None

@@ -237,13 +237,7 @@ class VLLMGroupedManager(_base.VLLMManager):
         self.hash_block_size = hashed
         self.hashing = _base._Hashing(spec, hashed)
         try:
-            self.manager = _base.KVCacheManager(**_base._accepting(
-                _base.KVCacheManager.__init__,
-                kv_cache_config=config,
-                max_model_len=spec.max_model_len or _base._UNCAPPED_MODEL_LEN,
-                scheduler_block_size=scheduler, hash_block_size=hashed,
-                enable_caching=spec.enable_caching, log_stats=False,
-                enable_kv_cache_events=spec.enable_kv_cache_events))
+            self.manager = _base._make_kv_cache_manager(spec, config, (scheduler, hashed))
         except AssertionError as exc:  # a rule of this release the checks above missed
             raise UnsupportedSpec(f"vLLM {VERSION} refuses these KV-cache groups: "
                                   f"AssertionError: {exc}") from exc

@@ -1,7 +1,7 @@
 """vLLM's manager-level benchmark hook (``kvcheck.bench.native``), 0.10.2 and later.
 
-``make_native_manager(spec)`` builds vLLM's ``KVCacheManager`` exactly as
-``kvcheck.adapters.vllm.VLLMManager`` does (one full-attention group, the same constructor
+``make_native_manager(spec)`` builds vLLM's ``KVCacheManager`` with the builder
+``kvcheck.adapters.vllm.VLLMManager`` uses (one full-attention group, the same constructor
 arguments, the spec's hash function and NONE_HASH) and exposes it with vLLM's own objects:
 ``vllm.v1.request.Request`` in, ``KVCacheBlocks`` out. As in vLLM's scheduler, the hits of
 ``get_computed_blocks`` go back into ``allocate_slots`` as they are.
@@ -15,30 +15,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView, UnsupportedSpec
+from kvcheck.adapters.native_hook import SingleGroupNativeManager
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
 __all__ = ["VLLMNativeManager", "make_native_manager"]
 
 
-class VLLMNativeManager:
+class VLLMNativeManager(SingleGroupNativeManager):
     """``kvcheck.bench.native.NativeManager`` over vLLM's ``KVCacheManager``."""
 
     def __init__(self, spec: KVCacheSpec) -> None:
-        if spec.kv_cache_groups:
-            raise UnsupportedSpec("the manager-level benchmark hook covers single-group "
-                                  "specs only (kv_cache_groups is set)")
+        super().__init__(spec)
         from kvcheck.adapters import vllm as v
 
         self._v = v
-        self.spec = spec
         self.hashing = v._Hashing(spec)
-        self.manager = v.KVCacheManager(**v._accepting(
-            v.KVCacheManager.__init__,
-            kv_cache_config=v._kv_cache_config(spec.num_blocks, spec.block_size),
-            max_model_len=spec.max_model_len or v._UNCAPPED_MODEL_LEN,
-            scheduler_block_size=spec.block_size, hash_block_size=spec.block_size,
-            enable_caching=spec.enable_caching, log_stats=False,
-            enable_kv_cache_events=spec.enable_kv_cache_events))
+        self.manager = v._make_kv_cache_manager(spec)
         self.pool = self.manager.block_pool
 
     def new_request(self, view: RequestView) -> Any:
@@ -59,9 +51,6 @@ class VLLMNativeManager:
             request, num_new_tokens=num_new_tokens,
             num_new_computed_tokens=num_new_computed_tokens,
             new_computed_blocks=new_computed_blocks)
-
-    def free(self, request: Any) -> None:
-        self.manager.free(request)
 
     def num_free_blocks(self) -> int:
         return int(self.pool.get_num_free_blocks())

@@ -20,9 +20,9 @@ capability). Without the field the call is made without the argument.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 from kvcheck.conformance.laws import WrittenBlocks, check_hits
 from kvcheck.conformance.loader import ImplHandle
@@ -41,7 +41,22 @@ if TYPE_CHECKING:
 
     _Args = TypeVarTuple("_Args")
 
-__all__ = ["Check", "Driver", "StepResult", "output_token"]
+__all__ = ["Check", "Driver", "StepResult", "output_token", "view_from_add"]
+
+
+def view_from_add(op: AddOp) -> RequestView:
+    """The new request an ``add`` op describes (no output yet, nothing computed)."""
+    lora = op.get("lora")
+    return RequestView(
+        request_id=op["rid"],
+        prompt_token_ids=tuple(op["prompt"]),
+        # [name, id, path] and [identifier, offset, length] lists: checked by trace_check for
+        # a trace, built by ops.add otherwise.
+        lora=cast("tuple[str, int, str]", tuple(lora)) if lora else None,
+        mm_features=tuple(cast("tuple[str, int, int]", tuple(f)) for f in op.get("mm", ())),
+        cache_salt=op.get("salt"),
+        skip_reading_prefix_cache=bool(op.get("skip_read", False)),
+    )
 
 
 def output_token(rid: str, index: int) -> int:
@@ -61,6 +76,10 @@ class StepResult(TypedDict, total=False):
 
 
 _T = TypeVar("_T")
+
+#: The block ids of one answer as the step loop carries them: a list of ids here, one list of
+#: ids per group in a ``HybridDriver``, whose hooks give them that shape.
+_BlockIds = list[Any]
 
 
 class Driver:
@@ -124,17 +143,7 @@ class Driver:
         return [self.apply(op) for op in ops]
 
     def _add(self, op: AddOp) -> StepResult:
-        lora = op.get("lora")
-        view = RequestView(
-            request_id=op["rid"],
-            prompt_token_ids=tuple(op["prompt"]),
-            # [name, id, path] and [identifier, offset, length] lists: checked by
-            # trace_check for a trace, built by ops.add otherwise.
-            lora=cast("tuple[str, int, str]", tuple(lora)) if lora else None,
-            mm_features=tuple(cast("tuple[str, int, int]", tuple(f)) for f in op.get("mm", ())),
-            cache_salt=op.get("salt"),
-            skip_reading_prefix_cache=bool(op.get("skip_read", False)),
-        )
+        view = view_from_add(op)
         self.views[view.request_id] = view
         self.written.forget(view.request_id)
         self.lines.append(f"views[{view.request_id!r}] = {_view_repr(view)}")
@@ -142,18 +151,26 @@ class Driver:
 
     def _schedule(self, rid: str, num_tokens: int | None, decode: bool = False,
                   lookahead: int = 0) -> StepResult:
+        """One ``schedule`` or ``decode`` op, as vLLM's scheduler makes its calls.
+
+        What depends on the number of KV cache groups is left to hooks a subclass overrides
+        (``HybridDriver``): ``_block_ids`` (the shape of the ids an answer holds),
+        ``_check_hits`` (the hit laws), ``_answered`` (what ``allocate_slots``' answer alone
+        says) and ``_write`` (the shadow record of what the step computed).
+        """
         view = self.views[rid]
         out: StepResult = {}
-        hits: list[int] = []
+        was_running = rid in self.running
+        hits: _BlockIds = []
         num_hit = 0
-        if rid not in self.running:
-            hits, num_hit = self._call(
+        if not was_running:
+            answer, num_hit = self._call(
                 f"m.get_computed_blocks(views[{rid!r}])", self.manager.get_computed_blocks, view)
-            hits = list(hits)
+            hits = self._block_ids(answer)
             out["hits"] = (hits, num_hit)
-            self._law_problems += check_hits(self.written, view, hits, num_hit)
+            self._law_problems += self._check_hits(view, hits, num_hit)
         remaining = view.num_tokens - view.num_computed_tokens - num_hit
-        if rid in self.running and (decode or remaining <= 0):
+        if was_running and (decode or remaining <= 0):
             # Decode: the request samples `num_tokens` new tokens, then asks for their slots.
             num_tokens = 1 if num_tokens is None else num_tokens
             new_out = tuple(output_token(rid, len(view.output_token_ids) + i)
@@ -165,6 +182,7 @@ class Driver:
                 f"{view.output_token_ids!r})")
             remaining = num_tokens
         num_new = max(0, remaining if num_tokens is None else min(num_tokens, remaining))
+        start = view.num_computed_tokens + num_hit  # hits are read, not written
         text = f"m.allocate_slots(views[{rid!r}], {num_new}, {num_hit}, {hits!r}"
         if lookahead:  # passed only when asked for: an adapter without lookahead may lack it
             new = self._call(f"{text}, {lookahead})", self.manager.allocate_slots, view,
@@ -172,19 +190,39 @@ class Driver:
         else:
             new = self._call(f"{text})", self.manager.allocate_slots, view, num_new, num_hit,
                              hits)
-        new_ids = out["new"] = None if new is None else list(new)
+        new_ids = out["new"] = None if new is None else self._block_ids(new)
+        self._answered(rid, new_ids, start, was_running)
         if new_ids is not None:
             self.running.add(rid)
-            start = view.num_computed_tokens + num_hit  # hits are read, not written
             view = self.views[rid] = replace(view, num_computed_tokens=start + num_new)
-            self.written.clear(new_ids)
-            if num_new:
-                table = self.manager.get_block_ids(rid)
-                self.written.write(view, table, start, start + num_new)
+            self._write(view, new_ids, start, num_new)
             self.lines.append(
                 f"views[{rid!r}] = replace(views[{rid!r}], num_computed_tokens="
                 f"{self.views[rid].num_computed_tokens})")
         return out
+
+    # ------------------------------------------------------------------ group hooks
+    def _block_ids(self, answer: Sequence[Any]) -> _BlockIds:
+        """The block ids of a ``get_computed_blocks`` or ``allocate_slots`` answer, copied
+        (the adapter may reuse its lists)."""
+        return list(answer)
+
+    def _check_hits(self, view: RequestView, hits: _BlockIds, num_hit: int) -> list[str]:
+        """The hit-law problems of ``get_computed_blocks(view) -> (hits, num_hit)``."""
+        return check_hits(self.written, view, hits, num_hit)
+
+    def _answered(self, rid: str, new_ids: _BlockIds | None, start: int,
+                  was_running: bool) -> None:
+        """``allocate_slots`` answered ``new_ids`` (None: refused) for ``rid``, which had
+        ``start`` tokens computed, new hits included. Nothing to note for one group."""
+
+    def _write(self, view: RequestView, new_ids: _BlockIds, start: int, num_new: int) -> None:
+        """``view`` got ``new_ids`` and computed its positions ``[start, start + num_new)``:
+        the new blocks' old contents are gone, and those positions are now written."""
+        self.written.clear(new_ids)
+        if num_new:
+            table = self.manager.get_block_ids(view.request_id)
+            self.written.write(view, table, start, start + num_new)
 
     def _call(self, text: str, fn: Callable[[Unpack[_Args]], _T], *args: Unpack[_Args]) -> _T:
         try:

@@ -199,6 +199,12 @@ class GuardedManager(_Guard):
             raise
 
     # ---------------------------------------------------------- the manager
+    # The checks both forms share live here; the per-group guard (GuardedHybridManager)
+    # overrides only the hooks that read block ids: _hit_ids, _check_hit_blocks, _forget.
+
+    #: The first element of ``get_computed_blocks``'s pair, as the pair rule names it.
+    _HITS_FORM = "block_ids: list[int]"
+
     def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
         __tracebackhide__ = True
         before = _view_state(request)
@@ -208,19 +214,48 @@ class GuardedManager(_Guard):
             self._unchanged("get_computed_blocks", args, before, _view_state(request), value)
         if (type(value) is not tuple and type(value) is not list) or len(value) != 2:
             self._violation("get_computed_blocks", args, value,
-                            "must be a pair (block_ids: list[int], num_computed_tokens: int)")
-        ids = self._ids("get_computed_blocks", args, value[0], "the hit block ids")
+                            f"must be a pair ({self._HITS_FORM}, num_computed_tokens: int)")
+        hits = self._hit_ids(args, value)
         num = value[1]
         total = request.num_tokens
         if type(num) is not int or not 0 <= num <= total:
             self._violation("get_computed_blocks", args, value,
                             f"num_computed_tokens must be an int in [0, {total}] (the "
                             "request's tokens)")
-        if len(ids) != -(-num // self._bs):
+        self._check_hit_blocks(args, value, hits, num)
+        return hits, num
+
+    def _hit_ids(self, args: tuple[object, ...], value: Sequence[object]) -> list[int]:
+        """The hits of a ``get_computed_blocks`` pair ``value``, checked as block ids."""
+        __tracebackhide__ = True
+        return self._ids("get_computed_blocks", args, value[0], "the hit block ids")
+
+    def _check_hit_blocks(self, args: tuple[object, ...], value: object, hits: list[int],
+                          num: int) -> None:
+        """``num`` hit tokens fill exactly the blocks ``hits`` lists."""
+        __tracebackhide__ = True
+        if len(hits) != -(-num // self._bs):
             self._violation("get_computed_blocks", args, value,
                             f"{num} hit tokens fill {-(-num // self._bs)} block(s) of "
-                            f"{self._bs}, but {len(ids)} block ids were returned")
-        return ids, num
+                            f"{self._bs}, but {len(hits)} block ids were returned")
+
+    def _allocate(self, request: RequestView, num_new_tokens: int,
+                  num_new_computed_tokens: int, hits: object, hits_copy: object,
+                  num_lookahead_tokens: int) -> tuple[tuple[object, ...], object]:
+        """``(args, answer)`` of the adapter's ``allocate_slots``, given ``hits_copy`` (its own
+        copy of the hits: the caller's ``hits`` stay what they were); the view checked
+        unchanged. ``args`` is what violations show (the lookahead only when non-zero)."""
+        __tracebackhide__ = True
+        args: tuple[object, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
+        if num_lookahead_tokens:
+            args += (num_lookahead_tokens,)
+        before = _view_state(request)
+        value: object = self._raising("allocate_slots", self._raw.allocate_slots, request,
+                                      *((num_new_tokens, num_new_computed_tokens, hits_copy)
+                                        + args[4:]))
+        if before is not None:
+            self._unchanged("allocate_slots", args, before, _view_state(request), value)
+        return args, value
 
     def allocate_slots(self, request: RequestView, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
@@ -228,16 +263,8 @@ class GuardedManager(_Guard):
                        num_lookahead_tokens: int = 0) -> list[int] | None:
         __tracebackhide__ = True
         hits = list(new_computed_block_ids)
-        args: tuple[object, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
-        if num_lookahead_tokens:
-            args += (num_lookahead_tokens,)
-        before = _view_state(request)
-        # The adapter gets its own copy of the hits: the caller's list stays what it was.
-        value: object = self._raising("allocate_slots", self._raw.allocate_slots, request,
-                              *((num_new_tokens, num_new_computed_tokens, list(hits))
-                                + args[4:]))
-        if before is not None:
-            self._unchanged("allocate_slots", args, before, _view_state(request), value)
+        args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens, hits,
+                                     list(hits), num_lookahead_tokens)
         if value is None:
             return None
         new = self._ids("allocate_slots", args, value, "the new block ids")
@@ -264,21 +291,35 @@ class GuardedManager(_Guard):
         __tracebackhide__ = True
         for b in new:
             if b in hits:
-                self._violation("allocate_slots", args, value,
-                                f"block {b} is one of the cache hits passed in "
-                                "(new_computed_block_ids); allocate_slots returns only newly "
-                                "allocated blocks")
+                self._new_is_a_hit(args, value, b)
             owners = sorted(r for r, t in self._tables.items() if b in t)
             if owners:
-                self._violation("allocate_slots", args, value,
-                                f"block {b} is handed out anew but request(s) {owners} still "
-                                "hold it (only cache hits passed back may be shared)")
+                self._new_is_held(args, value, b, owners)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _new_is_a_hit(self, args: tuple[object, ...], value: object, block: int) -> NoReturn:
+        __tracebackhide__ = True
+        self._violation("allocate_slots", args, value,
+                        f"block {block} is one of the cache hits passed in "
+                        "(new_computed_block_ids); allocate_slots returns only newly "
+                        "allocated blocks")
+
+    def _new_is_held(self, args: tuple[object, ...], value: object, block: int,
+                     owners: list[str]) -> NoReturn:
+        __tracebackhide__ = True
+        self._violation("allocate_slots", args, value,
+                        f"block {block} is handed out anew but request(s) {owners} still "
+                        "hold it (only cache hits passed back may be shared)")
 
     def free(self, request_id: str) -> None:
         # None-returning calls pass the adapter's answer on as it is (repros show it).
         fn: Callable[[str], None] = self._raw.free
         result = self._raising("free", fn, request_id)
+        self._forget(request_id)
+        return result
+
+    def _forget(self, request_id: str) -> None:
+        """Drop a freed request's table and its holds."""
         table = self._tables.pop(request_id, None)
         if table:
             held = self._held
@@ -288,7 +329,6 @@ class GuardedManager(_Guard):
                     held[b] = left
                 else:
                     held.pop(b, None)
-        return result
 
     def get_block_ids(self, request_id: str) -> list[int]:
         __tracebackhide__ = True
@@ -473,32 +513,24 @@ class GuardedHybridManager(GuardedManager):
             out.append(ids)
         return out
 
-    def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
+    _HITS_FORM = "one list of block ids per KV-cache group"
+
+    def _hit_ids(self, args: tuple[object, ...], value: Sequence[object]) -> list[int]:
         __tracebackhide__ = True
-        before = _view_state(request)
-        value: object = self._call("get_computed_blocks", self._raw.get_computed_blocks, request)
-        args = (request,)
-        if before is not None:
-            self._unchanged("get_computed_blocks", args, before, _view_state(request), value)
-        if (type(value) is not tuple and type(value) is not list) or len(value) != 2:
-            self._violation("get_computed_blocks", args, value,
-                            "must be a pair (one list of block ids per KV-cache group, "
-                            "num_computed_tokens: int)")
         hits = self._groups("get_computed_blocks", args, value[0], "the hit block ids",
                             nulls=True)
-        num = value[1]
-        total = request.num_tokens
-        if type(num) is not int or not 0 <= num <= total:
-            self._violation("get_computed_blocks", args, value,
-                            f"num_computed_tokens must be an int in [0, {total}] (the "
-                            "request's tokens)")
-        for g, (ids, bs) in enumerate(zip(hits, self._group_bs, strict=True)):
+        # Per-group lists: the hybrid form of the single-group answer (see the Protocol).
+        return cast("list[int]", hits)
+
+    def _check_hit_blocks(self, args: tuple[object, ...], value: object, hits: list[int],
+                          num: int) -> None:
+        __tracebackhide__ = True
+        groups = cast("list[list[int]]", hits)  # _hit_ids' per-group lists
+        for g, (ids, bs) in enumerate(zip(groups, self._group_bs, strict=True)):
             if len(ids) != -(-num // bs):
                 self._violation("get_computed_blocks", args, value,
                                 f"{num} hit tokens fill {-(-num // bs)} block(s) of group {g} "
                                 f"(block size {bs}), but its list has {len(ids)} ids")
-        # Per-group lists: the hybrid form of the single-group answer (see the Protocol).
-        return cast("list[int]", hits), num
 
     def allocate_slots(self, request: RequestView, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
@@ -506,15 +538,8 @@ class GuardedHybridManager(GuardedManager):
                        num_lookahead_tokens: int = 0) -> Any:
         __tracebackhide__ = True
         hits = [list(h) for h in new_computed_block_ids]
-        args: tuple[object, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
-        if num_lookahead_tokens:
-            args += (num_lookahead_tokens,)
-        before = _view_state(request)
-        value: object = self._raising(
-            "allocate_slots", self._raw.allocate_slots, request,
-            *((num_new_tokens, num_new_computed_tokens, [list(h) for h in hits]) + args[4:]))
-        if before is not None:
-            self._unchanged("allocate_slots", args, before, _view_state(request), value)
+        args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens, hits,
+                                     [list(h) for h in hits], num_lookahead_tokens)
         new = None if value is None else self._groups("allocate_slots", args, value,
                                                       "the new block ids", nulls=False)
         if self._lost:
@@ -527,10 +552,7 @@ class GuardedHybridManager(GuardedManager):
         for part in new or ():
             for b in part:
                 if b in flat_hits:
-                    self._violation("allocate_slots", args, value,
-                                    f"block {b} is one of the cache hits passed in "
-                                    "(new_computed_block_ids); allocate_slots returns only "
-                                    "newly allocated blocks")
+                    self._new_is_a_hit(args, value, b)
         # Skipped positions may have become null during the call (even a refused one): read
         # the request's tables to follow them.
         expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
@@ -546,10 +568,7 @@ class GuardedHybridManager(GuardedManager):
                 owners = sorted(r for r, t in self._gtables.items()
                                 if r != rid and any(b in row for row in t))
                 if owners:
-                    self._violation("allocate_slots", args, value,
-                                    f"block {b} is handed out anew but request(s) {owners} "
-                                    "still hold it (only cache hits passed back may be "
-                                    "shared)")
+                    self._new_is_held(args, value, b, owners)
         return new
 
     def _follow(self, rid: str, expected: list[list[int]], context: str) -> list[list[int]]:
@@ -572,11 +591,8 @@ class GuardedHybridManager(GuardedManager):
             self._gtables.pop(rid, None)
         return tables
 
-    def free(self, request_id: str) -> None:
-        fn: Callable[[str], None] = self._raw.free
-        result = self._raising("free", fn, request_id)
+    def _forget(self, request_id: str) -> None:
         self._gtables.pop(request_id, None)
-        return result
 
     def get_block_ids(self, request_id: str) -> Any:
         __tracebackhide__ = True

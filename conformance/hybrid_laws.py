@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvcheck.conformance.laws import WrittenBlocks
+from kvcheck.conformance.laws import WrittenBlocks, check_pool
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, RequestView
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def check_hybrid_laws(driver: HybridDriver) -> list[str]:
     """The broken hybrid laws after the last op (empty when all hold); also drains the hit
     problems the driver recorded while running it."""
     problems: list[str] = driver.take_law_problems()
-    spec, mgr, caps = driver.spec, driver.manager, driver.capabilities
+    spec = driver.spec
     tables = driver.group_tables()
     # live id -> [(rid, group, index)]
     where: dict[int, list[tuple[str, int, int]]] = {}
@@ -161,43 +161,8 @@ def check_hybrid_laws(driver: HybridDriver) -> list[str]:
             problems.append(f"block {b} is held at different groups or positions {places} "
                             "(request, group, index); only a cache hit (same group, same "
                             "position) may be shared")
-    held = set(where)
-    num_free = mgr.num_free_blocks()
-    if num_free + len(held) != driver.initial_free:
-        total = num_free + len(held)
-        problems.append(
-            f"conservation: num_free_blocks() ({num_free}) + distinct live blocks held by "
-            f"live requests in all groups ({len(held)}) = {total} != {driver.initial_free}, "
-            "the num_free_blocks() of the fresh pool (one pool shared by every group; a block "
-            f"was {'lost' if total < driver.initial_free else 'counted twice'})")
-    if "free_queue_order" in caps:
-        queue = list(mgr.free_block_ids())
-        if len(queue) != num_free:
-            problems.append(f"free queue holds {len(queue)} blocks but num_free_blocks() "
-                            f"is {num_free}")
-        if NULL_BLOCK in queue:
-            problems.append(f"null block: the null block {NULL_BLOCK} is in the free queue "
-                            f"at position {queue.index(NULL_BLOCK)}")
-        both = sorted(held.intersection(queue))
-        if both:
-            problems.append(f"blocks {both} are both free and held by a request")
-        if len(set(queue)) != len(queue):
-            problems.append("the free queue lists a block twice")
-        free_reserved = sorted(driver.reserved.intersection(queue) - {NULL_BLOCK})
-        if free_reserved:
-            problems.append(f"reserved blocks {free_reserved} are in the free queue")
-    if "ref_counts" in caps:
-        holders = Counter(b for b, places in where.items() for _ in {p[0] for p in places})
-        for block_id in driver.ordinary_block_ids:
-            if block_id == NULL_BLOCK:
-                continue
-            rc = mgr.ref_cnt(block_id)
-            if rc != holders[block_id]:
-                problems.append(f"block {block_id}: ref_cnt {rc} but {holders[block_id]} "
-                                "request(s) hold it")
-    if "invariants" in caps:
-        try:
-            mgr.check_invariants()
-        except AssertionError as exc:
-            problems.append(f"the implementation's own check_invariants(): {exc}")
-    return problems
+    # Holders are requests: one holding a block twice (reported above) counts once.
+    holders = Counter(b for b, places in where.items() for _ in {p[0] for p in places})
+    return problems + check_pool(
+        driver, holders, held="live blocks held by live requests in all groups",
+        pool="one pool shared by every group; ", null_block=NULL_BLOCK)

@@ -26,7 +26,7 @@ from kvcheck.conformance.protocol import RequestView
 if TYPE_CHECKING:
     from kvcheck.conformance.driver import Driver
 
-__all__ = ["WrittenBlocks", "check_hits", "check_laws"]
+__all__ = ["WrittenBlocks", "check_hits", "check_laws", "check_pool"]
 
 # WrittenBlocks' interned keys: a request's root context (LoRA, cache salt), and one full
 # block (the parent prefix id, the block's tokens, its multimodal items as (id, offset)).
@@ -42,8 +42,7 @@ def check_laws(driver: Driver) -> list[str]:
     (they are judged when ``get_computed_blocks`` answers, before the op writes anything).
     """
     problems: list[str] = driver.take_law_problems()
-    spec, mgr = driver.spec, driver.manager
-    caps = driver.capabilities
+    spec = driver.spec
     reserved = driver.reserved
     tables = driver.tables()
     holders: Counter[int] = Counter()
@@ -63,30 +62,53 @@ def check_laws(driver: Driver) -> list[str]:
         if len(ids) < need:
             problems.append(f"request {rid!r} has {driver.views[rid].num_computed_tokens} "
                             f"computed tokens but only {len(ids)} blocks of {spec.block_size}")
+    return problems + check_pool(driver, holders)
+
+
+def check_pool(driver: Driver, holders: Counter[int], *,
+               held: str = "blocks held by live requests", pool: str = "",
+               null_block: int | None = None) -> list[str]:
+    """The laws of the one block pool every request draws from, given ``holders`` (each live
+    block id, with its number of holders): conservation, the free queue
+    (``free_queue_order``), ``ref_cnt`` (``ref_counts``) and the implementation's own
+    ``check_invariants()`` (``invariants``).
+
+    A multi-group manager (``kvcheck.conformance.hybrid_laws``) words the conservation terms
+    its way (``held``, and ``pool`` before the verdict) and passes its ``null_block``: never
+    in the free queue, never counted by ``ref_cnt``.
+    """
+    problems: list[str] = []
+    mgr, caps = driver.manager, driver.capabilities
     num_free = mgr.num_free_blocks()
     initial = driver.initial_free
-    if num_free + len(holders) != initial:
+    total = num_free + len(holders)
+    if total != initial:
         problems.append(
-            f"conservation: num_free_blocks() ({num_free}) + distinct blocks held by live "
-            f"requests ({len(holders)}) = {num_free + len(holders)} != {initial}, the "
-            f"num_free_blocks() of the fresh pool (a block was "
-            f"{'lost' if num_free + len(holders) < initial else 'counted twice'})")
+            f"conservation: num_free_blocks() ({num_free}) + distinct {held} "
+            f"({len(holders)}) = {total} != {initial}, the num_free_blocks() of the fresh pool "
+            f"({pool}a block was {'lost' if total < initial else 'counted twice'})")
+    exempt = set() if null_block is None else {null_block}
     if "free_queue_order" in caps:
         queue = list(mgr.free_block_ids())
         if len(queue) != num_free:
             problems.append(f"free queue holds {len(queue)} blocks but num_free_blocks() "
                             f"is {num_free}")
+        if null_block is not None and null_block in queue:
+            problems.append(f"null block: the null block {null_block} is in the free queue "
+                            f"at position {queue.index(null_block)}")
         queue_set = set(queue)
         held_and_free = sorted(queue_set.intersection(holders))
         if held_and_free:
             problems.append(f"blocks {held_and_free} are both free and held by a request")
         if len(queue_set) != len(queue):
             problems.append("the free queue lists a block twice")
-        free_reserved = sorted(queue_set.intersection(reserved))
+        free_reserved = sorted(queue_set.intersection(driver.reserved) - exempt)
         if free_reserved:
             problems.append(f"reserved blocks {free_reserved} are in the free queue")
     if "ref_counts" in caps:
         for block_id in driver.ordinary_block_ids:
+            if block_id in exempt:
+                continue
             rc = mgr.ref_cnt(block_id)
             if rc != holders[block_id]:
                 problems.append(f"block {block_id}: ref_cnt {rc} but {holders[block_id]} "

@@ -280,29 +280,31 @@ def _check_factory(target: str, name: str, factory: object) -> None:
 
 def _check_methods(target: str, obj: object, what: str, names: tuple[str, ...],
                    cap: str) -> None:
-    missing = [n for n in names if not callable(getattr(obj, n, None))]
-    if missing:
-        raise _usage(
-            target,
-            f"capability {cap!r} is declared but the {what} ({type(obj).__name__}) lacks "
-            f"{', '.join(missing)}",
-            f"implement {', '.join(missing)} or remove {cap!r} from IMPL_INFO.capabilities",
-        )
+    """A capability's methods: every one of ``names`` must be callable on ``obj`` (the
+    probe manager or block pool, named by ``what``)."""
+    _require_callables(target, obj, names, lambda missing: (
+        f"capability {cap!r} is declared but the {what} ({type(obj).__name__}) lacks {missing}",
+        f"implement {missing} or remove {cap!r} from IMPL_INFO.capabilities"))
 
 
 def _check_module_functions(target: str, module: ModuleType, names: tuple[str, ...],
                             cap: str, protocol: str) -> None:
     """A module-level capability: every function of ``names`` must be a module attribute
     (a callable), not a manager method."""
-    missing = [n for n in names if not callable(getattr(module, n, None))]
+    _require_callables(target, module, names, lambda missing: (
+        (f"capability {cap!r} is declared but module {module.__name__!r} lacks the "
+         f"module-level function(s) {missing}"),
+        (f"define {missing} at module level in {module.__name__} (see {protocol}), or "
+         f"remove {cap!r} from IMPL_INFO.capabilities")))
+
+
+def _require_callables(target: str, obj: object, names: tuple[str, ...],
+                       usage: Callable[[str], tuple[str, str]]) -> None:
+    """Raises the usage error ``usage(missing)`` (its problem and its fix, given the missing
+    names joined by commas) unless every one of ``names`` is a callable attribute of ``obj``."""
+    missing = ", ".join(n for n in names if not callable(getattr(obj, n, None)))
     if missing:
-        raise _usage(
-            target,
-            f"capability {cap!r} is declared but module {module.__name__!r} lacks the "
-            f"module-level function(s) {', '.join(missing)}",
-            f"define {', '.join(missing)} at module level in {module.__name__} (see {protocol}"
-            f"), or remove {cap!r} from IMPL_INFO.capabilities",
-        )
+        raise _usage(target, *usage(missing))
 
 
 def _parse_target(target: str) -> tuple[str, str]:

@@ -37,7 +37,7 @@ from kvcheck.conformance.driver import Driver, StepResult
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op, RequestExtras, add, decode, free, reset, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, spec_to_dict
-from kvcheck.conformance.workload_machine import OFFERED_HASH_ALGOS
+from kvcheck.conformance.workload_machine import OFFERED_HASH_ALGOS, same_extras
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
@@ -329,14 +329,7 @@ class _Workload:
             return self._add_()
         rids = [r for r in self.running if self._in_prefill(r)] or self.running
         view = self.d.views[self.rng.choice(rids)]
-        kwargs: RequestExtras = {}
-        if view.lora is not None:
-            kwargs["lora"] = view.lora
-        if view.mm_features:
-            kwargs["mm"] = view.mm_features
-        if view.cache_salt is not None:
-            kwargs["salt"] = view.cache_salt
-        rid = self._add(list(view.prompt_token_ids), remember=False, **kwargs)
+        rid = self._add(list(view.prompt_token_ids), remember=False, **same_extras(view))
         if rid is not None:
             self._admit(rid, self._chunk())
         return None

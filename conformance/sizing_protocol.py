@@ -12,10 +12,11 @@ level (next to ``make_kv_cache_manager``), the four functions of ``SupportsSizin
 * ``kv_block_sizes(groups, enable_prefix_caching, prefix_match_unit, profile) ->
   tuple[int, int]``
 
-They take the frozen dataclasses below (vLLM's ``KVCacheSpec`` classes reduced to what sizing
-reads) and the active profile name (``"vllm-0.33"`` or ``"vllm-0.10"``), so one module can
-answer for both releases. The loader checks that the functions exist when the capability is
-declared; ``conformance/test_sizing.py`` checks their answers.
+They take the frozen dataclasses re-exported here (vLLM's ``KVCacheSpec`` classes reduced to
+what sizing reads; defined once, in ``kvcheck.reference_impl.sizing``) and the active profile
+name (``"vllm-0.33"`` or ``"vllm-0.10"``), so one module can answer for both releases. The
+loader checks that the functions exist when the capability is declared;
+``conformance/test_sizing.py`` checks their answers.
 
 Errors: an input the profile's vLLM rejects (page sizes that are not uniform, a
 ``page_size_padded`` below the page, ``resolve_kv_cache_block_sizes``'s divisibility errors, a
@@ -27,8 +28,19 @@ the test is then skipped, not failed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+# One definition of the spec and plan types, the reference's, serves the reference, the
+# protocol and every adapter (the layering lets conformance import the reference, not the
+# reverse): a field added there is added everywhere.
+from kvcheck.reference_impl.sizing import (
+    SPEC_KINDS,
+    KVCacheTensorPlan,
+    KVSizingPlan,
+    LayerKVSpec,
+    Layout,
+    SpecKind,
+)
 
 __all__ = [
     "SIZING_FUNCTIONS",
@@ -40,83 +52,6 @@ __all__ = [
     "SpecKind",
     "SupportsSizing",
 ]
-
-#: ``LayerKVSpec.kind`` values, one per vLLM spec class sizing models.
-SpecKind = Literal["full_attention", "sliding_window", "chunked_local_attention",
-                   "mla_attention", "mamba"]
-SPEC_KINDS: tuple[str, ...] = ("full_attention", "sliding_window", "chunked_local_attention",
-                               "mla_attention", "mamba")
-#: Memory order of an attention view: tokens before heads (NHD) or heads before tokens (HND).
-Layout = Literal["NHD", "HND"]
-
-
-@dataclass(frozen=True)
-class LayerKVSpec:
-    """One layer's KV-cache spec. Compared by value: equal specs are one grouping bucket.
-
-    Attributes:
-        kind: ``full_attention`` (vLLM ``FullAttentionSpec``), ``sliding_window``
-            (``SlidingWindowSpec``), ``chunked_local_attention``
-            (``ChunkedLocalAttentionSpec``), ``mla_attention`` (0.10.2
-            ``FullAttentionSpec(use_mla=True)``; 0.33 ``MLAAttentionSpec``), ``mamba``
-            (``MambaSpec``).
-        block_size: tokens per block, >= 1.
-        num_kv_heads, head_size: attention kinds, >= 1 (MLA: 1 head of the latent size).
-        dtype: the cache dtype's torch name (``bfloat16``, ``float16``, ``float32``; an fp8
-            cache uses a 1-byte dtype: ``uint8``, ``float8_e4m3fn``...).
-        head_size_v: vLLM 0.33 ``AttentionSpec.head_size_v`` (None: ``head_size``; MLA: 0).
-        sliding_window: ``sliding_window`` kind, tokens >= 1.
-        attention_chunk_size: ``chunked_local_attention`` kind, tokens >= 1.
-        page_size_padded: bytes per page after padding (Mamba; attention only under 0.33),
-            at least the unpadded page.
-        shapes, dtypes: Mamba state tensors (per block), one dtype name per shape.
-        prefix_cacheable: 0.33 ``KVCacheSpec.prefix_cacheable`` (hash block size).
-        mamba_cache_mode: 0.33 ``MambaSpec.mamba_cache_mode`` (``none``, ``align``, ``all``).
-    """
-
-    kind: SpecKind
-    block_size: int
-    num_kv_heads: int = 0
-    head_size: int = 0
-    dtype: str = "bfloat16"
-    head_size_v: int | None = None
-    sliding_window: int | None = None
-    attention_chunk_size: int | None = None
-    page_size_padded: int | None = None
-    shapes: tuple[tuple[int, ...], ...] = ()
-    dtypes: tuple[str, ...] = ()
-    prefix_cacheable: bool = True
-    mamba_cache_mode: str = "none"
-
-
-@dataclass(frozen=True)
-class KVCacheTensorPlan:
-    """One KV-cache tensor: ``size`` bytes, aliased by every layer in ``shared_by`` (vLLM
-    0.10.2 ``KVCacheTensor(size, shared_by)``; 0.33 describes the same byte regions as one
-    tensor per group with a layer stride)."""
-
-    size: int
-    shared_by: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class KVSizingPlan:
-    """A model's KV-cache configuration (vLLM's ``KVCacheConfig`` reduced to sizing).
-
-    Attributes:
-        groups: KV-cache groups in vLLM's order, each the layer names in order.
-        page_size: bytes of one block of one layer (uniform).
-        group_size: layers per group, padding included (= the number of tensors).
-        num_blocks: blocks of the one pool every group draws from.
-        tensors: ``group_size`` tensors of ``page_size * num_blocks`` bytes; tensor ``i`` is
-            shared by the ``i``-th layer of every group that has one.
-    """
-
-    groups: tuple[tuple[str, ...], ...]
-    page_size: int
-    group_size: int
-    num_blocks: int
-    tensors: tuple[KVCacheTensorPlan, ...]
 
 
 @runtime_checkable

@@ -45,9 +45,10 @@ if TYPE_CHECKING:
     from kvcheck.conformance.differential import Pair
     from kvcheck.conformance.driver import Driver, StepResult
     from kvcheck.conformance.loader import ImplHandle
+    from kvcheck.conformance.protocol import RequestView
 
 __all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "run_workload_machine",
-           "supported_block_sizes", "workload_hash_algos"]
+           "same_extras", "supported_block_sizes", "workload_hash_algos"]
 
 # Block sizes random workloads draw from (the first is what Hypothesis shrinks towards).
 _BLOCK_SIZES = (4, 2, 8, 1)
@@ -110,6 +111,20 @@ def _coin_index(n: int) -> st.SearchStrategy[int]:
     bits = max(1, (n - 1).bit_length())
     flips = st.lists(st.booleans(), min_size=bits, max_size=bits)
     return flips.map(lambda f: sum(b << i for i, b in enumerate(f)) % n)
+
+
+def same_extras(view: RequestView) -> RequestExtras:
+    """``add``'s keyword arguments for a request with ``view``'s extra keys (LoRA, multimodal
+    items, cache salt; in that order, the order the op prints them), so that it hits what
+    ``view`` cached: a duplicate (parallel sampling, or the same question twice)."""
+    extras: RequestExtras = {}
+    if view.lora is not None:
+        extras["lora"] = view.lora
+    if view.mm_features:
+        extras["mm"] = view.mm_features
+    if view.cache_salt is not None:
+        extras["salt"] = view.cache_salt
+    return extras
 
 
 def supported_block_sizes(info: ImplInfo) -> list[int]:
@@ -302,16 +317,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             prefill: it hits exactly the blocks already computed and cached, no further."""
             rids = [r for r in self.running if self._in_prefill(r)] or self.running
             view = self.pair.impl.views[data.draw(st.sampled_from(rids), label="original")]
-            kwargs: RequestExtras = {}
-            if view.lora is not None:
-                kwargs["lora"] = view.lora
-            if view.mm_features:
-                kwargs["mm"] = view.mm_features
-            if view.cache_salt is not None:
-                kwargs["salt"] = view.cache_salt
             rid = f"r{self.next_id}"
             self.next_id += 1
-            self.pair.apply(add(rid, view.prompt_token_ids, **kwargs))
+            self.pair.apply(add(rid, view.prompt_token_ids, **same_extras(view)))
             self.pending.append(rid)
             self._admit(rid, chunk)
 

@@ -25,10 +25,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvcheck.reference_impl.block import KVCacheBlock
-from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.events import KVCacheEvent
-from kvcheck.reference_impl.hashing import resolve_none_hash
 from kvcheck.reference_impl.kv_cache_coordinator import (
     KVCacheCoordinator,
     get_kv_cache_coordinator,
@@ -41,6 +39,7 @@ from kvcheck.reference_impl.kv_cache_interface import (
     get_kv_cache_spec_kind,
     get_kv_cache_spec_sliding_window,
 )
+from kvcheck.reference_impl.kv_cache_manager import PYTHONHASHSEED_FROM_ENV, make_block_hasher
 from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 from kvcheck.reference_impl.request import Request, RequestOptions
 from kvcheck.reference_impl.single_type_kv_cache_manager import cdiv
@@ -49,8 +48,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["HybridKVCacheManager", "resolve_kv_cache_block_sizes"]
-
-_UNSET = object()
 
 
 def resolve_kv_cache_block_sizes(specs: Sequence[KVCacheSpec], enable_caching: bool,
@@ -106,7 +103,7 @@ class HybridKVCacheManager:
         hash_algo: str = "sha256",
         profile: str | ProfileBehaviour | None = None,
         enable_kv_cache_events: bool = False,
-        pythonhashseed: object = _UNSET,
+        pythonhashseed: object = PYTHONHASHSEED_FROM_ENV,
         none_hash: bytes | None = None,
         prefix_cache_retention_interval: int | None = None,
     ) -> None:
@@ -133,10 +130,8 @@ class HybridKVCacheManager:
             scheduler_block_size=self.scheduler_block_size,
             hash_block_size=self.hash_block_size, retention_interval=retention)
         self.block_pool = self.coordinator.block_pool
-        if none_hash is None and pythonhashseed is not _UNSET:
-            none_hash = resolve_none_hash(hash_algo, self.profile, pythonhashseed)  # type: ignore[arg-type]
-        self.block_hasher = RequestBlockHasher(
-            self.hash_block_size, hash_algo, profile=self.profile, none_hash=none_hash)
+        self.block_hasher = make_block_hasher(self.hash_block_size, hash_algo, self.profile,
+                                              pythonhashseed, none_hash)
         #: Per group ``(kind, sliding_window)`` as 0.33's ``take_events`` annotates events.
         self.kv_cache_event_metadata: tuple[tuple[str, int | None], ...] = tuple(
             (get_kv_cache_spec_kind(s), get_kv_cache_spec_sliding_window(s)) for s in specs)

@@ -31,14 +31,26 @@ from kvcheck.reference_impl.request import Request, RequestOptions
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads this annotation
     from typing_extensions import Unpack
 
-__all__ = ["KVCacheManager"]
+__all__ = ["PYTHONHASHSEED_FROM_ENV", "KVCacheManager", "make_block_hasher"]
 
-_UNSET = object()
+#: ``pythonhashseed``'s default in the managers: take the NONE_HASH from the environment.
+PYTHONHASHSEED_FROM_ENV = object()
 
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division for non-negative ints."""
     return -(-a // b)
+
+
+def make_block_hasher(block_size: int, hash_algo: str, profile: ProfileBehaviour,
+                      pythonhashseed: object = PYTHONHASHSEED_FROM_ENV,
+                      none_hash: bytes | None = None) -> RequestBlockHasher:
+    """The hasher of a manager's requests (``KVCacheManager``, ``HybridKVCacheManager``):
+    hashes of ``block_size``-token blocks with ``hash_algo``; its NONE_HASH is ``none_hash``
+    when given, else the one ``pythonhashseed`` gives, else the environment's."""
+    if none_hash is None and pythonhashseed is not PYTHONHASHSEED_FROM_ENV:
+        none_hash = resolve_none_hash(hash_algo, profile, pythonhashseed)  # type: ignore[arg-type]
+    return RequestBlockHasher(block_size, hash_algo, profile=profile, none_hash=none_hash)
 
 
 class KVCacheManager:
@@ -67,7 +79,7 @@ class KVCacheManager:
         hash_algo: str = "sha256",
         profile: str | ProfileBehaviour | None = None,
         enable_kv_cache_events: bool = False,
-        pythonhashseed: object = _UNSET,
+        pythonhashseed: object = PYTHONHASHSEED_FROM_ENV,
         none_hash: bytes | None = None,
     ) -> None:
         if not isinstance(block_size, int) or block_size < 1:
@@ -81,13 +93,10 @@ class KVCacheManager:
         self.block_pool = BlockPool(
             num_blocks, enable_caching, enable_kv_cache_events, profile=self.profile
         )
-        if none_hash is None and pythonhashseed is not _UNSET:
-            none_hash = resolve_none_hash(hash_algo, self.profile, pythonhashseed)  # type: ignore[arg-type]
         # Built even with caching off so requests can still be hashed (vLLM builds it when a
         # KV connector needs hashes); the manager itself ignores hashes when caching is off.
-        self.block_hasher = RequestBlockHasher(
-            block_size, hash_algo, profile=self.profile, none_hash=none_hash
-        )
+        self.block_hasher = make_block_hasher(block_size, hash_algo, self.profile,
+                                              pythonhashseed, none_hash)
         # request_id -> the request's blocks in logical order (the block table).
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # request_id -> how many leading blocks of the request are already cached.

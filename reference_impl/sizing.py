@@ -42,6 +42,8 @@ __all__ = [
     "KVCacheTensorPlan",
     "KVSizingPlan",
     "LayerKVSpec",
+    "Layout",
+    "SpecKind",
     "dtype_size",
     "group_layers",
     "is_uniform_type",
@@ -54,6 +56,11 @@ __all__ = [
     "uniform_page_size",
 ]
 
+# The spec and plan types below are also the ``sizing`` capability's protocol types:
+# ``kvcheck.conformance.sizing_protocol`` re-exports them (the reference may not import
+# conformance), so a field is defined once, here, for the reference and every adapter.
+
+#: ``LayerKVSpec.kind`` values, one per vLLM spec class sizing models.
 SpecKind = Literal["full_attention", "sliding_window", "chunked_local_attention",
                    "mla_attention", "mamba"]
 SPEC_KINDS: tuple[str, ...] = ("full_attention", "sliding_window", "chunked_local_attention",
@@ -67,12 +74,14 @@ DTYPE_SIZES: dict[str, int] = {
     "float8_e5m2fnuz": 1,
 }
 _PROFILES = ("vllm-0.33", "vllm-0.10", "generic")
+#: Memory order of an attention view: tokens before heads (NHD) or heads before tokens (HND).
 Layout = Literal["NHD", "HND"]
 
 
 @dataclass(frozen=True)
 class LayerKVSpec:
     """One layer's KV-cache spec (a vLLM ``KVCacheSpec`` reduced to what sizing reads).
+    Compared by value: equal specs are one grouping bucket.
 
     Attributes:
         kind: ``full_attention`` (``FullAttentionSpec``), ``sliding_window``
@@ -81,14 +90,18 @@ class LayerKVSpec:
             ``FullAttentionSpec(use_mla=True)``, 0.33 ``MLAAttentionSpec``), ``mamba``
             (``MambaSpec``).
         block_size: tokens per block (>= 1).
-        num_kv_heads, head_size: attention only (>= 1).
-        dtype: the cache dtype by its torch name (``DTYPE_SIZES``; fp8 caches use a
-            1-byte dtype such as ``uint8`` or ``float8_e4m3fn``).
-        head_size_v: 0.33 only: the value head size (None: ``head_size``; MLA: always 0).
-        sliding_window / attention_chunk_size: required by their kinds (>= 1).
-        page_size_padded: bytes per page after padding (Mamba; attention under 0.33 only).
-        shapes, dtypes: Mamba state tensors' shapes and dtype names, one dtype per shape.
-        prefix_cacheable: 0.33 ``KVCacheSpec.prefix_cacheable``.
+        num_kv_heads, head_size: attention only (>= 1; MLA: 1 head of the latent size).
+        dtype: the cache dtype by its torch name (``DTYPE_SIZES``: ``bfloat16``,
+            ``float16``, ``float32``...; fp8 caches use a 1-byte dtype such as ``uint8`` or
+            ``float8_e4m3fn``).
+        head_size_v: 0.33 only: ``AttentionSpec.head_size_v``, the value head size (None:
+            ``head_size``; MLA: always 0).
+        sliding_window / attention_chunk_size: required by their kinds (tokens, >= 1).
+        page_size_padded: bytes per page after padding (Mamba; attention under 0.33 only),
+            at least the unpadded page.
+        shapes, dtypes: Mamba state tensors' shapes (per block) and dtype names, one dtype
+            per shape.
+        prefix_cacheable: 0.33 ``KVCacheSpec.prefix_cacheable`` (hash block size).
         mamba_cache_mode: 0.33 ``MambaSpec.mamba_cache_mode`` ("none", "align", "all").
     """
 
@@ -109,7 +122,9 @@ class LayerKVSpec:
 
 @dataclass(frozen=True)
 class KVCacheTensorPlan:
-    """One KV-cache tensor: ``size`` bytes, aliased by the layers in ``shared_by``."""
+    """One KV-cache tensor: ``size`` bytes, aliased by every layer in ``shared_by`` (vLLM
+    0.10.2 ``KVCacheTensor(size, shared_by)``; 0.33 describes the same byte regions as one
+    tensor per group with a layer stride)."""
 
     size: int
     shared_by: tuple[str, ...]
@@ -117,15 +132,16 @@ class KVCacheTensorPlan:
 
 @dataclass(frozen=True)
 class KVSizingPlan:
-    """A model's KV-cache configuration on one worker.
+    """A model's KV-cache configuration on one worker (vLLM's ``KVCacheConfig`` reduced to
+    sizing).
 
     Attributes:
-        groups: the KV-cache groups, layer names in group order.
+        groups: the KV-cache groups in vLLM's order, each the layer names in group order.
         page_size: bytes of one block of one layer (uniform across layers).
-        group_size: layers per group (padding counted): tensors in the plan.
-        num_blocks: blocks in the one shared pool.
-        tensors: ``group_size`` tensors; tensor ``i`` is shared by the ``i``-th layer of
-            every group that has one.
+        group_size: layers per group (padding counted): the number of tensors.
+        num_blocks: blocks of the one pool every group draws from.
+        tensors: ``group_size`` tensors of ``page_size * num_blocks`` bytes; tensor ``i`` is
+            shared by the ``i``-th layer of every group that has one.
     """
 
     groups: tuple[tuple[str, ...], ...]

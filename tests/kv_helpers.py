@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable
 
 import pytest
 
+from kvcheck.adapters.reference import IMPL_INFO as REFERENCE_INFO
 from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
@@ -38,12 +40,36 @@ def schedule(mgr: KVCacheManager, req: Request,
     return [b.block_id for b in new]
 
 
+# ---------------------------------------------------------------------- stand-in capabilities
+#: Capabilities an adapter keeps at module level: ``kernels()`` and the sizing functions of
+#: ``kvcheck.conformance.sizing_protocol``, which the loader looks up on the module, not on the
+#: manager. A stand-in that re-exports only the reference's factories lacks them, so it must
+#: not declare them. Written here once because the loader keeps these names in private
+#: constants (no public list to derive them from); ``test_loader_input`` pins them to it.
+MODULE_LEVEL_CAPABILITIES: frozenset[str] = frozenset({"kernels", "sizing"})
+
+
+def reference_capabilities(*, drop: Iterable[str] = ()) -> frozenset[str]:
+    """What a stand-in built on the reference's factories may declare: the reference's
+    capabilities less the module-level ones and ``drop`` (e.g. ``block_pool`` for one with no
+    ``make_block_pool``)."""
+    return REFERENCE_INFO.capabilities - MODULE_LEVEL_CAPABILITIES - frozenset(drop)
+
+
+def reference_capabilities_source(capabilities: str, *, drop: Iterable[str] = ()) -> str:
+    """``reference_capabilities(drop=drop)`` as Python source, for an adapter module a test
+    writes out (it may run in a process that cannot import this module): ``capabilities``, the
+    expression naming the reference's capabilities there, less a set literal."""
+    names = ", ".join(f'"{name}"' for name in sorted(MODULE_LEVEL_CAPABILITIES | set(drop)))
+    return f"{capabilities} - {{{names}}}"
+
+
 # ------------------------------------------------------------------------- pytester adapters
 REF_NO_KERNELS = """
 from dataclasses import replace
 import kvcheck.adapters.reference as _ref
 IMPL_INFO = replace(_ref.IMPL_INFO, name={name!r},
-                    capabilities=_ref.IMPL_INFO.capabilities - {{"kernels", "sizing"}})
+                    capabilities={capabilities})
 make_block_pool = _ref.make_block_pool
 {body}
 """
@@ -55,6 +81,8 @@ def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref"
     """Write a module wrapping kvcheck's reference without the (slow, interpreted) kernel
     area, so a whole-suite run takes seconds; ``body`` defines its factory. Returns the
     ``--kv-impl=`` option naming it."""
-    pytester.makepyfile(**{module: REF_NO_KERNELS.format(name=name, body=textwrap.dedent(body))})
+    pytester.makepyfile(**{module: REF_NO_KERNELS.format(
+        name=name, capabilities=reference_capabilities_source("_ref.IMPL_INFO.capabilities"),
+        body=textwrap.dedent(body))})
     pytester.syspathinsert()
     return f"--kv-impl={module}"

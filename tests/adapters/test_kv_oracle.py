@@ -8,6 +8,7 @@ import textwrap
 
 import numpy as np  # noqa: F401
 import pytest
+from kv_helpers import reference_capabilities_source
 
 import kvcheck.adapters.reference
 import kvcheck.conformance.workload_machine
@@ -25,14 +26,14 @@ try:
 except ImportError:
     pass
 
+_CAPS = reference_capabilities_source("_ref.IMPL_INFO.capabilities")
 # The reference under another name, with a free queue reversed after every free: an oracle
 # that disagrees with the reference on free order only.
-SKEWED = """
+SKEWED = f"""
 from kvcheck.conformance.protocol import ImplInfo
 from kvcheck.adapters import reference as _ref
 
-IMPL_INFO = ImplInfo(name="skewed", version="9.9",
-                     capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing"},
+IMPL_INFO = ImplInfo(name="skewed", version="9.9", capabilities={_CAPS},
                      profile="vllm-0.33", hash_algos=_ref.IMPL_INFO.hash_algos)
 PROFILE_NOTE = "skewed: a test oracle"
 

@@ -5,9 +5,9 @@ tests that own it, both the worked example and the random comparison; the refere
 passes the area.
 
 Each buggy implementation is a small module written into pytester's folder: the reference
-adapter's manager with one method overridden. The area runs in-process (``inline_run``) on
-``conformance/test_batch_metadata.py`` with the mutant-run settings of
-``tests/mutants/test_mutants.py`` (no shrinking: only the verdict matters).
+adapter's manager with one method overridden. The area runs in-process
+(``inner_runs.run_area``) on ``conformance/test_batch_metadata.py`` with the mutant-run
+settings of ``tests/mutants/test_mutants.py`` (no shrinking: only the verdict matters).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import Phase, settings
+from inner_runs import run_area
 
 import kvcheck.adapters.reference  # kept imported across the in-process runs
 import kvcheck.conformance
@@ -93,54 +93,19 @@ class Buggy(ReferenceManager):
 ''', {"test_flashinfer_csr_worked_examples", "test_flashinfer_csr_matches_reference"}),
 }
 
-_NO_SHRINK = "kvcheck-batch-metadata-mutants"
-settings.register_profile(_NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-
-
-class _NoShrinkProfile:
-    """Inner-run plugin: the no-shrink Hypothesis profile during the run (the suite's
-    ``kv_settings`` inherit it), the previous profile afterwards."""
-
-    def __init__(self) -> None:
-        self.previous = settings.get_current_profile_name()
-
-    def pytest_configure(self, config: pytest.Config) -> None:
-        settings.load_profile(_NO_SHRINK)
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        settings.load_profile(self.previous)
-
-
-def _run_area(pytester: pytest.Pytester, impl: str) -> tuple[set[str], set[str], int]:
-    """Run the batch_metadata area on ``impl``: (failed test functions, passed test
-    functions, number of skipped tests)."""
-    ini = pytester.makeini("[pytest]\n")  # not the checkout's pytest settings
-    pytester.syspathinsert()
-    # no:terminal: the verdict (and the whole-suite inventory it would collect) is not needed.
-    rec = pytester.inline_run(f"--kv-impl={impl}", "-p", "no:cacheprovider", "-p",
-                              "no:terminal", "-c", str(ini), str(AREA_FILE),
-                              plugins=[_NoShrinkProfile()])
-    passed, skipped, failed = rec.listoutcomes()
-    assert passed or failed, f"{impl}: nothing ran"
-
-    def functions(reports: list[pytest.TestReport]) -> set[str]:
-        return {r.nodeid.split("::")[-1].split("[")[0] for r in reports}
-
-    return functions(failed), functions(passed), len(skipped)
-
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_area_fails_each_bug(pytester: pytest.Pytester, mutant: str) -> None:
     source, must_fail = MUTANTS[mutant]
     pytester.makepyfile(**{mutant: textwrap.dedent(_HEADER.format(name=mutant)) + source})
-    failed, passed, skipped = _run_area(pytester, mutant)
+    failed, passed, skipped = run_area(pytester, AREA_FILE, mutant)
     assert failed == must_fail, (
         f"{mutant}: failing tests {sorted(failed)}, expected exactly {sorted(must_fail)}")
     assert skipped == 0 and passed, (mutant, passed, skipped)
 
 
 def test_reference_passes_area(pytester: pytest.Pytester) -> None:
-    failed, passed, skipped = _run_area(pytester, "reference")
+    failed, passed, skipped = run_area(pytester, AREA_FILE, "reference")
     assert not failed and skipped == 0, (failed, skipped)
     assert passed == {"test_build_batch_worked_examples", "test_build_batch_matches_reference",
                       "test_flashinfer_csr_worked_examples",

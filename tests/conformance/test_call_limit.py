@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from kv_helpers import reference_capabilities_source
 
 from kvcheck.conformance.call_limit import STUCK_EXIT_CODE, AdapterTimeout, CallLimit
 from kvcheck.conformance.loader import load_impl
@@ -159,11 +160,12 @@ def test_gil_holding_call_ends_the_process_via_faulthandler(tmp_path: Any) -> No
     assert "Timeout (" in proc.stderr and "in gil" in proc.stderr
 
 
-HANGING_IMPL = """
+_CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool"})
+HANGING_IMPL = f"""
 import time
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("hangs", "0", _R.capabilities - {"block_pool", "kernels", "sizing"})
+IMPL_INFO = ImplInfo("hangs", "0", {_CAPS})
 class M(ReferenceManager):
     def allocate_slots(self, request, *args):
         if request.num_tokens > 12:

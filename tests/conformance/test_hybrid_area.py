@@ -4,7 +4,7 @@ both vLLM profiles, and each hand-written single-bug hybrid mutant
 fails the tests that own its bug: the golden scenarios, the hybrid laws of random workloads
 (no oracle), the differential against the reference.
 
-The area runs in-process (``inline_run``) with the mutant-run settings of
+The area runs in-process (``inner_runs.run_area``) with the mutant-run settings of
 ``tests/mutants/test_mutants.py``: ``--kv-max-examples=15`` and no shrinking (only the verdict
 matters; shrinking a multi-group workload takes minutes).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import Phase, settings
+from inner_runs import AreaOutcome, run_area
 
 import kvcheck.adapters.reference  # kept imported across the in-process runs
 import kvcheck.conformance
@@ -46,40 +46,11 @@ MUTANTS: dict[tuple[str, str], set[str]] = {
     ("hybrid_chunk_keeps_finished", "vllm-0.33"): {GOLDEN, LAWS},
 }
 
-_NO_SHRINK = "kvcheck-hybrid-area-no-shrink"
-settings.register_profile(_NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-
-
-class _NoShrinkProfile:
-    """Inner-run plugin: the no-shrink Hypothesis profile, restored afterwards."""
-
-    def __init__(self) -> None:
-        self.previous = settings.get_current_profile_name()
-
-    def pytest_configure(self, config: pytest.Config) -> None:
-        settings.load_profile(_NO_SHRINK)
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        settings.load_profile(self.previous)
-
-
-def _run_area(pytester: pytest.Pytester, impl: str, profile: str,
-              ) -> tuple[set[str], set[str], int]:
-    """Run the hybrid area on ``impl`` under ``profile``: (failed test functions, passed test
-    functions, number of skipped tests)."""
-    ini = pytester.makeini("[pytest]\n")  # not the checkout's pytest settings
-    pytester.syspathinsert(MUTANTS_DIR)  # the mutants import as top-level modules
-    rec = pytester.inline_run(f"--kv-impl={impl}", f"--kv-profile={profile}",
-                              f"--kv-max-examples={MAX_EXAMPLES}", "-p", "no:cacheprovider",
-                              "-p", "no:terminal", "-c", str(ini), str(AREA_FILE),
-                              plugins=[_NoShrinkProfile()])
-    passed, skipped, failed = rec.listoutcomes()
-    assert passed or failed, f"{impl}: nothing ran"
-
-    def functions(reports: list[pytest.TestReport]) -> set[str]:
-        return {r.nodeid.split("::")[-1].split("[")[0] for r in reports}
-
-    return functions(failed), functions(passed), len(skipped)
+def _run_area(pytester: pytest.Pytester, impl: str, profile: str) -> AreaOutcome:
+    """Run the hybrid area on ``impl`` under ``profile`` (the mutants import as top-level
+    modules of ``MUTANTS_DIR``)."""
+    return run_area(pytester, AREA_FILE, impl, f"--kv-profile={profile}",
+                    f"--kv-max-examples={MAX_EXAMPLES}", path=MUTANTS_DIR)
 
 
 def test_every_hybrid_mutant_is_listed() -> None:

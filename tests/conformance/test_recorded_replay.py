@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kv_helpers import reference_capabilities_source
 
 from kvcheck.conformance.differential import ConformanceMismatch, load_trace
 from kvcheck.conformance.loader import load_impl
@@ -22,12 +23,13 @@ TESTS = Path(__file__).resolve().parents[1]
 MUTANTS = TESTS / "mutants"
 SUITE_FILE = TESTS.parent / "conformance" / "test_recorded.py"
 
+_CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool"})
 # The reference, but its free queue is shown tail first: wrong wherever the queue is compared.
-QUEUE_REVERSED = """
+QUEUE_REVERSED = f"""
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-CAPS = _R.capabilities - {"block_pool", "kernels", "sizing"}
-IMPL_INFO = ImplInfo("queue_reversed", "0", CAPS if DECLARE else CAPS - {"free_queue_order"})
+CAPS = {_CAPS}
+IMPL_INFO = ImplInfo("queue_reversed", "0", CAPS if DECLARE else CAPS - {{"free_queue_order"}})
 class M(ReferenceManager):
     def free_block_ids(self):
         return list(reversed(super().free_block_ids()))

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import pytest
 from harness_fakes import FakeManager
 from hypothesis import HealthCheck, Phase, settings
+from kv_helpers import reference_capabilities
 
 from kvcheck.adapters.reference import IMPL_INFO as REFERENCE_INFO
 from kvcheck.adapters.reference import ReferenceManager
@@ -217,7 +218,7 @@ def test_random_workloads_catch_lookahead_cached_during_chunked_prefill(profile:
     """The suite's differential run (40 derandomized examples) fails this bug on its own;
     the old workloads, with no lookahead op, passed it."""
     info = ImplInfo(name="lookahead-cached", version="0",
-                    capabilities=REFERENCE_INFO.capabilities - {"kernels", "sizing"},
+                    capabilities=reference_capabilities(),
                     profile=profile, hash_algos=REFERENCE_INFO.hash_algos,
                     reserved_block_ids=REFERENCE_INFO.reserved_block_ids)
     buggy = ImplHandle(name="lookahead-cached", target="reference",

@@ -186,6 +186,8 @@ def build(
         name=name,
         version=__version__,
         # The mutants wrap the single-group manager: no grouped specs, no sizing functions.
+        # Spelled out here, not taken from tests/kv_helpers.py (MODULE_LEVEL_CAPABILITIES): a
+        # mutant must import with only tests/mutants on the path (README's replay commands).
         capabilities=REFERENCE_INFO.capabilities - {
             "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
             "sizing"} - drop,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from inner_runs import NoShrinkProfile
 
 import kvcheck.adapters.reference
 import kvcheck.conformance
@@ -109,24 +109,6 @@ EXPECTED: dict[str, set[str]] = {
     "mut_event_tokens_from_start": {"events"},
 }
 
-_NO_SHRINK = "kvcheck-mutants-no-shrink"
-settings.register_profile(_NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-
-
-class _NoShrinkProfile:
-    """Inner-run plugin: load the no-shrink Hypothesis profile (the suite's ``kv_settings``
-    inherit every field they do not set from it) and restore the previous one afterwards."""
-
-    def __init__(self) -> None:
-        self.previous = settings.get_current_profile_name()
-
-    def pytest_configure(self, config: pytest.Config) -> None:
-        settings.load_profile(_NO_SHRINK)
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        settings.load_profile(self.previous)
-
-
 class _SkipRestOfFailedArea:
     """Inner-run plugin: once a test of a suite module (an area) has failed, skip that
     module's remaining tests. The verdict per area needs one failure; the rest would only
@@ -182,7 +164,7 @@ def _run_suite(pytester: pytest.Pytester, impl: str, *args: str, subprocess: boo
         with pytest.MonkeyPatch.context() as patch:
             _no_inventory_subprocess(patch)
             result = pytester.runpytest_inprocess(*argv,
-                                                  plugins=[_NoShrinkProfile(), *plugins])
+                                                  plugins=[NoShrinkProfile(), *plugins])
     assert report.exists(), (
         f"no --kv-report record from the {impl} run (exit {result.ret}):\n"
         + "\n".join(result.outlines[-40:]))

@@ -8,17 +8,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from kv_helpers import reference_capabilities_source
 
 from kvcheck.conformance.differential import write_trace
 from kvcheck.conformance.ops import add, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.plugin.cli import main
 
+_CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool"})
 # A manager that frees in forward order (the bug vLLM's reversed() prevents).
-FORWARD_FREE = """
+FORWARD_FREE = f"""
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("forward", "0", _R.capabilities - {"block_pool", "kernels", "sizing"})
+IMPL_INFO = ImplInfo("forward", "0", {_CAPS})
 class M(ReferenceManager):
     def free(self, request_id):
         blocks = self.manager.req_to_blocks.pop(request_id, [])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kv_helpers import make_ref
+from kv_helpers import make_ref, reference_capabilities_source
 
 import kvcheck
 import kvcheck.plugin
@@ -105,14 +105,14 @@ class Engine:
         return getattr(self._manager, name)
 """
 
-ADAPTER = """
+_CAPS = reference_capabilities_source("_ref.IMPL_INFO.capabilities")
+ADAPTER = f"""
 from dataclasses import replace
 
 import kvcheck.adapters.reference as _ref
 from mypkg.engine import Engine
 
-IMPL_INFO = replace(_ref.IMPL_INFO, name="mine",
-                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing"})
+IMPL_INFO = replace(_ref.IMPL_INFO, name="mine", capabilities={_CAPS})
 make_block_pool = _ref.make_block_pool
 
 

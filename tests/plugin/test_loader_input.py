@@ -3,10 +3,12 @@ decided before any test runs, with no traceback (issue 10 item 6)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
+from kv_helpers import MODULE_LEVEL_CAPABILITIES, reference_capabilities_source
 
 import kvcheck.adapters.reference
 
@@ -18,17 +20,19 @@ from kvcheck.errors import KVCheckInputError
 
 SUITE_DIR = Path(kvcheck.conformance.differential.__file__).resolve().parent
 
+_CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool"})
 BASE = """
 import time
 from kvcheck.adapters.reference import IMPL_INFO as _R, make_kv_cache_manager
 from kvcheck.conformance.protocol import ImplInfo, UnsupportedSpec
-CAPS = _R.capabilities - {{"block_pool", "kernels", "sizing"}}
+CAPS = {caps}
 IMPL_INFO = {info}
 """
 
 
 def make_impl(pytester: pytest.Pytester, info: str, extra: str = "") -> None:
-    pytester.makepyfile(bad_impl=textwrap.dedent(BASE.format(info=info)) + textwrap.dedent(extra))
+    source = textwrap.dedent(BASE.format(caps=_CAPS, info=info)) + textwrap.dedent(extra)
+    pytester.makepyfile(bad_impl=source)
     pytester.syspathinsert()
 
 
@@ -105,6 +109,18 @@ def test_factory_name_not_an_identifier(pytester: pytest.Pytester) -> None:
 def test_bad_impl_info_fields(pytester: pytest.Pytester, info: str, message: str) -> None:
     make_impl(pytester, info)
     assert message in usage_error(pytester)
+
+
+@pytest.mark.parametrize("capability", sorted(MODULE_LEVEL_CAPABILITIES))
+def test_module_level_capability_is_looked_up_on_the_module(pytester: pytest.Pytester,
+                                                            capability: str) -> None:
+    """``kv_helpers.MODULE_LEVEL_CAPABILITIES`` (what every stand-in drops) names capabilities
+    the loader checks on the module: declared by a module that defines none of their
+    functions, each is refused. (That a stand-in declaring the rest loads, every test here
+    that loads ``CAPS`` shows.)"""
+    make_impl(pytester, f'ImplInfo("bad", "1", CAPS | {{{capability!r}}})')
+    text = usage_error(pytester)
+    assert re.search(rf"capability '{capability}' is declared but (the )?module ", text), text
 
 
 def test_factory_declining_every_probe(pytester: pytest.Pytester) -> None:

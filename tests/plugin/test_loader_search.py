@@ -12,14 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from kv_helpers import reference_capabilities_source
 
 from kvcheck.conformance.loader import ImplLoadError, load_impl
 
-ADAPTER = """
+_CAPS = reference_capabilities_source("_ref.IMPL_INFO.capabilities")
+ADAPTER = f"""
 from dataclasses import replace
 import kvcheck.adapters.reference as _ref
-IMPL_INFO = replace(_ref.IMPL_INFO, name="mine",
-                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing"})
+IMPL_INFO = replace(_ref.IMPL_INFO, name="mine", capabilities={_CAPS})
 make_kv_cache_manager = _ref.make_kv_cache_manager
 make_block_pool = _ref.make_block_pool
 """

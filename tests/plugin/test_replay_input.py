@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kv_helpers import reference_capabilities_source
 
 from kvcheck.conformance.differential import _safe, write_trace
 from kvcheck.conformance.ops import add, decode, free, schedule
@@ -133,17 +134,17 @@ def test_unloadable_impl_is_an_input_error(tmp_path: Path,
     assert code == 2 and "--kv-impl=no_such_module_xyz: cannot import" in err
 
 
-PICKY = """
+_CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool"})
+PICKY = f"""
 from kvcheck.adapters.reference import IMPL_INFO as _R, make_kv_cache_manager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("picky", "0", _R.capabilities - {"block_pool", "kernels", "sizing"},
-                     block_sizes=(16,))
+IMPL_INFO = ImplInfo("picky", "0", {_CAPS}, block_sizes=(16,))
 """
-HANGS = """
+HANGS = f"""
 import time
 from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("hangs", "0", _R.capabilities - {"block_pool", "kernels", "sizing"})
+IMPL_INFO = ImplInfo("hangs", "0", {_CAPS})
 class M(ReferenceManager):
     def allocate_slots(self, request, *args):
         time.sleep(3600)

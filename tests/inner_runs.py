@@ -1,0 +1,65 @@
+"""In-process runs of the shipped suite on an implementation, for the tests that prove the
+suite has teeth (``tests/mutants/test_mutants.py``, ``tests/conformance/test_hybrid_area.py``,
+``tests/conformance/test_batch_metadata_mutants.py``); importable because pyproject sets
+``pythonpath = ["tests"]``.
+
+Such a run wants only the verdict, so Hypothesis runs without its shrink phase: shrinking a
+failing workload would take most of a minute (minutes for a multi-group one) and change no
+verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from hypothesis import Phase, settings
+
+NO_SHRINK = "kvcheck-inner-run-no-shrink"
+settings.register_profile(NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
+class NoShrinkProfile:
+    """Inner-run plugin: the no-shrink Hypothesis profile during the run (the suite's
+    ``kv_settings`` inherit every field they do not set from it), the previous profile
+    afterwards."""
+
+    def __init__(self) -> None:
+        self.previous = settings.get_current_profile_name()
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        settings.load_profile(NO_SHRINK)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        settings.load_profile(self.previous)
+
+
+class AreaOutcome(NamedTuple):
+    """One area run: its failed and passed test functions (names without parameters), and
+    how many tests it skipped."""
+
+    failed: set[str]
+    passed: set[str]
+    skipped: int
+
+
+def run_area(pytester: pytest.Pytester, area_file: Path, impl: str, *args: str,
+             path: Path | None = None) -> AreaOutcome:
+    """Run one suite module (an area) in-process on ``--kv-impl=impl`` with ``args``, no
+    shrinking, and ``path`` (default: pytester's folder) on ``sys.path`` for the
+    implementation's import. The checkout's pytest settings are not used (an empty ini), nor
+    the terminal reporter (the verdict, and the whole-suite inventory it would collect, are
+    not needed)."""
+    ini = pytester.makeini("[pytest]\n")
+    pytester.syspathinsert(path)
+    rec = pytester.inline_run(f"--kv-impl={impl}", *args, "-p", "no:cacheprovider",
+                              "-p", "no:terminal", "-c", str(ini), str(area_file),
+                              plugins=[NoShrinkProfile()])
+    passed, skipped, failed = rec.listoutcomes()
+    assert passed or failed, f"{impl}: nothing ran"
+
+    def functions(reports: list[pytest.TestReport]) -> set[str]:
+        return {r.nodeid.split("::")[-1].split("[")[0] for r in reports}
+
+    return AreaOutcome(functions(failed), functions(passed), len(skipped))
