@@ -26,11 +26,15 @@ BlockHashWithGroupId = NewType("BlockHashWithGroupId", bytes)
 _GROUP_ID_BYTES = 4
 
 
+def group_id_suffix(group_id: int) -> bytes:
+    """The 4 bytes a group id adds to a block hash: ``group_id.to_bytes(4, "big")``. Hot
+    loops compute it once and append it themselves (``block_hash + suffix``)."""
+    return group_id.to_bytes(_GROUP_ID_BYTES, "big", signed=False)
+
+
 def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> BlockHashWithGroupId:
     """``block_hash ‖ group_id.to_bytes(4, "big")``: 36 bytes for sha256, 20 for xxhash."""
-    return BlockHashWithGroupId(
-        bytes(block_hash) + group_id.to_bytes(_GROUP_ID_BYTES, "big", signed=False)
-    )
+    return BlockHashWithGroupId(bytes(block_hash) + group_id_suffix(group_id))
 
 
 def get_block_hash(key: bytes) -> BlockHash:

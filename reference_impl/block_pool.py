@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 
 from kvcheck.reference_impl.block import (
     BlockHash,
+    BlockHashWithGroupId,
     KVCacheBlock,
     get_block_hash,
     get_group_id,
+    group_id_suffix,
     make_block_hash_with_group_id,
 )
 from kvcheck.reference_impl.block_hash_map import BlockHashToBlockMap
@@ -121,12 +123,14 @@ class BlockPool:
             )
         new_hashes: list[bytes] = []
         new_extra_keys: list[object] = []
+        suffix = group_id_suffix(kv_cache_group_id)  # once: this loop runs per full block
+        block_hashes = request.block_hashes
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block.is_null:
                 continue
-            block_hash = request.block_hashes[i]
-            key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+            block_hash = block_hashes[i]
+            key = BlockHashWithGroupId(block_hash + suffix)
             if block.block_hash == key:
                 continue  # already cached under this key: 0.33's idempotent insert
             block.block_hash = key  # raises if the block holds another key

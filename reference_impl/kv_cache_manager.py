@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvcheck.reference_impl.block import KVCacheBlock
+from kvcheck.reference_impl.block import BlockHashWithGroupId, KVCacheBlock, group_id_suffix
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.errors import KVCacheMisuseError
@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads this annotation
     from typing_extensions import Unpack
 
 __all__ = ["PYTHONHASHSEED_FROM_ENV", "KVCacheManager", "make_block_hasher"]
+
+#: The key suffix of the one group a single-group manager has (``group_id_suffix(0)``).
+_GROUP_0_SUFFIX = group_id_suffix(0)
 
 #: ``pythonhashseed``'s default in the managers: take the NONE_HASH from the environment.
 PYTHONHASHSEED_FROM_ENV = object()
@@ -131,11 +134,15 @@ class KVCacheManager:
         max_cache_hit_length = request.num_tokens - 1
         max_num_blocks = max_cache_hit_length // self.block_size
         computed: list[KVCacheBlock] = []
+        # BlockPool.get_cached_block(block_hash, (0,)) for one group, unrolled: this loop runs
+        # once per prompt block of every admission.
+        lookup = self.block_pool.cached_block_hash_to_block.get_one_block
+        suffix = _GROUP_0_SUFFIX
         for block_hash in request.block_hashes[:max_num_blocks]:
-            hit = self.block_pool.get_cached_block(block_hash, (0,))
+            hit = lookup(BlockHashWithGroupId(block_hash + suffix))
             if hit is None:
                 break
-            computed.append(hit[0])
+            computed.append(hit)
         return computed, len(computed) * self.block_size
 
     # ---------------------------------------------------------------- allocation
@@ -150,8 +157,10 @@ class KVCacheManager:
         held = len(self.req_to_blocks.get(request.request_id, ()))
         num_required = cdiv(num_tokens, self.block_size)
         num_new = num_required - len(new_computed_blocks) - held
-        if self.profile.clamp_blocks_to_allocate:
-            num_new = max(num_new, 0)
+        if num_new < 0 and self.profile.clamp_blocks_to_allocate:
+            num_new = 0
+        if not new_computed_blocks:  # every decode step: nothing to count
+            return num_new
         num_free_hits = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
         return num_new + num_free_hits
 
@@ -178,16 +187,19 @@ class KVCacheManager:
             KVCacheMisuseError: nothing to allocate (``num_new_tokens == 0`` without hits; in
                 ``vllm-0.10`` any ``num_new_tokens == 0``).
         """
-        hits = list(new_computed_blocks or ())
-        for name, value in (
-            ("num_new_tokens", num_new_tokens),
-            ("num_new_computed_tokens", num_new_computed_tokens),
-            ("num_lookahead_tokens", num_lookahead_tokens),
-        ):
-            if value < 0:
-                raise KVCacheMisuseError(
-                    f"allocate_slots({request.request_id!r}): {name} must be >= 0, got {value}"
-                )
+        hits = list(new_computed_blocks) if new_computed_blocks else []
+        if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0:
+            # One comparison chain on the hot path; the loop only names the culprit.
+            for name, value in (
+                ("num_new_tokens", num_new_tokens),
+                ("num_new_computed_tokens", num_new_computed_tokens),
+                ("num_lookahead_tokens", num_lookahead_tokens),
+            ):
+                if value < 0:
+                    raise KVCacheMisuseError(
+                        f"allocate_slots({request.request_id!r}): {name} must be >= 0, got "
+                        f"{value}"
+                    )
         if num_new_computed_tokens != len(hits) * self.block_size:
             raise KVCacheMisuseError(
                 f"allocate_slots({request.request_id!r}): num_new_computed_tokens="
@@ -221,7 +233,7 @@ class KVCacheManager:
         # Touch first: a hit sitting in the free queue must leave it before get_new_blocks
         # pops from the head, or this request could evict its own prefix
         # (test_computed_blocks_not_evicted).
-        if self.enable_caching:
+        if hits and self.enable_caching:
             self.block_pool.touch(hits)
         req_blocks = self.req_to_blocks.setdefault(request.request_id, [])
         if not is_running:

@@ -130,10 +130,15 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
         """Append sampled tokens and hash any block they complete."""
-        new = [token_ids] if isinstance(token_ids, int) else list(token_ids)
-        if new and min(new) < 0:
-            raise KVCacheMisuseError(f"request {self.request_id!r}: token ids must be >= 0")
-        self.all_token_ids.extend(new)
+        if isinstance(token_ids, int):  # one sampled token: every decode step
+            if token_ids < 0:
+                raise KVCacheMisuseError(f"request {self.request_id!r}: token ids must be >= 0")
+            self.all_token_ids.append(token_ids)
+        else:
+            new = list(token_ids)
+            if new and min(new) < 0:
+                raise KVCacheMisuseError(f"request {self.request_id!r}: token ids must be >= 0")
+            self.all_token_ids.extend(new)
         self.update_block_hashes()
 
     def update_block_hashes(self) -> None:
