@@ -104,19 +104,31 @@ def workload_spec(workload: Workload, hash_algo: str = "sha256") -> KVCacheSpec:
 
 
 class SchedulerBench(RoundBench):
-    """One workload per round through ``run_workload`` on a fresh manager."""
+    """One workload per round through ``run_workload`` on a fresh manager.
+
+    Subclasses replay on another pool or loop by overriding ``spec`` and ``replay``
+    (``kvcheck.bench.hybrid.HybridBench``: a grouped pool, the per-group loop).
+    """
 
     def __init__(self, impl: Any, workload: Workload) -> None:
         super().__init__()
         self.impl = impl
         self.workload = workload
 
+    def spec(self) -> KVCacheSpec:
+        """The pool each round's fresh manager is built for."""
+        return workload_spec(self.workload)
+
+    def replay(self, manager: Any) -> SchedulerRun:
+        """One round: the workload through the scheduler loop."""
+        return run_workload(manager, self.workload)
+
     def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         gc.collect()
-        return (self.impl.make_manager(workload_spec(self.workload), guard=False),), {}
+        return (self.impl.make_manager(self.spec(), guard=False),), {}
 
     def run(self, manager: Any) -> None:
-        result = run_workload(manager, self.workload)
+        result = self.replay(manager)
         self.results.append(result)
         self.advance(result.on_cpu_ns / 1e9)
 
@@ -133,7 +145,7 @@ class SchedulerBench(RoundBench):
             "produced": {**trace_profile(w.requests, w.block_size), **self.produced()},
         }
 
-    def produced(self) -> dict[str, float]:
+    def produced(self) -> dict[str, Any]:
         """What the measured rounds achieved (the first one; replays are deterministic):
         prefix hit rate, preemptions, peak usage. Empty before any round."""
         if not self.results:

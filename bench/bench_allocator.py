@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvcheck.bench.allocator import HashingBench, SchedulerBench, SlotMappingBench
+from kvcheck.bench.allocator import HashingBench, SlotMappingBench
 from kvcheck.bench.hybrid import HYBRID_SCENARIOS, HybridBench, hybrid_spec, make_hybrid_workload
 from kvcheck.bench.timing import allocator_time
-from kvcheck.bench.workloads import SCENARIOS
+from kvcheck.bench.trace_workload import scheduler_bench_maker
 from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
 
@@ -26,14 +26,15 @@ def _require(kv_impl, capability: str, what: str) -> None:
 
 
 @pytest.mark.benchmark(group="scheduler", timer=allocator_time, disable_gc=True)
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference, scenario: str) -> None:
-    """Continuous batching of one named workload: scheduled tokens/s, allocate_slots calls/s
-    and latency, prefix hit rate, peak usage, preemptions."""
+    """Continuous batching of one workload (a built-in scenario, or a ``--kv-bench-workload``
+    value: see the bench plugin's ``pytest_generate_tests``): scheduled tokens/s,
+    allocate_slots calls/s and latency, prefix hit rate, peak usage, preemptions."""
     _require(kv_impl, "manager", "the scheduler loop")
     workload = kv_bench.workload(scenario)
     kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
-                           lambda impl: SchedulerBench(impl, workload), "scheduler", scenario)
+                           scheduler_bench_maker(workload, kv_impl, kv_reference), "scheduler",
+                           workload.scenario)
 
 
 @pytest.mark.benchmark(group="scheduler", timer=allocator_time, disable_gc=True)

@@ -30,15 +30,13 @@ when shorter). The pool is never smaller than the largest request's peak
 from __future__ import annotations
 
 import functools
-import gc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvcheck.bench.allocator import RoundBench, scheduler_metrics
+from kvcheck.bench.allocator import SchedulerBench
 from kvcheck.bench.hybrid_scheduler import HybridRun, run_hybrid_workload
-from kvcheck.bench.metrics import Metric
 from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import (
     DEFAULT_BLOCK_SIZE,
@@ -46,7 +44,6 @@ from kvcheck.bench.workloads import (
     RequestSpec,
     Workload,
     scaled_count,
-    trace_profile,
     working_set_blocks,
 )
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
@@ -211,39 +208,25 @@ def describe_groups(groups: tuple[KVCacheGroupSpec, ...]) -> list[str]:
             f"chunk{g.attention_chunk_size}" for g in groups]
 
 
-class HybridBench(RoundBench):
-    """One hybrid workload per round through ``run_hybrid_workload`` on a fresh manager.
+class HybridBench(SchedulerBench):
+    """One hybrid workload per round through ``run_hybrid_workload`` on a fresh manager of
+    the grouped spec (``SchedulerBench`` with another pool and loop).
 
     ``setup`` raises ``UnsupportedSpec`` when the implementation declines the grouped spec.
     """
 
     def __init__(self, impl: Any, hybrid: HybridWorkload) -> None:
-        super().__init__()
-        self.impl = impl
+        super().__init__(impl, hybrid.workload)
         self.hybrid = hybrid
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        gc.collect()
-        return (self.impl.make_manager(hybrid_spec(self.hybrid), guard=False),), {}
+    def spec(self) -> KVCacheSpec:
+        return hybrid_spec(self.hybrid)
 
-    def run(self, manager: Any) -> None:
-        result = run_hybrid_workload(manager, self.hybrid.workload, len(self.hybrid.groups))
-        self.results.append(result)
-        self.advance(result.on_cpu_ns / 1e9)
+    def replay(self, manager: Any) -> SchedulerRun:
+        return run_hybrid_workload(manager, self.workload, len(self.hybrid.groups))
 
     def info(self) -> dict[str, Any]:
-        w = self.hybrid.workload
-        return {
-            "scenario": w.scenario, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
-            "kv_cache_groups": describe_groups(self.hybrid.groups),
-            "num_requests": len(w.requests), "num_prompt_tokens": w.num_prompt_tokens,
-            "num_output_tokens": w.num_output_tokens, "num_blocks": w.num_blocks,
-            "block_size": w.block_size, "working_set_blocks": w.working_set_blocks,
-            "pool_fraction": w.pool_fraction, "max_num_seqs": w.max_num_seqs,
-            "max_num_batched_tokens": w.max_num_batched_tokens,
-            "distributions": dict(w.distributions),
-            "produced": {**trace_profile(w.requests, w.block_size), **self.produced()},
-        }
+        return {**super().info(), "kv_cache_groups": describe_groups(self.hybrid.groups)}
 
     def produced(self) -> dict[str, Any]:
         """What the first measured round produced (replays are deterministic): hit rate,
@@ -261,7 +244,3 @@ class HybridBench(RoundBench):
                 "peak_live_blocks": list(run.peak_live_blocks),
                 "window_freed_blocks": list(run.window_freed_blocks),
                 "hit_null_blocks": list(run.hit_null_blocks)}
-
-    def metrics(self, results: list[HybridRun]) -> list[Metric]:
-        runs: list[SchedulerRun] = list(results)
-        return scheduler_metrics(runs)

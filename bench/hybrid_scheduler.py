@@ -21,11 +21,10 @@ requests are freed, the loop reads every running request's per-group block table
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcheck.bench.scheduler import SchedulerRun, _Scheduler, _StepBatch
+from kvcheck.bench.scheduler import SchedulerRun, _Scheduler, _StepBatch, drive
 from kvcheck.bench.workloads import Workload
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
@@ -110,7 +109,7 @@ def run_hybrid_workload(manager: Any, workload: Workload, num_groups: int,
     Raises:
         KVCheckInputError: ``num_groups < 1``.
         KVCheckFailure: a request cannot be admitted into an otherwise empty pool, the replay
-            exceeds ``max_steps`` (default: 4 steps per trace token plus 1000), or
+            exceeds ``max_steps`` (default: see ``scheduler.drive``), or
             ``get_block_ids`` does not return one list per group.
     """
     if num_groups < 1:
@@ -119,17 +118,5 @@ def run_hybrid_workload(manager: Any, workload: Workload, num_groups: int,
                     live_block_steps=[0] * num_groups, null_block_steps=[0] * num_groups,
                     peak_live_blocks=[0] * num_groups, window_freed_blocks=[0] * num_groups,
                     hit_null_blocks=[0] * num_groups)
-    scheduler = _HybridScheduler(manager, workload, run, num_groups)
-    limit = max_steps if max_steps is not None else (
-        4 * sum(r.num_tokens for r in workload.requests) + 1000)
-    step = 0
-    wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
-    while scheduler.has_work:
-        if step >= limit:
-            raise KVCheckFailure(scheduler.stall_message(step))
-        scheduler.step(step)
-        step += 1
-    run.cpu_ns = time.thread_time_ns() - cpu0
-    run.wall_ns = time.perf_counter_ns() - wall0
-    run.steps = step
+    drive(_HybridScheduler(manager, workload, run, num_groups), max_steps)
     return run

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from kvcheck.bench.session import BenchOptions, BenchSession
+from kvcheck.errors import KVCheckInputError
 from kvcheck.plugin.hooks import add_hookspecs
 
 __all__ = ["BENCH_STATE", "BenchState"]
@@ -105,6 +106,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "driver's memory clock and bus width)",
     )
     group.addoption(
+        "--kv-bench-workload", action="append", default=[], metavar="NAME|trace:PATH",
+        help="time the scheduler benchmark (test_scheduler) on this workload instead of the "
+             "built-in scenarios: a scenario name, or trace:PATH for a request trace file "
+             "(JSON Lines: explicit tokens, Mooncake-style hash_ids, or lengths; see python "
+             "-m kvcheck.bench.trace_workload --help); repeat for several",
+    )
+    group.addoption(
         "--kv-bench-report", default=None, metavar="PATH",
         help="write kvcheck result records (JSON Lines, one per implementation / kernel "
              "provider) with raw samples and the full environment, atomically",
@@ -122,6 +130,7 @@ def _options(config: pytest.Config) -> BenchOptions:
         l2=config.getoption("kv_bench_l2", "cold"),
         peak_gbps=config.getoption("kv_bench_peak_gbps", None),
         report=config.getoption("kv_bench_report", None),
+        workloads=tuple(config.getoption("kv_bench_workload", None) or ()),
     )
 
 
@@ -249,6 +258,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(state, "kvcheck-bench-session")
     if not options.enabled:
         return
+    try:
+        state.session.check_workloads()
+    except KVCheckInputError as exc:
+        raise pytest.UsageError(f"kvcheck: --kv-bench-workload: {exc}") from None
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         # `pytest --kv-impl=X --kv-bench` with no paths runs the shipped benchmarks.
         config.args = [str(_BENCH_DIR)]
@@ -270,6 +283,23 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Mod
            for pattern in parent.config.getini("python_files")):
         return None
     return pytest.Module.from_parent(parent, path=file_path)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``test_scheduler``'s ``scenario``: the ``--kv-bench-workload`` values when given (ids:
+    scenario names, ``trace:<file name>``), else every built-in scenario. ``trylast``: after
+    the suite plugin's ``kv_impl``, so ids read ``test_scheduler[<impl>-<scenario>]``."""
+    if (metafunc.definition.name != "test_scheduler"
+            or metafunc.definition.path.name != "bench_allocator.py"
+            or "scenario" not in metafunc.fixturenames):
+        return
+    from kvcheck.bench.trace_workload import is_trace_workload, trace_path
+    from kvcheck.bench.workloads import SCENARIOS
+
+    chosen = metafunc.config.getoption("kv_bench_workload", None) or list(SCENARIOS)
+    metafunc.parametrize("scenario", chosen, ids=[
+        f"trace:{trace_path(v).name}" if is_trace_workload(v) else v for v in chosen])
 
 
 @pytest.hookimpl(optionalhook=True)

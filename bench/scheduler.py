@@ -36,7 +36,7 @@ from kvcheck.bench.workloads import RequestSpec, Workload
 from kvcheck.conformance.protocol import RequestView
 from kvcheck.errors import KVCheckFailure
 
-__all__ = ["SchedulerRun", "run_workload"]
+__all__ = ["SchedulerRun", "drive", "run_workload"]
 
 
 @dataclass
@@ -292,13 +292,27 @@ def run_workload(manager: Any, workload: Workload, max_steps: int | None = None)
 
     Raises:
         KVCheckFailure: a request cannot be admitted into an otherwise empty pool (the pool is
-            too small for it), or the replay exceeds ``max_steps`` (default: 4 steps per trace
-            token plus 1000), which means the implementation stopped making progress.
+            too small for it), or the replay exceeds ``max_steps`` (default: see
+            ``drive``), which means the implementation stopped making progress.
     """
     run = SchedulerRun(usable_blocks=max(1, workload.num_blocks - 1))
-    scheduler = _Scheduler(manager, workload, run)
+    drive(_Scheduler(manager, workload, run), max_steps)
+    return run
+
+
+def drive(scheduler: _Scheduler, max_steps: int | None = None) -> None:
+    """Step ``scheduler`` until every request has finished, and fill its run's ``steps``,
+    ``wall_ns`` and ``cpu_ns``. The default ``max_steps`` is 4 steps per trace token, plus
+    the last arrival step (a trace file's timestamps may leave idle steps), plus 1000.
+
+    Raises:
+        KVCheckFailure: more than ``max_steps`` steps (no progress).
+    """
+    requests = scheduler.workload.requests
     limit = max_steps if max_steps is not None else (
-        4 * sum(r.num_tokens for r in workload.requests) + 1000)
+        4 * sum(r.num_tokens for r in requests)
+        + max((r.arrival_step for r in requests), default=0) + 1000)
+    run = scheduler.run
     step = 0
     wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
     while scheduler.has_work:
@@ -309,4 +323,3 @@ def run_workload(manager: Any, workload: Workload, max_steps: int | None = None)
     run.cpu_ns = time.thread_time_ns() - cpu0
     run.wall_ns = time.perf_counter_ns() - wall0
     run.steps = step
-    return run

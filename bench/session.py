@@ -36,6 +36,9 @@ class BenchOptions:
     l2: str = "cold"
     peak_gbps: float | None = None
     report: str | None = None
+    #: ``--kv-bench-workload`` values: scheduler workloads to time instead of the built-in
+    #: scenarios (a scenario name or ``trace:PATH``); empty: every built-in scenario.
+    workloads: tuple[str, ...] = ()
 
     def rounds_for(self, group: str) -> tuple[int, int]:
         """``(rounds, warmup)`` for ``allocator``, ``kernels-cuda`` or ``kernels-cpu``."""
@@ -85,13 +88,24 @@ class BenchSession:
 
     # ------------------------------------------------------------------------------ allocator
     def workload(self, scenario: str) -> Any:
-        """The session's trace of ``scenario`` (``--kv-bench-seed``, ``--kv-bench-scale``)."""
-        if scenario not in self._workloads:
-            from kvcheck.bench.workloads import make_workload
+        """The session's workload of ``scenario``: a built-in scenario's trace
+        (``--kv-bench-seed``, ``--kv-bench-scale``) or a ``trace:PATH`` file's, read once.
 
-            self._workloads[scenario] = make_workload(scenario, self.options.seed,
-                                                      self.options.scale)
+        Raises:
+            KVCheckInputError: an unknown name or a bad trace file (the message says which).
+        """
+        if scenario not in self._workloads:
+            from kvcheck.bench.trace_workload import resolve_workload
+
+            self._workloads[scenario] = resolve_workload(scenario, self.options.seed,
+                                                         self.options.scale)
         return self._workloads[scenario]
+
+    def check_workloads(self) -> None:
+        """Read every ``--kv-bench-workload`` up front, so that a bad value stops the session
+        before any benchmark runs (same errors as ``workload``)."""
+        for value in self.options.workloads:
+            self.workload(value)
 
     def run_allocator(self, benchmark: Any, request: pytest.FixtureRequest, impl: Any,
                       reference: Any, make: Callable[[Any], Any], group: str,

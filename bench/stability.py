@@ -14,6 +14,13 @@ the median of the paired ratios of the headline figure (``scheduled_tokens_per_s
 interval, for run 1 and run 2, and ``moved``: ``run2 / run1 - 1``. The exit status is 1 when a
 case moved by more than ``--tolerance`` (default 10 %).
 
+Every case gets at least ``--rounds`` timed pairs, and more when they would take less than
+``--min-time`` seconds (estimated from the warm-up pairs; at most ``--max-rounds``): the
+median of 7 pairs of a 20 ms hashing round moves by 10-20 % on a loaded machine, the median
+of 60 much less. ``--scenarios`` also takes ``trace:PATH`` (a request trace or a recorded
+corpus, as ``--kv-bench-workload``). ``--report PATH`` writes the figures as result records
+(``stability_records``), with the environment, for ``results/``.
+
 ``--layers`` adds, per scenario, the harness's share (the null adapter's floor over the
 implementation's time, ``kvcheck.bench.harness``) and the protocol layer's share of the
 engine's own time, for adapters that expose their engine manager.
@@ -31,6 +38,7 @@ run, how far the protocol-level ratio is from the manager-level one
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -39,11 +47,15 @@ from functools import partial
 from typing import Any
 
 from kvcheck.bench.allocator import HashingBench, RoundBench, SchedulerBench, workload_spec
+from kvcheck.bench.metrics import Metric, percentile
 from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
 from kvcheck.bench.paired import PairedBench, PairedRatio
-from kvcheck.bench.workloads import SCENARIOS, Workload, make_workload
+from kvcheck.bench.trace_workload import resolve_workload, scheduler_bench_maker
+from kvcheck.bench.workloads import SCENARIOS, Workload
+from kvcheck.errors import KVCheckInputError
 
-__all__ = ["LEVELS", "CaseRatio", "main", "measure_cases", "moved"]
+__all__ = ["LEVELS", "CaseRatio", "adaptive_rounds", "main", "measure_cases", "moved",
+           "protocol_layer_share", "stability_records"]
 
 HEADLINE = {"scheduler": "scheduled_tokens_per_s", "hashing": "hash_blocks_per_s"}
 #: ``--level`` choices and the levels each one measures.
@@ -52,13 +64,15 @@ LEVELS = {"protocol": ("protocol",), "manager": ("manager",), "both": ("protocol
 
 @dataclass(frozen=True)
 class CaseRatio:
-    """One case's paired ratio in one run."""
+    """One case's paired ratio in one run, and the headline metric of each side."""
 
     group: str
     case: str
     ratio: PairedRatio | None
     seconds: float  # wall time of the case (both sides, warm-up included)
     level: str = "protocol"  # or "manager": engine objects (kvcheck.bench.native)
+    mine: Metric | None = None  # the implementation's headline, per-pair samples
+    theirs: Metric | None = None  # the reference's, same pairs
 
     @property
     def label(self) -> str:
@@ -71,17 +85,45 @@ def moved(first: float, second: float) -> float:
     return second / first - 1.0
 
 
-def _measure(make: Callable[[Any], RoundBench], impl: Any, reference: Any, group: str,
-             rounds: int, warmup: int) -> PairedRatio | None:
-    ref_bench = make(reference)
-    ref_bench.clock = None
-    impl_bench = make(impl)
+def adaptive_rounds(rounds: int, pair_seconds: float, min_time: float,
+                    max_rounds: int) -> int:
+    """Timed pairs for a case whose warm-up pair took ``pair_seconds``: at least ``rounds``,
+    more when that is needed for ``min_time`` seconds of pairs, at most ``max_rounds`` (and
+    never fewer than ``rounds``). Short cases (hashing, burst_short) get many more pairs: a
+    median over more pairs moves less when the machine is loaded."""
+    if pair_seconds <= 0:
+        return rounds
+    return max(rounds, min(max_rounds, math.ceil(min_time / pair_seconds)))
+
+
+def _measure(make: Callable[[Any], RoundBench], group: str, rounds: int, warmup: int,
+             sides: tuple[Any, Any], min_time: float = 0.0, max_rounds: int = 0
+             ) -> tuple[PairedRatio | None, Metric | None, Metric | None]:
+    """One case, paired: ``warmup`` pairs, then ``adaptive_rounds`` timed pairs (``rounds``
+    when ``min_time`` is 0 or there is no warm-up to estimate from). Returns the headline's
+    paired ratio and the two sides' headline metrics."""
+    impl, reference = sides
+    return _measure_pair(make(impl), make(reference), group, rounds, warmup, min_time,
+                         max_rounds)
+
+
+def _measure_pair(impl_bench: RoundBench, ref_bench: RoundBench, group: str, rounds: int,
+                  warmup: int, min_time: float = 0.0, max_rounds: int = 0
+                  ) -> tuple[PairedRatio | None, Metric | None, Metric | None]:
+    """``_measure`` on two benches already built (either may be any ``RoundBench``)."""
     impl_bench.clock = None  # no pytest-benchmark here: nothing reads the clock
+    ref_bench.clock = None
     pair = PairedBench(impl_bench, ref_bench)
-    pair.measure(rounds, warmup)
-    mine, _ = pair.metrics(warmup)
-    headline = next(m for m in mine if m.name == HEADLINE[group])
-    return headline.paired
+    start = time.perf_counter()
+    pair.measure(0, warmup)
+    if warmup and min_time > 0:
+        per_pair = (time.perf_counter() - start) / warmup
+        rounds = adaptive_rounds(rounds, per_pair, min_time, max(max_rounds, rounds))
+    pair.measure(rounds, 0)
+    mine, theirs = pair.metrics(warmup)
+    name = HEADLINE[group]
+    headline = next(m for m in mine if m.name == name)
+    return headline.paired, headline, next((m for m in theirs if m.name == name), None)
 
 
 def _scheduler_bench(impl: Any, workload: Workload) -> RoundBench:
@@ -108,26 +150,35 @@ def manager_level_missing(impl: Any, reference: Any) -> str | None:
 
 def measure_cases(impl: Any, reference: Any, scenarios: Sequence[str],
                   hash_algos: Sequence[str], rounds: int, warmup: int, scale: float,
-                  seed: int, levels: Sequence[str] = ("protocol",)) -> list[CaseRatio]:
-    """One run: every scenario (at each of ``levels``, the manager level only when both
-    sides have the hook), then every hashing algorithm, paired with the reference."""
+                  seed: int, levels: Sequence[str] = ("protocol",), min_time: float = 0.0,
+                  max_rounds: int = 0) -> list[CaseRatio]:
+    """One run: every scenario (a name or ``trace:PATH``; at each of ``levels``, the manager
+    level only when both sides have the hook and the workload is not a recorded corpus), then
+    every hashing algorithm, paired with the reference (``_measure``: ``rounds`` timed pairs,
+    more for short cases when ``min_time`` > 0)."""
     out = []
     makers = {"protocol": _scheduler_bench, "manager": _native_bench}
     if "manager" in levels and manager_level_missing(impl, reference) is not None:
         levels = [lv for lv in levels if lv != "manager"]
     for scenario in scenarios:
-        workload = make_workload(scenario, seed, scale)
+        workload = resolve_workload(scenario, seed, scale)
         for level in levels:
+            if level == "manager" and not isinstance(workload, Workload):
+                continue  # a recorded corpus replays protocol calls: no manager level
+            make = (partial(makers[level], workload=workload) if isinstance(workload, Workload)
+                    else scheduler_bench_maker(workload, impl, reference))
             start = time.perf_counter()
-            ratio = _measure(partial(makers[level], workload=workload), impl, reference,
-                             "scheduler", rounds, warmup)
-            out.append(CaseRatio("scheduler", scenario, ratio, time.perf_counter() - start,
-                                 level))
+            ratio, mine, theirs = _measure(make, "scheduler", rounds, warmup,
+                                           (impl, reference), min_time, max_rounds)
+            out.append(CaseRatio("scheduler", workload.scenario, ratio,
+                                 time.perf_counter() - start, level, mine, theirs))
     for algo in hash_algos:
         start = time.perf_counter()
-        ratio = _measure(partial(_hashing_bench, algo=algo, seed=seed, scale=scale), impl,
-                         reference, "hashing", rounds, warmup)
-        out.append(CaseRatio("hashing", algo, ratio, time.perf_counter() - start))
+        ratio, mine, theirs = _measure(
+            partial(_hashing_bench, algo=algo, seed=seed, scale=scale), "hashing", rounds,
+            warmup, (impl, reference), min_time, max_rounds)
+        out.append(CaseRatio("hashing", algo, ratio, time.perf_counter() - start,
+                             "protocol", mine, theirs))
     return out
 
 
@@ -137,22 +188,53 @@ def _fmt(r: PairedRatio | None) -> str:
     return f"{r.ratio:6.3f} [{r.ci_low:5.3f}, {r.ci_high:5.3f}]"
 
 
-def _print_layers(impl: Any, scenarios: Sequence[str], scale: float, seed: int) -> None:
+def protocol_layer_share(impl: Any, workload: Workload, rounds: int = 7, warmup: int = 1,
+                         min_time: float = 2.0, max_rounds: int = 60
+                         ) -> tuple[float, float, float] | None:
+    """The adapter's protocol layer as a share of its engine's time, measured directly:
+    the same workload at the protocol level (``SchedulerBench``) and at the manager level
+    (the adapter's ``make_native_manager`` hook, ``kvcheck.bench.native``) in interleaved
+    pairs, ``share = protocol time / manager time - 1`` per pair. Returns ``(median share,
+    interval low, interval high)``, or None without the hook. Both levels time the same
+    engine work (manager calls plus the engine's own request building and token appends), so
+    what the protocol level adds is the adapter's marshalling and nothing else."""
+    factory = native_factory(impl)
+    if factory is None:
+        return None
+    ratio, _, _ = _measure_pair(SchedulerBench(impl, workload),
+                                NativeSchedulerBench(factory, workload, impl.name),
+                                "scheduler", rounds, warmup, min_time, max_rounds)
+    if ratio is None:
+        return None
+    # The ratio is of throughputs, protocol / manager = manager time / protocol time.
+    return 1 / ratio.ratio - 1, 1 / ratio.ci_high - 1, 1 / ratio.ci_low - 1
+
+
+def _print_layers(impl: Any, scenarios: Sequence[str], scale: float, seed: int,
+                  rounds: int = 7, min_time: float = 2.0, max_rounds: int = 60) -> None:
     from kvcheck.bench.harness import measure_layers
 
-    print(f"\nlayers of {impl.name} (median of 5 replays; shares of the engine's own time for "
-          "the protocol layer, of the adapter's time for the harness floor)")
+    print(f"\nlayers of {impl.name}: harness floor (null adapter) over the adapter's time, and "
+          "the protocol layer over the engine's own time, from a timing proxy (median of 5 "
+          "replays) and paired against the manager level (median and interval of paired "
+          "rounds; needs make_native_manager)")
     print(f"{'scenario':22s} {'adapter ms':>10s} {'engine ms':>10s} {'floor ms':>9s} "
-          f"{'harness':>8s} {'protocol':>9s}")
+          f"{'harness':>8s} {'protocol':>9s} {'protocol, paired':>26s}")
     for scenario in scenarios:
-        workload = make_workload(scenario, seed, scale)
+        workload = resolve_workload(scenario, seed, scale)
+        if not isinstance(workload, Workload):
+            print(f"{workload.scenario:22s} (a recorded corpus: no scheduler loop to split)")
+            continue
         spec = workload_spec(workload)
         lt = measure_layers(lambda s: impl.make_manager(s, guard=False), spec, workload)
         engine = "-" if lt.engine_ns is None else f"{lt.engine_ns / 1e6:10.1f}"
         share = lt.protocol_share
-        print(f"{scenario:22s} {lt.adapter_ns / 1e6:10.1f} {engine:>10s} "
+        paired = protocol_layer_share(impl, workload, rounds, 1, min_time, max_rounds)
+        paired_text = "-" if paired is None else (
+            f"{paired[0]:6.1%} [{paired[1]:6.1%}, {paired[2]:6.1%}]")
+        print(f"{workload.scenario:22s} {lt.adapter_ns / 1e6:10.1f} {engine:>10s} "
               f"{lt.floor_ns / 1e6:9.2f} {lt.harness_share:8.1%} "
-              f"{'-' if share is None else f'{share:.1%}':>9s}")
+              f"{'-' if share is None else f'{share:.1%}':>9s} {paired_text:>26s}")
 
 
 def level_agreement(cases: Sequence[CaseRatio]) -> dict[str, float]:
@@ -177,9 +259,70 @@ def _print_agreement(runs: Sequence[Sequence[CaseRatio]]) -> None:
                                       for a in agreements))
 
 
+def stability_records(impl: Any, reference: Any, runs: Sequence[Sequence[CaseRatio]],
+                      settings: dict[str, Any], environment: dict[str, Any] | None = None
+                      ) -> list[dict[str, Any]]:
+    """Result records of the runs (``kind="benchmark"``): one for the implementation and one
+    for the reference (none for the reference when it is the implementation). Per case and
+    level, the headline metric with every run's samples pooled; the implementation's carries
+    the paired ratio over all pairs (``ratio_to_reference`` and its interval), each run's
+    ratio and interval, and ``moved``. Manager-level metrics are named ``manager_<name>``,
+    as in ``--kv-bench`` records."""
+    from kvcheck.bench.native import MANAGER_PREFIX
+    from kvcheck.bench.paired import paired_ratio
+    from kvcheck.conformance import SUITE_VERSION
+    from kvcheck.results.environment import collect_environment
+    from kvcheck.results.schema import make_benchmark_record, make_metric
+
+    environment = collect_environment() if environment is None else environment
+    sides = [("impl", impl)] + ([] if impl.module is reference.module else [("ref", reference)])
+    records = []
+    for side, subject in sides:
+        metrics = []
+        for i, first in enumerate(runs[0]):
+            cells = [run[i] for run in runs]
+            got = [c.mine if side == "impl" else c.theirs for c in cells]
+            if any(m is None for m in got) or any(c.ratio is None for c in cells):
+                continue
+            samples = [x for m in got if m is not None for x in m.samples]
+            extra: dict[str, Any] = {"level": first.level, "group": first.group}
+            if side == "impl":
+                theirs = [x for c in cells if c.theirs is not None for x in c.theirs.samples]
+                pooled = paired_ratio(samples, theirs)
+                ratios = [c.ratio.ratio for c in cells if c.ratio is not None]
+                extra.update({
+                    "reference_value": percentile(theirs, 50), "reference_samples": theirs,
+                    "ratio_to_reference": None if pooled is None else pooled.ratio,
+                    **({} if pooled is None else pooled.as_extra()),
+                    "runs": [{"ratio": c.ratio.ratio, "ratio_ci": [c.ratio.ci_low,
+                                                                   c.ratio.ci_high],
+                              "pairs": c.ratio.pairs} for c in cells if c.ratio is not None],
+                    "moved": max((abs(moved(ratios[0], r)) for r in ratios[1:]),
+                                 default=None)})
+            metric = got[0]
+            assert metric is not None
+            prefix = MANAGER_PREFIX if first.level == "manager" else ""
+            metrics.append(make_metric(prefix + metric.name, metric.unit, metric.direction,
+                                       samples, case=f"{first.group}/{first.case}",
+                                       extra=extra))
+        records.append(make_benchmark_record(
+            subject, metrics, profile=subject.info.profile, suite_version=SUITE_VERSION,
+            environment=environment, seed=settings.get("seed"),
+            extra={"stability": {**settings, "runs": len(runs)}}))
+    return records
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; returns the exit status (1: a ratio moved too far; 2:
-    ``--level manager`` and a side without the hook)."""
+    """Command line entry point; returns the exit status (1: a ratio moved too far; 2: bad
+    input, named on one line, or ``--level manager`` and a side without the hook)."""
+    try:
+        return _main(argv)
+    except KVCheckInputError as exc:
+        print(f"error: {exc}")
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.stability",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default="reference", help="--kv-impl target (default: "
@@ -190,9 +333,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--scenarios", nargs="*", default=None,
-                        help=f"subset of {', '.join(SCENARIOS)}")
-    parser.add_argument("--hash-algos", nargs="*", default=None)
+                        help=f"subset of {', '.join(SCENARIOS)}, or trace:PATH (a request "
+                        "trace or a recorded corpus, as --kv-bench-workload)")
+    parser.add_argument("--hash-algos", nargs="*", default=None,
+                        help="hashing cases to time (default: every algorithm both list; "
+                        "none given: no hashing case)")
     parser.add_argument("--tolerance", type=float, default=0.10)
+    parser.add_argument("--min-time", type=float, default=2.0, metavar="S",
+                        help="time at least S seconds of pairs per case (estimated from the "
+                        "warm-up pairs; default 2): short cases get more than --rounds pairs")
+    parser.add_argument("--max-rounds", type=int, default=60,
+                        help="most timed pairs per case with --min-time (default 60)")
+    parser.add_argument("--report", default=None, metavar="PATH",
+                        help="write result records (JSON Lines, atomically): every case's "
+                        "headline samples, paired ratios per run and moves, and the "
+                        "environment")
     parser.add_argument("--layers", action="store_true",
                         help="also print the harness floor and protocol-layer shares")
     parser.add_argument("--level", choices=list(LEVELS), default="protocol",
@@ -201,11 +356,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from kvcheck.conformance.loader import load_impl
+    from kvcheck.results.io import check_output_path, write_records
 
+    if args.report is not None:
+        check_output_path(args.report, "--report", example="stability.jsonl")
     impl = load_impl(args.impl, call_timeout=None)
     reference = load_impl("reference", call_timeout=None)
     scenarios = list(args.scenarios or SCENARIOS)
-    algos = [a for a in (args.hash_algos or impl.info.hash_algos)
+    for scenario in scenarios:  # a bad name or file stops here, before any measurement
+        resolve_workload(scenario, args.seed, args.scale)
+    chosen = impl.info.hash_algos if args.hash_algos is None else args.hash_algos
+    algos = [a for a in chosen
              if a in reference.info.hash_algos]
     if not impl.has("block_hashes"):
         algos = []
@@ -221,13 +382,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run in range(args.runs):
         start = time.perf_counter()
         runs.append(measure_cases(impl, reference, scenarios, algos, args.rounds, args.warmup,
-                                  args.scale, args.seed, levels))
+                                  args.scale, args.seed, levels, args.min_time,
+                                  args.max_rounds))
         print(f"run {run + 1}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
     if not runs:  # --runs 0: only the layers
         if args.layers:
-            _print_layers(impl, scenarios, args.scale, args.seed)
+            _print_layers(impl, scenarios, args.scale, args.seed, args.rounds, args.min_time,
+                          args.max_rounds)
         return 0
-    print(f"{impl.name} / reference, median of {args.rounds} paired ratios [95% interval], "
+    print(f"{impl.name} / reference, median of >= {args.rounds} paired ratios [95% interval] "
+          f"(at least {args.min_time:g} s of pairs per case, at most {args.max_rounds} pairs), "
           f"scale {args.scale}, seed {args.seed}; above 1: {impl.name} is faster")
     header = "".join(f"{f'run {i + 1}':>24s}" for i in range(len(runs)))
     print(f"{'case':42s}{header}  {'moved':>7s}")
@@ -245,7 +409,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.level == "both" and missing is None:
         _print_agreement(runs)
     if args.layers:
-        _print_layers(impl, scenarios, args.scale, args.seed)
+        _print_layers(impl, scenarios, args.scale, args.seed, args.rounds, args.min_time,
+                      args.max_rounds)
+    if args.report is not None:
+        settings = {"scale": args.scale, "seed": args.seed, "rounds": args.rounds,
+                    "warmup": args.warmup, "min_time_s": args.min_time,
+                    "max_rounds": args.max_rounds, "level": args.level,
+                    "largest_move": worst, "tolerance": args.tolerance}
+        records = stability_records(impl, reference, runs, settings)
+        write_records(args.report, records)
+        print(f"wrote {len(records)} records to {args.report}")
     return 1 if worst > args.tolerance else 0
 
 

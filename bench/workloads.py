@@ -57,6 +57,7 @@ __all__ = [
     "Workload",
     "make_workload",
     "scaled_count",
+    "shared_prefix_blocks",
     "trace_profile",
     "working_set_blocks",
 ]
@@ -353,6 +354,22 @@ def working_set_blocks(requests: Sequence[RequestSpec], block_size: int) -> int:
     return len(ids) + partial
 
 
+def shared_prefix_blocks(prompts: Sequence[Sequence[int]], block_size: int) -> tuple[int, int]:
+    """``(full prompt blocks, blocks whose whole prefix appeared in an earlier prompt)``, in
+    order: a full block is identified by its tokens after the same parent block."""
+    seen: dict[tuple[int, tuple[int, ...]], int] = {}
+    total = shared = 0
+    for tokens in prompts:
+        parent = -1
+        for i in range(len(tokens) // block_size):
+            key = (parent, tuple(tokens[i * block_size:(i + 1) * block_size]))
+            total += 1
+            if key in seen:
+                shared += 1
+            parent = seen.setdefault(key, len(seen))
+    return total, shared
+
+
 def trace_profile(requests: Sequence[RequestSpec], block_size: int) -> dict[str, float]:
     """What a trace actually contains, for the record beside the stated distributions.
 
@@ -368,16 +385,7 @@ def trace_profile(requests: Sequence[RequestSpec], block_size: int) -> dict[str,
     def rank(q: int) -> float:
         return float(lengths[min(len(lengths) - 1, (len(lengths) * q) // 100)])
 
-    seen: dict[tuple[int, tuple[int, ...]], int] = {}
-    total = shared = 0
-    for req in requests:
-        tokens, parent = req.prompt_token_ids, -1
-        for i in range(len(tokens) // block_size):
-            key = (parent, tokens[i * block_size:(i + 1) * block_size])
-            total += 1
-            if key in seen:
-                shared += 1
-            parent = seen.setdefault(key, len(seen))
+    total, shared = shared_prefix_blocks([r.prompt_token_ids for r in requests], block_size)
     return {"prompt_tokens_p10": rank(10), "prompt_tokens_p50": rank(50),
             "prompt_tokens_p90": rank(90), "prompt_tokens_max": float(lengths[-1]),
             "shared_prefix_fraction": shared / total if total else 0.0}

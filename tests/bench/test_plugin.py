@@ -56,6 +56,7 @@ def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
         "*--kv-bench-device=*",
         "*--kv-bench-l2=*",
         "*--kv-bench-peak-gbps=GBPS*",
+        "*--kv-bench-workload=NAME|trace:PATH*",
         "*--kv-bench-report=PATH*",
     ])
 
@@ -65,6 +66,14 @@ def test_help_lists_every_option(pytester: pytest.Pytester) -> None:
     (("--kv-bench-rounds=0",), "*--kv-bench-rounds: must be >= 1, got 0*"),
     (("--kv-bench", "-p", "no:benchmark"), "*--kv-bench needs pytest-benchmark*"),
     (("--kv-bench", "-n", "2"), "*--kv-bench runs benchmarks one at a time*"),
+    (("--kv-bench", "--kv-bench-workload=nope"),
+     ("*--kv-bench-workload: unknown workload 'nope': give a built-in scenario (*) or "
+     "trace:PATH*")),
+    (("--kv-bench", "--kv-bench-workload=trace:missing.jsonl"),
+     "*--kv-bench-workload: trace file missing.jsonl does not exist*"),
+    (("--kv-bench", "--kv-bench-workload=trace:"), "*no file after 'trace:'*"),
+    (("--kv-bench", "--kv-bench-workload=trace:missing.cbor.xz"),
+     "*--kv-bench-workload: missing.cbor.xz: cannot read the corpus*"),
 ])
 def test_bad_invocations_are_usage_errors(pytester: pytest.Pytester, args, message) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider", *args)
@@ -122,6 +131,47 @@ def test_tiny_run_prints_tables_and_writes_records(pytester: pytest.Pytester) ->
     assert bench["extra_info"]["scheduled_tokens_per_s_unit"] == "tokens/s"
     assert bench["extra_info"]["digest"]
     assert bench["options"]["timer"].endswith("allocator_time")
+
+
+def test_trace_workloads_replace_the_scenarios(pytester: pytest.Pytester) -> None:
+    """--kv-bench-workload: a request trace file, a recorded corpus (two traces of the shipped
+    vLLM 0.33 one) and a scenario name become test_scheduler's cases, in that order; each
+    record names its case ``trace:<file name>`` and carries what the trace produced."""
+    from kvcheck.bench.trace_workload import dump_workload
+    from kvcheck.bench.workloads import make_workload
+    from kvcheck.conformance.recorded import (
+        FORMAT,
+        FORMAT_VERSION,
+        encode_corpus,
+        shipped_corpus,
+        write_corpus,
+    )
+
+    dump_workload(make_workload("shared_system_prompt", scale=0.05), pytester.path / "ssp.jsonl")
+    shipped = shipped_corpus("vllm-0.33")
+    traces = shipped["traces"][:2]
+    header = {**shipped["header"], "traces": 2, "steps": sum(len(t["steps"]) for t in traces)}
+    write_corpus(pytester.path / "two.cbor.xz", encode_corpus(
+        {"format": FORMAT, "format_version": FORMAT_VERSION, "header": header,
+         "traces": traces}))
+    result = pytester.runpytest(*TINY, "--kv-bench-workload=trace:ssp.jsonl",
+                                "--kv-bench-workload=trace:two.cbor.xz",
+                                "--kv-bench-workload=burst_short", "-k", "test_scheduler",
+                                "--kv-bench-report=r.jsonl", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "*test_scheduler?reference-trace:ssp.jsonl? PASSED*",
+        "*test_scheduler?reference-trace:two.cbor.xz? PASSED*",
+        "*test_scheduler?reference-burst_short? PASSED*",
+        "*trace:ssp.jsonl: prompt tokens*shared prefix*hit rate*preemptions*",
+    ])
+    (record,) = load_records(pytester.path / "r.jsonl")
+    cases = {m["case"] for m in record["metrics"]}
+    assert {"scheduler/trace:ssp.jsonl", "scheduler/trace:two.cbor.xz",
+            "scheduler/burst_short"} <= cases
+    bench = {b["case"]: b for b in record["extra"]["benchmarks"]}
+    assert bench["trace:ssp.jsonl"]["info"]["produced"]["shared_prefix_fraction"] > 0.5
+    assert bench["trace:two.cbor.xz"]["info"]["traces_run"] == 2
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch (the kernels extra)")
