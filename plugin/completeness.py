@@ -111,13 +111,18 @@ class Completeness:
         ran: N, of those, how many ran and reported an outcome.
         reasons: why the run is incomplete (empty when complete).
         interrupted: the run was stopped by Ctrl-C, aborted by pytest (an INTERNALERROR), or
-            never finished; such a run gets no verdict.
+            never finished; such a run gets no verdict, unless a test failed before it stopped
+            (a failure is proof enough for "does NOT conform").
+        timed_out: ``suite_key`` ids of the applicable tests pytest-timeout stopped: reported
+            as failed, yet they did not finish, so their failures prove nothing (not in the
+            record's ``completeness``, whose reasons count them).
     """
 
     applicable: int | None
     ran: int
     reasons: tuple[str, ...]
     interrupted: bool = False
+    timed_out: frozenset[str] = frozenset()
 
     @property
     def complete(self) -> bool:
@@ -197,7 +202,7 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
         reasons.append(f"{silent} applicable tests did not report")
     if not applicable and not reasons:
         reasons.append("no applicable test was collected")
-    return Completeness(len(applicable), len(ran), tuple(reasons), stopped)
+    return Completeness(len(applicable), len(ran), tuple(reasons), stopped, frozenset(timed))
 
 
 def inventory_subprocess(impl_value: str, profile: str | None,

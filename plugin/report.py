@@ -7,6 +7,7 @@ and ``area_of`` are re-exported here for code written against kvcheck 0.1.
 from __future__ import annotations
 
 import io
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,32 +30,36 @@ def verdict(impl: str, profile: str, counts: dict[str, dict[str, int]],
             completeness: Completeness, flaky: int = 0) -> tuple[bool, str]:
     """(conforms, one line) for the summary and the record.
 
-    "conforms" needs a complete run: every applicable suite test ran, and none failed. A run
-    that was stopped or aborted (Ctrl-C, an INTERNALERROR, a session that never finished)
-    gets no verdict at all. ``flaky``: tests that passed only after reruns (they count as
-    passed, as in pytest's summary, and are named in the line).
+    A failed (or errored) suite test is proof that the implementation does not conform,
+    however much of the suite ran (a test pytest-timeout stopped is not: it did not finish):
+    the line then leads with "does NOT conform" and names the failing areas, and a run that
+    fell short says how in parentheses (``incomplete run: ran N of M applicable tests;
+    reasons``, ``interrupted after N tests``, ``aborted after N tests: reasons``). Without a
+    failure, "conforms" needs a complete run: every applicable suite test ran, and none
+    failed; a run that fell short is ``incomplete``, and one that was stopped or aborted
+    (Ctrl-C, an INTERNALERROR, a session that never finished) gets no verdict at all.
+    ``flaky``: tests that passed only after reruns (they count as passed, as in pytest's
+    summary, and are named in the line).
     """
-    failing = [a for a, c in counts.items() if c["failed"] or c["error"]]
-    ran = sum(sum(c.values()) for c in counts.values())
+    unfinished = Counter(area_of(t) for t in completeness.timed_out)
+    failing = [a for a, c in counts.items() if c["failed"] + c["error"] > unfinished[a]]
+    tests = _tests(sum(sum(c.values()) for c in counts.values()))
+    if failing:
+        line = f"{impl} does NOT conform to {profile}: failing areas: {', '.join(failing)}"
+        shortfall = _shortfall(completeness, tests)
+        return False, f"{line} ({shortfall})" if shortfall else line
     if completeness.interrupted:
         if completeness.reasons == (RUN_DID_NOT_FINISH,):
             return False, f"{impl}: no verdict: {RUN_DID_NOT_FINISH}"
-        tests = f"{ran} test{'s' * (ran != 1)}"
         if "interrupted" in completeness.reasons:  # Ctrl-C
             return False, f"{impl}: interrupted after {tests}: no verdict"
         return False, (f"{impl}: aborted after {tests} ({'; '.join(completeness.reasons)}): "
                        "no verdict")
     if not completeness.complete:
-        total = "?" if completeness.applicable is None else str(completeness.applicable)
-        line = (f"{impl}: incomplete: ran {completeness.ran} of {total} applicable tests "
-                f"({'; '.join(completeness.reasons)})")
-        if failing:
-            line += f"; failing areas: {', '.join(failing)}"
-        return False, line
+        return False, (f"{impl}: incomplete: {_ran_of(completeness)} "
+                       f"({'; '.join(completeness.reasons)})")
     checked = sum(c["passed"] + c["xfailed"] + c["xpassed"] for c in counts.values())
     known = sum(c["xfailed"] for c in counts.values())
-    if failing:
-        return False, f"{impl} does NOT conform to {profile}: failing areas: {', '.join(failing)}"
     if checked == 0:
         return False, f"{impl}: nothing was checked (every test skipped)"
     line = f"{impl} conforms to {profile}"
@@ -67,6 +72,30 @@ def verdict(impl: str, profile: str, counts: dict[str, dict[str, int]],
         line += (f"; {flaky} test{'s' * (flaky != 1)} passed only on rerun (flaky, listed in "
                  "the record)")
     return True, line
+
+
+def _tests(n: int) -> str:
+    return f"{n} test{'s' * (n != 1)}"
+
+
+def _ran_of(completeness: Completeness) -> str:
+    total = "?" if completeness.applicable is None else str(completeness.applicable)
+    return f"ran {completeness.ran} of {total} applicable tests"
+
+
+def _shortfall(completeness: Completeness, tests: str) -> str:
+    """How a run with a failure fell short of the whole applicable suite ("" when complete),
+    for the parentheses after "does NOT conform": the failure is proof, this is context."""
+    if completeness.complete:
+        return ""
+    reasons = "; ".join(completeness.reasons)
+    if completeness.interrupted:
+        # The test Ctrl-C stopped reports nothing (pytest re-raises KeyboardInterrupt), so
+        # the failures counted all came before it.
+        if "interrupted" in completeness.reasons:
+            return f"interrupted after {tests}"
+        return f"aborted after {tests}: {reasons}"
+    return f"incomplete run: {_ran_of(completeness)}" + (f"; {reasons}" if reasons else "")
 
 
 def render_summary(impl: ImplHandle, profile: str, outcomes: SessionOutcomes,

@@ -3,7 +3,8 @@
 Each way a run can fall short (deselection, a path or node subset, -x / --maxfail, a skips
 file, a collection error, Ctrl-C, a crashed xdist worker) must give an ``incomplete`` verdict
 and a record with ``complete: false`` and ``conforms: false``; a full run, with or without the
-user's own tests beside it, stays complete.
+user's own tests beside it, stays complete. A failed test is proof on its own: a run that had
+one says "does NOT conform" first, however short it fell, and then how it fell short.
 
 The implementation under test is the reference without the (slow, interpreted) kernel area
 (``kv_helpers.make_ref``), so a whole-suite run takes a few seconds.
@@ -17,6 +18,8 @@ import pytest
 from kv_helpers import make_ref
 
 import kvcheck.conformance
+from kvcheck.plugin.completeness import RUN_DID_NOT_FINISH, Completeness
+from kvcheck.plugin.report import verdict
 from kvcheck.results.schema import load_records
 
 SUITE = Path(kvcheck.conformance.__file__).parent
@@ -67,7 +70,7 @@ def test_keyword_selection_is_incomplete(pytester: pytest.Pytester, full_applica
     result.stdout.fnmatch_lines([
         (f"verdict: ref: incomplete: ran {ran} of {full_applicable} applicable tests "
         f"({full_applicable - ran} deselected (-k, -m, --deselect or --lf))")])
-    assert "conforms to" not in result.stdout.str()
+    assert "conforms to" not in result.stdout.str()  # nor "does NOT conform": nothing failed
     assert rec["complete"] is False and rec["conforms"] is False
     assert rec["verdict"].startswith("ref: incomplete: ran")
 
@@ -113,15 +116,62 @@ def make_kv_cache_manager(spec):
 """
 
 
-@pytest.mark.parametrize("stop", [["-x"], ["--maxfail=2"]], ids=["x", "maxfail"])
-def test_early_stop_is_incomplete(pytester: pytest.Pytester, stop: list[str]) -> None:
+@pytest.mark.parametrize(("stop", "failures"), [(["-x"], 1), (["--maxfail=2"], 2)],
+                         ids=["x", "maxfail"])
+def test_early_stop_with_a_failure_does_not_conform(pytester: pytest.Pytester,
+                                                     full_applicable: int, stop: list[str],
+                                                     failures: int) -> None:
+    """The failure that stopped the run is proof: "does NOT conform" leads, and the line
+    still says the run was incomplete and why."""
     result = run(pytester, make_ref(pytester, body=BROKEN_FREE), *stop, "--kv-report=r.jsonl")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     rec = record(pytester)
+    comp = rec["completeness"]
     assert rec["complete"] is False and rec["conforms"] is False
-    assert any(r.startswith("stopped early") for r in rec["completeness"]["reasons"])
-    result.stdout.fnmatch_lines([("verdict: ref: incomplete: ran * applicable tests (stopped "
-                                 "early*; failing areas: *")])
+    assert comp["reasons"] == [f"stopped early: stopping after {failures} failures"]
+    assert comp["applicable"] == full_applicable and comp["ran"] < full_applicable
+    line = (f"ref does NOT conform to vllm-0.33: failing areas: * (incomplete run: ran "
+            f"{comp['ran']} of {full_applicable} applicable tests; stopped early: stopping "
+            f"after {failures} failures)")
+    result.stdout.fnmatch_lines([f"verdict: {line}"])
+    assert rec["verdict"] == result.stdout.str().split("verdict: ")[1].splitlines()[0]
+    assert "incomplete:" not in rec["verdict"]  # not the wording of a run without failures
+
+
+@pytest.mark.parametrize("select", [["-k", "test_allocation"],
+                                    ["-k", "allocation or eviction",
+                                     "--deselect", "test_eviction.py"]],
+                         ids=["k", "deselect"])
+def test_selection_with_a_failure_does_not_conform(pytester: pytest.Pytester,
+                                                    full_applicable: int,
+                                                    select: list[str]) -> None:
+    result = run(pytester, make_ref(pytester, body=BROKEN_FREE), *select, "--kv-report=r.jsonl")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    rec = record(pytester)
+    comp = rec["completeness"]
+    assert rec["complete"] is False and rec["conforms"] is False
+    deselected = full_applicable - comp["ran"]
+    assert comp["reasons"] == [f"{deselected} deselected (-k, -m, --deselect or --lf)"]
+    assert rec["areas"]["allocation"]["failed"] > 0
+    assert rec["verdict"].startswith("ref does NOT conform to vllm-0.33: failing areas: ")
+    assert "allocation" in rec["verdict"].partition(" (")[0]
+    assert rec["verdict"].endswith(f" (incomplete run: ran {comp['ran']} of {full_applicable} "
+                                   f"applicable tests; {comp['reasons'][0]})")
+    result.stdout.fnmatch_lines([f"verdict: {rec['verdict']}"])
+
+
+def test_complete_run_with_a_failure_does_not_conform(pytester: pytest.Pytester) -> None:
+    """Unchanged by the wording for partial runs: a complete run says nothing about
+    completeness."""
+    result = run(pytester, make_ref(pytester, body=BROKEN_FREE), "--kv-report=r.jsonl")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    rec = record(pytester)
+    assert rec["complete"] is True and rec["conforms"] is False
+    failing = [a for a, c in rec["areas"].items() if c["failed"] or c["error"]]
+    assert "allocation" in failing
+    assert rec["verdict"] == (f"ref does NOT conform to vllm-0.33: failing areas: "
+                              f"{', '.join(failing)}")
+    result.stdout.fnmatch_lines([f"verdict: {rec['verdict']}"])
 
 
 def test_skips_file_makes_the_run_incomplete(pytester: pytest.Pytester) -> None:
@@ -166,6 +216,8 @@ _calls = [0]
 class Manager(_ref.ReferenceManager):
     def allocate_slots(self, *args, **kwargs):
         _calls[0] += 1
+        if _calls[0] == {fail_at}:
+            raise RuntimeError("allocate_slots is broken once")
         if _calls[0] == 60:
             raise KeyboardInterrupt
         return super().allocate_slots(*args, **kwargs)
@@ -174,16 +226,34 @@ def make_kv_cache_manager(spec):
 """
 
 
-def test_ctrl_c_gives_no_verdict_and_an_incomplete_record(pytester: pytest.Pytester) -> None:
-    impl = make_ref(pytester, body=CTRL_C)
+def run_until_ctrl_c(pytester: pytest.Pytester,
+                     fail_at: int | None) -> tuple[pytest.RunResult, dict]:
+    """A run that Ctrl-C stops at the 60th ``allocate_slots`` call (after a failing one at
+    call ``fail_at``, if given); returns its result and record, checked to be interrupted."""
+    impl = make_ref(pytester, body=CTRL_C.format(fail_at=fail_at))
     result = pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=3", impl,
                                 "--kv-report=r.jsonl", no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["verdict: ref: interrupted after * tests: no verdict"])
     rec = record(pytester)
     assert rec["complete"] is False and rec["conforms"] is False
     assert rec["completeness"]["interrupted"] is True
+    return result, rec
+
+
+def test_ctrl_c_gives_no_verdict_and_an_incomplete_record(pytester: pytest.Pytester) -> None:
+    result, rec = run_until_ctrl_c(pytester, fail_at=None)
+    result.stdout.fnmatch_lines(["verdict: ref: interrupted after * tests: no verdict"])
     assert 0 < rec["completeness"]["ran"] < rec["completeness"]["applicable"]
+
+
+def test_ctrl_c_after_a_failure_does_not_conform(pytester: pytest.Pytester) -> None:
+    """A failure seen before Ctrl-C is proof; the test Ctrl-C stopped is not counted as one."""
+    result, rec = run_until_ctrl_c(pytester, fail_at=5)
+    assert list(rec["outcomes"].values()).count("failed") == 1  # only the RuntimeError
+    (area,) = (a for a, c in rec["areas"].items() if c["failed"])
+    assert rec["verdict"] == (f"ref does NOT conform to vllm-0.33: failing areas: {area} "
+                              f"(interrupted after {len(rec['outcomes'])} tests)")
+    result.stdout.fnmatch_lines([f"verdict: {rec['verdict']}"])
 
 
 def test_users_own_tests_beside_the_suite_keep_it_complete(pytester: pytest.Pytester) -> None:
@@ -259,3 +329,54 @@ def test_crashed_xdist_worker_is_incomplete(pytester: pytest.Pytester) -> None:
     rec = record(pytester)
     assert rec["complete"] is False and rec["conforms"] is False
     assert "an xdist worker crashed" in rec["completeness"]["reasons"]
+
+
+# ------------------------------------------------------------------ the verdict line, case by case
+def counts(failed: int = 0) -> dict[str, dict[str, int]]:
+    zero = {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0}
+    return {"allocation": {**zero, "passed": 3, "failed": failed},
+            "eviction": {**zero, "passed": 2}}
+
+
+TIMED_OUT = Completeness(9, 5, ("1 timed out (pytest-timeout)",),
+                         timed_out=frozenset({"test_allocation.py::test_first_allocation[ref]"}))
+PATHS_UNCOUNTED = ("a subset of the suite's paths was given (the full suite could not be "
+                   "counted)")
+
+
+@pytest.mark.parametrize(("completeness", "failed", "expected"), [
+    (Completeness(5, 5, ()), 1,
+     "ref does NOT conform to P: failing areas: allocation"),
+    (Completeness(9, 5, ("4 deselected (-k, -m, --deselect or --lf)",)), 1,
+     ("ref does NOT conform to P: failing areas: allocation (incomplete run: ran 5 of 9 "
+      "applicable tests; 4 deselected (-k, -m, --deselect or --lf))")),
+    (Completeness(None, 5, (PATHS_UNCOUNTED,)), 1,
+     ("ref does NOT conform to P: failing areas: allocation (incomplete run: ran 5 of ? "
+      f"applicable tests; {PATHS_UNCOUNTED})")),
+    (Completeness(9, 5, ("interrupted",), interrupted=True), 1,
+     "ref does NOT conform to P: failing areas: allocation (interrupted after 6 tests)"),
+    (Completeness(9, 5, ("pytest aborted with an internal error",), interrupted=True), 2,
+     ("ref does NOT conform to P: failing areas: allocation (aborted after 7 tests: pytest "
+      "aborted with an internal error)")),
+    (Completeness(5, 5, ()), 0, "ref conforms to P"),
+    (Completeness(9, 5, ("4 deselected (-k, -m, --deselect or --lf)",)), 0,
+     "ref: incomplete: ran 5 of 9 applicable tests (4 deselected (-k, -m, --deselect or --lf))"),
+    (Completeness(9, 5, ("interrupted",), interrupted=True), 0,
+     "ref: interrupted after 5 tests: no verdict"),
+    (Completeness(9, 5, ("pytest aborted with an internal error",), interrupted=True), 0,
+     "ref: aborted after 5 tests (pytest aborted with an internal error): no verdict"),
+    (Completeness(None, 0, (RUN_DID_NOT_FINISH,), interrupted=True), 0,
+     f"ref: no verdict: {RUN_DID_NOT_FINISH}"),
+    # A test pytest-timeout stopped is reported as failed but did not finish: no proof.
+    (TIMED_OUT, 1, "ref: incomplete: ran 5 of 9 applicable tests (1 timed out (pytest-timeout))"),
+    (TIMED_OUT, 2,
+     ("ref does NOT conform to P: failing areas: allocation (incomplete run: ran 5 of 9 "
+      "applicable tests; 1 timed out (pytest-timeout))")),
+], ids=["complete-failed", "deselected-failed", "unknown-total-failed", "ctrl-c-failed",
+        "aborted-failed", "complete-passed", "deselected-passed", "ctrl-c-passed",
+        "aborted-passed", "did-not-finish", "timed-out-only", "timed-out-and-failed"])
+def test_verdict_line(completeness: Completeness, failed: int, expected: str) -> None:
+    """A failure leads with "does NOT conform" whatever the run's completeness, which follows
+    in parentheses; without one, a run that fell short is never "conforms"."""
+    assert verdict("ref", "P", counts(failed), completeness) == (
+        expected == "ref conforms to P", expected)
