@@ -164,11 +164,16 @@ def _parse_header(obj: dict[str, Any], where: str) -> TraceOptions:
     return TraceOptions(**values)
 
 
-def _token_list(value: object, key: str, where: str) -> tuple[int, ...]:
+def _token_list(obj: dict[str, Any], key: str, where: str, why_nonempty: str
+                ) -> tuple[int, ...]:
+    """``obj[key]`` as token ids: a non-empty list of integers in ``[0, MAX_TOKEN_ID]``."""
+    value = obj[key]
     if not isinstance(value, list) or not all(
             _is_int(t) and 0 <= t <= MAX_TOKEN_ID for t in value):
         raise TraceFileError(f"{where}: {key} must be a list of token ids (integers in "
                              f"[0, {MAX_TOKEN_ID}])")
+    if not value:
+        raise TraceFileError(f"{where}: {key} is empty; {why_nonempty}")
     return tuple(value)
 
 
@@ -202,11 +207,8 @@ class _TokenSource:
 
 def _prompt(obj: dict[str, Any], where: str, source: _TokenSource, rid: str) -> tuple[int, ...]:
     if "prompt_token_ids" in obj:
-        prompt = _token_list(obj["prompt_token_ids"], "prompt_token_ids", where)
-        if not prompt:
-            raise TraceFileError(f"{where}: prompt_token_ids is empty; a request needs a "
-                                 "prompt of at least one token")
-        return prompt
+        return _token_list(obj, "prompt_token_ids", where,
+                           "a request needs a prompt of at least one token")
     if "input_length" not in obj:
         raise TraceFileError(f"{where}: a request needs prompt_token_ids, or input_length "
                              "(with hash_ids for shared content, as in Mooncake traces)")
@@ -228,11 +230,8 @@ def _prompt(obj: dict[str, Any], where: str, source: _TokenSource, rid: str) -> 
 def _outputs(obj: dict[str, Any], where: str, source: _TokenSource,
              rid: str) -> tuple[int, ...]:
     if "output_token_ids" in obj:
-        outputs = _token_list(obj["output_token_ids"], "output_token_ids", where)
-        if not outputs:
-            raise TraceFileError(f"{where}: output_token_ids is empty; every request samples "
-                                 "at least one token")
-        return outputs
+        return _token_list(obj, "output_token_ids", where,
+                           "every request samples at least one token")
     return source.private(f"trace-output/{rid}", _length(obj, "output_length", where, 1))
 
 
