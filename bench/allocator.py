@@ -110,6 +110,10 @@ class SchedulerBench(RoundBench):
     (``kvcheck.bench.hybrid.HybridBench``: a grouped pool, the per-group loop).
     """
 
+    #: Whether the same workload can also be timed at the manager level (the adapters'
+    #: ``make_native_manager`` hook, ``kvcheck.bench.native``: single-group pools only).
+    native_level: bool = True
+
     def __init__(self, impl: Any, workload: Workload) -> None:
         super().__init__()
         self.impl = impl

@@ -215,6 +215,8 @@ class HybridBench(SchedulerBench):
     ``setup`` raises ``UnsupportedSpec`` when the implementation declines the grouped spec.
     """
 
+    native_level = False  # the manager-level hook covers single-group pools only
+
     def __init__(self, impl: Any, hybrid: HybridWorkload) -> None:
         super().__init__(impl, hybrid.workload)
         self.hybrid = hybrid

@@ -290,10 +290,11 @@ def _manager_level(bench: Any, impl: Any, reference: Any, rounds: int, warmup: i
                    ) -> tuple[list[Metric], dict[str, Any]]:
     """Scheduler benchmarks also get the manager-level figures (``manager_<name>``, paired with
     the reference's own hook: ``kvcheck.bench.native``) when both sides have the hook, and a
-    note saying why not otherwise. Other groups: nothing."""
+    note saying why not otherwise. Other groups, and hybrid (multi-group) scenarios, which the
+    hook does not cover: nothing."""
     from kvcheck.bench.allocator import SchedulerBench
 
-    if not isinstance(bench, SchedulerBench):
+    if not isinstance(bench, SchedulerBench) or not bench.native_level:
         return [], {}
     from kvcheck.bench.native import manager_level_metrics
 

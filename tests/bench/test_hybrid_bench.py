@@ -197,3 +197,16 @@ def test_kv_bench_hybrid_runs_on_the_reference(pytester: pytest.Pytester) -> Non
         "*reference*hybrid_sha*1.00x*",
         "*reference*hybrid_lon*1.00x*",
     ])
+
+
+def test_hybrid_results_carry_no_manager_level_figures() -> None:
+    """The manager-level hook covers single-group pools only: a hybrid benchmark must not be
+    timed there on the single-group spec of its workload (``HybridBench`` is a
+    ``SchedulerBench``, so the session asks the bench, not its type)."""
+    from kvcheck.bench.hybrid import HybridBench
+    from kvcheck.bench.session import _manager_level
+    from kvcheck.conformance.loader import load_impl
+
+    reference = load_impl("reference", call_timeout=None)
+    bench = HybridBench(reference, make_hybrid_workload("hybrid_shared_prompt", 0, 0.05))
+    assert _manager_level(bench, reference, reference, 1, 0) == ([], {})
