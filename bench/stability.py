@@ -38,6 +38,7 @@ run, how far the protocol-level ratio is from the manager-level one
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -50,12 +51,17 @@ from kvcheck.bench.allocator import HashingBench, RoundBench, SchedulerBench, wo
 from kvcheck.bench.metrics import Metric, percentile
 from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
 from kvcheck.bench.paired import PairedBench, PairedRatio
-from kvcheck.bench.trace_workload import resolve_workload, scheduler_bench_maker
+from kvcheck.bench.trace_workload import resolve_workload as _resolve_uncached
+from kvcheck.bench.trace_workload import scheduler_bench_maker
 from kvcheck.bench.workloads import SCENARIOS, Workload
 from kvcheck.errors import KVCheckInputError
 
 __all__ = ["LEVELS", "CaseRatio", "adaptive_rounds", "main", "measure_cases", "moved",
            "protocol_layer_share", "stability_records"]
+
+#: Each ``--scenarios`` value is built or read once per process (every run, the layers and
+#: the up-front check share it): a recorded corpus takes about 2 s to load.
+resolve_workload = functools.lru_cache(maxsize=None)(_resolve_uncached)
 
 HEADLINE = {"scheduler": "scheduled_tokens_per_s", "hashing": "hash_blocks_per_s"}
 #: ``--level`` choices and the levels each one measures.

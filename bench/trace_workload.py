@@ -46,7 +46,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -85,14 +85,6 @@ __all__ = [
 TRACE_PREFIX = "trace:"
 HEADER_KEY = "kvcheck_trace"
 HEADER_VERSION = 1
-#: Header options and their defaults (see the module docstring).
-HEADER_DEFAULTS: dict[str, int | float | None] = {
-    "block_size": DEFAULT_BLOCK_SIZE, "num_blocks": None, "pool_fraction": 1.0,
-    "max_num_seqs": 64, "max_num_batched_tokens": 2048, "hash_block_tokens": 512,
-    "ms_per_step": 20, "seed": 0,
-}
-_INT_OPTIONS = {"block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
-                "hash_block_tokens", "ms_per_step", "seed"}
 #: Token ids are stored as int32 in ``Workload.digest``; ids past this are refused.
 MAX_TOKEN_ID = 2**31 - 1
 
@@ -103,7 +95,7 @@ class TraceFileError(KVCheckInputError):
 
 @dataclass(frozen=True)
 class TraceOptions:
-    """The header's replay settings, validated (see ``HEADER_DEFAULTS``)."""
+    """The header's replay settings, validated; the defaults are the header's."""
 
     block_size: int = DEFAULT_BLOCK_SIZE
     num_blocks: int | None = None
@@ -113,6 +105,13 @@ class TraceOptions:
     hash_block_tokens: int = 512
     ms_per_step: int = 20
     seed: int = 0
+
+
+#: Header options and their defaults (see the module docstring): ``TraceOptions``'s fields.
+HEADER_DEFAULTS: dict[str, int | float | None] = {
+    f.name: f.default for f in fields(TraceOptions)}  # type: ignore[misc]
+#: Every option but pool_fraction is an integer.
+_INT_OPTIONS = set(HEADER_DEFAULTS) - {"pool_fraction"}
 
 
 def is_trace_workload(value: str) -> bool:
@@ -247,9 +246,11 @@ def _arrival(obj: dict[str, Any], where: str, options: TraceOptions) -> int:
     return 0
 
 
-def _read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def _read_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], str]:
+    """``([(line number, object)...], sha256 of the file)``, the file read once."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise TraceFileError(f"trace file {path} does not exist; --kv-bench-workload="
                              "trace:PATH takes a JSON Lines request trace (see python -m "
@@ -270,7 +271,7 @@ def _read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise TraceFileError(f"{path}:{number}: expected a JSON object per line, got "
                                  f"{type(obj).__name__}")
         objects.append((number, obj))
-    return objects
+    return objects, hashlib.sha256(data).hexdigest()
 
 
 def load_trace_workload(path: str | Path) -> Workload:
@@ -282,7 +283,7 @@ def load_trace_workload(path: str | Path) -> Workload:
             earlier request, or a ``num_blocks`` too small for its largest request.
     """
     path = Path(path)
-    lines = _read_lines(path)
+    lines, digest = _read_lines(path)
     options = TraceOptions()
     if lines and HEADER_KEY in lines[0][1]:
         options = _parse_header(lines[0][1], f"{path}:{lines[0][0]}")
@@ -309,10 +310,11 @@ def load_trace_workload(path: str | Path) -> Workload:
                                     _prompt(obj, where, source, rid),
                                     _outputs(obj, where, source, rid), after))
         seen.add(rid)
-    return _workload(path, requests, options)
+    return _workload(path, requests, options, digest)
 
 
-def _workload(path: Path, requests: list[RequestSpec], options: TraceOptions) -> Workload:
+def _workload(path: Path, requests: list[RequestSpec], options: TraceOptions,
+              file_sha256: str) -> Workload:
     block_size = options.block_size
     working_set = working_set_blocks(requests, block_size)
     largest = max(math.ceil(r.num_tokens / block_size) for r in requests)
@@ -333,7 +335,7 @@ def _workload(path: Path, requests: list[RequestSpec], options: TraceOptions) ->
         max_num_batched_tokens=options.max_num_batched_tokens,
         working_set_blocks=working_set, pool_fraction=options.pool_fraction,
         distributions={"source": f"trace file {path.name}",
-                       "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()},
+                       "file_sha256": file_sha256},
     )
 
 
