@@ -92,23 +92,36 @@ def _headline(record: dict[str, Any], case: str, bench: str) -> float | None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from kvcheck.bench.cli_args import (
+        MAX_JOBS,
+        MAX_ROUNDS,
+        BenchArgumentParser,
+        float_in,
+        int_in,
+        names_in,
+        scale_arg,
+    )
     from kvcheck.bench.counted import BENCHES, DEFAULT_SCALE
 
-    p = argparse.ArgumentParser(
+    p = BenchArgumentParser(
         prog="python -m kvcheck.bench.count_spread",
         description="Run the counted benchmarks twice and print the spread of instruction "
                     "counts and wall time; then show that the gate catches a slowed reference "
                     "on counts and passes an unchanged run.")
-    p.add_argument("--bench", default=",".join(BENCHES),
+    p.add_argument("--bench", type=names_in(BENCHES, "counted benchmark"),
+                   default=list(BENCHES),
                    help="comma-separated benchmarks: scheduler, hashing, slot_mapping "
                         "(default: all three)")
-    p.add_argument("--scale", type=float, default=DEFAULT_SCALE,
+    p.add_argument("--scale", type=scale_arg(f"--scale {DEFAULT_SCALE}"), default=DEFAULT_SCALE,
                    help=f"benchmark scale (default {DEFAULT_SCALE})")
-    p.add_argument("--jobs", type=int, default=2,
+    p.add_argument("--jobs", type=int_in(1, MAX_JOBS, "counting children side by side",
+                                         "--jobs 2"), default=2,
                    help="counting children side by side (default 2)")
-    p.add_argument("--wall-rounds", type=int, default=5,
+    p.add_argument("--wall-rounds", type=int_in(0, MAX_ROUNDS, "native wall-time rounds per "
+                                                "case", "--wall-rounds 5"), default=5,
                    help="native wall-time rounds per case and run (default 5)")
-    p.add_argument("--max-spread", type=float, default=0.5,
+    p.add_argument("--max-spread", type=float_in(0.0, 100.0, "percent",
+                                                 "--max-spread 0.5"), default=0.5,
                    help="largest acceptable spread of a count between the runs, in percent "
                         "(default 0.5)")
     p.add_argument("--no-demo", action="store_true",
@@ -130,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason:
         print(f"count_spread: {reason}", file=sys.stderr)
         return 2
-    cases = default_cases([b.strip() for b in args.bench.split(",") if b.strip()], args.scale)
+    cases = default_cases(args.bench, args.scale)
     reference = {"name": "reference", "version": _reference().info.version}
     records, timings = [], []
     for run in (1, 2):

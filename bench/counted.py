@@ -483,29 +483,45 @@ def counted_record(impl: str, counts: Sequence[CaseCount], *, profile: str = "vl
 
 # ----------------------------------------------------------------------------- command line
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from kvcheck.bench.cli_args import (
+        MAX_JOBS,
+        MAX_ROUNDS,
+        BenchArgumentParser,
+        int_in,
+        name_in,
+        names_in,
+        scale_arg,
+        seed_arg,
+    )
+    from kvcheck.conformance.protocol import PROFILES
+
+    p = BenchArgumentParser(
         prog="python -m kvcheck.bench.counted",
         description="Count the instructions each allocator benchmark case executes inside "
                     "its measured region (callgrind), and write them, beside natively "
                     "measured wall time, as a benchmark record for `kvcheck gate`.")
     p.add_argument("--impl", default="reference",
                    help="the implementation, as --kv-impl takes it (default: reference)")
-    p.add_argument("--bench", default=",".join(BENCHES),
+    p.add_argument("--bench", type=names_in(BENCHES, "counted benchmark"),
+                   default=list(BENCHES),
                    help="comma-separated benchmarks to count: scheduler, hashing, "
                         "slot_mapping (default: all three)")
     p.add_argument("--case", action="append", default=[],
                    help="only this case (scenario, hash algorithm); repeatable "
                         "(default: every case of the chosen benchmarks)")
-    p.add_argument("--scale", type=float, default=DEFAULT_SCALE,
+    p.add_argument("--scale", type=scale_arg(f"--scale {DEFAULT_SCALE}"), default=DEFAULT_SCALE,
                    help=f"benchmark scale (request counts; default {DEFAULT_SCALE}: counting "
                         "runs ~50x slower than natively)")
-    p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--seed", type=seed_arg(), default=0, help="workload seed (default 0)")
+    p.add_argument("--jobs", type=int_in(1, MAX_JOBS, "cases counted side by side",
+                                         "--jobs 1"), default=1,
                    help="cases counted side by side (default 1; counts do not depend on load)")
-    p.add_argument("--wall-rounds", type=int, default=5,
+    p.add_argument("--wall-rounds", type=int_in(0, MAX_ROUNDS, "native wall-time rounds per "
+                                                "case", "--wall-rounds 5"), default=5,
                    help="native wall-time rounds per case recorded beside the counts "
                         "(default 5; 0: counts only)")
     p.add_argument("--profile", default="vllm-0.33",
+                   type=name_in(PROFILES, "profile"),
                    help="profile written into the record (default vllm-0.33)")
     p.add_argument("--no-reference", action="store_true",
                    help="do not also count the reference (by default an implementation's "
@@ -525,17 +541,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(_child(json.loads(args.child))))
         return 0
+    # Every argument is checked before valgrind is looked for and anything is counted.
+    cases = default_cases(args.bench, args.scale, args.seed)
+    if args.case:
+        unknown = sorted(set(args.case) - {c.case for c in cases})
+        if unknown:
+            print(f"kvcheck count: --case {unknown[0]!r}: no case of --bench "
+                  f"{','.join(args.bench)} has that name; Fix: use one of "
+                  f"{', '.join(sorted({c.case for c in cases}))}", file=sys.stderr)
+            return 2
+        cases = [c for c in cases if c.case in args.case]
+    if args.report is not None:
+        from kvcheck.results.io import OutputPathError, check_output_path
+
+        try:
+            check_output_path(args.report, "--report", example="counted.jsonl")
+        except OutputPathError as exc:
+            print(f"kvcheck count: {exc}", file=sys.stderr)
+            return 2
     reason = unavailable_reason()
     if reason:
         print(f"kvcheck count: {reason}", file=sys.stderr)
         return 2
-    cases = default_cases([b.strip() for b in args.bench.split(",") if b.strip()], args.scale,
-                          args.seed)
-    if args.case:
-        cases = [c for c in cases if c.case in args.case]
-        if not cases:
-            print(f"kvcheck count: no case named {args.case}", file=sys.stderr)
-            return 2
+    from kvcheck.bench.cli_args import impl_error
+    from kvcheck.conformance.loader import load_impl
+
+    try:  # here, not in the counting children: a bad --impl is one line, not their traceback
+        load_impl(args.impl, call_timeout=None)
+    except KVCheckInputError as exc:
+        print(f"kvcheck count: {impl_error(exc)}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     counts = count_cases(cases, args.impl, jobs=args.jobs)
     reference = [] if args.impl == "reference" or args.no_reference else count_cases(

@@ -25,7 +25,6 @@ On a GPU nothing is patched. The benchmarks then time both providers side by sid
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -201,7 +200,9 @@ def _prepare_environment() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from kvcheck.bench.cli_args import BenchArgumentParser
+
+    parser = BenchArgumentParser(
         prog="python -m kvcheck.bench.kernel_crosscheck",
         description="kvcheck's Triton kernels vs vLLM's Triton kernels on identical inputs.")
     parser.add_argument("--op", choices=KERNEL_OPS, action="append",
@@ -210,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="an op the installed vLLM does not ship as a Triton kernel "
                              "(vLLM 0.10.2: store_kv_cache) is reported, not failed")
     args = parser.parse_args(argv)
+    unselected = sorted(set(args.allow_missing) - set(args.op or KERNEL_OPS))
+    if unselected:  # it would allow nothing: a typo for another op, most likely
+        parser.error(f"argument --allow-missing: {', '.join(unselected)} is not among the ops "
+                     f"--op selects ({', '.join(args.op)}); Fix: add --op {unselected[0]} or "
+                     "drop that --allow-missing")
     _prepare_environment()
     from kvcheck.bench.providers import ProviderUnavailable
 

@@ -26,7 +26,6 @@ same machine details (``pytest_benchmark_update_machine_info``).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import fnmatch
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from kvcheck.bench.cli_args import MAX_SCALE, float_in, int_in, scale_arg, seed_arg
 from kvcheck.bench.session import BenchOptions, BenchSession
 from kvcheck.errors import KVCheckInputError
 from kvcheck.plugin.hooks import add_hookspecs
@@ -44,27 +44,20 @@ _BENCH_DIR = Path(__file__).resolve().parent
 _PB_COLUMNS = ["min", "median", "iqr", "max", "rounds"]
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+# The numeric options are bounded at parse time (exit 4, naming the bound), with the argument
+# types the benchmark commands use (kvcheck.bench.cli_args): the same scale and seed bounds.
+#: Every round's raw sample goes into the record (and an allocator round replays a whole
+#: workload): 10^4 rounds, or warm-up rounds, per benchmark is hours already.
+_MAX_ROUNDS = 10_000
+#: 100 TB/s, over ten times today's fastest HBM.
+_MAX_PEAK_GBPS = 100_000.0
 
-
-def _int_at_least(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
+_scale = scale_arg("--kv-bench-scale=1")
+_seed = seed_arg("--kv-bench-seed=0")
+_rounds = int_in(1, _MAX_ROUNDS, "timed rounds per benchmark", "--kv-bench-rounds=5")
+_warmup = int_in(0, _MAX_ROUNDS, "warm-up rounds per benchmark", "--kv-bench-warmup=1")
+_peak_gbps = float_in(0.0, _MAX_PEAK_GBPS, "GB/s of DRAM bandwidth", "--kv-bench-peak-gbps=4800",
+                      low_open=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,21 +68,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "against --kv-impl; allocator benchmarks on the CPU, kernel benchmarks on CUDA",
     )
     group.addoption(
-        "--kv-bench-scale", type=_positive_float, default=1.0, metavar="F",
-        help="multiply the allocator workloads' request counts by F (default 1.0: the whole "
-             "run takes well under a minute on 2 cores with the reference)",
+        "--kv-bench-scale", type=_scale, default=1.0, metavar="F",
+        help=f"multiply the allocator workloads' request counts by F, 0 < F <= {MAX_SCALE:g} "
+             "(default "
+             "1.0: the whole run takes well under a minute on 2 cores with the reference)",
     )
     group.addoption(
-        "--kv-bench-seed", type=_int_at_least(0), default=0, metavar="N",
-        help="workload seed (default 0); the same seed gives the same traces everywhere",
+        "--kv-bench-seed", type=_seed, default=0, metavar="N",
+        help="workload seed, 0 to 2^63 - 1 (default 0); the same seed gives the same traces "
+             "everywhere",
     )
     group.addoption(
-        "--kv-bench-rounds", type=_int_at_least(1), default=None, metavar="N",
-        help="timed rounds per benchmark (default: 5 allocator, 30 CUDA kernel, 3 CPU kernel)",
+        "--kv-bench-rounds", type=_rounds, default=None, metavar="N",
+        help="timed rounds per benchmark, 1 to 10^4 (default: 5 allocator, 30 CUDA kernel, 3 "
+             "CPU kernel)",
     )
     group.addoption(
-        "--kv-bench-warmup", type=_int_at_least(0), default=None, metavar="N",
-        help="untimed warm-up rounds per benchmark (default: 1 allocator, 5 CUDA kernel)",
+        "--kv-bench-warmup", type=_warmup, default=None, metavar="N",
+        help="untimed warm-up rounds per benchmark, 0 to 10^4 (default: 1 allocator, 5 CUDA "
+             "kernel)",
     )
     group.addoption(
         "--kv-bench-device", choices=("auto", "cuda", "cpu"), default="auto",
@@ -101,9 +98,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="L2 before each timed kernel call: cold (flushed, the default) or warm; recorded",
     )
     group.addoption(
-        "--kv-bench-peak-gbps", type=_positive_float, default=None, metavar="GBPS",
-        help="theoretical DRAM bandwidth to report %% of peak against (default: from the "
-             "driver's memory clock and bus width)",
+        "--kv-bench-peak-gbps", type=_peak_gbps, default=None, metavar="GBPS",
+        help="theoretical DRAM bandwidth to report %% of peak against, at most 10^5 (default: "
+             "from the driver's memory clock and bus width)",
     )
     group.addoption(
         "--kv-bench-workload", action="append", default=[], metavar="NAME|trace:PATH",
@@ -261,10 +258,28 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         state.session.check_workloads()
     except KVCheckInputError as exc:
-        raise pytest.UsageError(f"kvcheck: --kv-bench-workload: {exc}") from None
+        fix = getattr(exc, "fix", "")  # a TraceFileError's fix gets its own line
+        problem = getattr(exc, "problem", str(exc)) if fix else str(exc)
+        raise pytest.UsageError(f"kvcheck: --kv-bench-workload: {problem}"
+                                + (f"\n  Fix: {fix}" if fix else "")) from None
+    if options.report is not None and not state.is_xdist_worker:
+        _claim_report(config, options)
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         # `pytest --kv-impl=X --kv-bench` with no paths runs the shipped benchmarks.
         config.args = [str(_BENCH_DIR)]
+
+
+def _claim_report(config: pytest.Config, options: BenchOptions) -> None:
+    """``--kv-bench-report``, checked and locked before any benchmark runs (a folder, an
+    unwritable place, a trace file it would replace, the same file as ``--kv-report``, a
+    report another run is writing: a usage error now, not a traceback after the run)."""
+    from kvcheck.bench.trace_workload import is_trace_workload, trace_path
+    from kvcheck.plugin.outputs import claim_session_output
+
+    traces = {f"--kv-bench-workload={v}": trace_path(v) for v in options.workloads
+              if is_trace_workload(v)}
+    claim_session_output(config, options.report or "", "--kv-bench-report",
+                         example="bench.jsonl", inputs=traces)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:

@@ -27,7 +27,9 @@ counters mean:
   (``num_free_blocks`` read untimed after each successful ``allocate_slots``);
 * ``reset_ns``: ``reset_prefix_cache`` calls, included in ``impl_ns``.
 
-Ops are decoded from the corpus (``iter_steps``) once, when the bench is built. Traces the
+Ops are decoded from the corpus once, when the bench is built (``decode_trace``; the recorded
+states are not rebuilt). ``load_recorded_workload`` bounds a corpus as a benchmark (steps in
+all, decode work) on top of ``load_corpus``'s checks. Traces the
 implementation cannot run (a capability their requests need, a pool its factory declines) are
 skipped and counted; ``recorded_pair`` builds an implementation bench and a reference bench
 over the traces both can run, for ``kvcheck.bench.paired.PairedBench``.
@@ -46,6 +48,7 @@ from kvcheck.bench.allocator import RoundBench, scheduler_metrics
 from kvcheck.bench.metrics import Metric, percentile
 from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import shared_prefix_blocks
+from kvcheck.conformance.bounds import MAX_DECODE_TOKEN_STEPS, MAX_OPS, power_of_two
 from kvcheck.conformance.driver import output_token, view_from_add
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
@@ -55,7 +58,7 @@ from kvcheck.conformance.protocol import (
     effective_capabilities,
     reserved_block_ids,
 )
-from kvcheck.conformance.recorded import Corpus, iter_steps, load_corpus, needed_capabilities
+from kvcheck.conformance.recorded import Corpus, CorpusError, load_corpus, needed_capabilities
 from kvcheck.conformance.trace_check import check_spec
 
 __all__ = [
@@ -71,13 +74,53 @@ __all__ = [
 
 
 def load_recorded_workload(path: str | Path) -> Corpus:
-    """A recorded corpus file, fully validated (``kvcheck.conformance.recorded.load_corpus``).
+    """A recorded corpus file, fully validated (``kvcheck.conformance.recorded.load_corpus``:
+    the bounds of ``kvcheck replay`` on every trace's spec and ops), and bounded as a
+    benchmark: every round replays all its ops, so the corpus holds at most ``MAX_OPS``
+    (10**6) steps in all (the shipped ones: 1.1 * 10**4), and its decode work (for each
+    ``schedule`` / ``decode`` op, the tokens of its request so far: what the replay copies
+    into request views) is at most ``MAX_DECODE_TOKEN_STEPS`` (2**32), as for a request
+    trace.
 
     Raises:
         CorpusError: the file cannot be used (an input error naming the file, the trace and
-            the step).
+            the step), or it is past a benchmark bound (naming the trace that crosses it).
     """
-    return load_corpus(path)
+    corpus = load_corpus(path)
+    steps = work = 0
+    for index, trace in enumerate(corpus["traces"]):
+        at = f"{path}: traces[{index}] ({trace['name']})"
+        steps += len(trace["steps"])
+        if steps > MAX_OPS:
+            raise CorpusError(f"{at}: the traces up to this one hold {steps} steps; a corpus "
+                              f"replayed as a benchmark holds at most {MAX_OPS} (as a kvcheck "
+                              "replay trace); record fewer traces (kvcheck record --traces)")
+        work += _decode_work(trace)
+        if work > MAX_DECODE_TOKEN_STEPS:
+            raise CorpusError(
+                f"{at}: replaying the traces up to this one hands out {work} request tokens "
+                "(for each schedule or decode op, the tokens of its request so far); at most "
+                f"{power_of_two(MAX_DECODE_TOKEN_STEPS)} a round, as for a request trace; "
+                "record fewer or shorter traces")
+    return corpus
+
+
+def _decode_work(trace: dict[str, Any]) -> int:
+    """An upper bound of the request tokens the replay of ``trace`` puts into views at its
+    ``schedule`` / ``decode`` ops (each may append to an immutable ``RequestView``)."""
+    prompt: dict[str, int] = {}
+    asked: dict[str, int] = {}
+    work = 0
+    for step in trace["steps"]:
+        op = step["op"]
+        kind, rid = op["op"], op.get("rid", "")
+        if kind == "add":
+            prompt[rid], asked[rid] = len(op["prompt"]), 0
+        elif kind in ("schedule", "decode"):
+            n = op.get("num_tokens")
+            asked[rid] += 1 if n is None else n
+            work += prompt[rid] + asked[rid]
+    return work
 
 
 class RecordedOp(NamedTuple):
@@ -122,11 +165,12 @@ def _decode_op(op: Any) -> RecordedOp:
 
 
 def decode_trace(trace: dict[str, Any]) -> RecordedTrace:
-    """A loaded corpus trace as a ``RecordedTrace`` (``iter_steps`` read once)."""
-    steps = list(iter_steps(trace))
+    """A loaded corpus trace as a ``RecordedTrace``: its ops and answers (the recorded states
+    are not rebuilt: the replay never reads them)."""
+    steps = trace["steps"]
     return RecordedTrace(trace["name"], check_spec(trace["spec"], trace["name"]),
-                         tuple(_decode_op(op) for op, _, _ in steps),
-                         tuple(answer for _, answer, _ in steps))
+                         tuple(_decode_op(step["op"]) for step in steps),
+                         tuple(step["answer"] for step in steps))
 
 
 @dataclass

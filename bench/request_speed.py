@@ -14,7 +14,6 @@ the reference builds faster).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +26,9 @@ from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 __all__ = ["main", "reference_factory", "time_construction", "vllm_factory"]
 
 Factory = Callable[[RequestView], Any]
+#: Tokens held by one round's prompts (the views live for the whole run): 2^27 tokens are
+#: about 4 GiB of Python ints in tuples.
+_MAX_ROUND_TOKENS = 1 << 27
 
 
 def reference_factory(spec: KVCacheSpec) -> Factory:
@@ -66,12 +68,30 @@ def time_construction(make: Factory, views: Sequence[RequestView]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.request_speed")
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--prompt-tokens", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--hash-algo", default="sha256")
+    from kvcheck.bench.cli_args import (
+        MAX_REQUESTS,
+        MAX_ROUNDS,
+        BenchArgumentParser,
+        int_in,
+        name_in,
+    )
+    from kvcheck.conformance.protocol import HASH_ALGOS
+
+    parser = BenchArgumentParser(prog="python -m kvcheck.bench.request_speed")
+    parser.add_argument("--requests", type=int_in(1, MAX_REQUESTS, "requests built per round",
+                                                   "--requests 200"), default=200)
+    # A request of more tokens than kvcheck replay accepts is no request anyone schedules.
+    parser.add_argument("--prompt-tokens", type=int_in(1, 1 << 20, "tokens per prompt",
+                                                        "--prompt-tokens 1024"), default=1024)
+    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS, "timed rounds per side",
+                                                 "--rounds 9"), default=9)
+    parser.add_argument("--hash-algo", type=name_in(HASH_ALGOS, "hash algorithm"),
+                        default="sha256")
     args = parser.parse_args(argv)
+    if args.requests * args.prompt_tokens > _MAX_ROUND_TOKENS:
+        parser.error(f"argument --requests: {args.requests} requests of {args.prompt_tokens} "
+                     f"tokens hold more than {_MAX_ROUND_TOKENS} tokens per round; Fix: fewer "
+                     "--requests or --prompt-tokens (default 200 x 1024)")
     spec = KVCacheSpec(num_blocks=16, block_size=16, hash_algo=args.hash_algo)
     draws = Draws(0, "request_speed")
     views = [RequestView(f"r{i}", draws.tokens(args.prompt_tokens)) for i in range(args.requests)]

@@ -303,7 +303,8 @@ def run_workload(manager: Any, workload: Workload, max_steps: int | None = None)
 def drive(scheduler: _Scheduler, max_steps: int | None = None) -> None:
     """Step ``scheduler`` until every request has finished, and fill its run's ``steps``,
     ``wall_ns`` and ``cpu_ns``. The default ``max_steps`` is 4 steps per trace token, plus
-    the last arrival step (a trace file's timestamps may leave idle steps), plus 1000.
+    the last arrival step (a trace file's timestamps may leave idle steps), plus the delays
+    of every chat turn (``after``: each may idle the loop in turn), plus 1000.
 
     Raises:
         KVCheckFailure: more than ``max_steps`` steps (no progress).
@@ -311,7 +312,8 @@ def drive(scheduler: _Scheduler, max_steps: int | None = None) -> None:
     requests = scheduler.workload.requests
     limit = max_steps if max_steps is not None else (
         4 * sum(r.num_tokens for r in requests)
-        + max((r.arrival_step for r in requests), default=0) + 1000)
+        + max((r.arrival_step for r in requests), default=0)
+        + sum(r.arrival_step for r in requests if r.after is not None) + 1000)
     run = scheduler.run
     step = 0
     wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()

@@ -37,7 +37,6 @@ run, how far the protocol-level ratio is from the manager-level one
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import sys
@@ -329,26 +328,52 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.stability",
-                                     description=__doc__.split("\n\n")[0])
+    from kvcheck.bench.cli_args import (
+        MAX_MIN_TIME_S,
+        MAX_ROUNDS,
+        MAX_RUNS,
+        MAX_WARMUP,
+        BenchArgumentParser,
+        float_in,
+        int_in,
+        name_in,
+        scale_arg,
+        seed_arg,
+    )
+    from kvcheck.conformance.protocol import HASH_ALGOS
+
+    parser = BenchArgumentParser(prog="python -m kvcheck.bench.stability",
+                                 description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default="reference", help="--kv-impl target (default: "
                         "reference, i.e. an A/A run whose ratios should all be 1)")
-    parser.add_argument("--rounds", type=int, default=7, help="timed pairs per case")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed pairs per case")
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS, "timed pairs per case",
+                                                 "--rounds 7"),
+                        default=7, help="timed pairs per case")
+    parser.add_argument("--warmup", type=int_in(0, MAX_WARMUP, "untimed pairs per case",
+                                                 "--warmup 1"),
+                        default=1, help="untimed pairs per case")
+    parser.add_argument("--scale", type=scale_arg(), default=1.0)
+    parser.add_argument("--seed", type=seed_arg(), default=0)
+    parser.add_argument("--runs", type=int_in(0, MAX_RUNS, "back-to-back runs; 0: only "
+                                              "--layers", "--runs 2"), default=2)
     parser.add_argument("--scenarios", nargs="*", default=None,
                         help=f"subset of {', '.join(SCENARIOS)}, or trace:PATH (a request "
                         "trace or a recorded corpus, as --kv-bench-workload)")
     parser.add_argument("--hash-algos", nargs="*", default=None,
+                        type=name_in(HASH_ALGOS, "hash algorithm"),
                         help="hashing cases to time (default: every algorithm both list; "
                         "none given: no hashing case)")
-    parser.add_argument("--tolerance", type=float, default=0.10)
-    parser.add_argument("--min-time", type=float, default=2.0, metavar="S",
+    parser.add_argument("--tolerance", type=float_in(0.0, 1000.0, "the largest acceptable "
+                                                      "move, a fraction", "--tolerance 0.1"),
+                        default=0.10)
+    parser.add_argument("--min-time", type=float_in(0.0, MAX_MIN_TIME_S, "seconds of pairs "
+                                                     "per case", "--min-time 2"),
+                        default=2.0, metavar="S",
                         help="time at least S seconds of pairs per case (estimated from the "
                         "warm-up pairs; default 2): short cases get more than --rounds pairs")
-    parser.add_argument("--max-rounds", type=int, default=60,
+    parser.add_argument("--max-rounds", type=int_in(1, MAX_ROUNDS, "most timed pairs per "
+                                                     "case", "--max-rounds 60"),
+                        default=60,
                         help="most timed pairs per case with --min-time (default 60)")
     parser.add_argument("--report", default=None, metavar="PATH",
                         help="write result records (JSON Lines, atomically): every case's "
@@ -360,6 +385,9 @@ def _main(argv: Sequence[str] | None) -> int:
                         help="time scheduler scenarios through the adapter protocol, on the "
                         "engine's own objects (make_native_manager hook), or both")
     args = parser.parse_args(argv)
+    if args.runs == 0 and not args.layers:
+        parser.error("argument --runs: 0 runs measure nothing without --layers; Fix: e.g. "
+                     "--runs 2, or add --layers")
 
     from kvcheck.conformance.loader import load_impl
     from kvcheck.results.io import check_output_path, write_records

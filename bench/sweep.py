@@ -37,7 +37,6 @@ carrying ``sweep_axis``, ``sweep_value`` and the base point. ``kvcheck leaderboa
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -302,8 +301,17 @@ def point_records(points: Sequence[SweepPoint], impl: Any, reference: Any, *, se
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.sweep",
-                                     description=__doc__.split("\n\n")[0])
+    from kvcheck.bench.cli_args import (
+        MAX_ROUNDS,
+        MAX_WARMUP,
+        BenchArgumentParser,
+        impl_error,
+        int_in,
+        seed_arg,
+    )
+
+    parser = BenchArgumentParser(prog="python -m kvcheck.bench.sweep",
+                                 description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default="reference",
                         help="--kv-impl target (default: reference, an A/A sweep)")
     parser.add_argument("--quick", action="store_true",
@@ -313,24 +321,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--level", choices=("protocol", "manager"), default="protocol",
                         help="time through the adapter protocol, or on the engines' own "
                         "objects (make_native_manager hook, kvcheck.bench.native)")
-    parser.add_argument("--rounds", type=int, default=None,
+    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS, "timed pairs per point",
+                                                 "--rounds 3"), default=None,
                         help="timed pairs per point (default 3; --quick: 2)")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup", type=int_in(0, MAX_WARMUP, "untimed pairs per point",
+                                                 "--warmup 1"), default=1)
+    parser.add_argument("--seed", type=seed_arg(), default=0)
     parser.add_argument("--report", default=None, metavar="PATH",
                         help="write result records (JSON Lines, atomically)")
     args = parser.parse_args(argv)
     rounds = args.rounds if args.rounds is not None else (2 if args.quick else 3)
-    if rounds < 1 or args.warmup < 0:
-        parser.error("--rounds must be >= 1 and --warmup >= 0")
 
     from kvcheck.conformance.loader import load_impl
     from kvcheck.results.io import check_output_path, write_records
 
-    if args.report is not None:
-        check_output_path(args.report, "--report", example="sweep.jsonl")
-    impl = load_impl(args.impl, call_timeout=None)
-    reference = load_impl("reference", call_timeout=None)
+    try:
+        if args.report is not None:
+            check_output_path(args.report, "--report", example="sweep.jsonl")
+        impl = load_impl(args.impl, call_timeout=None)
+        reference = load_impl("reference", call_timeout=None)
+    except KVCheckInputError as exc:  # a bad --impl or --report: its message, no traceback
+        print(f"{parser.prog}: error: {impl_error(exc)}", file=sys.stderr)
+        return 2
     if args.level == "manager":
         from kvcheck.bench.native import missing_hook_note, native_factory
 

@@ -28,7 +28,31 @@ trace's whole working set), ``max_num_seqs`` (64), ``max_num_batched_tokens`` (2
 
 Tokens are drawn with ``kvcheck.bench.workloads.Draws`` (seeded PCG64, integer-only), so a
 file gives the same ``Workload`` (same ``digest()``) on every machine. ``load_trace_workload``
-checks everything first and raises ``TraceFileError`` naming the file, the line and the fix.
+checks everything first (``kvcheck.bench.trace_file``), before any token is drawn, and raises
+``TraceFileError`` naming ``file:line``, the field, the limit and the fix.
+
+Bounds (``kvcheck.conformance.bounds``, those of ``kvcheck replay`` first; the built-in
+scenarios stay far below them):
+
+* the file: a regular file of at most 256 MiB, lines of at most 16 MiB, UTF-8 JSON; numbers
+  finite (no ``NaN`` / ``Infinity`` / ``1e400``), integers of at most 4300 digits;
+* counts (lengths, steps, header options) are ints, or floats with an integral value
+  (``1200.0``); ids (token ids, hash ids, ``kvcheck_trace``) are ints; never booleans;
+* header: ``block_size`` 1..2^16, ``num_blocks`` 2..2^20 (also the pool sized from
+  ``pool_fraction``, which lies in (0, 1]), ``max_num_seqs`` 1..2^20, ``max_num_batched_tokens``
+  1..2^24, ``hash_block_tokens`` 1..2^16, ``ms_per_step`` 1..3600000, ``seed`` 0..2^63-1,
+  ``kvcheck_trace`` 1, on the first line only;
+* a request: ``input_length`` / ``output_length`` >= 1 and prompt + output at most 2^20
+  tokens (replay's ``max_model_len``); token ids in [0, 2^31-1] (int32 in the digest);
+  hash ids in [0, 2^63); ``arrival_step`` 0..2^20, and a ``timestamp`` a finite number of ms
+  >= 0 whose step (``timestamp // ms_per_step``) is at most 2^20; ``request_id`` 1..256
+  characters, unique; ``after`` an earlier request's id; a given ``input_length`` /
+  ``output_length`` agrees with a given token list;
+* the trace: at most 10^6 requests, 2^24 tokens, 2^21 full blocks (counted per request),
+  2^24 tokens drawn for distinct hash ids, 2^32 decode token-steps (output tokens times
+  request length, summed: what a round of the loop copies into request views) and 2^20
+  steps of chat-turn delays (``arrival_step`` of the requests with ``after``), each refused
+  at the line that crosses it.
 
 ::
 
@@ -41,20 +65,29 @@ checks everything first and raises ``TraceFileError`` naming the file, the line 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from kvcheck.atomic import write_atomic
 from kvcheck.bench.allocator import RoundBench, SchedulerBench
+from kvcheck.bench.trace_file import (
+    HEADER_DEFAULTS,
+    HEADER_KEY,
+    HEADER_VERSION,
+    MAX_TOKEN_ID,
+    TraceFileError,
+    TraceLine,
+    TraceOptions,
+    read_trace,
+)
 from kvcheck.bench.workloads import (
-    DEFAULT_BLOCK_SIZE,
     SCENARIOS,
+    VOCAB_SIZE,
     Draws,
     RequestSpec,
     Workload,
@@ -62,11 +95,14 @@ from kvcheck.bench.workloads import (
     trace_profile,
     working_set_blocks,
 )
+from kvcheck.conformance.bounds import MAX_NUM_BLOCKS, MAX_SEED, power_of_two
 from kvcheck.conformance.recorded import Corpus
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "HEADER_DEFAULTS",
+    "MAX_DUMP_SCALE",
+    "MAX_TOKEN_ID",
     "TRACE_PREFIX",
     "RecordedWorkload",
     "TraceFileError",
@@ -83,35 +119,9 @@ __all__ = [
 
 #: ``--kv-bench-workload`` values naming a file start with this.
 TRACE_PREFIX = "trace:"
-HEADER_KEY = "kvcheck_trace"
-HEADER_VERSION = 1
-#: Token ids are stored as int32 in ``Workload.digest``; ids past this are refused.
-MAX_TOKEN_ID = 2**31 - 1
-
-
-class TraceFileError(KVCheckInputError):
-    """A trace file that cannot be read or replayed; the message names the line and the fix."""
-
-
-@dataclass(frozen=True)
-class TraceOptions:
-    """The header's replay settings, validated; the defaults are the header's."""
-
-    block_size: int = DEFAULT_BLOCK_SIZE
-    num_blocks: int | None = None
-    pool_fraction: float = 1.0
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    hash_block_tokens: int = 512
-    ms_per_step: int = 20
-    seed: int = 0
-
-
-#: Header options and their defaults (see the module docstring): ``TraceOptions``'s fields.
-HEADER_DEFAULTS: dict[str, int | float | None] = {
-    f.name: f.default for f in fields(TraceOptions)}  # type: ignore[misc]
-#: Every option but pool_fraction is an integer.
-_INT_OPTIONS = set(HEADER_DEFAULTS) - {"pool_fraction"}
+#: ``dump --scale`` at most this: the largest scenario (eviction_pressure, 2.8 * 10**5 tokens
+#: at scale 1) then stays within a trace's 2**24 tokens, so every dump loads back.
+MAX_DUMP_SCALE = 32.0
 
 
 def is_trace_workload(value: str) -> bool:
@@ -133,56 +143,8 @@ def trace_path(value: str) -> Path:
 
 
 # ----------------------------------------------------------------------------- reading
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _parse_header(obj: dict[str, Any], where: str) -> TraceOptions:
-    version = obj[HEADER_KEY]
-    if version != HEADER_VERSION:
-        raise TraceFileError(f"{where}: {HEADER_KEY} is {version!r}; this kvcheck reads "
-                             f"version {HEADER_VERSION} (upgrade kvcheck for a newer file)")
-    unknown = sorted(set(obj) - set(HEADER_DEFAULTS) - {HEADER_KEY})
-    if unknown:
-        raise TraceFileError(f"{where}: unknown header option(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(HEADER_DEFAULTS)}")
-    values: dict[str, Any] = {}
-    for key, value in obj.items():
-        if key == HEADER_KEY or value is None:
-            continue
-        if key in _INT_OPTIONS:
-            low = 0 if key == "seed" else 1
-            if not _is_int(value) or value < low:
-                raise TraceFileError(f"{where}: header {key} must be an integer >= {low}, "
-                                     f"got {value!r}")
-        elif (not isinstance(value, (int, float)) or isinstance(value, bool)
-              or not 0 < value <= 1):
-            raise TraceFileError(f"{where}: header pool_fraction must lie in (0, 1], got "
-                                 f"{value!r}")
-        values[key] = value
-    return TraceOptions(**values)
-
-
-def _token_list(obj: dict[str, Any], key: str, where: str, why_nonempty: str
-                ) -> tuple[int, ...]:
-    """``obj[key]`` as token ids: a non-empty list of integers in ``[0, MAX_TOKEN_ID]``."""
-    value = obj[key]
-    if not isinstance(value, list) or not all(
-            _is_int(t) and 0 <= t <= MAX_TOKEN_ID for t in value):
-        raise TraceFileError(f"{where}: {key} must be a list of token ids (integers in "
-                             f"[0, {MAX_TOKEN_ID}])")
-    if not value:
-        raise TraceFileError(f"{where}: {key} is empty; {why_nonempty}")
-    return tuple(value)
-
-
-def _length(obj: dict[str, Any], key: str, where: str, low: int) -> int:
-    value = obj.get(key)
-    if not _is_int(value) or value < low:
-        raise TraceFileError(f"{where}: {key} must be an integer >= {low}, got {value!r}"
-                             + (" (every request samples at least one token)"
-                                if key == "output_length" else ""))
-    return int(value)
+#: One int object per vocabulary token: drawn tokens point into it (8 bytes a token, not 36).
+_VOCABULARY = tuple(range(VOCAB_SIZE))
 
 
 class _TokenSource:
@@ -195,122 +157,60 @@ class _TokenSource:
     def hash_block(self, hash_id: int) -> tuple[int, ...]:
         block = self._blocks.get(hash_id)
         if block is None:
-            block = Draws(self.options.seed, f"trace-hash/{hash_id}").tokens(
-                self.options.hash_block_tokens)
+            block = self._draw(f"trace-hash/{hash_id}", self.options.hash_block_tokens)
             self._blocks[hash_id] = block
         return block
 
     def private(self, label: str, n: int) -> tuple[int, ...]:
-        return Draws(self.options.seed, label).tokens(n) if n > 0 else ()
+        return self._draw(label, n) if n > 0 else ()
+
+    def _draw(self, label: str, n: int) -> tuple[int, ...]:
+        return tuple(map(_VOCABULARY.__getitem__, Draws(self.options.seed, label).tokens(n)))
 
 
-def _prompt(obj: dict[str, Any], where: str, source: _TokenSource, rid: str) -> tuple[int, ...]:
-    if "prompt_token_ids" in obj:
-        return _token_list(obj, "prompt_token_ids", where,
-                           "a request needs a prompt of at least one token")
-    if "input_length" not in obj:
-        raise TraceFileError(f"{where}: a request needs prompt_token_ids, or input_length "
-                             "(with hash_ids for shared content, as in Mooncake traces)")
-    length = _length(obj, "input_length", where, 1)
-    hash_ids = obj.get("hash_ids", [])
-    if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
-        raise TraceFileError(f"{where}: hash_ids must be a list of integers (one per "
-                             f"{source.options.hash_block_tokens}-token block)")
+def _prompt(line: TraceLine, source: _TokenSource) -> tuple[int, ...]:
+    """The given prompt, or the hash ids' blocks cut to ``input_length`` (private tokens pad
+    it when the ids cover fewer tokens)."""
+    if line.prompt_token_ids is not None:
+        return line.prompt_token_ids
+    length = line.input_length
     tokens: list[int] = []
-    for hash_id in hash_ids:
+    for hash_id in line.hash_ids:
         if len(tokens) >= length:
             break
         tokens.extend(source.hash_block(hash_id))
     if len(tokens) < length:
-        tokens.extend(source.private(f"trace-prompt/{rid}", length - len(tokens)))
+        tokens.extend(source.private(f"trace-prompt/{line.request_id}", length - len(tokens)))
     return tuple(tokens[:length])
 
 
-def _outputs(obj: dict[str, Any], where: str, source: _TokenSource,
-             rid: str) -> tuple[int, ...]:
-    if "output_token_ids" in obj:
-        return _token_list(obj, "output_token_ids", where,
-                           "every request samples at least one token")
-    return source.private(f"trace-output/{rid}", _length(obj, "output_length", where, 1))
-
-
-def _arrival(obj: dict[str, Any], where: str, options: TraceOptions) -> int:
-    if "arrival_step" in obj:
-        return _length(obj, "arrival_step", where, 0)
-    if "timestamp" in obj:
-        stamp = obj["timestamp"]
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or stamp < 0:
-            raise TraceFileError(f"{where}: timestamp must be a number of milliseconds >= 0, "
-                                 f"got {stamp!r}")
-        return int(stamp // options.ms_per_step)
-    return 0
-
-
-def _read_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], str]:
-    """``([(line number, object)...], sha256 of the file)``, the file read once."""
-    try:
-        data = path.read_bytes()
-        text = data.decode("utf-8")
-    except FileNotFoundError:
-        raise TraceFileError(f"trace file {path} does not exist; --kv-bench-workload="
-                             "trace:PATH takes a JSON Lines request trace (see python -m "
-                             "kvcheck.bench.trace_workload --help)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceFileError(f"cannot read trace file {path}: {exc}") from None
-    objects = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceFileError(f"{path}:{number}: not JSON ({exc.msg} at column "
-                                 f"{exc.colno}); a trace file has one JSON object per "
-                                 "line") from None
-        if not isinstance(obj, dict):
-            raise TraceFileError(f"{path}:{number}: expected a JSON object per line, got "
-                                 f"{type(obj).__name__}")
-        objects.append((number, obj))
-    return objects, hashlib.sha256(data).hexdigest()
+def _outputs(line: TraceLine, source: _TokenSource) -> tuple[int, ...]:
+    if line.output_token_ids is not None:
+        return line.output_token_ids
+    return source.private(f"trace-output/{line.request_id}", line.output_length)
 
 
 def load_trace_workload(path: str | Path) -> Workload:
     """Read a trace file into a ``Workload`` (scenario ``trace:<file name>``, scale 1).
 
+    Every line and the trace's totals are checked first (``kvcheck.bench.trace_file``:
+    the bounds of ``kvcheck replay`` and those of the module docstring); only then are
+    tokens drawn, so a file that asks for too much costs no more than reading it.
+
     Raises:
-        TraceFileError: the file is missing, unreadable, not JSON Lines, has no request, a
-            bad header or request line, duplicate request ids, an ``after`` that names no
-            earlier request, or a ``num_blocks`` too small for its largest request.
+        TraceFileError: the file is missing, not a regular file or too large, not JSON
+            Lines, has no request, a bad header or request line (a value out of its bounds,
+            a non-finite or non-integral number), duplicate request ids, an ``after`` that
+            names no earlier request, a total past its bound, or a pool (``num_blocks``, or
+            the one sized from ``pool_fraction``) that cannot hold its largest request or
+            is larger than 2**20 blocks.
     """
     path = Path(path)
-    lines, digest = _read_lines(path)
-    options = TraceOptions()
-    if lines and HEADER_KEY in lines[0][1]:
-        options = _parse_header(lines[0][1], f"{path}:{lines[0][0]}")
-        lines = lines[1:]
-    if not lines:
-        raise TraceFileError(f"{path}: no request lines; each line after the optional "
-                             "header is one request")
-    source = _TokenSource(options)
-    requests: list[RequestSpec] = []
-    seen: set[str] = set()
-    for number, obj in lines:
-        where = f"{path}:{number}"
-        rid = obj.get("request_id", f"trace-{number:06d}")
-        if not isinstance(rid, str) or not rid:
-            raise TraceFileError(f"{where}: request_id must be a non-empty string")
-        if rid in seen:
-            raise TraceFileError(f"{where}: request_id {rid!r} is used twice; ids must be "
-                                 "unique within a trace")
-        after = obj.get("after")
-        if after is not None and (not isinstance(after, str) or after not in seen):
-            raise TraceFileError(f"{where}: after={after!r} names no earlier request; it must "
-                                 "be the request_id of a request on an earlier line")
-        requests.append(RequestSpec(rid, _arrival(obj, where, options),
-                                    _prompt(obj, where, source, rid),
-                                    _outputs(obj, where, source, rid), after))
-        seen.add(rid)
-    return _workload(path, requests, options, digest)
+    trace = read_trace(path)
+    source = _TokenSource(trace.options)
+    requests = [RequestSpec(line.request_id, line.arrival_step, _prompt(line, source),
+                            _outputs(line, source), line.after) for line in trace.lines]
+    return _workload(path, requests, trace.options, trace.sha256)
 
 
 def _workload(path: Path, requests: list[RequestSpec], options: TraceOptions,
@@ -328,6 +228,13 @@ def _workload(path: Path, requests: list[RequestSpec], options: TraceOptions,
         num_blocks = options.num_blocks
     else:
         num_blocks = 1 + max(largest, math.ceil(options.pool_fraction * working_set))
+        if num_blocks > MAX_NUM_BLOCKS:
+            raise TraceFileError(
+                f"{path}: the pool sized from pool_fraction={options.pool_fraction} of the "
+                f"working set ({working_set} blocks of {block_size} tokens) is {num_blocks} "
+                f"blocks; a pool holds at most {power_of_two(MAX_NUM_BLOCKS)} (as kvcheck "
+                "replay)", "lower the header pool_fraction, raise block_size, or set "
+                f"num_blocks (at most {MAX_NUM_BLOCKS})")
     return Workload(
         scenario=f"{TRACE_PREFIX}{path.name}", seed=options.seed, scale=1.0,
         block_size=block_size, requests=tuple(requests), num_blocks=num_blocks,
@@ -442,20 +349,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     dump.add_argument("scenario")
     dump.add_argument("-o", "--output", required=True)
     dump.add_argument("--seed", type=int, default=0)
-    dump.add_argument("--scale", type=float, default=1.0)
+    dump.add_argument("--scale", type=float, default=1.0,
+                      help=f"scenario scale, in (0, {MAX_DUMP_SCALE:g}] (default 1)")
     inspect = sub.add_parser("inspect", help="read a trace file and describe it")
     inspect.add_argument("path", help="a request trace (.jsonl) or a recorded corpus "
                          "(.cbor.xz)")
     args = parser.parse_args(argv)
     try:
         if args.command == "dump":
+            from kvcheck.results.io import check_output_path
+
+            check_output_path(args.output, "-o", example="trace.jsonl")  # before the work
+            if not 0 < args.scale <= MAX_DUMP_SCALE:  # NaN too
+                raise KVCheckInputError(
+                    f"--scale {args.scale}: must lie in (0, {MAX_DUMP_SCALE:g}] (a larger "
+                    "scenario would not load back within a trace's 2^24 tokens); fix: give "
+                    f"--scale in (0, {MAX_DUMP_SCALE:g}]")
+            if not 0 <= args.seed <= MAX_SEED:
+                raise KVCheckInputError(f"--seed {args.seed}: must lie in [0, 2^63) (stored "
+                                        "as a signed 64-bit integer); fix: give "
+                                        "--seed in [0, 2^63)")
             written = dump_workload(make_workload(args.scenario, args.seed, args.scale),
                                     args.output)
             print(f"wrote {os.fspath(written)}")
         else:
             print("\n".join(describe(resolve_workload(TRACE_PREFIX + args.path))))
     except KVCheckInputError as exc:
-        print(f"error: {exc}")
+        print("error: " + " ".join(str(exc).splitlines()))  # one line, whatever it held
         return 2
     return 0
 

@@ -23,7 +23,10 @@ Mechanism, cheapest first:
   suspended (Ctrl-Z) for longer than ``limit + grace`` in the middle of the run may be ended
   when resumed; pass ``--kv-timeout=0`` when debugging.
 
-A limit of ``0`` or ``None`` turns all of this off (the call is made directly).
+A limit of ``0`` or ``None`` turns all of this off (the call is made directly). Either way a
+call that raises a ``BaseException`` of its own (``KeyboardInterrupt`` without a Ctrl-C,
+``SystemExit``, ``GeneratorExit``, pytest's ``skip()``...) raises ``AdapterRaised`` instead
+(``kvcheck.conformance.interrupts``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, TypeVar
 
+from kvcheck.conformance.interrupts import AdapterRaised, is_adapters_doing, raised_text
 from kvcheck.conformance.protocol import RequestView
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
@@ -51,6 +55,7 @@ __all__ = [
     "DEFAULT_CALL_TIMEOUT",
     "GRACE_S",
     "STUCK_EXIT_CODE",
+    "AdapterRaised",
     "AdapterTimeout",
     "CallLimit",
     "abbreviate",
@@ -165,15 +170,25 @@ class CallLimit:
 
         Raises:
             AdapterTimeout: the call ran past the limit (it was interrupted).
+            AdapterRaised: the call raised a BaseException that is not an Exception, or
+                called pytest.exit() (``kvcheck.conformance.interrupts``: the
+                implementation's doing; a real Ctrl-C passes through).
         """
-        if not self.seconds:
-            return fn(*args)
-        thread = _get_ident()
-        if thread == _MAIN_IDENT and _HAVE_TIMER:
-            if _ALARM.call is not None:  # nested in a timed call: the outer limit covers it
+        try:  # free until something is raised (zero-cost try blocks)
+            if not self.seconds:
                 return fn(*args)
-            return _ALARM.run(self, method, fn, args)
-        return _WATCHDOG.run_threaded(self, method, fn, args, thread)
+            thread = _get_ident()
+            if thread == _MAIN_IDENT and _HAVE_TIMER:
+                if _ALARM.call is not None:  # nested in a timed call: the outer limit covers it
+                    return fn(*args)
+                return _ALARM.run(self, method, fn, args)
+            return _WATCHDOG.run_threaded(self, method, fn, args, thread)
+        except BaseException as exc:
+            if type(exc) is _AsyncTimeout or not is_adapters_doing(exc):
+                raise
+            shown = ", ".join(arg_text(a) for a in args)
+            raise AdapterRaised(f"{self.impl}.{method}({shown}) {raised_text(exc)}",
+                                type(exc).__name__) from exc
 
 
 # ---------------------------------------------------------------- main thread: SIGALRM

@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import NoReturn, Protocol, TypedDict
 
 from kvcheck.atomic import write_atomic
-from kvcheck.conformance.call_limit import AdapterTimeout
+from kvcheck.conformance import bounds
+from kvcheck.conformance.call_limit import AdapterRaised, AdapterTimeout
 from kvcheck.conformance.driver import Check, Driver, StepResult
 from kvcheck.conformance.guard import ProtocolViolation
 from kvcheck.conformance.hybrid_driver import HybridDriver
 from kvcheck.conformance.hybrid_laws import check_hybrid_laws
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.memory_limit import MemoryLimitExceeded
 from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, spec_to_dict
 from kvcheck.conformance.trace_check import TraceError, check_ops, check_spec
@@ -150,7 +152,7 @@ class PairFactory(Protocol):
 
 
 # Failures an adapter call raises through the guard; named as such wherever they surface.
-_ADAPTER_FAILURES = (ProtocolViolation, AdapterTimeout)
+_ADAPTER_FAILURES = (ProtocolViolation, AdapterTimeout, AdapterRaised, MemoryLimitExceeded)
 
 
 def _failure_text(exc: Exception, source: str) -> str:
@@ -159,6 +161,8 @@ def _failure_text(exc: Exception, source: str) -> str:
         return f"protocol violation: {exc}"
     if isinstance(exc, AdapterTimeout):
         return f"timeout: {exc}"
+    if isinstance(exc, AdapterRaised):
+        return f"BaseException from {source}: {exc}"
     return f"{type(exc).__name__} from {source}: {exc}"
 
 
@@ -229,8 +233,8 @@ def normalize_events(events: Iterable[KVEvent]) -> list[KVEvent]:
 
 
 # ---------------------------------------------------------------------- traces
-#: Largest trace file ``load_trace`` reads (the suite's traces are a few KiB).
-MAX_TRACE_BYTES = 256 << 20
+#: Largest trace file ``load_trace`` reads: ``kvcheck.conformance.bounds.MAX_TRACE_BYTES``.
+MAX_TRACE_BYTES = bounds.MAX_TRACE_BYTES
 
 
 def _safe(name: str) -> str:

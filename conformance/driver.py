@@ -229,7 +229,9 @@ class Driver:
             result = fn(*args)
         except BaseException as exc:
             # The failing (or hung) call belongs in the repro too: it is the one to look at.
-            self.lines.append(f"{text}  # raised {type(exc).__name__}")
+            # (AdapterRaised: the BaseException the adapter raised, by its own name.)
+            name = getattr(exc, "raised_name", type(exc).__name__)
+            self.lines.append(f"{text}  # raised {name}")
             raise
         self.last_call[text.partition("(")[0].removeprefix("m.")] = len(self.lines)
         self.lines.append(f"{text}  # -> {result!r}")

@@ -34,18 +34,47 @@ returned value and the rule):
   no other id twice across the groups of one answer. A table equals the previous one + the
   hits + the new ids, except that entries may have become ``0`` (skipped by a window).
 
+Lengths come before elements (issue 23 item 3): every list answer is first checked against
+a bound it cannot exceed when correct, so a flood (10^7 ids) is refused at once, naming its
+length and the bound, before anything walks its elements:
+
+* a list of distinct block ids (hits, new ids, a single-group table, the free queue,
+  ``get_new_blocks``): at most ``num_blocks``;
+* a per-group list that may hold the null block (hits, tables): at most ``num_blocks`` or the
+  positions of the longest request kvcheck has shown the adapter, whichever is more;
+* ``block_hashes``: at most one hash per token of the pool or of the longest request shown;
+* ``take_events``: at most ``num_blocks + groups + 1`` events per state-changing call since
+  the last drain (plus one call's worth), each with at most 64 fields, each list field at
+  most the pool's tokens (``num_blocks * block_size``);
+* ``slot_mapping(rid, start, end)``: at most ``end - start`` slots;
+* batch metadata: ``build_batch`` at most ``max(num_padded_tokens, sum of scheduled)``
+  entries per list, ``flashinfer_csr`` ``len(seq_lens) + 1`` / the rows' pages /
+  ``len(seq_lens)``, ``req_to_token`` ``len(seq_lens)`` rows of at most ``max(seq_lens)``.
+
+Failure messages show answers through ``short_repr`` (bounded by its limit, not by the
+answer's size).
+
 Validation is a few C-level set/min/max operations per answer (the ``ref_cnt`` loop of the
 observations makes it a hot path). After an adapter call raised, the guard stops checking
 table consistency for that manager (its state is unknown; the test fails anyway).
+
+Every guard is registered (weakly) so that a process-wide stop can divert every guarded call
+at once, with no per-call check: ``divert_calls(call)`` makes every live and future guard run
+``call(method, fn, *args)`` instead of its call limit (the memory limit,
+``kvcheck.conformance.memory_limit``, and a forked child, ``kvcheck.conformance.forked``, use
+it); ``restore_calls()`` undoes it.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
-from kvcheck.conformance.call_limit import CallLimit, abbreviate, arg_text
+from kvcheck.conformance.call_limit import CallLimit, arg_text
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView
+from kvcheck.conformance.short_repr import short_repr as abbreviate
 from kvcheck.errors import KVCheckFailure
 
 if TYPE_CHECKING:
@@ -55,7 +84,17 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-__all__ = ["GuardedBlockPool", "GuardedHybridManager", "GuardedManager", "ProtocolViolation"]
+__all__ = [
+    "AdapterCall",
+    "Diversion",
+    "GuardedBlockPool",
+    "GuardedHybridManager",
+    "GuardedManager",
+    "ProtocolViolation",
+    "divert_calls",
+    "live_guards",
+    "restore_calls",
+]
 
 
 class ProtocolViolation(KVCheckFailure):
@@ -71,11 +110,22 @@ def _view_state(view: object) -> tuple[object, ...] | None:
 
 
 _INT_ONLY = frozenset({int})
+#: Most fields an event may have (far more than vLLM's events carry).
+_EVENT_FIELDS = 64
 
 
 def _type_name(value: object) -> str:
     t = type(value)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _duplicates(ids: Sequence[int]) -> list[int]:
+    """The ids listed more than once, sorted (one pass: ``ids.count`` per id is quadratic)."""
+    seen: set[int] = set()
+    dup: set[int] = set()
+    for b in ids:
+        (dup if b in seen else seen).add(b)
+    return sorted(dup)
 
 
 def _ints_problem(value: object, what: str) -> str | None:
@@ -90,21 +140,69 @@ def _ints_problem(value: object, what: str) -> str | None:
     return None
 
 
+class AdapterCall(Protocol):
+    """How a guard makes an adapter call: ``call(method, fn, *args)`` (``CallLimit.call``)."""
+
+    def __call__(self, method: str, fn: Callable[[Unpack[_Args]], _T],
+                 *args: Unpack[_Args]) -> _T: ...
+
+
+#: What ``divert_calls`` takes: the implementation's name -> the call its guards make.
+Diversion = Callable[[str], AdapterCall]
+
+# Every live guard, and the diversion in force (None: each guard's own call limit).
+_LIVE: weakref.WeakSet[_Guard] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+_DIVERSION: list[Diversion | None] = [None]
+
+
+def divert_calls(diversion: Diversion) -> None:
+    """From now on every guarded call, of every live guard and of those built later, runs
+    ``diversion(impl)(method, fn, *args)`` instead of the guard's call limit (``impl``: the
+    guard's implementation name). Safe from any thread; costs nothing per call (each guard's
+    call attribute is swapped once)."""
+    with _LIVE_LOCK:
+        _DIVERSION[0] = diversion
+        guards = list(_LIVE)
+    for guard in guards:
+        guard._call = diversion(guard._impl)
+
+
+def restore_calls() -> None:
+    """Undo ``divert_calls``: every guard calls through its own call limit again."""
+    with _LIVE_LOCK:
+        _DIVERSION[0] = None
+        guards = list(_LIVE)
+    for guard in guards:
+        guard._call = guard._own_call
+
+
+def live_guards() -> tuple[threading.Lock, weakref.WeakSet[_Guard]]:
+    """The registry's lock and set (``kvcheck.conformance.forked`` holds the lock across a
+    fork, so the child never inherits it held)."""
+    return _LIVE_LOCK, _LIVE
+
+
 class _Guard:
     """What the manager and block-pool guards share: the raw object, the spec's bounds and
     the violation message."""
 
-    __slots__ = ("_bs", "_call", "_impl", "_n", "_raw", "_reserved")
+    __slots__ = ("__weakref__", "_bs", "_call", "_impl", "_n", "_own_call", "_raw",
+                 "_reserved")
 
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
         # The adapter: any object. Its answers are untrusted (``object``) until checked.
         self._raw: Any = raw
         self._impl = impl
-        self._call = limit.call
+        self._own_call: AdapterCall = limit.call
         self._n = spec.num_blocks
         self._bs = spec.block_size
         self._reserved = frozenset(reserved)
+        with _LIVE_LOCK:
+            diversion = _DIVERSION[0]
+            self._call: AdapterCall = self._own_call if diversion is None else diversion(impl)
+            _LIVE.add(self)
 
     def __getattr__(self, name: str) -> Any:  # anything the guard does not know about
         return getattr(object.__getattribute__(self, "_raw"), name)
@@ -119,9 +217,22 @@ class _Guard:
         raise ProtocolViolation(f"{self._impl}.{method}({shown}) returned "
                                 f"{abbreviate(value)}: {rule}")
 
-    def _ids(self, method: str, args: tuple[object, ...], value: object, what: str) -> list[int]:
-        """``value`` checked as block ids (types, range, reserved, duplicates); as a list."""
+    def _too_long(self, method: str, args: tuple[object, ...], value: object, part: object,
+                  what: str, bound: int, why: str) -> None:
+        """``part`` (a list in ``value``) has at most ``bound`` entries (checked before any of
+        its elements is looked at); ``why`` says where the bound comes from."""
         __tracebackhide__ = True
+        if (type(part) is list or type(part) is tuple) and len(part) > bound:
+            self._violation(method, args, value,
+                            f"{what}: {len(part)} entries, more than the {bound} possible "
+                            f"({why})")
+
+    def _ids(self, method: str, args: tuple[object, ...], value: object, what: str) -> list[int]:
+        """``value`` checked as block ids (length, types, range, reserved, duplicates); as a
+        list."""
+        __tracebackhide__ = True
+        self._too_long(method, args, value, value, what, self._n,
+                       f"distinct block ids of a pool of num_blocks={self._n}")
         problem = _ints_problem(value, what)
         if problem is not None:
             self._violation(method, args, value, problem)
@@ -137,8 +248,8 @@ class _Guard:
                            f"{sorted(self._reserved)}; ImplInfo.reserved_block_ids or the "
                            "profile's default)")
             elif len(set(ids)) != len(ids):
-                dup = sorted({b for b in ids if ids.count(b) > 1})
-                problem = f"{what} lists block id(s) {dup} more than once"
+                problem = (f"{what} lists block id(s) {abbreviate(_duplicates(ids), 80)} "
+                           "more than once")
         if problem is not None:
             self._violation(method, args, value, problem)
         return ids if type(ids) is list else list(ids)
@@ -173,7 +284,8 @@ class _Guard:
 class GuardedManager(_Guard):
     """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
 
-    __slots__ = ("_held", "_lost", "_tables")
+    __slots__ = ("_events_per_op", "_held", "_longest", "_lost", "_ops", "_pool_tokens",
+                 "_tables")
 
     def __new__(  # noqa: PYI034 - returns the hybrid subclass for a multi-group spec
         cls, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
@@ -189,6 +301,13 @@ class GuardedManager(_Guard):
         self._tables: dict[str, list[int]] = {}  # the block tables the answers imply
         self._held: dict[int, int] = {}  # block id -> number of live requests holding it
         self._lost = False  # an adapter call raised: its state is unknown from then on
+        # For the length bounds: the most tokens (lookahead included) of any request shown
+        # to the adapter, and the state-changing calls since the last take_events.
+        self._longest = 0
+        self._ops = 0
+        self._events_per_op = spec.num_blocks + len(spec.groups) + 1
+        self._pool_tokens = spec.num_blocks * max(spec.group_block_size(g)
+                                                  for g in range(len(spec.groups)))
 
     def _raising(self, method: str, fn: Callable[[Unpack[_Args]], _T],
                  *args: Unpack[_Args]) -> _T:
@@ -215,9 +334,11 @@ class GuardedManager(_Guard):
         if (type(value) is not tuple and type(value) is not list) or len(value) != 2:
             self._violation("get_computed_blocks", args, value,
                             f"must be a pair ({self._HITS_FORM}, num_computed_tokens: int)")
+        total = request.num_tokens
+        if total > self._longest:
+            self._longest = total
         hits = self._hit_ids(args, value)
         num = value[1]
-        total = request.num_tokens
         if type(num) is not int or not 0 <= num <= total:
             self._violation("get_computed_blocks", args, value,
                             f"num_computed_tokens must be an int in [0, {total}] (the "
@@ -249,6 +370,14 @@ class GuardedManager(_Guard):
         args: tuple[object, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
         if num_lookahead_tokens:
             args += (num_lookahead_tokens,)
+        self._ops += 1
+        try:  # the most positions this call may give the request (for the length bounds)
+            tokens = max(request.num_tokens, request.num_computed_tokens
+                         + num_new_computed_tokens + num_new_tokens) + num_lookahead_tokens
+        except (AttributeError, TypeError):  # not a RequestView: the answer checks say so
+            tokens = 0
+        if tokens > self._longest:
+            self._longest = tokens
         before = _view_state(request)
         value: object = self._raising("allocate_slots", self._raw.allocate_slots, request,
                                       *((num_new_tokens, num_new_computed_tokens, hits_copy)
@@ -314,6 +443,7 @@ class GuardedManager(_Guard):
     def free(self, request_id: str) -> None:
         # None-returning calls pass the adapter's answer on as it is (repros show it).
         fn: Callable[[str], None] = self._raw.free
+        self._ops += 1
         result = self._raising("free", fn, request_id)
         self._forget(request_id)
         return result
@@ -347,6 +477,7 @@ class GuardedManager(_Guard):
 
     def reset_prefix_cache(self) -> bool:
         __tracebackhide__ = True
+        self._ops += 1
         value: object = self._raising("reset_prefix_cache", self._raw.reset_prefix_cache)
         if type(value) is not bool:
             self._violation("reset_prefix_cache", (), value,
@@ -371,6 +502,10 @@ class GuardedManager(_Guard):
         if type(value) is not list and type(value) is not tuple:
             self._violation("block_hashes", (request_id,), value,
                             f"must be a list of bytes, not a {_type_name(value)}")
+        most = max(self._pool_tokens, self._longest)
+        self._too_long("block_hashes", (request_id,), value, value, "the block hashes", most,
+                       f"at most one per token of the pool, {self._pool_tokens}, or of the "
+                       f"longest request passed in so far, {self._longest}")
         for h in value:
             if not isinstance(h, (bytes, bytearray)):
                 self._violation("block_hashes", (request_id,), value,
@@ -384,17 +519,38 @@ class GuardedManager(_Guard):
         if type(value) is not list and type(value) is not tuple:
             self._violation("take_events", (), value,
                             f"must be a list of dicts, not a {_type_name(value)}")
+        ops, self._ops = self._ops, 0
+        self._too_long("take_events", (), value, value, "the events",
+                       (ops + 1) * self._events_per_op,
+                       f"{self._events_per_op} per state-changing call, {ops} since the last "
+                       "take_events, plus one")
         for event in value:
             if not isinstance(event, dict) or "type" not in event:
                 self._violation("take_events", (), value,
                                 f"every event must be a dict with a 'type' key; got "
                                 f"{abbreviate(event, 60)}")
+            self._event_sizes(value, event, self._pool_tokens)
         return list(value)
+
+    def _event_sizes(self, value: object, event: dict[Any, Any], tokens: int) -> None:
+        """One event of a ``take_events`` answer: at most ``_EVENT_FIELDS`` fields, each list
+        field at most ``tokens`` (the pool's) entries."""
+        __tracebackhide__ = True
+        if len(event) > _EVENT_FIELDS:
+            self._violation("take_events", (), value,
+                            f"an event has {len(event)} fields, more than the {_EVENT_FIELDS} "
+                            f"an event can have: {abbreviate(event, 60)}")
+        for key, field in event.items():
+            self._too_long("take_events", (), value, field, f"field {abbreviate(key, 30)} of "
+                           f"a {abbreviate(event['type'], 30)} event", tokens,
+                           f"the tokens of the whole pool, num_blocks * block_size = {tokens}")
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         __tracebackhide__ = True
         args = (request_id, start, end)
         value: object = self._call("slot_mapping", self._raw.slot_mapping, *args)
+        self._too_long("slot_mapping", args, value, value, "the slot mapping", max(0, end - start),
+                       "one slot per position in [start, end)")
         problem = _ints_problem(value, "the slot mapping")
         if problem is not None:
             self._violation("slot_mapping", args, value, problem)
@@ -408,11 +564,16 @@ class GuardedManager(_Guard):
     # Run under the call limit and checked for shape and types only; the values are compared
     # with the reference by conformance/test_batch_metadata.py.
     def _int_lists(self, method: str, args: tuple[object, ...], value: object,
-                   names: tuple[str, ...]) -> list[list[int]]:
+                   names: tuple[str, ...],
+                   bounds: Sequence[tuple[int, str]]) -> list[list[int]]:
+        """``value`` checked as ``len(names)`` lists of int, list ``i`` at most ``bounds[i] =
+        (entries, why)`` long (lengths first)."""
         __tracebackhide__ = True
         if (type(value) is not tuple and type(value) is not list) or len(value) != len(names):
             self._violation(method, args, value,
                             f"must be a tuple of {len(names)} lists of int ({', '.join(names)})")
+        for name, part, (bound, why) in zip(names, value, bounds, strict=True):
+            self._too_long(method, args, value, part, name, bound, why)
         parts: list[list[int]] = []
         for name, part in zip(names, value, strict=True):
             problem = _ints_problem(part, name)
@@ -430,8 +591,13 @@ class GuardedManager(_Guard):
         args = (block_tables, num_computed_tokens, num_scheduled_tokens, num_padded_tokens,
                 dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
         value: object = self._call("build_batch", self._raw.build_batch, *args)
+        scheduled = sum(int(n) for n in num_scheduled_tokens)
+        tokens = (num_padded_tokens, f"num_padded_tokens={num_padded_tokens}")
+        per_token = (max(num_padded_tokens, scheduled),
+                     f"one per scheduled token, {scheduled}")
         slots, positions, req_indices = self._int_lists(
-            "build_batch", args, value, ("slot_mapping", "positions", "req_indices"))
+            "build_batch", args, value, ("slot_mapping", "positions", "req_indices"),
+            (tokens, per_token, per_token))
         if len(slots) != num_padded_tokens:
             self._violation("build_batch", args, value,
                             f"slot_mapping has {len(slots)} entries; it must have "
@@ -443,8 +609,14 @@ class GuardedManager(_Guard):
         __tracebackhide__ = True
         args = (block_tables, seq_lens)
         value: object = self._call("flashinfer_csr", self._raw.flashinfer_csr, *args)
+        num_reqs = len(seq_lens)
+        pages = max(sum(len(row) for row in block_tables[:num_reqs]),
+                    sum(-(-int(n) // self._bs) for n in seq_lens))
         indptr, indices, last = self._int_lists(
-            "flashinfer_csr", args, value, ("kv_indptr", "kv_indices", "kv_last_page_len"))
+            "flashinfer_csr", args, value, ("kv_indptr", "kv_indices", "kv_last_page_len"),
+            ((num_reqs + 1, f"len(seq_lens) + 1 = {num_reqs + 1}"),
+             (pages, f"the pages of the {num_reqs} requests' rows, {pages}"),
+             (num_reqs, f"one per request, len(seq_lens) = {num_reqs}")))
         return indptr, indices, last
 
     def req_to_token(self, block_tables: Sequence[Sequence[int]],
@@ -455,8 +627,13 @@ class GuardedManager(_Guard):
         if type(value) is not list and type(value) is not tuple:
             self._violation("req_to_token", args, value,
                             f"must be a list of rows (lists of int), not a {_type_name(value)}")
+        num_reqs = len(seq_lens)
+        self._too_long("req_to_token", args, value, value, "the answer", num_reqs,
+                       f"one row per request, len(seq_lens) = {num_reqs}")
+        width = max((int(n) for n in seq_lens), default=0)
         return self._int_lists("req_to_token", args, value,
-                               tuple(f"row {b}" for b in range(len(value))))
+                               tuple(f"row {b}" for b in range(len(value))),
+                               [(width, f"the longest seq_len, {width}")] * len(value))
 
 NULL_BLOCK = 0  # vLLM's null block: the id of a position a window no longer needs
 
@@ -475,8 +652,8 @@ class GuardedHybridManager(GuardedManager):
 
     def _groups(self, method: str, args: tuple[object, ...], value: object, what: str, *,
                 nulls: bool) -> list[list[int]]:
-        """``value`` checked as one list of block ids per group (types, range, reserved ids,
-        an id twice across the groups; ``0`` allowed only with ``nulls``)."""
+        """``value`` checked as one list of block ids per group (length, types, range,
+        reserved ids, an id twice across the groups; ``0`` allowed only with ``nulls``)."""
         __tracebackhide__ = True
         n = len(self._group_bs)
         if (type(value) is not list and type(value) is not tuple) or len(value) != n:
@@ -488,6 +665,15 @@ class GuardedHybridManager(GuardedManager):
         seen: set[int] = set()
         for g, part in enumerate(value):
             label = f"{what} of group {g}"
+            if nulls:  # a position each: real ids are distinct, null ones repeat
+                positions = -(-self._longest // self._group_bs[g])
+                self._too_long(method, args, value, part, label, max(self._n, positions),
+                               f"num_blocks={self._n} or the {positions} positions of the "
+                               f"longest request passed in so far, {self._longest} tokens, "
+                               "whichever is more")
+            else:
+                self._too_long(method, args, value, part, label, self._n,
+                               f"distinct block ids of a pool of num_blocks={self._n}")
             problem = _ints_problem(part, label)
             if problem is not None:
                 self._violation(method, args, value, problem)
@@ -504,9 +690,9 @@ class GuardedHybridManager(GuardedManager):
                            f"{sorted(self._reserved.intersection(real))} (only the null block "
                            f"{NULL_BLOCK} may appear, as a skipped position)")
             elif len(set(real)) != len(real) or not seen.isdisjoint(real):
-                dup = sorted({b for b in real if real.count(b) > 1 or b in seen})
-                problem = (f"{label} lists block id(s) {dup} twice (in one group or in two "
-                           "groups: a block belongs to one group at a time)")
+                dup = sorted(set(_duplicates(real)) | seen.intersection(real))
+                problem = (f"{label} lists block id(s) {abbreviate(dup, 80)} twice (in one "
+                           "group or in two groups: a block belongs to one group at a time)")
             if problem is not None:
                 self._violation(method, args, value, problem)
             seen.update(real)

@@ -29,7 +29,13 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kvcheck.conformance.protocol import KIND_CAPABILITIES, KVCacheGroupSpec
+from kvcheck.conformance.protocol import (
+    KIND_CAPABILITIES,
+    ImplInfo,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    UnsupportedSpec,
+)
 
 __all__ = ["WINDOWS", "declared_kinds", "hybrid_layouts", "hybrid_pair_factory", "layout_for"]
 
@@ -115,10 +121,13 @@ def declared_kinds(capabilities: Iterable[str]) -> tuple[str, ...]:
 
 
 def hybrid_pair_factory(make_pair: Callable[..., Any], profile: str,
-                        kinds: Iterable[str]) -> Callable[..., Any]:
+                        kinds: Iterable[str], info: ImplInfo | None = None
+                        ) -> Callable[..., Any]:
     """A ``make_pair(**spec_fields)`` for ``run_workload_machine`` that turns the machine's
     single-group spec fields into a multi-group spec (see the module doc): the pool grows
-    with the number of groups (each token needs a slot in every group)."""
+    with the number of groups (each token needs a slot in every group). A multi-group spec
+    ``info`` does not support (a group's block size outside ``block_sizes``, the grown pool
+    outside ``num_blocks_range``) raises ``UnsupportedSpec``: the machine draws another."""
     kind_list = tuple(kinds)
 
     def make(**fields: Any) -> Any:
@@ -136,6 +145,9 @@ def hybrid_pair_factory(make_pair: Callable[..., Any], profile: str,
             # vLLM 0.10.2's event crash
             # (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)
             fields["enable_kv_cache_events"] = False
+        if info is not None and not info.supports(KVCacheSpec(**fields)):
+            raise UnsupportedSpec(f"{info.name} does not declare this layout's block sizes "
+                                  "or pool size (IMPL_INFO.block_sizes, num_blocks_range)")
         return FlatAnswers(make_pair(**fields))
 
     return make

@@ -15,7 +15,9 @@ of the other categories.
 
 A handle's factories and every adapter call run under its per-call limit
 (``call_timeout`` seconds, ``kvcheck.conformance.call_limit``); managers and pools come back
-wrapped in the answer-validating guards of ``kvcheck.conformance.guard``.
+wrapped in the answer-validating guards of ``kvcheck.conformance.guard``. Each factory gets a
+private copy of its spec, compared with the original after the factory and after every call
+(``kvcheck.conformance.spec_seal``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
-from kvcheck.conformance.call_limit import DEFAULT_CALL_TIMEOUT, AdapterTimeout, CallLimit
+from kvcheck.conformance.call_limit import (
+    DEFAULT_CALL_TIMEOUT,
+    AdapterRaised,
+    AdapterTimeout,
+    CallLimit,
+)
 from kvcheck.conformance.guard import GuardedBlockPool, GuardedManager
+from kvcheck.conformance.interrupts import is_adapters_doing
 from kvcheck.conformance.protocol import (
     CAPABILITIES,
     CAPABILITY_METHODS,
@@ -46,6 +54,7 @@ from kvcheck.conformance.protocol import (
     reserved_block_ids,
 )
 from kvcheck.conformance.sizing_protocol import SIZING_FUNCTIONS
+from kvcheck.conformance.spec_seal import SpecMutated, SpecWatch, check_unchanged, private_copy
 from kvcheck.errors import KVCheckInputError
 
 __all__ = ["ALIASES", "DEFAULT_CALL_TIMEOUT", "ImplHandle", "ImplLoadError", "load_impl",
@@ -106,32 +115,40 @@ class ImplHandle:
                      guard: bool = True) -> ManagerWithCapabilities:
         """A fresh manager for ``spec``, built under the call limit and (``guard``) wrapped in
         a ``GuardedManager``. ``guard=False`` returns the adapter's own object (benchmarks),
-        still built under the limit.
+        still built under the limit. The factory gets a private copy of ``spec``, compared
+        with it after the factory and (guarded) after every call
+        (``kvcheck.conformance.spec_seal``).
 
         Raises:
             UnsupportedSpec: the factory declines ``spec``.
             AdapterTimeout: the factory did not return within the limit.
+            AdapterRaised: the factory raised a BaseException of its own.
+            SpecMutated: the factory wrote to the spec it was given.
         """
         if self.factory is None:
             raise KVCheckInputError(f"{self.name} declares no manager capability")
-        raw = self.limit.call(self.factory_name, self.factory, spec)
+        given = private_copy(spec)
+        raw = self.limit.call(self.factory_name, self.factory, given)
+        check_unchanged(self.name, self.factory_name, (spec,), spec, given)
         if not guard:
             # load_impl checked that it has the methods of the declared capabilities.
             return cast(ManagerWithCapabilities, raw)
         return GuardedManager(raw, impl=self.name, spec=spec,
                               reserved=reserved_block_ids(self.info, spec.profile),
-                              limit=self.limit)
+                              limit=SpecWatch(self.limit, spec, given))
 
     def make_block_pool(self, spec: KVCacheSpec, *, guard: bool = True) -> BlockPoolAdapter:
         """A fresh block pool for ``spec`` (see ``make_manager``)."""
         if self.pool_factory is None:
             raise KVCheckInputError(f"{self.name} declares no block_pool capability")
-        raw = self.limit.call("make_block_pool", self.pool_factory, spec)
+        given = private_copy(spec)
+        raw = self.limit.call("make_block_pool", self.pool_factory, given)
+        check_unchanged(self.name, "make_block_pool", (spec,), spec, given)
         if not guard:
             return cast(BlockPoolAdapter, raw)  # its methods were checked by load_impl
         return GuardedBlockPool(raw, impl=self.name, spec=spec,
                                 reserved=reserved_block_ids(self.info, spec.profile),
-                                limit=self.limit)
+                                limit=SpecWatch(self.limit, spec, given))
 
 
 def _usage(target: str, problem: str, fix: str) -> ImplLoadError:
@@ -239,6 +256,7 @@ def _impl_info(target: str, module: ModuleType) -> ImplInfo:
     if unknown_caps:
         raise _usage(target, f"IMPL_INFO declares unknown capabilities {unknown_caps}",
                      f"use names from {sorted(CAPABILITIES)}")
+    _check_capability_needs(target, set(caps))
     algos = _str_collection(target, "hash_algos", raw.hash_algos, "('sha256',)")
     unknown_algos = sorted(set(algos) - set(HASH_ALGOS))
     if unknown_algos:
@@ -261,6 +279,21 @@ def _impl_info(target: str, module: ModuleType) -> ImplInfo:
                    reserved_block_ids=reserved, block_sizes=sizes,
                    num_blocks_range=None if blocks_range is None else (
                        blocks_range[0], blocks_range[1]))  # a checked (min, max) pair
+
+
+#: Capability -> the capability without which its tests can never run (they are marked with
+#: both, or drive a manager): declaring it alone would look tested and never be.
+_CAPABILITY_NEEDS = {"sliding_window": "kv_cache_groups",
+                     "chunked_local_attention": "kv_cache_groups",
+                     "kv_cache_groups": "manager"}
+
+
+def _check_capability_needs(target: str, caps: set[str]) -> None:
+    for cap, needed in _CAPABILITY_NEEDS.items():
+        if cap in caps and needed not in caps:
+            raise _usage(target, f"IMPL_INFO declares {cap!r} without {needed!r}, so no test "
+                         f"of {cap!r} would ever run (each needs {needed!r} too)",
+                         f"declare {needed!r} as well, or drop {cap!r}")
 
 
 def _check_factory(target: str, name: str, factory: object) -> None:
@@ -357,9 +390,12 @@ def _import(target: str, module_name: str, search: Sequence[Path]) -> ModuleType
     except ImportError as exc:
         raise _usage(target, f"cannot import {module_name!r} ({type(exc).__name__}: {exc})",
                      "fix the import in that module, or install what it needs") from None
-    except Exception as exc:  # noqa: BLE001 - the module itself crashed at import time
-        raise _usage(target, f"importing {module_name!r} raised {type(exc).__name__}: {exc}",
-                     "fix the error in that module's import-time code") from None
+    except BaseException as exc:  # the module itself crashed at import time
+        if not isinstance(exc, Exception) and not is_adapters_doing(exc):
+            raise  # the user's Ctrl-C
+        kind = "" if isinstance(exc, Exception) else " (a BaseException, not an Exception)"
+        raise _usage(target, f"importing {module_name!r} raised {type(exc).__name__}{kind}: "
+                     f"{exc}", "fix the error in that module's import-time code") from None
 
 
 def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
@@ -440,7 +476,10 @@ def _probe(target: str, name: str, factory: Callable[[KVCacheSpec], object], inf
     declined: list[str] = []
     for spec in _probe_specs(info):
         try:
-            return limit.call(name, factory, spec)
+            given = private_copy(spec)
+            probe = limit.call(name, factory, given)
+            check_unchanged(info.name, name, (spec,), spec, given)
+            return probe
         except UnsupportedSpec as exc:
             declined.append(f"num_blocks={spec.num_blocks}, block_size={spec.block_size}"
                             f" ({exc})")
@@ -448,6 +487,9 @@ def _probe(target: str, name: str, factory: Callable[[KVCacheSpec], object], inf
             raise _usage(target, f"{exc}",
                          "the factory must return promptly for a small spec; fix the hang or "
                          "raise --kv-timeout (0 = no limit)") from None
+        except (AdapterRaised, SpecMutated) as exc:
+            raise _usage(target, f"{exc}", "the factory must build an instance for any small "
+                         "spec it supports and return it") from None
         except Exception as exc:  # noqa: BLE001 - any crash of the factory: a usage error
             raise _usage(target, f"{name}({spec}) raised {type(exc).__name__}: {exc}",
                          "the factory must build an instance for any small spec it "

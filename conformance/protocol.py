@@ -55,6 +55,7 @@ __all__ = [
     "SupportsSlotMapping",
     "UnsupportedSpec",
     "effective_capabilities",
+    "group_capabilities",
     "protocol_methods",
     "reserved_block_ids",
     "spec_from_dict",
@@ -185,6 +186,13 @@ class KVCacheSpec:
     kv_cache_groups: tuple[KVCacheGroupSpec, ...] = ()
     prefix_cache_retention_interval: int | None = None
 
+    def __post_init__(self) -> None:
+        # Immutable all the way down: a list of groups given here becomes a tuple, so no
+        # adapter can append to the groups kvcheck checks against.
+        groups: object = self.kv_cache_groups
+        if type(groups) is not tuple and isinstance(groups, (list, tuple)):
+            object.__setattr__(self, "kv_cache_groups", tuple(groups))
+
     @property
     def groups(self) -> tuple[KVCacheGroupSpec, ...]:
         """The effective groups: ``kv_cache_groups``, or one full-attention group."""
@@ -259,8 +267,10 @@ class ImplInfo:
     num_blocks_range: tuple[int, int] | None = None
 
     def supports(self, spec: KVCacheSpec) -> bool:
-        """Whether ``spec``'s block size and pool size are within the declared limits."""
-        if self.block_sizes is not None and spec.block_size not in self.block_sizes:
+        """Whether ``spec``'s block sizes (every KV-cache group's, for a multi-group spec) and
+        pool size are within the declared limits."""
+        if self.block_sizes is not None and not all(
+                spec.group_block_size(g) in self.block_sizes for g in range(len(spec.groups))):
             return False
         if self.num_blocks_range is not None:
             low, high = self.num_blocks_range
@@ -274,6 +284,15 @@ def effective_capabilities(info: ImplInfo, profile: str) -> frozenset[str]:
     if profile != "generic" and "manager" in info.capabilities:
         return info.capabilities | DESIGN_CAPABILITIES
     return info.capabilities
+
+
+def group_capabilities(spec: KVCacheSpec) -> frozenset[str]:
+    """The capabilities a multi-group ``spec`` needs (``kv_cache_groups`` and one per group
+    kind, ``KIND_CAPABILITIES``); none for a single-group spec."""
+    if not spec.kv_cache_groups:
+        return frozenset()
+    return frozenset({"kv_cache_groups"} | {KIND_CAPABILITIES.get(g.kind, g.kind)
+                                            for g in spec.kv_cache_groups})
 
 
 def reserved_block_ids(info: ImplInfo, profile: str) -> tuple[int, ...]:

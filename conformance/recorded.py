@@ -18,9 +18,12 @@ block tables): ``iter_steps`` rebuilds the full state. Fields: see
 ``kvcheck.conformance.recorder.observe_state``.
 
 ``load_corpus`` validates everything before a replay runs: a file that is not xz or is
-truncated, bad CBOR, another format, a newer ``format_version``, a missing or mistyped header
-field, a bad spec, op, answer or state field: each is a ``CorpusError`` (an input error) naming
-the file, the trace and the step.
+truncated, larger than 64 MiB or decompressing past its bound (``MAX_CBOR_RATIO`` times its
+size beyond 4 MiB, 512 MiB at most: a decompression bomb), bad CBOR, another format, a newer
+``format_version``, a missing or mistyped header field (strings of at most 1000 printable
+characters, a seed in the signed 64-bit range), a bad spec, op, answer or state field (specs
+and ops with ``kvcheck replay``'s bounds, ``kvcheck.conformance.bounds``): each is a
+``CorpusError`` (an input error) naming the file, the trace and the step.
 
 ``replay_recorded`` re-runs a trace's ops on an implementation and compares its answers, and
 only the state fields it declares (``recordable_fields``), with the recording; the first
@@ -32,6 +35,8 @@ under the corpus's profile).
 from __future__ import annotations
 
 import lzma
+import stat
+import unicodedata
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -41,6 +46,7 @@ import cbor2
 
 from kvcheck import __version__
 from kvcheck.atomic import write_atomic_bytes
+from kvcheck.conformance.bounds import num_digits
 from kvcheck.conformance.differential import REPRO_DIR, ConformanceMismatch, write_trace
 from kvcheck.conformance.driver import Check, Driver
 from kvcheck.conformance.loader import ImplHandle
@@ -86,6 +92,19 @@ STATE_FIELDS = ("free", "tables", "queue", "refs", "hashes", "events")
 #: Largest corpus file read, and largest CBOR it may decompress to.
 MAX_FILE_BYTES = 64 << 20
 MAX_CBOR_BYTES = 512 << 20
+#: ... and, past ``CBOR_RATIO_FLOOR``, at most ``MAX_CBOR_RATIO`` times its own size:
+#: kvcheck's corpora decompress 8-10x, a decompression bomb thousands of times (512 MiB of
+#: CBOR empty lists take 37 GB and minutes to decode; 4 MiB of them 0.3 GB and 3 s), so
+#: memory and time grow with the file's size, not with what it expands to.
+MAX_CBOR_RATIO = 32
+CBOR_RATIO_FLOOR = 4 << 20
+#: Header strings (names, versions, the target) are printed and copied into records.
+MAX_HEADER_TEXT = 1000
+#: Characters refused in header strings: control, format, surrogate, private-use, unassigned
+#: and line / paragraph separators (as the loader refuses them in ``IMPL_INFO.version``).
+_BAD_TEXT_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+#: ``header.seed`` fits a signed 64-bit integer (records and JSON readers keep it exact).
+_SEED_RANGE = (-(2**63), 2**63 - 1)
 #: Bounds on what a header may ask ``kvcheck record --check`` to record again.
 MAX_TRACES = 10_000
 MAX_STEPS_PER_TRACE = 100_000
@@ -168,12 +187,17 @@ def load_corpus(path: str | Path) -> Corpus:
     """Read and fully validate a corpus file.
 
     Raises:
-        CorpusError: unreadable, too large, not xz or truncated, not CBOR, another format or
-            a newer version, or a malformed header, trace or step (named).
+        CorpusError: unreadable, not a regular file, too large, not xz or truncated,
+            decompressing past its bound, not CBOR, another format or a newer version, or a
+            malformed header, trace or step (named).
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # reading a named pipe would wait for a writer
+            raise CorpusError(f"{path}: not a regular file (a directory, named pipe or "
+                              "device); a corpus is a .cbor.xz file kvcheck record writes")
+        size = info.st_size
         if size > MAX_FILE_BYTES:
             raise CorpusError(f"{path}: {size} bytes; a corpus is at most {MAX_FILE_BYTES}")
         data = path.read_bytes()
@@ -185,15 +209,21 @@ def load_corpus(path: str | Path) -> Corpus:
 def decode_corpus(data: bytes, where: str) -> Corpus:
     """``data`` (a corpus file's bytes) decoded and validated; see ``load_corpus``."""
     decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    limit = min(MAX_CBOR_BYTES, max(CBOR_RATIO_FLOOR, MAX_CBOR_RATIO * len(data)))
     try:
-        raw = decompressor.decompress(data, max_length=MAX_CBOR_BYTES)
+        raw = decompressor.decompress(data, max_length=limit)
     except lzma.LZMAError as exc:
         raise CorpusError(f"{where}: not an xz-compressed corpus ({exc})") from None
     if not decompressor.eof:
         if decompressor.needs_input:
             raise CorpusError(f"{where}: truncated: the xz stream ends early (an interrupted "
                               "download or copy?); record the corpus again")
-        raise CorpusError(f"{where}: decompresses to more than {MAX_CBOR_BYTES} bytes")
+        raise CorpusError(f"{where}: decompresses to more than {limit} bytes (a corpus "
+                          f"decompresses to at most {MAX_CBOR_RATIO}x its file's "
+                          f"{len(data)} bytes, or {CBOR_RATIO_FLOOR} bytes, and at most "
+                          f"{MAX_CBOR_BYTES}; kvcheck's corpora decompress 8-10x): a "
+                          "decompression bomb, or not what kvcheck record writes; record the "
+                          "corpus again with kvcheck record")
     if decompressor.unused_data:
         raise CorpusError(f"{where}: {len(decompressor.unused_data)} bytes after the xz stream")
     try:
@@ -222,11 +252,19 @@ def _check_corpus(corpus: object, where: str) -> None:
     for key, kind in _HEADER_TYPES.items():
         value = header.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise CorpusError(f"{where}: header.{key}={value!r}: expected "
+            raise CorpusError(f"{where}: header.{key}={repr(value)[:80]}: expected "
                               f"{getattr(kind, '__name__', kind)}")
     for key, high in (("traces", MAX_TRACES), ("steps_per_trace", MAX_STEPS_PER_TRACE)):
         if not 1 <= header[key] <= high:
-            raise CorpusError(f"{where}: header.{key}={header[key]}: must be in [1, {high}]")
+            raise CorpusError(f"{where}: header.{key}={_show_int(header[key])}: must be in "
+                              f"[1, {high}]")
+    low, high = _SEED_RANGE
+    if not low <= header["seed"] <= high:
+        raise CorpusError(f"{where}: header.seed={_show_int(header['seed'])}: must be in "
+                          f"[-2^63, 2^63) (a signed 64-bit integer, as kvcheck record writes "
+                          "it); record the corpus again")
+    for key in ("profile", "impl", "impl_version", "target", "kvcheck_version"):
+        _check_text(header[key], f"{where}: header.{key}")
     if header["profile"] not in VLLM_PROFILES:
         raise CorpusError(f"{where}: header.profile={header['profile']!r}: a corpus records "
                           f"one of {list(VLLM_PROFILES)}")
@@ -240,8 +278,35 @@ def _check_corpus(corpus: object, where: str) -> None:
     for index, trace in enumerate(traces):
         total += _check_trace(trace, f"{where}: traces[{index}]", header["profile"])
     if total != header["steps"]:
-        raise CorpusError(f"{where}: the header counts {header['steps']} steps, the traces "
-                          f"hold {total}")
+        raise CorpusError(f"{where}: the header counts {_show_int(header['steps'])} steps, "
+                          f"the traces hold {total}")
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 120 characters; an int too long to print is said to be one."""
+    try:
+        return repr(value)[:120]
+    except ValueError:  # an int past Python's 4300-digit limit, somewhere inside
+        return "(a value holding an integer too long to print)"
+
+
+def _show_int(value: int) -> str:
+    """An int for a message: in full unless huge (str() of a huge int is slow or refused)."""
+    if value.bit_length() > 64:
+        return f"an integer of {num_digits(value)} digits"
+    return str(value)
+
+
+def _check_text(value: str, at: str) -> None:
+    """A header string: printed by ``inspect`` and copied into records, so one short line."""
+    if len(value) > MAX_HEADER_TEXT:
+        raise CorpusError(f"{at}: {len(value)} characters; a header string has at most "
+                          f"{MAX_HEADER_TEXT}; record the corpus again")
+    bad = sorted({f"U+{ord(c):04X} ({unicodedata.category(c)})" for c in value
+                  if unicodedata.category(c) in _BAD_TEXT_CATEGORIES})
+    if bad:
+        raise CorpusError(f"{at}={value[:60]!r}: holds control or format characters "
+                          f"({', '.join(bad[:5])}); record the corpus again")
 
 
 def _check_trace(trace: object, at: str, profile: str) -> int:
@@ -255,7 +320,7 @@ def _check_trace(trace: object, at: str, profile: str) -> int:
         spec = check_spec(trace.get("spec"), at)
         fields = trace.get("fields")
         if not isinstance(fields, list) or not all(f in STATE_FIELDS for f in fields):
-            raise CorpusError(f"{at}: field 'fields'={fields!r}: a list of {STATE_FIELDS}")
+            raise CorpusError(f"{at}: field 'fields'={_short(fields)}: a list of {STATE_FIELDS}")
         steps = trace.get("steps")
         if not isinstance(steps, list) or not steps:
             raise CorpusError(f"{at}: field 'steps' missing, empty or not a list")
@@ -279,23 +344,24 @@ def _check_trace(trace: object, at: str, profile: str) -> int:
 def _check_step(step: dict[str, Any], at: str, fields: set[str], first: bool) -> None:
     answer, state = step["answer"], step["state"]
     if not isinstance(answer, dict) or not set(answer) <= _ANSWER_KEYS:
-        raise CorpusError(f"{at}: answer {answer!r}: a map of {sorted(_ANSWER_KEYS)}")
+        raise CorpusError(f"{at}: answer {_short(answer)}: a map of {sorted(_ANSWER_KEYS)}")
     hits = answer.get("hits", [[], 0])
     if not (isinstance(hits, list) and len(hits) == 2 and _ints(hits[0])
             and type(hits[1]) is int):
-        raise CorpusError(f"{at}: answer hits={hits!r}: [block ids, num_computed_tokens]")
+        raise CorpusError(f"{at}: answer hits={_short(hits)}: [block ids, num_computed_tokens]")
     new = answer.get("new")
     if new is not None and not _ints(new):
-        raise CorpusError(f"{at}: answer new={new!r}: a list of block ids or null")
+        raise CorpusError(f"{at}: answer new={_short(new)}: a list of block ids or null")
     if not isinstance(state, dict) or not set(state) <= fields:
-        raise CorpusError(f"{at}: state {sorted(state) if isinstance(state, dict) else state!r}"
-                          f": a map of the trace's fields {sorted(fields)}")
+        shown = sorted(map(str, state)) if isinstance(state, dict) else state
+        raise CorpusError(f"{at}: state {_short(shown)}: a map of the trace's fields "
+                          f"{sorted(fields)}")
     missing = fields - set(state) - {"events"}
     if first and missing:
         raise CorpusError(f"{at}: the first step's state lacks {sorted(missing)}")
     for key, value in state.items():
         if not _STATE_CHECKS[key](value):
-            raise CorpusError(f"{at}: state field {key!r} is malformed: {str(value)[:120]}")
+            raise CorpusError(f"{at}: state field {key!r} is malformed: {_short(value)}")
 
 
 def _ints(value: object) -> bool:

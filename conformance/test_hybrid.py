@@ -54,6 +54,11 @@ def test_hybrid_golden(kv_impl: ImplHandle, kv_profile: str, name: str) -> None:
     if missing:
         pytest.skip(f"{kv_impl.name} does not declare capability "
                     f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    if not kv_impl.info.supports(sc.spec):  # its declared block sizes / pool sizes
+        sizes = sorted({sc.spec.group_block_size(g) for g in range(len(sc.spec.groups))})
+        pytest.skip(f"{kv_impl.name} does not support this scenario's pool (num_blocks="
+                    f"{sc.spec.num_blocks}, group block sizes {sizes}; IMPL_INFO.block_sizes, "
+                    "num_blocks_range)")
     replay_golden(kv_impl, sc)
 
 
@@ -68,7 +73,7 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
     def laws_only(**fields: Any) -> Pair:
         return kv_pair(with_oracle=False, **fields)
 
-    make = hybrid_pair_factory(laws_only, kv_profile, declared_kinds(caps))
+    make = hybrid_pair_factory(laws_only, kv_profile, declared_kinds(caps), kv_impl.info)
     run_workload_machine(make, kv_settings, kv_seed, extras="extra_keys" in caps, events=False,
                          impl=kv_impl, profile=kv_profile, random_roots=True)
 
@@ -85,6 +90,6 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
     if not kinds:
         pytest.skip(f"the oracle {kv_oracle.name} does not declare capability "
                     "'kv_cache_groups' (--kv-oracle)")
-    make = hybrid_pair_factory(kv_pair, kv_profile, kinds)
+    make = hybrid_pair_factory(kv_pair, kv_profile, kinds, kv_impl.info)
     run_workload_machine(make, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile)

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.protocol import VLLM_PROFILES, effective_capabilities
-from kvcheck.conformance.recorded import needed_capabilities, replay_recorded, shipped_corpus
+from kvcheck.conformance.recorded import (
+    CorpusError,
+    corpus_path,
+    needed_capabilities,
+    replay_recorded,
+    shipped_corpus,
+)
 from kvcheck.conformance.recorder import DEFAULT_TRACES, trace_plan
 from kvcheck.conformance.trace_check import check_spec
 
@@ -27,6 +33,25 @@ if TYPE_CHECKING:
 
 # Trace names do not depend on the profile (trace_plan), so both corpora share these ids.
 _NAMES = [trace_plan(i, VLLM_PROFILES[0]).name for i in range(DEFAULT_TRACES)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Load the shipped corpus of every active vLLM profile at collection. A damaged or
+    missing one (package data cut short, a bad install) is kvcheck's fault, not the
+    implementation's: it fails this module's collection, so the run is incomplete ("collection
+    errors in test_recorded.py") instead of 60 failures reading "does NOT conform". The load is
+    cached: the tests reuse it."""
+    profiles = metafunc.config.hook.pytest_kvcheck_profiles(config=metafunc.config) or {}
+    for profile in sorted(set(profiles.values()) & set(VLLM_PROFILES)):
+        try:
+            shipped_corpus(profile)
+            continue
+        except CorpusError as exc:
+            problem = str(exc)
+        pytest.fail(f"kvcheck's shipped {profile} corpus ({corpus_path(profile)}) is unusable, "
+                    f"so the recorded area cannot run: {problem}\n  Fix: reinstall kvcheck "
+                    "(pip install --force-reinstall kvcheck); this says nothing about the "
+                    "implementation", pytrace=False)
 
 
 @pytest.mark.kv_capability("manager")

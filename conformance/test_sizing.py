@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kvcheck.conformance.protocol import UnsupportedSpec
+from kvcheck.conformance.sizing_answers import check_sizing_answer, plan_int
 from kvcheck.conformance.sizing_protocol import LayerKVSpec
+from kvcheck.conformance.spec_seal import call_with_private_args
 from kvcheck.errors import KVCheckFailure
 from kvcheck.reference_impl import sizing as ref
 
@@ -44,8 +46,12 @@ ONLY_033 = pytest.mark.kv_profiles("vllm-0.33")
 
 
 def _call(kv_impl: ImplHandle, name: str, *args: Any) -> Any:
+    """``name(*args)`` under the call limit, on private copies of the specs (a write to one
+    is reported as such: ``kvcheck.conformance.spec_seal``), its answer's type checked
+    (``kvcheck.conformance.sizing_answers``: a float or str size is a protocol violation)."""
     fn: Callable[..., Any] = getattr(kv_impl.module, name)
-    return kv_impl.limit.call(name, fn, *args)
+    answer = call_with_private_args(kv_impl.limit, name, fn, *args)
+    return check_sizing_answer(kv_impl.name, name, args, answer)
 
 
 def _plan(kv_impl: ImplHandle, layers: Mapping[str, LayerKVSpec], memory: int,
@@ -53,10 +59,13 @@ def _plan(kv_impl: ImplHandle, layers: Mapping[str, LayerKVSpec], memory: int,
     """The implementation's plan as plain tuples:
     ``(groups, page_size, group_size, num_blocks, ((size, shared_by), ...))``."""
     plan = _call(kv_impl, "kv_sizing_plan", dict(layers), memory, profile, override)
+    name = kv_impl.name
     try:
-        return (tuple(tuple(g) for g in plan.groups), int(plan.page_size),
-                int(plan.group_size), int(plan.num_blocks),
-                tuple((int(t.size), tuple(t.shared_by)) for t in plan.tensors))
+        return (tuple(tuple(g) for g in plan.groups), plan_int(name, "page_size", plan.page_size),
+                plan_int(name, "group_size", plan.group_size),
+                plan_int(name, "num_blocks", plan.num_blocks),
+                tuple((plan_int(name, "tensor size", t.size), tuple(t.shared_by))
+                      for t in plan.tensors))
     except (AttributeError, TypeError) as exc:
         raise KVCheckFailure(f"{kv_impl.name}: kv_sizing_plan returned {plan!r}, not a "
                              f"KVSizingPlan ({exc})") from None

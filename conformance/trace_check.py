@@ -5,7 +5,8 @@ one asking for absurd sizes. Every problem is a ``TraceError`` (an input error: 
 blamed on the implementation) naming the file, the op (``ops[i]``, i.e. op #i+1 as failure
 messages count) and the problem.
 
-Bounds (what a trace may ask for; the suite's own traces are far below them):
+Bounds (what a trace may ask for; the suite's own traces are far below them; the shared
+ones live in ``kvcheck.conformance.bounds``):
 
 * ``num_blocks`` 1 .. ``MAX_NUM_BLOCKS`` (2**20), ``block_size`` 1 .. ``MAX_BLOCK_SIZE``
   (2**16), ``max_model_len`` None or 1 .. ``MAX_REQUEST_TOKENS``;
@@ -25,6 +26,13 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TypeGuard, cast
 
+from kvcheck.conformance.bounds import (
+    MAX_BLOCK_SIZE,
+    MAX_NUM_BLOCKS,
+    MAX_OPS,
+    MAX_REQUEST_TOKENS,
+    TOKEN_ID_LIMIT,
+)
 from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import (
     ATTENTION_KINDS,
@@ -39,12 +47,10 @@ from kvcheck.errors import KVCheckInputError
 __all__ = ["MAX_BLOCK_SIZE", "MAX_GROUPS", "MAX_NUM_BLOCKS", "MAX_OPS", "MAX_REQUEST_TOKENS",
            "TraceError", "check_ops", "check_spec"]
 
-MAX_NUM_BLOCKS = 1 << 20
-MAX_BLOCK_SIZE = 1 << 16
-MAX_REQUEST_TOKENS = 1 << 20
-MAX_OPS = 1_000_000
+# MAX_NUM_BLOCKS, MAX_BLOCK_SIZE, MAX_REQUEST_TOKENS, MAX_OPS: kvcheck.conformance.bounds,
+# shared with the benchmark's request traces (re-exported here).
 MAX_GROUPS = 64
-_MAX_TOKEN_ID = 1 << 63
+_MAX_TOKEN_ID = TOKEN_ID_LIMIT
 
 _OP_FIELDS: dict[str, frozenset[str]] = {
     "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read"}),

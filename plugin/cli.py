@@ -44,16 +44,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     """Exit 0: no divergence; 1: the implementation diverges, breaks the protocol or hangs;
     2: unusable input (the trace, the module, the options), never blamed on the
     implementation."""
-    from kvcheck.conformance.call_limit import DEFAULT_CALL_TIMEOUT, AdapterTimeout
+    from kvcheck.conformance.call_floor import apply_floor, oracle_timeout
+    from kvcheck.conformance.call_limit import DEFAULT_CALL_TIMEOUT, AdapterRaised, AdapterTimeout
     from kvcheck.conformance.differential import ConformanceMismatch, load_trace, replay_trace
+    from kvcheck.conformance.guard import ProtocolViolation
+    from kvcheck.conformance.interrupts import watch_user_interrupts
     from kvcheck.conformance.loader import ImplLoadError, load_impl
     from kvcheck.conformance.protocol import UnsupportedSpec
+    from kvcheck.plugin.replay_spec import replay_spec_problem
 
     timeout = DEFAULT_CALL_TIMEOUT if args.kv_timeout is None else args.kv_timeout
     if not timeout >= 0 or timeout == float("inf"):
         print(f"kvcheck replay: --kv-timeout={timeout}: must be a finite number of seconds >= 0"
               " (0 = no limit)", file=sys.stderr)
         return 2
+    watch_user_interrupts()  # an adapter's own KeyboardInterrupt is not a Ctrl-C
     try:
         trace = load_trace(args.trace)  # fully validated before anything runs
     except ValueError as exc:
@@ -64,19 +69,20 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print("kvcheck replay: the trace names no implementation; pass --kv-impl=MODULE",
               file=sys.stderr)
         return 2
+    timeout, note = apply_floor(timeout)  # never below what the reference's calls take
+    if note:
+        print(f"kvcheck replay: {note}", file=sys.stderr)
     try:
         impl = load_impl(target, call_timeout=timeout)
         oracle = None if args.no_oracle or trace["spec"].profile == "generic" else (
-            load_impl("reference", call_timeout=timeout))
+            load_impl("reference", call_timeout=oracle_timeout(timeout)))
     except ImplLoadError as exc:
         print(str(exc), file=sys.stderr)
         return 2
     spec = trace["spec"]
-    if not impl.info.supports(spec):
-        print(f"kvcheck replay: {args.trace}: the trace's pool (num_blocks={spec.num_blocks}, "
-              f"block_size={spec.block_size}) is outside what {impl.name} declares "
-              f"(block_sizes={impl.info.block_sizes}, "
-              f"num_blocks_range={impl.info.num_blocks_range})", file=sys.stderr)
+    problem = replay_spec_problem(args.trace, spec, impl.name, impl.info)
+    if problem is not None:  # a spec it never claimed: no verdict on it, never "diverges"
+        print(f"kvcheck replay: {problem}", file=sys.stderr)
         return 2
     try:
         replay_trace(trace, impl, oracle)
@@ -90,6 +96,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except AdapterTimeout as exc:  # the factory itself hung
         print(f"kvcheck replay: {impl.name} hangs: {exc}")
         return 1
+    except (AdapterRaised, ProtocolViolation) as exc:  # before the first op: the factory...
+        print(f"kvcheck replay: {impl.name} fails before the first op: {exc}")
+        return 1
     against = "laws only" if oracle is None else f"compared with {oracle.name}"
     print(f"kvcheck replay: {len(trace['ops'])} ops on {impl.name} ({against}): no divergence")
     return 0
@@ -98,7 +107,44 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     """``kvcheck record``: record a corpus of an implementation's behaviour (``-o``), or
     re-record one with its header's parameters and compare (``--check``). Exit 0: written, or
-    up to date; 1: the corpus is stale (the first difference is named); 2: unusable input."""
+    up to date; 1: the corpus is stale (the first difference is named); 2: unusable input.
+
+    ``-o`` is checked and locked before anything is recorded: a path no file can be
+    written at, a file another run is recording into, or an existing file that is not a
+    corpus (unless ``--force``) is refused at once."""
+    from pathlib import Path
+
+    from kvcheck.plugin.outputs import is_corpus_file
+    from kvcheck.plugin.record_args import record_argument_problem
+    from kvcheck.results.io import OutputPathError, check_output_path, lock_output
+
+    if (args.check is None) == (args.output is None):
+        return _fail_input("record", "pass -o PATH (record a corpus) or --check PATH (compare "
+                           "a corpus with a fresh recording), one of the two")
+    problem = record_argument_problem(args, _DEFAULT_TRACES)
+    if problem is not None:  # before -o is claimed and anything is loaded or recorded
+        return _fail_input("record", problem)
+    if args.output is None:
+        return _record_or_check(args)
+    example = "corpus.cbor.xz"
+    try:
+        check_output_path(args.output, "-o", example=example)
+        if Path(args.output).is_file() and not args.force and not is_corpus_file(args.output):
+            raise OutputPathError(
+                f"-o {args.output}: exists and is not a kvcheck corpus, so recording would "
+                f"replace it; name a new file (e.g. -o {example}), or pass --force to "
+                "replace it")
+        lock = lock_output(args.output, "-o", example=example)
+    except OutputPathError as exc:
+        return _fail_input("record", exc)
+    try:
+        return _record_or_check(args)
+    finally:
+        lock.release()
+
+
+def _record_or_check(args: argparse.Namespace) -> int:
+    """``kvcheck record`` once its output is claimed (``_cmd_record``)."""
     from kvcheck.conformance.loader import ImplLoadError, load_impl
     from kvcheck.conformance.recorded import (
         CorpusError,
@@ -110,16 +156,18 @@ def _cmd_record(args: argparse.Namespace) -> int:
         write_corpus,
     )
     from kvcheck.conformance.recorder import record_corpus
+    from kvcheck.plugin.record_args import check_profile
 
-    if (args.check is None) == (args.output is None):
-        return _fail_input("record", "pass -o PATH (record a corpus) or --check PATH (compare "
-                           "a corpus with a fresh recording), one of the two")
-    if args.traces < 1:
-        return _fail_input("record", f"--traces {args.traces}: record at least one trace")
     try:
         shipped = None if args.check is None else load_corpus(args.check)
     except CorpusError as exc:
         return _fail_input("record", exc)
+    mismatch = None if shipped is None else check_profile(
+        args, shipped["header"]["profile"], args.check)
+    if mismatch is not None:
+        return _fail_input("record", mismatch)
+    traces = _DEFAULT_TRACES if args.traces is None else args.traces
+    seed = 0 if args.seed is None else args.seed
     target = args.kv_impl or (shipped["header"]["target"] if shipped else "vllm")
     try:
         impl = load_impl(target)
@@ -150,8 +198,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
     if profile != impl.info.profile and impl.module.__name__ != "kvcheck.adapters.reference":
         print(f"kvcheck record: warning: {impl.name} {impl.info.version} claims profile "
               f"{impl.info.profile}; recording it under {profile}", file=sys.stderr)
-    corpus = make_corpus(record_corpus(impl, profile, args.traces, args.seed),
-                         profile=profile, impl=impl, seed=args.seed)
+    corpus = make_corpus(record_corpus(impl, profile, traces, seed),
+                         profile=profile, impl=impl, seed=seed)
     data = encode_corpus(corpus)
     try:
         path = write_corpus(args.output, data)
@@ -208,6 +256,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     from kvcheck.results.gate import (
         GateConfig,
         GateInputError,
+        KindMismatchError,
         load_thresholds_file,
         load_waivers,
         parse_rule,
@@ -226,7 +275,8 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         if not 0 < args.alpha < 1:
             raise GateInputError(f"--alpha {args.alpha}: must be between 0 and 1")
         config = GateConfig(alpha=args.alpha, allow_missing=args.allow_missing,
-                            allow_incomplete=args.allow_incomplete)
+                            allow_incomplete=args.allow_incomplete,
+                            allow_empty=args.allow_empty)
         if args.thresholds_file:
             config.thresholds, config.floors = load_thresholds_file(args.thresholds_file)
         config.thresholds += [parse_rule(t, "--threshold") for t in args.threshold]
@@ -234,9 +284,9 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         if args.waivers:
             config.waivers = load_waivers(args.waivers)
         baseline, current = load_files(args.baseline), load_files(args.current)
-    except (RecordError, GateInputError, OutputPathError) as exc:
+        result = run_gate(baseline, current, config)  # KindMismatchError: a usage error
+    except (RecordError, GateInputError, OutputPathError, KindMismatchError) as exc:
         return _fail_input("gate", exc)
-    result = run_gate(baseline, current, config)
     sys.stdout.write(render_gate(result, verbose=args.verbose))
     if args.markdown is not None:
         try:
@@ -325,7 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check the laws only, without comparing with the reference")
     replay.add_argument("--kv-timeout", type=float, default=None, metavar="SECONDS",
                         help="per-call limit on every adapter call, as the pytest option "
-                             "(default 60; 0 = no limit)")
+                             "(default 60; 0 = no limit; raised to this machine's floor, at "
+                             "least 0.25 s)")
     replay.set_defaults(func=_cmd_replay)
 
     record = sub.add_parser(
@@ -344,14 +395,18 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--kv-profile", choices=PROFILES,
                         help="profile to record under (default: the one IMPL_INFO claims)")
     record.add_argument("-o", "--output", metavar="PATH",
-                        help="write the corpus here (e.g. conformance/corpus/vllm-0.33.cbor.xz)")
+                        help="write the corpus here (e.g. conformance/corpus/vllm-0.33.cbor.xz); "
+                             "an existing file that is not a corpus is refused unless --force")
+    record.add_argument("--force", action="store_true",
+                        help="with -o: replace an existing file even if it is not a corpus")
     record.add_argument("--check", metavar="PATH",
                         help="re-record the corpus at PATH with its header's parameters and "
                              "fail (exit 1) if anything differs")
-    record.add_argument("--traces", type=int, default=_DEFAULT_TRACES, metavar="N",
-                        help=f"traces to record (default {_DEFAULT_TRACES})")
-    record.add_argument("--seed", type=int, default=0, metavar="S",
-                        help="seed of the traces' moves (default 0)")
+    # Defaults None: given beside --check (whose corpus header decides) they are refused.
+    record.add_argument("--traces", type=int, default=None, metavar="N",
+                        help=f"traces to record, 1 to 10000 (default {_DEFAULT_TRACES})")
+    record.add_argument("--seed", type=int, default=None, metavar="S",
+                        help="seed of the traces' moves, 0 to 2^63-1 (default 0)")
     record.set_defaults(func=_cmd_record)
 
     compare = sub.add_parser(
@@ -366,20 +421,24 @@ def build_parser() -> argparse.ArgumentParser:
     gate = sub.add_parser(
         "gate", help="fail (exit 1) on a regression of the current run against a baseline",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Exit 1 if a conformance test that passed in the baseline fails now or\n"
-                    "is missing from the current record, if a current conformance record is\n"
-                    "incomplete (not every applicable test ran), or if a metric got worse by\n"
-                    "more than its threshold AND significantly (one-sided Mann-Whitney U on\n"
-                    "the raw samples, p < alpha) AND by more than its floor. Records from a\n"
-                    "different hardware key are 'no baseline' (warning, exit 0). Exit 2 on\n"
-                    "unusable input.",
+        description="Exit 1 if a current conformance record does not conform (a failed or\n"
+                    "errored test not matched by a waiver, baseline or not) or is incomplete\n"
+                    "(not every applicable test ran), if a conformance test that passed in\n"
+                    "the baseline fails now or is missing from the current record, if a\n"
+                    "metric got worse by more than its threshold AND significantly (one-sided\n"
+                    "Mann-Whitney U on the raw samples, p < alpha) AND by more than its\n"
+                    "floor, or if nothing was compared (--allow-empty accepts that).\n"
+                    "Conformance records pair whatever their hardware keys (outcomes do not\n"
+                    "depend on the machine); benchmark records only on one key. Exit 2 on\n"
+                    "unusable input, e.g. a baseline of another record kind.",
         epilog="SEL matches a metric's key (case/name), name, stat or unit; '*' is a\n"
                "wildcard; the most specific match wins.\n\nexamples:\n"
                "  kvcheck gate --baseline base.jsonl --current r.jsonl\n"
                "  kvcheck gate --baseline b.jsonl --current c.jsonl --threshold 10% \\\n"
                "      --threshold 'decode*:3%' --floor us:0.5 --waivers waivers.txt")
-    gate.add_argument("--baseline", action="append", required=True, metavar="FILE",
-                      help="baseline result file (repeatable)")
+    gate.add_argument("--baseline", action="append", default=[], metavar="FILE",
+                      help="baseline result file (repeatable); without one the current "
+                           "records are judged alone and only --allow-empty lets it pass")
     gate.add_argument("--current", action="append", required=True, metavar="FILE",
                       help="current result file (repeatable)")
     gate.add_argument("--threshold", action="append", default=[], metavar="[SEL:]N[%]",
@@ -400,6 +459,11 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--allow-incomplete", action="store_true",
                       help="accept a current conformance record of an incomplete run "
                            "(complete: false: -k, -x, Ctrl-C...)")
+    gate.add_argument("--allow-empty", action="store_true",
+                      help="exit 0 (with a warning) when nothing was compared: no current "
+                           "record had a comparable baseline (a first run, a new "
+                           "implementation); each conformance record's own verdict still "
+                           "counts")
     gate.add_argument("-v", "--verbose", action="store_true",
                       help="also list the metrics that stayed within their thresholds")
     gate.add_argument("--markdown", metavar="OUT",

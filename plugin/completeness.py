@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,8 @@ class Completeness:
 def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | None,
            reported: set[str], *, interrupted: bool, stop_reason: str | None,
            worker_crashed: bool, internal_error: bool,
-           timed_out: set[str] | None = None) -> Completeness:
+           timed_out: set[str] | None = None,
+           resource_stops: Sequence[str] = ()) -> Completeness:
     """The completeness of ``impl``'s run.
 
     Args:
@@ -149,6 +151,8 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
         internal_error: pytest aborted the session (INTERNALERROR): marked interrupted.
         timed_out: suite test node ids that pytest-timeout failed: reported, but they did
             not finish, so they do not count as run.
+        resource_stops: why a resource limit stopped the session (the memory limit): each
+            is a reason, whether or not tests were left.
     """
     reasons: list[str] = []
     stopped = interrupted or internal_error
@@ -193,10 +197,12 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
         reasons.append(INTERNAL_ERROR)
     if worker_crashed:
         reasons.append("an xdist worker crashed")
+    reasons.extend(resource_stops)
     accounted = outside + deselected + by_file + len(timed)
     silent = len(applicable) - len(ran) - accounted
-    explained = interrupted or internal_error or worker_crashed or inventory.collect_errors
-    if silent > 0 and stop_reason:
+    explained = (interrupted or internal_error or worker_crashed or inventory.collect_errors
+                 or resource_stops)
+    if silent > 0 and stop_reason and not resource_stops:
         reasons.append(f"stopped early: {stop_reason}")
     elif silent > 0 and not explained:
         reasons.append(f"{silent} applicable tests did not report")

@@ -77,12 +77,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--kv-max-examples", type=int, default=_DEFAULT_MAX_EXAMPLES, metavar="N",
         help=f"Hypothesis examples per property/differential test (default "
-             f"{_DEFAULT_MAX_EXAMPLES})",
+             f"{_DEFAULT_MAX_EXAMPLES}; 1 to 10^6)",
     )
     group.addoption(
         "--kv-seed", type=int, default=None, metavar="N",
-        help="random seed for generated workloads; default: derandomized (the same examples "
-             "on every run, as CI wants)",
+        help="random seed for generated workloads, 0 to 2^63 - 1; default: derandomized (the "
+             "same examples on every run, as CI wants)",
     )
     group.addoption(
         "--kv-report", default=None, metavar="PATH",
@@ -102,7 +102,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--kv-timeout", type=float, default=None, metavar="SECONDS",
         help=f"limit on every call into the implementation (factory and load-time probe "
              f"included): a call that does not return in time fails its test (default "
-             f"{_DEFAULT_CALL_TIMEOUT:g}; 0 = no limit)",
+             f"{_DEFAULT_CALL_TIMEOUT:g}; 0 = no limit; a value below this machine's floor, "
+             f"at least 0.25 s, is raised to it; at most 86400, a day)",
+    )
+    group.addoption(
+        "--kv-max-memory", default=None, metavar="SIZE",
+        help="memory limit on the test process (resident set, sampled between adapter calls): "
+             "past it the test fails naming the growth and the session stops, incomplete; "
+             "MiB (4096) or with a unit (512M, 8G); default: half the machine's memory; "
+             "0 = no limit",
     )
     group.addoption(
         "--kv-inventory", default=None, metavar="PATH",

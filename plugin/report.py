@@ -12,8 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from kvcheck.conformance import SUITE_VERSION
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.plugin.completeness import RUN_DID_NOT_FINISH, Completeness
@@ -170,13 +168,16 @@ def write_unfinished_report(path: str, impls: list[ImplHandle],
 
 def check_report_path(path: str, option: str) -> None:
     """Fail before the run if ``path`` cannot take a record (empty, a folder, under a file,
-    an unwritable folder): the same checks as every kvcheck output.
+    an unwritable folder): the same checks as every kvcheck output. A session claims its
+    report with ``kvcheck.plugin.outputs.claim_session_output`` (these checks, the other
+    outputs and inputs, and the lock); this is the check alone.
 
     Raises:
         pytest.UsageError: naming the problem and the fix.
     """
+    from kvcheck.plugin.outputs import usage_error
+
     try:
         check_output_path(path, option, example="kvcheck.jsonl")
     except OutputPathError as exc:
-        problem, _, fix = str(exc).partition("; ")
-        raise pytest.UsageError(f"kvcheck: {problem}\n  Fix: {fix}") from None
+        raise usage_error(exc) from None

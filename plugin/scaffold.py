@@ -12,11 +12,18 @@ the start (they only store the spec), so the loader's load-time probe passes and
 ``addopts = --kv-impl=NAME`` and ``pythonpath = .`` (the module is importable from there).
 
 Nothing is ever overwritten: when ``NAME.py`` or ``pytest.ini`` exists, nothing is written.
+NAME must be a module name nothing else answers to: not a keyword, not a standard-library or
+installed module (``shadowed_module``: ``import NAME`` would load that one, and the scaffold
+could never load), not a package already in the folder; the refusal names a free
+alternative (``NAME_kv``).
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import keyword
+import sys
 from pathlib import Path
 
 from kvcheck.conformance.protocol import CAPABILITIES, PROFILES
@@ -28,6 +35,9 @@ __all__ = ["ScaffoldError", "render_adapter", "render_pytest_ini", "write_skelet
 #: The capabilities a new skeleton declares: the request-level manager and prefix caching,
 #: the core every design has. The others are listed, commented out, to switch on one by one.
 STARTING_CAPABILITIES = ("manager", "prefix_caching")
+#: Longest NAME accepted: far above any real module name, and far below the file system's
+#: 255-byte file names (NAME.py, the test ids and the repro files built on it).
+MAX_NAME_LENGTH = 100
 
 
 class ScaffoldError(KVCheckInputError):
@@ -36,6 +46,10 @@ class ScaffoldError(KVCheckInputError):
 
 
 def _check_name(name: str) -> None:
+    if len(name) > MAX_NAME_LENGTH:
+        raise ScaffoldError(
+            f"the name is {len(name)} characters long; a module name here is at most "
+            f"{MAX_NAME_LENGTH}\n  Fix: pass a shorter name, e.g. myengine_adapter")
     if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
         raise ScaffoldError(
             f"{name!r} is not usable as a module name (it must be an ASCII Python identifier "
@@ -47,6 +61,49 @@ def _check_name(name: str) -> None:
             f"{name!r} would shadow or be mistaken for another module (kvcheck's aliases, "
             "pytest, or a test file pytest would collect)\n  Fix: pass a name of your own, "
             "e.g. myengine_adapter")
+    if name.startswith("__") and name.endswith("__"):
+        raise ScaffoldError(
+            f"{name!r} is a name Python reserves for special modules (__main__, __init__...)"
+            f"\n  Fix: pass a name of your own, e.g. {_free_name(name.strip('_') or 'my')}")
+    shadowed = shadowed_module(name)
+    if shadowed is not None:
+        raise ScaffoldError(
+            f"{name!r} would shadow {shadowed}: `import {name}` would load that module, "
+            f"never this adapter, so the scaffold could not load\n  Fix: pass a free name, "
+            f"e.g. {_free_name(name)}")
+
+
+def shadowed_module(name: str) -> str | None:
+    """What a top-level module ``name`` would collide with: ``"the standard-library module
+    json"``, ``"the installed module numpy (PATH)"``, or None when the name is free. Found
+    with ``sys.stdlib_module_names`` and ``importlib.util.find_spec`` on ``sys.path``: the
+    module is located, never imported."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return f"the standard-library module {name}"
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # in sys.modules without a spec (__main__...)
+        return f"the already imported module {name}"
+    if spec is None:
+        return None
+    where = spec.origin if spec.origin and spec.origin != "built-in" else None
+    if where is None and spec.submodule_search_locations:
+        where = next(iter(spec.submodule_search_locations), None)  # a namespace package
+    return f"the installed module {name}" + (f" ({where})" if where else "")
+
+
+def _free_name(name: str, folder: Path | None = None) -> str:
+    """A name built on ``name`` that is a usable identifier, shadows nothing and has no
+    ``.py`` in ``folder``: ``NAME_kv``, else ``NAME_kv2`` ... ``NAME_kv9``, else
+    ``myengine_adapter`` (checked the same way)."""
+    base = name if name.isidentifier() and name.isascii() else "my"
+    for candidate in [f"{base}_kv", *(f"{base}_kv{i}" for i in range(2, 10)),
+                      "myengine_adapter"]:
+        if (not keyword.iskeyword(candidate) and len(candidate) <= MAX_NAME_LENGTH
+                and shadowed_module(candidate) is None
+                and not (folder is not None and (folder / f"{candidate}.py").exists())):
+            return candidate
+    return "myengine_adapter"  # pragma: no cover - nine of one name's variants installed
 
 
 def _capability_lines() -> str:
@@ -396,6 +453,13 @@ def write_skeleton(name: str, directory: str | Path = ".", *,
             f"{', '.join(map(str, existing))} already exist{'s' if len(existing) == 1 else ''}"
             "; nothing was written\n  Fix: pick another NAME or folder (--dir), or move the "
             "existing file(s) away first")
+    local = importlib.machinery.PathFinder.find_spec(name, [str(folder)])
+    if local is not None and local.origin not in (None, "namespace"):
+        # A package NAME/ (or NAME.so) in the folder is imported before NAME.py.
+        raise ScaffoldError(
+            f"{folder} already holds a module {name!r} ({local.origin}), which `import "
+            f"{name}` would load instead of {name}.py; nothing was written\n  Fix: pass "
+            f"another name, e.g. {_free_name(name, folder)}, or another folder (--dir)")
     written = []
     for filename, text in files.items():
         try:

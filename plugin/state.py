@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from kvcheck.conformance.forked import is_forked_child
 from kvcheck.conformance.loader import DEFAULT_CALL_TIMEOUT, ImplHandle
 from kvcheck.plugin.completeness import (
     Completeness,
@@ -76,8 +77,11 @@ class KVSessionState:
         self.interrupted = False
         self.collect_errors: list[str] = []
         self.worker_crashed = False
+        self.crash_failed_the_run = False  # the exit status was raised for a crashed worker
         self.internal_error = False
         self.stop_reason: str | None = None
+        # Why a resource limit stopped the session (the memory limit; kvcheck.plugin.resources).
+        self.resource_stops: list[str] = []
         self._completeness: dict[str, Completeness] | None = None
         self.call_timeout = call_timeout  # --kv-timeout, for adapters loaded later
         self.written: Path | None = None  # the --kv-report file, once written at the end
@@ -90,10 +94,12 @@ class KVSessionState:
     @property
     def reports_conformance(self) -> bool:
         """Whether this process prints the verdict and writes the record: an implementation
-        was selected, this is not an xdist worker (the controller aggregates), and the run is
-        not a benchmark run (``pytest_kvcheck_bench_active``: benchmark outcomes are no
-        conformance verdict)."""
+        was selected, this is not an xdist worker (the controller aggregates), nor a process
+        the implementation forked (``kvcheck.conformance.forked``), and the run is not a
+        benchmark run (``pytest_kvcheck_bench_active``: benchmark outcomes are no conformance
+        verdict)."""
         return (bool(self.impls) and not _is_xdist_worker(self.config)
+                and not is_forked_child()
                 and not self.config.hook.pytest_kvcheck_bench_active(config=self.config)
                 and not self.config.getoption("kv_inventory"))
 
@@ -161,7 +167,8 @@ class KVSessionState:
                     impl.name, self.inventory, full, self.outcomes.reported(impl.name),
                     interrupted=self.interrupted, stop_reason=self.stop_reason,
                     worker_crashed=self.worker_crashed, internal_error=self.internal_error,
-                    timed_out=self.outcomes.timed_out(impl.name))
+                    timed_out=self.outcomes.timed_out(impl.name),
+                    resource_stops=self.resource_stops)
                 for impl in self.impls
             }
         return self._completeness
@@ -191,6 +198,10 @@ class KVSessionState:
                 terminalreporter.write_line(line)
         for message in self.selection_warnings:
             terminalreporter.write_line(f"kvcheck warning: {message}", yellow=True)
+        if self.crash_failed_the_run:
+            terminalreporter.write_line(
+                "kvcheck: exit status 1: an xdist worker crashed, so the run is incomplete "
+                "even though every reported test passed", red=True)
         if self.written is not None:  # said here, after the progress line has ended
             terminalreporter.write_line(f"kvcheck: result record written to {self.written}")
 
@@ -202,6 +213,12 @@ class KVSessionState:
         if isinstance(workeroutput, dict) and self.inventory is not None:
             # An xdist worker: hand the inventory to the controller.
             workeroutput["kvcheck_inventory"] = self.inventory.to_wire()
+        if self.worker_crashed and self.impls and session.exitstatus == pytest.ExitCode.OK:
+            # A crashed worker's test can pass on a rerun (pytest-rerunfailures), leaving
+            # exit 0 though the tests the worker had left were lost: the verdict says
+            # incomplete, and the exit status must not say otherwise.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.crash_failed_the_run = True
         if not self.reports_conformance or exitstatus == pytest.ExitCode.USAGE_ERROR:
             return
         self.internal_error = exitstatus == pytest.ExitCode.INTERNAL_ERROR

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from kvcheck.conformance.call_floor import apply_floor, oracle_timeout
 from kvcheck.conformance.call_limit import set_last_resort
+from kvcheck.conformance.interrupts import watch_user_interrupts
 from kvcheck.conformance.loader import (
     DEFAULT_CALL_TIMEOUT,
     ImplHandle,
@@ -31,8 +33,10 @@ from kvcheck.conformance.protocol import (
     effective_capabilities,
 )
 from kvcheck.plugin.completeness import SuiteInventory, is_suite_path, suite_key
+from kvcheck.plugin.option_bounds import check_max_examples, check_seed, check_timeout_bound
 from kvcheck.plugin.outcomes import area_of
-from kvcheck.plugin.report import check_report_path
+from kvcheck.plugin.outputs import claim_session_output
+from kvcheck.plugin.resources import configure_resources
 from kvcheck.plugin.selection import apply_id_file, read_id_file
 from kvcheck.plugin.state import KV_STATE, KVSessionState, register
 
@@ -57,12 +61,14 @@ def configure(config: pytest.Config) -> None:
     # Every option is checked before anything runs: a bad value never costs a whole run.
     option_value = config.getoption("kv_impl")
     value = option_value if option_value is not None else os.environ.get("KV_IMPL", "")
-    max_examples = config.getoption("kv_max_examples")
-    if max_examples < 1:
-        raise pytest.UsageError(
-            f"kvcheck: --kv-max-examples={max_examples}: must be >= 1\n"
-            "  Fix: pass a positive number of examples, e.g. --kv-max-examples=40")
+    # Numeric options within bounds that fit the machine (kvcheck.plugin.option_bounds).
+    max_examples = check_max_examples(config.getoption("kv_max_examples"))
+    check_seed(config.getoption("kv_seed"))
     timeout = _call_timeout(config)
+    # --kv-max-memory, and forks, threads and children watched from before the first call.
+    resources = configure_resources(config)
+    # A Ctrl-C is noted, so a KeyboardInterrupt an adapter raises is not taken for one.
+    watch_user_interrupts()
     if float(config.getini("faulthandler_timeout") or 0) > 0:
         # pytest's faulthandler_timeout owns faulthandler's one timer; the call limit's last
         # resort for GIL-holding hangs must not take it over.
@@ -81,10 +87,18 @@ def configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     report_path = config.getoption("kv_report")
     if report_path is not None and impls and not hasattr(config, "workerinput"):
-        check_report_path(report_path, "--kv-report")
+        # Claimed (locked) only where it is written: not by a benchmark run or the
+        # --kv-inventory subprocess, which would otherwise find the parent's lock.
+        writes = not (config.hook.pytest_kvcheck_bench_active(config=config)
+                      or config.getoption("kv_inventory"))
+        claim_session_output(config, report_path, "--kv-report", example="kvcheck.jsonl",
+                             writes=writes)
     state = KVSessionState(config, impls, config.getoption("kv_profile"), max_examples,
                            config.getoption("kv_seed"), report_path, oracle, value, timeout)
+    notes: list[str] = config.stash.get(_TIMEOUT_NOTES, [])
+    state.selection_warnings.extend(notes)  # said in the summary too
     register(config, state)
+    resources.start(state)  # the memory limit, and the hooks for forks and leftovers
     config.pluginmanager.register(sys.modules[__name__], "kvcheck-suite")
     if (impls and config.args_source != pytest.Config.ArgsSource.ARGS
             and not config.hook.pytest_kvcheck_bench_active(config=config)):
@@ -97,8 +111,13 @@ def configure(config: pytest.Config) -> None:
         config.args_source = pytest.Config.ArgsSource.ARGS
 
 
+#: Why --kv-timeout was raised to this machine's floor (shown in the header and the summary).
+_TIMEOUT_NOTES = pytest.StashKey[list[str]]()
+
+
 def _call_timeout(config: pytest.Config) -> float:
-    """``--kv-timeout`` in seconds (0: no limit)."""
+    """``--kv-timeout`` in seconds (0: no limit), raised to this machine's floor
+    (``kvcheck.conformance.call_floor``) with a note when below it."""
     timeout = config.getoption("kv_timeout")
     if timeout is None:
         return DEFAULT_CALL_TIMEOUT
@@ -106,13 +125,17 @@ def _call_timeout(config: pytest.Config) -> float:
         raise pytest.UsageError(
             f"kvcheck: --kv-timeout={timeout}: must be a finite number of seconds >= 0\n"
             f"  Fix: pass e.g. --kv-timeout={DEFAULT_CALL_TIMEOUT:g}, or 0 for no limit")
-    return float(timeout)
+    check_timeout_bound(float(timeout))
+    timeout, note = apply_floor(float(timeout))
+    config.stash[_TIMEOUT_NOTES] = [note] if note else []
+    return timeout
 
 
 def _load_oracle(value: str, call_timeout: float) -> ImplHandle:
-    """``--kv-oracle``: loaded and checked like ``--kv-impl`` (UsageError naming the option)."""
+    """``--kv-oracle``: loaded and checked like ``--kv-impl`` (UsageError naming the option);
+    not the implementation under test, it runs under ``oracle_timeout(call_timeout)``."""
     try:
-        return load_impl(value, call_timeout=call_timeout)
+        return load_impl(value, call_timeout=oracle_timeout(call_timeout))
     except ImplLoadError as exc:
         raise pytest.UsageError(str(exc).replace("--kv-impl=", "--kv-oracle=", 1)) from None
 
@@ -153,6 +176,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                 lines.append(f"kvcheck warning: differential tests of {impl.name} run under "
                              f"profile {active}, but the oracle behaves as "
                              f"{oracle.info.profile}: pass --kv-profile={oracle.info.profile}")
+    lines += [f"kvcheck: {note}" for note in config.stash.get(_TIMEOUT_NOTES, [])]
     return lines
 
 
@@ -281,7 +305,7 @@ def kv_reference(pytestconfig: pytest.Config) -> ImplHandle:
     """kvcheck's reference implementation, through the same protocol (the oracle)."""
     state = pytestconfig.stash.get(KV_STATE, None)
     timeout = state.call_timeout if state is not None else DEFAULT_CALL_TIMEOUT
-    return load_impl("reference", call_timeout=timeout)
+    return load_impl("reference", call_timeout=oracle_timeout(timeout))  # never the one blamed
 
 
 @pytest.fixture(scope="session")

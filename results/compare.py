@@ -3,7 +3,10 @@
 Records are grouped by (implementation name, kind, profile, hardware key); records of one group
 are merged in timestamp order (later outcomes and metrics win). A current group is compared
 only with the baseline group of the same implementation, kind and profile measured on the
-same hardware key; a different key means "no baseline", never a comparison.
+same hardware key; a different key means "no baseline", never a comparison. The gate pairs
+conformance groups across hardware keys (``outcomes_across_hardware``): test outcomes do not
+depend on the machine, only timings do, so such a pair compares outcomes and never metrics
+(``Pair.metrics_comparable``); a baseline on the same key is preferred.
 
 Test ids are compared by file name and test name (``conformance/test_x.py::t[impl]`` and
 ``../site-packages/kvcheck/conformance/test_x.py::t[impl]`` are the same test), so records
@@ -17,6 +20,7 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -156,19 +160,35 @@ def group_records(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[GroupKe
 
 @dataclass
 class Pair:
-    """A current group and its baseline (None: nothing comparable, ``note`` says why)."""
+    """A current group and its baseline (None: nothing comparable, ``note`` says why).
+
+    ``metrics_comparable``: false for a conformance pair across hardware keys, whose test
+    outcomes are compared but whose metrics (timings) are not; ``note`` then says so."""
 
     current: Group
     baseline: Group | None
     note: str | None = None
+    metrics_comparable: bool = True
+
+
+def _other_hardware(candidates: list[Group]) -> Group:
+    """The baseline of a conformance pair across hardware keys: the latest record, then the
+    first hardware key in sort order (a stable choice whatever the file order)."""
+    by_key = sorted(candidates, key=lambda b: b.hardware_key)
+    oldest = datetime.min.replace(tzinfo=timezone.utc)  # (loaded timestamps always parse)
+    return max(by_key, key=lambda b: parse_timestamp(b.timestamp) or oldest)  # first of ties
 
 
 def pair_groups(baseline: dict[GroupKey, Group], current: dict[GroupKey, Group],
-                pair_singletons: bool = False) -> list[Pair]:
+                pair_singletons: bool = False,
+                outcomes_across_hardware: bool = False) -> list[Pair]:
     """One ``Pair`` per current group, in a stable order.
 
     ``pair_singletons``: when a side holds exactly one group of a kind and nothing pairs by
     name, compare those two anyway (``kvcheck compare ref.jsonl mine.jsonl``).
+    ``outcomes_across_hardware`` (the gate): a conformance group without a baseline on its
+    own hardware key pairs with one of the same implementation and profile on another key
+    (see ``_other_hardware``), with ``metrics_comparable`` false.
     """
     pairs = []
     for key in sorted(current):
@@ -177,7 +197,17 @@ def pair_groups(baseline: dict[GroupKey, Group], current: dict[GroupKey, Group],
         if match is not None:
             pairs.append(Pair(group, match))
             continue
-        elsewhere = sorted(b.hardware_key for b in baseline.values() if b.key[:3] == key[:3])
+        others = [b for b in baseline.values() if b.key[:3] == key[:3]]
+        if outcomes_across_hardware and group.kind == "conformance" and others:
+            chosen = _other_hardware(others)
+            note = (f"{group.label} on hardware {group.hardware_key!r}: test outcomes "
+                    f"compared with the baseline measured on {chosen.hardware_key!r} (outcomes "
+                    "do not depend on hardware)")
+            if group.metrics or chosen.metrics:
+                note += "; its metrics were not compared (timings do)"
+            pairs.append(Pair(group, chosen, note, metrics_comparable=False))
+            continue
+        elsewhere = sorted(b.hardware_key for b in others)
         if elsewhere:
             note = (f"no baseline for {group.label} on hardware {group.hardware_key!r}: the "
                     f"baseline was measured on {', '.join(map(repr, elsewhere))}")

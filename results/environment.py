@@ -1,8 +1,9 @@
 """The environment block of a result record, including the ``hardware_key``.
 
-Records are compared (gates, leaderboards) only when their hardware keys are equal: the GPU
-model when a CUDA device is visible (``"gpu:NVIDIA H100 80GB HBM3"``), else the CPU model and
-core count (``"cpu:AMD EPYC x2"``). Software versions (driver, CUDA, torch, triton, Python) are
+Timings are compared (gates, leaderboards) only when their hardware keys are equal: the GPU
+model when a CUDA device is visible (``"gpu:NVIDIA H100 80GB HBM3"``), else the CPU model
+and core count (``"cpu:AMD EPYC x2"``); the gate compares conformance outcomes whatever
+the key. Software versions (driver, CUDA, torch, triton, Python) are
 recorded beside the key, not in it: a dependency bump must not silently turn a regression gate
 into "no baseline"; the gate prints software differences instead.
 """

@@ -2,6 +2,9 @@
 
 A run fails the gate (exit 1) when
 
+* a current conformance record does not conform: a test failed or errored (whether or not it
+  failed in the baseline too), or the record says ``conforms: false`` although complete; with
+  or without a baseline, unless a ``--waivers`` line matches every failing test, or
 * a conformance test that passed in the baseline fails or errors now, or
 * a conformance test that passed in the baseline is absent from the current record
   ("missing"; accepted by ``--allow-missing`` or a waiver naming it), or
@@ -10,7 +13,17 @@ A run fails the gate (exit 1) when
 * a metric got worse by more than its threshold (``--threshold SEL:5%``, or an absolute
   ``SEL:0.3`` in the metric's unit) AND the change is significant on the raw samples
   (one-sided Mann-Whitney U, ``p < alpha``) AND it exceeds the metric's absolute floor
-  (``--floor SEL:0.5``, in the metric's unit; default 0).
+  (``--floor SEL:0.5``, in the metric's unit; default 0), or
+* nothing was compared: no current record had a comparable baseline (a current conformance
+  record judged on its own verdict compares nothing); ``--allow-empty`` accepts this, with a
+  warning.
+
+Pairing: records pair by implementation, kind and profile. Conformance records pair whatever
+their hardware keys (test outcomes do not depend on the machine), preferring a baseline on
+the current record's own key; the key decides only which metrics are comparable, so a
+conformance pair across keys compares outcomes, never metrics. Benchmark records pair only on
+one hardware key. A baseline of another record kind than the current one is a usage error
+(exit 2, ``kvcheck.results.gate_kinds``).
 
 Deterministic metrics (``deterministic: true``: instruction counts, see
 ``kvcheck.bench.counted``) do not depend on the machine's load, so they get no significance
@@ -28,8 +41,8 @@ need no test, so threshold and floor decide. A noisy metric with too few samples
 p-value below alpha (3 against 3 cannot go below 0.05) cannot be significant: it is reported
 as "untestable" with a warning, never failed, so short benchmark runs do not make CI flaky.
 A waiver file (``metric-or-test-id  # reason`` per line) turns matching regressions into
-"waived". Records measured on a different hardware key are "no baseline": a warning, never a
-failure. A schema-1 (legacy) current
+"waived". Benchmark records measured on a different hardware key are "no baseline": a
+warning, and the gate fails only if nothing at all was compared. A schema-1 (legacy) current
 record says nothing about completeness: it is treated as complete, with a warning.
 
 Selectors (``SEL``) are matched against a metric's key (``case/name``), its name, its stat
@@ -64,6 +77,7 @@ from kvcheck.results.compare import (
     pair_groups,
     software_differences,
 )
+from kvcheck.results.gate_kinds import KindMismatchError, check_kinds
 from kvcheck.results.schema import counting_method, is_deterministic
 from kvcheck.results.text import visible
 
@@ -75,6 +89,7 @@ __all__ = [
     "GateConfig",
     "GateInputError",
     "GateResult",
+    "KindMismatchError",
     "Rule",
     "Waiver",
     "load_thresholds_file",
@@ -223,6 +238,7 @@ class GateConfig:
     waivers: list[Waiver] = field(default_factory=list)
     allow_missing: bool = False     # tests that passed in the baseline may be absent now
     allow_incomplete: bool = False  # a current record of an incomplete run may pass
+    allow_empty: bool = False       # a gate that compared nothing may pass
 
     def threshold_for(self, key: str, metric: dict[str, Any]) -> Rule:
         """The most specific matching threshold. A deterministic metric starts from
@@ -253,7 +269,9 @@ NOT_GATED = "not gated"    # wall time in a record of counts (hardware key of a 
 MISSING_ALLOWED = "missing (allowed)"
 INCOMPLETE_ALLOWED = "incomplete (allowed)"
 RECORD_ITEM = "(whole record)"  # the item of a decision about a record, not a test or metric
-SHOWN_MISSING = 5               # missing test ids named in a report line
+SHOWN_MISSING = 5               # missing (or failing) test ids named in a report line
+INCOMPLETE, NONCONFORMING = "incomplete", "non-conforming"  # Decision.record
+FAILING = ("failed", "error")   # outcomes that prove a record does not conform
 
 
 @dataclass
@@ -268,6 +286,7 @@ class Decision:
     outcome: OutcomeChange | None = None
     metric: MetricChange | None = None
     threshold: Rule | None = None
+    record: str | None = None        # a decision about a whole record: INCOMPLETE/NONCONFORMING
 
     @property
     def is_missing(self) -> bool:
@@ -277,24 +296,41 @@ class Decision:
     @property
     def is_incomplete(self) -> bool:
         """A decision about an incomplete current record."""
-        return self.outcome is None and self.metric is None
+        return self.record == INCOMPLETE
+
+    @property
+    def is_nonconforming(self) -> bool:
+        """A decision about a current record that does not conform (its failing tests)."""
+        return self.record == NONCONFORMING
 
 
 @dataclass
 class GateResult:
+    """``compared``: pairs that had a baseline. ``failures``: lines about missing tests,
+    incomplete and non-conforming records (one per record) and an empty comparison.
+    ``empty``: nothing was compared; it fails unless ``allow_empty``. ``judged_alone``:
+    labels of current conformance records judged only on their own verdict (no baseline)."""
+
     decisions: list[Decision]
     warnings: list[str]
-    compared: int  # pairs that had a baseline
-    failures: list[str] = field(default_factory=list)  # lines about missing tests and
-    #                                                     incomplete records, one per record
+    compared: int
+    failures: list[str] = field(default_factory=list)
+    empty: bool = False
+    allow_empty: bool = False
+    judged_alone: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Decision]:
         return [d for d in self.decisions if d.status == REGRESSION]
 
     @property
+    def empty_fails(self) -> bool:
+        """Nothing was compared and ``--allow-empty`` was not given."""
+        return self.empty and not self.allow_empty
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.regressions else 0
+        return 1 if self.regressions or self.empty_fails else 0
 
 
 def _outcome_decision(impl: str, change: OutcomeChange, config: GateConfig) -> Decision:
@@ -449,19 +485,34 @@ def _evidence(change: MetricChange, alpha: float) -> tuple[bool, str]:
 
 def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str, dict[str, Any]]],
              config: GateConfig) -> GateResult:
-    """Compare loaded records (``compare.load_files`` output) and decide."""
-    pairs: list[Pair] = pair_groups(group_records(baseline), group_records(current))
+    """Compare loaded records (``compare.load_files`` output; the baseline may be empty)
+    and decide.
+
+    Raises:
+        KindMismatchError: the baseline holds no record of the current records' kind
+            (``gate_kinds.check_kinds``): a usage error, exit 2.
+    """
+    check_kinds(baseline, current)
+    pairs: list[Pair] = pair_groups(group_records(baseline), group_records(current),
+                                    outcomes_across_hardware=True)
     decisions: list[Decision] = []
     warnings: list[str] = []
     failures: list[str] = []
+    judged_alone: list[str] = []
     compared = 0
     for pair in pairs:
         cur, base = pair.current, pair.baseline
         _judge_completeness(cur, config, decisions, warnings, failures)
         if base is None:
-            warnings.append(str(pair.note))
+            if baseline:  # without any baseline file, "no baseline" is said once, below
+                warnings.append(str(pair.note))
+            if cur.kind == "conformance":
+                judged_alone.append(cur.label)
+            _judge_verdict(cur, config, decisions, failures)
             continue
         compared += 1
+        if pair.note:  # a conformance pair across hardware keys: outcomes only
+            warnings.append(pair.note)
         warnings.extend(f"{cur.label}: software differs from the baseline: {diff}"
                         for diff in software_differences(base, cur))
         if base.suite_version != cur.suite_version:
@@ -472,6 +523,9 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
         decisions += outcome_decisions
         _report_missing(cur, [d for d in outcome_decisions if d.is_missing], config,
                         warnings, failures)
+        _judge_verdict(cur, config, decisions, failures)
+        if not pair.metrics_comparable:
+            continue
         method = counting_method(cur.hardware_key)
         metric_decisions = [_metric_decision(cur.name, metric_change, config, method)
                             for metric_change in diff_metrics(base, cur)]
@@ -488,12 +542,77 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
             f"samples to be significant at alpha {config.alpha:g} ({untestable[0].detail}), so "
             "they are not gated: record more rounds (e.g. pytest --kv-bench-rounds=10) or "
             "raise --alpha")
-    if pairs and not compared:
-        warnings.append("no baseline for any current record: nothing was gated")
+    empty = bool(pairs) and not compared
+    if empty:
+        line = _nothing_compared(bool(baseline), judged_alone)
+        if config.allow_empty:
+            warnings.append(f"{line}; accepted by --allow-empty")
+        else:
+            failures.append(f"N{line[1:]}. Pass the base run's records with --baseline, or "
+                            "accept a gate without a baseline with --allow-empty")
     warnings.extend(f"waiver {waiver.pattern!r} ({waiver.source}) matched no regression; "
                     "remove it once it is no longer needed"
                     for waiver in config.waivers if not waiver.used)
-    return GateResult(decisions, warnings, compared, failures)
+    return GateResult(decisions, warnings, compared, failures, empty=empty,
+                      allow_empty=config.allow_empty, judged_alone=judged_alone)
+
+
+def _nothing_compared(had_baseline: bool, judged_alone: list[str]) -> str:
+    """The line about an empty comparison: why, and what was checked instead."""
+    why = ("no current record has a comparable baseline (same implementation, kind and "
+           "profile; for benchmark records also the same hardware key)" if had_baseline else
+           "no --baseline was given")
+    line = f"nothing was compared: {why}"
+    if judged_alone:
+        their = "its own verdict was" if len(judged_alone) == 1 else "their own verdicts were"
+        line += (f"; {their} checked for {', '.join(judged_alone)}, but without a baseline "
+                 "no regression can be seen")
+    return line
+
+
+def _judge_verdict(cur: Group, config: GateConfig, decisions: list[Decision],
+                   failures: list[str]) -> None:
+    """A current conformance record that does not conform fails, baseline or not: every
+    failed or errored test must be matched by a waiver (tests that already failed in the
+    baseline included). A complete record that says ``conforms: false`` without a failing
+    test (every test skipped) fails with its verdict: there is no test to waive. An
+    incomplete record without failing tests is ``_judge_completeness``'s alone."""
+    if cur.kind != "conformance":
+        return
+    failing = sorted(t for t, outcome in cur.outcomes.items() if outcome in FAILING)
+    what = f"The current record of {cur.label} does not conform"
+    if not failing:
+        if cur.conforms is False and not cur.incomplete:
+            decisions.append(Decision(cur.name, RECORD_ITEM, REGRESSION, "does not conform",
+                                      record=NONCONFORMING))
+            failures.append(f"{what}: its verdict is {cur.verdict!r} although no test failed "
+                            "or errored, so there is no test to waive. Fix the run so that "
+                            "its tests check something (see the verdict)")
+        return
+    unwaived = []
+    for test_id in failing:
+        waiver = config.waiver_for(test_id)
+        if waiver:
+            waiver.used = True
+        else:
+            unwaived.append(test_id)
+    n, left = len(failing), len(unwaived)
+    tests = f"{n} test{'s' * (n != 1)} failed or errored"
+    if not unwaived:
+        decisions.append(Decision(cur.name, RECORD_ITEM, "waived",
+                                  f"waived: each of its {n} failing test{'s' * (n != 1)} "
+                                  "matched a --waivers line", message=f"{what}: {tests}",
+                                  record=NONCONFORMING))
+        return
+    shown = ", ".join(map(repr, unwaived[:SHOWN_MISSING]))
+    if left > SHOWN_MISSING:
+        shown += f" and {left - SHOWN_MISSING} more"
+    count = f"{tests}, {left} not waived" if left != n else tests
+    decisions.append(Decision(cur.name, RECORD_ITEM, REGRESSION,
+                              f"does not conform: {count}", record=NONCONFORMING))
+    failures.append(f"{what}: {count}: {shown}. Fix {'them' if left != 1 else 'it'}, or "
+                    "accept each with a --waivers line naming its test id (a test that "
+                    "failed in the baseline too needs one)")
 
 
 def _judge_completeness(cur: Group, config: GateConfig, decisions: list[Decision],
@@ -511,11 +630,12 @@ def _judge_completeness(cur: Group, config: GateConfig, decisions: list[Decision
         return
     what = f"incomplete: {cur.completeness_text()}"
     if config.allow_incomplete:
-        decisions.append(Decision(cur.name, RECORD_ITEM, INCOMPLETE_ALLOWED, what))
+        decisions.append(Decision(cur.name, RECORD_ITEM, INCOMPLETE_ALLOWED, what,
+                                  record=INCOMPLETE))
         warnings.append(f"the current record of {cur.label} is {what}; accepted by "
                         "--allow-incomplete")
         return
-    decisions.append(Decision(cur.name, RECORD_ITEM, REGRESSION, what))
+    decisions.append(Decision(cur.name, RECORD_ITEM, REGRESSION, what, record=INCOMPLETE))
     failures.append(f"The current record of {cur.label} is {what}. Run the whole suite "
                     "(no -k/-m/deselection, path subset, --lf, -x or --maxfail), or accept "
                     "a partial run with --allow-incomplete")
@@ -573,18 +693,34 @@ def _summary(result: GateResult) -> str:
     if n:
         missing = sum(d.is_missing for d in result.regressions)
         incomplete = sum(d.is_incomplete for d in result.regressions)
+        nonconforming = sum(d.is_nonconforming for d in result.regressions)
         tests = sum(d.outcome is not None for d in result.regressions) - missing
-        metrics = n - tests - missing - incomplete
+        metrics = n - tests - missing - incomplete - nonconforming
         parts = [f"{tests} conformance", f"{metrics} metric"]
         if missing:
             parts.append(f"{missing} missing test{'s' * (missing != 1)}")
         if incomplete:
             parts.append(f"{incomplete} incomplete record{'s' * (incomplete != 1)}")
-        return f"kvcheck gate: FAILED, {n} regression{'s' * (n != 1)} ({', '.join(parts)})"
-    if not result.compared:
-        return "kvcheck gate: no baseline, nothing gated (exit 0)"
-    waived = sum(d.status == "waived" for d in result.decisions)
+        if nonconforming:
+            parts.append(f"{nonconforming} non-conforming record"
+                         f"{'s' * (nonconforming != 1)}")
+        empty = "; nothing compared" if result.empty else ""
+        return (f"kvcheck gate: FAILED, {n} regression{'s' * (n != 1)} "
+                f"({', '.join(parts)}){empty}")
+    alone = len(result.judged_alone)
+    their = "its" if alone == 1 else "their"
+    own = (f": {alone} conformance record{'s' * (alone != 1)} judged on {their} own verdict"
+           if alone else "")
+    if result.empty_fails:
+        return f"kvcheck gate: FAILED, nothing compared (--allow-empty accepts this){own}"
+    if result.empty:
+        return f"kvcheck gate: passed with nothing compared (--allow-empty){own}"
+    waived = sum(d.status == "waived" and d.record is None for d in result.decisions)
     extra = f", {waived} waived" if waived else ""
+    records = sum(d.status == "waived" and d.is_nonconforming for d in result.decisions)
+    if records:
+        extra += (f", {records} non-conforming record{'s' * (records != 1)} accepted by "
+                  "waivers")
     return f"kvcheck gate: passed ({result.compared} record group(s) compared{extra})"
 
 

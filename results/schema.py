@@ -22,7 +22,7 @@ Fields of schema version 2 (``?`` marks an optional field, which may also be ``n
     seed            int?       workload seed (null: derandomized)
     implementation  object     name str, version str, commit str?, capabilities [str]?,
                                target str?, module str?
-    environment     object     hardware_key str (records compare only when equal), and
+    environment     object     hardware_key str (metrics compare only when equal), and
                                when known: cpu, cpu_count, gpu, gpu_model, driver, cuda,
                                torch, triton, python, platform, packages {name: version}
     metrics         [object]?  name str, unit str, direction "lower_is_better" |

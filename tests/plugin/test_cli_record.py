@@ -85,7 +85,7 @@ def test_failed_write_keeps_the_old_file(corpus_file: Path, tmp_path: Path,
 
     monkeypatch.setattr(atomic.os, "replace", refuse)
     assert main(["record", "--kv-impl=reference", "--kv-profile=vllm-0.33", "--traces", "1",
-                 "-o", str(target)]) == 2
+                 "-o", str(target), "--force"]) == 2  # --force: the old file is no corpus
     assert "cannot write" in capsys.readouterr().err
     assert target.read_bytes() == b"old corpus"
     assert os.listdir(tmp_path) == ["out.cbor.xz"]

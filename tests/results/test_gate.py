@@ -69,19 +69,28 @@ def test_new_conformance_failure_fails(rec: SimpleNamespace,
     assert ("Test 'test_eviction.py::test_lru[mine]' of mine has failed ConformanceCheck: "
             "passed -> failed") in out
     assert "fixed" in out and "no longer passes" in out and "new test failing" in out
-    assert "1 regression (1 conformance, 0 metric)" in out
+    # The current record does not conform: its two failing tests fail it on their own too.
+    assert ("The current record of mine (conformance, vllm-0.33) does not conform: 2 tests "
+            "failed or errored: 'test_eviction.py::test_lru[mine]', "
+            "'test_hashing.py::test_new[mine]'.") in out
+    assert "2 regressions (1 conformance, 0 metric, 1 non-conforming record)" in out
 
 
 def test_hardware_mismatch_is_no_baseline(rec: SimpleNamespace,
                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Timings of another machine are no baseline; a gate that compared nothing then fails
+    (issue 23) unless --allow-empty accepts it."""
     base = rec.write("base.jsonl", rec.benchmark("mine", [rec.metric("t", BASE)]))
     cur = rec.write("cur.jsonl", rec.benchmark("mine", [rec.metric("t", [x * 3 for x in BASE])],
                                                hardware_key=rec.GPU))
     rc, out, _ = gate(capsys, "--baseline", base, "--current", cur)
-    assert rc == 0
+    assert rc == 1
     assert ("warning: no baseline for mine (benchmark, vllm-0.33) on hardware "
             "'gpu:NVIDIA H100 80GB HBM3': the baseline was measured on 'cpu:Test CPU x4'") in out
-    assert "kvcheck gate: no baseline, nothing gated (exit 0)" in out
+    assert "Nothing was compared: no current record has a comparable baseline" in out
+    assert "kvcheck gate: FAILED, nothing compared (--allow-empty accepts this)" in out
+    rc, out, _ = gate(capsys, "--baseline", base, "--current", cur, "--allow-empty")
+    assert rc == 0 and "kvcheck gate: passed with nothing compared (--allow-empty)" in out
 
 
 @pytest.mark.parametrize(
