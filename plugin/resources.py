@@ -318,16 +318,45 @@ def _thread_text(thread: threading.Thread) -> str:
 
 def child_pids() -> list[int]:
     """This process's children that are still running (zombies aside); Linux ``/proc``,
-    else the ``multiprocessing`` children of this process."""
+    else the ``multiprocessing`` children of this process.
+
+    A thread may end between listing ``/proc/self/task`` and reading its ``children`` file
+    (pytest-timeout's timers do, between two tests): that thread is skipped, not the whole
+    answer. Where no ``children`` file can be read (a kernel without
+    ``CONFIG_PROC_CHILDREN``), the parent field of every ``/proc/PID/stat`` is read instead."""
     tasks = Path("/proc/self/task")
     pids: set[int] = set()
+    read_any = False
     try:
-        for task in tasks.iterdir():
-            pids.update(int(p) for p in (task / "children").read_text().split())
-    except (OSError, ValueError):
+        entries = list(tasks.iterdir())
+    except OSError:
         mp = sys.modules.get("multiprocessing")
         return [p.pid for p in mp.active_children() if p.pid] if mp is not None else []
+    for task in entries:
+        try:
+            text = (task / "children").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile, or the kernel has no children file
+        read_any = True
+        pids.update(int(p) for p in text.split() if p.isdigit())
+    if not read_any:
+        pids = set(_children_by_parent(os.getpid()))
     return sorted(pid for pid in pids if _state(pid) not in ("Z", "X", ""))
+
+
+def _children_by_parent(parent: int) -> list[int]:
+    """The pids whose ``/proc/PID/stat`` names ``parent`` as their parent."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[1] == str(parent):
+            found.append(int(entry.name))
+    return found
 
 
 def _state(pid: int) -> str:
@@ -339,8 +368,13 @@ def _state(pid: int) -> str:
 
 
 def _command(pid: int) -> str:
+    """The process's command line for a message: the program by its file name (a venv's
+    path would use up the space), then its arguments, cut to 80 characters."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "?"
-    return short_repr(raw.replace(b"\0", b" ").decode("utf-8", "replace").strip(), 60)
+    argv = raw.decode("utf-8", "replace").split("\0")
+    if argv and argv[0]:
+        argv[0] = os.path.basename(argv[0])
+    return short_repr(" ".join(argv).strip(), 80)

@@ -179,7 +179,7 @@ def test_bad_trace_names_the_line_the_field_the_limit_and_the_fix(
         assert word in message
     assert info.value.fix and message.endswith(f"; fix: {info.value.fix}")
     assert "\n" not in message
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 30  # well under a second idle; the margin is for load
 
 
 def test_too_many_requests_is_refused_at_the_line_past_the_bound(

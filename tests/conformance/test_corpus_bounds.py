@@ -64,7 +64,7 @@ def test_a_decompression_bomb_is_refused_before_decoding(tmp_path: Path) -> None
     path.write_bytes(data)
     with pytest.raises(CorpusError, match=r"bomb\.cbor\.xz: decompresses to more than"):
         load_corpus(path)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # under a second idle; decoding it took minutes
 
 
 def test_the_shipped_corpora_are_far_below_the_ratio_bound() -> None:

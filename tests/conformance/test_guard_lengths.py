@@ -151,10 +151,15 @@ def test_bounds_follow_the_requests_shown() -> None:
 
 
 def test_short_repr_is_bounded_by_its_limit() -> None:
+    # Paired with repr() of the same list in the same run (the machine may be loaded): the
+    # bounded form is at least 20 times cheaper (about 10^4 times on an idle machine).
     start = time.perf_counter()
     text = short_repr(IDS)
     nested = short_repr({"tables": [IDS, IDS]}, 80)
-    assert time.perf_counter() - start < 0.05
+    bounded = time.perf_counter() - start
+    start = time.perf_counter()
+    repr(IDS)
+    assert bounded * 20 < time.perf_counter() - start
     assert text.startswith("[5, 5, 5") and text.endswith("... (10000000 items)]")
     assert len(text) <= 120 and len(nested) <= 80
     assert short_repr(10**5000) == "<int of 16610 bits>"
@@ -186,7 +191,7 @@ def test_get_block_ids_flood_fails_its_test_in_seconds(pytester: pytest.Pytester
     start = time.perf_counter()
     result = pytester.runpytest("-p", "no:cacheprovider", "--kv-impl=flood_impl",
                                 "-k", "test_first_allocation")
-    assert time.perf_counter() - start < 20
+    assert time.perf_counter() - start < 60  # about 3 s idle; it took minutes before
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
     assert re.search(r"protocol violation: flood\.get_block_ids\('r0'\) returned \[5, (5, )+"

@@ -53,7 +53,7 @@ def assert_refused(result: pytest.RunResult, *lines: str, started: float | None 
     out = result.stdout.str()
     assert "passed" not in out and "kvcheck benchmarks" not in out, "nothing may run"
     if started is not None:
-        assert time.monotonic() - started < 15
+        assert time.monotonic() - started < 45  # a few seconds idle; the margin is for load
 
 
 def no_lock_files(folder: Path) -> bool:

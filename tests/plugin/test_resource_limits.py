@@ -27,8 +27,10 @@ from kvcheck.conformance.memory_limit import (
 from kvcheck.conformance.protocol import KVCacheSpec
 
 _CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool"})
-#: A hard limit on each subprocess run: every case must end well within it.
-_HARD_TIMEOUT = 60
+#: A hard limit on each subprocess run: a case that hangs (the non-daemon thread kept pytest
+#: alive forever) fails on it. Each case takes 3-15 s on an idle 2-core machine; the margin is
+#: for a loaded CI machine (wall time is not asserted: these machines are shared and noisy).
+_HARD_TIMEOUT = 120
 
 
 def adapter(name: str, body: str) -> str:
@@ -76,9 +78,8 @@ def test_memory_growth_fails_the_test_and_stops_the_session(pytester: pytest.Pyt
     incomplete because of the memory limit."""
     pytester.makepyfile(leaky_impl=LEAKY)
     pytester.makeconftest(RSS_PLUS_100M)
-    result, took = run(pytester, "--kv-impl=leaky_impl", "--kv-report=r.jsonl",
+    result, _ = run(pytester, "--kv-impl=leaky_impl", "--kv-report=r.jsonl",
                        "-k", "allocation or prefix_caching")
-    assert took < 30
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     out = result.stdout.str()
     result.stdout.fnmatch_lines([
@@ -159,7 +160,7 @@ def test_threads_and_children_left_running_are_named_and_do_not_keep_pytest_aliv
     user's own failing test)."""
     pytester.makepyfile(lefty_impl=LEFT_RUNNING, test_mine="def test_mine():\n    assert 0\n")
     try:
-        result, took = run(pytester, "--kv-impl=lefty_impl", "-k",
+        result, _ = run(pytester, "--kv-impl=lefty_impl", "-k",
                            "test_first_allocation or test_mine", "test_mine.py",
                            "--pyargs", "kvcheck.conformance")
     finally:
@@ -169,7 +170,6 @@ def test_threads_and_children_left_running_are_named_and_do_not_keep_pytest_aliv
             os.kill(pid, 9)
     assert len(children) == 1, "one session process built the adapter"
     child = children[0]
-    assert took < 30
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         ("kvcheck warning: 2 thread(s) started during the session are still running: "
@@ -214,15 +214,52 @@ class M(ReferenceManager):
 """)
 
 
+def test_child_pids_survive_a_thread_ending_and_a_kernel_without_children_files(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI once lost the leftover-child warning: a timer thread ended between listing
+    ``/proc/self/task`` and reading its ``children`` file, and the whole answer was dropped.
+    Now a vanished task is skipped, and with no readable ``children`` file at all the parent
+    field of every ``/proc/PID/stat`` answers."""
+    import subprocess
+    import sys
+
+    from kvcheck.plugin import resources
+
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("needs Linux /proc")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        real_iterdir = Path.iterdir
+
+        def with_a_vanished_task(self: Path):  # one more task, gone before it is read
+            listed = list(real_iterdir(self))
+            return iter([self / "999999999", *listed] if self.name == "task" else listed)
+
+        monkeypatch.setattr(Path, "iterdir", with_a_vanished_task)
+        assert child.pid in resources.child_pids()
+
+        real_read_text = Path.read_text
+
+        def no_children_files(self: Path, *args, **kwargs):
+            if self.name == "children":
+                raise FileNotFoundError(self)
+            return real_read_text(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "read_text", no_children_files)
+        assert child.pid in resources.child_pids()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_forked_children_never_run_the_session(pytester: pytest.Pytester) -> None:
     """An adapter that forks in its factory (and in a call) used to run the session twice and
     write the report twice; each child is now ended as the forking call returns, saying so,
     and only the process that started the session prints the verdict and writes the record.
     A fork that runs its own work and exits (multiprocessing) is left alone."""
     pytester.makepyfile(forky_impl=FORKY)
-    result, took = run(pytester, "--kv-impl=forky_impl", "--kv-report=r.jsonl",
+    result, _ = run(pytester, "--kv-impl=forky_impl", "--kv-report=r.jsonl",
                        "-k", "test_first_allocation")
-    assert took < 30
     assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
     err = result.stderr.str()
     for where in ("make_kv_cache_manager", "allocate_slots"):
@@ -301,8 +338,8 @@ def test_memory_limit_bounds_name_this_machine(pytester: pytest.Pytester) -> Non
     (f"--kv-bench-seed={2**63}",
      f"--kv-bench-seed: {2**63} is not an int in [0, 2^63-1] (a workload seed)"),
     ("--kv-bench-rounds=1000000000",
-     "--kv-bench-rounds: 1000000000 is not an int in [1, 10000] (timed rounds per benchmark); "
-     "Fix: e.g. --kv-bench-rounds=5"),
+     ("--kv-bench-rounds: 1000000000 is not an int in [1, 10000] (timed rounds per "
+      "benchmark); Fix: e.g. --kv-bench-rounds=5")),
     (f"--kv-bench-warmup={'9' * 5000}",
      f"--kv-bench-warmup: {'9' * 40}... is not an int in [0, 10000] ("),
     ("--kv-bench-peak-gbps=1e9",

@@ -219,8 +219,10 @@ class Manager(_ref.ReferenceManager):
         if _calls[0] == {fail_at}:
             raise RuntimeError("allocate_slots is broken once")
         if _calls[0] == 60:  # the user's Ctrl-C (a KeyboardInterrupt raised here would be
-            import signal   # the implementation's failure)
-            signal.raise_signal(signal.SIGINT)
+            import signal   # the implementation's failure): the SIGINT handler called as the
+            # interpreter calls it (signal.raise_signal may run it in a weakref callback,
+            # where its KeyboardInterrupt is lost)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
         return super().allocate_slots(*args, **kwargs)
 def make_kv_cache_manager(spec):
     return Manager(spec)
