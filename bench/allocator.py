@@ -29,6 +29,7 @@ from kvcheck.bench.metrics import Metric, per_s, percentile
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.timing import ALLOCATOR_CLOCK, MeasuredClock
 from kvcheck.bench.workloads import Draws, Workload, scaled_count, trace_profile
+from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 from kvcheck.reference_impl.block_table import compute_slot_mapping
@@ -125,7 +126,7 @@ class SchedulerBench(RoundBench):
 
     def replay(self, manager: Any) -> SchedulerRun:
         """One round: the workload through the scheduler loop."""
-        return run_workload(manager, self.workload)
+        return run_workload(manager, self.workload, pinning=declares_pinning(self.impl))
 
     def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         gc.collect()
@@ -221,12 +222,15 @@ class HashingBench(RoundBench):
 
     def run(self, manager: Any, views: list[RequestView]) -> None:
         total_ns = 0
+        pinning = declares_pinning(self.impl)
         wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
         for view in views:
             start = time.perf_counter_ns()
             manager.get_computed_blocks(view)
             hashes = manager.block_hashes(view.request_id)
             total_ns += time.perf_counter_ns() - start
+            if pinning:  # a probe, not an admission: drop its pins
+                manager.release_computed(view.request_id)
             if len(hashes) != self.blocks_per_request:
                 raise AssertionError(
                     f"{self.impl.name}: block_hashes({view.request_id!r}) returned "

@@ -46,6 +46,7 @@ from kvcheck.bench.workloads import (
     scaled_count,
     working_set_blocks,
 )
+from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
 from kvcheck.errors import KVCheckInputError
 
@@ -225,7 +226,8 @@ class HybridBench(SchedulerBench):
         return hybrid_spec(self.hybrid)
 
     def replay(self, manager: Any) -> SchedulerRun:
-        return run_hybrid_workload(manager, self.workload, len(self.hybrid.groups))
+        return run_hybrid_workload(manager, self.workload, len(self.hybrid.groups),
+                                   pinning=declares_pinning(self.impl))
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), "kv_cache_groups": describe_groups(self.hybrid.groups)}

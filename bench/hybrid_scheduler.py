@@ -61,8 +61,8 @@ class _HybridScheduler(_Scheduler):
     """``_Scheduler`` with a per-group reading of the running tables after each step."""
 
     def __init__(self, manager: Any, workload: Workload, run: HybridRun,
-                 num_groups: int) -> None:
-        super().__init__(manager, workload, run)
+                 num_groups: int, *, pinning: bool = False) -> None:
+        super().__init__(manager, workload, run, pinning=pinning)
         self.hybrid = run
         self.num_groups = num_groups
         self._nulls: dict[str, list[int]] = {}  # request id -> nulls per group at last reading
@@ -102,7 +102,7 @@ class _HybridScheduler(_Scheduler):
 
 
 def run_hybrid_workload(manager: Any, workload: Workload, num_groups: int,
-                        max_steps: int | None = None) -> HybridRun:
+                        max_steps: int | None = None, *, pinning: bool = False) -> HybridRun:
     """Replay ``workload`` on a fresh grouped ``manager`` (built for a spec with
     ``num_groups`` entries in ``kv_cache_groups``), as ``scheduler.run_workload`` does.
 
@@ -118,5 +118,5 @@ def run_hybrid_workload(manager: Any, workload: Workload, num_groups: int,
                     live_block_steps=[0] * num_groups, null_block_steps=[0] * num_groups,
                     peak_live_blocks=[0] * num_groups, window_freed_blocks=[0] * num_groups,
                     hit_null_blocks=[0] * num_groups)
-    drive(_HybridScheduler(manager, workload, run, num_groups), max_steps)
+    drive(_HybridScheduler(manager, workload, run, num_groups, pinning=pinning), max_steps)
     return run

@@ -50,6 +50,7 @@ from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import shared_prefix_blocks
 from kvcheck.conformance.bounds import MAX_DECODE_TOKEN_STEPS, MAX_OPS, power_of_two
 from kvcheck.conformance.driver import output_token, view_from_add
+from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
     KVCacheSpec,
@@ -192,8 +193,10 @@ class _Replay:
     The methods mirror ``Driver.apply``; every call into the manager is timed into ``run``.
     """
 
-    def __init__(self, manager: Any, run: RecordedRun, usable_blocks: int) -> None:
+    def __init__(self, manager: Any, run: RecordedRun, usable_blocks: int, *,
+                 pinning: bool = False) -> None:
         self.manager = manager
+        self.pinning = pinning  # pinning_lookup: a lookup no allocation follows is released
         self.run = run
         self.usable_blocks = usable_blocks
         self.peak_used = 0
@@ -222,7 +225,17 @@ class _Replay:
         elif kind == "reset":
             answer["reset"] = bool(self.timed(self.run.reset_ns,
                                               self.manager.reset_prefix_cache))
+        elif kind == "lookup" and op.rid not in self.running:
+            found, num_hit = self.timed(self.run.lookup_ns, self.manager.get_computed_blocks,
+                                        self.views[op.rid])
+            answer["hits"] = [list(found), int(num_hit)]
+            self._release(op.rid)
         return answer
+
+    def _release(self, rid: str) -> None:
+        """The end of a lookup no allocation followed (``pinning_lookup`` only; untimed)."""
+        if self.pinning:
+            self.manager.release_computed(rid)
 
     def schedule(self, op: RecordedOp) -> dict[str, Any]:
         """``Driver._schedule``: a lookup when the request holds no blocks, decode tokens
@@ -253,6 +266,8 @@ class _Replay:
             new = self.timed(run.allocate_ns, self.manager.allocate_slots, view, num_new,
                              num_hit, hits)
         answer["new"] = None if new is None else list(new)
+        if new is None and admitting:
+            self._release(rid)
         if new is not None:
             self.running.add(rid)
             self.views[rid] = replace(view, num_computed_tokens=view.num_computed_tokens
@@ -294,7 +309,8 @@ def replay_trace(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun
     are drained (``take_events``, as the recorder did), so an implementation's buffer does
     not grow over the trace.
     """
-    replay = _Replay(manager, run, _usable_blocks(impl, trace.spec))
+    replay = _Replay(manager, run, _usable_blocks(impl, trace.spec),
+                     pinning=declares_pinning(impl))
     drain = (trace.spec.enable_kv_cache_events and impl.has("events")
              and hasattr(manager, "take_events"))
     for index, op in enumerate(trace.ops):

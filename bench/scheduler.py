@@ -9,7 +9,9 @@ Per step, in vLLM V1's order:
    token 0, back to the head of the waiting queue) and the call is retried;
 3. if nothing was preempted, waiting requests are admitted while ``max_num_seqs``, the token
    budget and ``allocate_slots`` allow: ``get_computed_blocks`` then ``allocate_slots`` with
-   the hits; the first refusal stops admission for this step;
+   the hits; the first refusal stops admission for this step (for an implementation that
+   declares ``pinning_lookup``, ``release_computed`` then drops the refused lookup's pins,
+   untimed: kvcheck.conformance.pinning);
 4. the step "executes": scheduled tokens become computed; a request whose tokens are all
    computed samples its next output token (from the trace); one that has sampled all its
    output is freed.
@@ -145,8 +147,10 @@ class _Scheduler:
     count lands in ``run``: the phases only move requests between the queues.
     """
 
-    def __init__(self, manager: Any, workload: Workload, run: SchedulerRun) -> None:
+    def __init__(self, manager: Any, workload: Workload, run: SchedulerRun, *,
+                 pinning: bool = False) -> None:
         self.manager = manager
+        self.pinning = pinning  # its lookups pin their hits (pinning_lookup)
         self.workload = workload
         self.run = run
         # Requests with no predecessor, by arrival step (sorted is stable: trace order on ties).
@@ -244,6 +248,8 @@ class _Scheduler:
             new = _timed(self.run.allocate_ns, self.manager.allocate_slots, view, num_new,
                          num_hit, hit_ids)
             if new is None:
+                if self.pinning:  # a refused admission keeps its lookup's pins: drop them
+                    self.manager.release_computed(view.request_id)
                 if not self.running:
                     raise KVCheckFailure(
                         f"{self.workload.scenario}: {live.spec.request_id} ({live.num_tokens} "
@@ -287,8 +293,10 @@ class _Scheduler:
         self.run.peak_used_blocks = max(self.run.peak_used_blocks, used)
 
 
-def run_workload(manager: Any, workload: Workload, max_steps: int | None = None) -> SchedulerRun:
-    """Replay ``workload`` on a fresh ``manager`` (a ``KVCacheManagerAdapter``).
+def run_workload(manager: Any, workload: Workload, max_steps: int | None = None, *,
+                 pinning: bool = False) -> SchedulerRun:
+    """Replay ``workload`` on a fresh ``manager`` (a ``KVCacheManagerAdapter``; ``pinning``:
+    its implementation declares ``pinning_lookup``).
 
     Raises:
         KVCheckFailure: a request cannot be admitted into an otherwise empty pool (the pool is
@@ -296,7 +304,7 @@ def run_workload(manager: Any, workload: Workload, max_steps: int | None = None)
             ``drive``), which means the implementation stopped making progress.
     """
     run = SchedulerRun(usable_blocks=max(1, workload.num_blocks - 1))
-    drive(_Scheduler(manager, workload, run), max_steps)
+    drive(_Scheduler(manager, workload, run, pinning=pinning), max_steps)
     return run
 
 

@@ -21,12 +21,21 @@ returned value and the rule):
   ``get_computed_blocks`` and passed back, is legitimately shared; a newly allocated block
   never is);
 * ``get_block_ids(rid)`` equals what the calls imply: the previous table + the hits passed to
-  ``allocate_slots`` + the new ids it returned; ``[]`` after ``free`` or for an unknown id;
+  ``allocate_slots`` + the new ids it returned; ``[]`` after ``free`` or for an unknown id.
+  With ``dedup_on_insert`` (a ``Rebindings`` judge attached by the driver,
+  ``judge_rebindings``; single-group specs) an entry of a computed full block may have been
+  rebound to a block of identical content, which the guard then follows; without it, the
+  violation names the capability when the change is such a rebinding
+  (``kvcheck.conformance.rebinding``);
 * optional capabilities: ``free_block_ids()`` an id list, ``ref_cnt(b)`` an int >= 0,
   ``block_hashes(rid)`` a list of bytes, ``take_events()`` a list of dicts with a ``"type"``,
   ``slot_mapping(...)`` a list of int;
 * the adapter does not mutate the ``RequestView`` it is given (it is frozen; a write through
   ``object.__setattr__`` still counts);
+* ``pinning_lookup`` (``follow_pins``, called by the loader for an implementation declaring
+  it): a lookup pins its hits until the request's next successful ``allocate_slots`` or its
+  ``release_computed``; ``allocate_slots`` never returns a pinned block as new
+  (``kvcheck.conformance.pinning``; the ledger is ``pin_ledger``);
 * multi-group specs (``spec.kv_cache_groups`` non-empty; ``GuardedHybridManager``, which
   ``GuardedManager(...)`` becomes for such a spec): ``get_computed_blocks`` is ``(one list per
   group, n)``, ``allocate_slots`` None or one list of new ids per group, ``get_block_ids`` one
@@ -73,12 +82,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 from kvcheck.conformance.call_limit import CallLimit, arg_text
+from kvcheck.conformance.pinning import PinLedger, pinned_ids
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView
 from kvcheck.conformance.short_repr import short_repr as abbreviate
 from kvcheck.errors import KVCheckFailure
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
+
+    from kvcheck.conformance.rebinding import Rebindings
 
     _Args = TypeVarTuple("_Args")
 
@@ -284,8 +296,8 @@ class _Guard:
 class GuardedManager(_Guard):
     """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
 
-    __slots__ = ("_events_per_op", "_held", "_longest", "_lost", "_ops", "_pool_tokens",
-                 "_tables")
+    __slots__ = ("_drained", "_events_per_op", "_held", "_longest", "_lost", "_ops", "_pins",
+                 "_pool_tokens", "_rebinding", "_steps", "_tables")
 
     def __new__(  # noqa: PYI034 - returns the hybrid subclass for a multi-group spec
         cls, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
@@ -308,6 +320,93 @@ class GuardedManager(_Guard):
         self._events_per_op = spec.num_blocks + len(spec.groups) + 1
         self._pool_tokens = spec.num_blocks * max(spec.group_block_size(g)
                                                   for g in range(len(spec.groups)))
+        self._pins: PinLedger | None = None  # pinning_lookup: see follow_pins
+        self._drained = 0  # self._ops at the last take_events (_ops only grows)
+        # dedup_on_insert (judge_rebindings): the judge, and per request its last
+        # allocate_slots as (start, end, self._ops after it).
+        self._rebinding: Rebindings | None = None
+        self._steps: dict[str, tuple[int, int, int]] = {}
+
+    # ---------------------------------------------------------- dedup_on_insert
+    def judge_rebindings(self, judge: Rebindings) -> None:
+        """From now on a table that differs from the one the answers imply is shown to
+        ``judge`` (``kvcheck.conformance.rebinding``) before it is a violation: with
+        ``dedup_on_insert`` an entry may have been rebound to an identical block, which the
+        guard then follows as a release of the old block and a share of the new one."""
+        self._rebinding = judge
+
+    def _rebind(self, table: list[int], got: list[int]) -> None:
+        """``table`` (a request's, as the guard follows it) had entries rebound: it becomes
+        ``got`` (same length), the holds following."""
+        held = self._held
+        for old, new in zip(table, got, strict=True):
+            if old != new:
+                left = held.get(old, 0) - 1
+                if left > 0:
+                    held[old] = left
+                else:
+                    held.pop(old, None)
+                held[new] = held.get(new, 0) + 1
+        table[:] = got
+
+    def _judge_table(self, rid: str, expected: list[int], ids: list[int]) -> tuple[bool, str]:
+        """``ids``, ``rid``'s table as the adapter shows it, differs from ``expected``:
+        ``(True, "")`` when the judge accepts it as rebindings (the guard then follows it),
+        else ``(False, the note the violation ends with)``."""
+        if self._rebinding is None:
+            return False, ""
+        start, end, ops = self._steps.get(rid, (0, 0, -1))
+        # Fresh: no state-changing call since rid's allocate_slots, whose forward pass has
+        # therefore not run.
+        ok, note = self._rebinding.judge(rid, expected, ids, computed=end,
+                                         fresh=start if ops == self._ops else None)
+        if ok:
+            self._rebind(expected, ids)
+        return ok, note
+
+    def _follow_own_rebinding(self, rid: str, table: list[int], tail: list[int]) -> None:
+        """Under ``dedup_on_insert``, right after ``allocate_slots(rid)`` answered: entries of
+        its previous ``table`` may have been rebound during the call, and the block released
+        handed out again; read the table first, so the hand-out checks see it (anything else
+        wrong with it is left to the next ``get_block_ids``)."""
+        value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
+        ids = self._ids("get_block_ids", (rid,), value, "the block table")
+        n = len(table)
+        if ids[n:] == tail and ids[:n] != table:
+            self._judge_table(rid, table, ids[:n])
+
+    # ---------------------------------------------------------- pinning_lookup
+    def follow_pins(self) -> None:
+        """The implementation declares ``pinning_lookup``: from now on lookups pin their hits
+        (``kvcheck.conformance.pinning``), an ``allocate_slots`` may not hand a pinned block
+        out anew, and ``release_computed`` drops a request's pins."""
+        self._pins = PinLedger()
+
+    @property
+    def pin_ledger(self) -> PinLedger | None:
+        """The pins outstanding (None: the implementation does not declare
+        ``pinning_lookup``)."""
+        return self._pins
+
+    def release_computed(self, request_id: str) -> None:
+        fn: Callable[[str], None] = self._raw.release_computed
+        self._ops += 1
+        result = self._raising("release_computed", fn, request_id)
+        if self._pins is not None:
+            self._pins.release(request_id)
+        return result
+
+    def _check_pins(self, args: tuple[object, ...], value: object, rid: str,
+                    new: list[int]) -> None:
+        """``allocate_slots`` for ``rid`` returned the ``new`` ids: none may be pinned; the
+        request's own pins become its references."""
+        __tracebackhide__ = True
+        assert self._pins is not None
+        problem = self._pins.clash(rid, new)
+        if problem is not None:
+            self._violation("allocate_slots", args, value, problem)
+        self._pins.consume(rid)
+        self._pins.handed_out(new)
 
     def _raising(self, method: str, fn: Callable[[Unpack[_Args]], _T],
                  *args: Unpack[_Args]) -> _T:
@@ -344,6 +443,9 @@ class GuardedManager(_Guard):
                             f"num_computed_tokens must be an int in [0, {total}] (the "
                             "request's tokens)")
         self._check_hit_blocks(args, value, hits, num)
+        if self._pins is not None:
+            self._pins.pin(request.request_id,
+                           pinned_ids(hits, grouped=isinstance(self, GuardedHybridManager)))
         return hits, num
 
     def _hit_ids(self, args: tuple[object, ...], value: Sequence[object]) -> list[int]:
@@ -400,8 +502,22 @@ class GuardedManager(_Guard):
         if self._lost:
             return new
         rid = request.request_id
+        if self._pins is not None:
+            self._check_pins(args, value, rid, new)
+        dedup = self._rebinding is not None and self._rebinding.declared
+        if self._rebinding is not None:
+            start = request.num_computed_tokens + num_new_computed_tokens
+            self._steps[rid] = (start, start + num_new_tokens, self._ops)
+            if dedup and rid in self._tables:
+                self._follow_own_rebinding(rid, self._tables[rid], hits + new)
         held = self._held
         clash = [b for b in new if b in held]
+        if clash and dedup:
+            # A rebinding since the holders' tables were last read may have released it.
+            for owner in sorted(r for r, t in self._tables.items()
+                                if r != rid and not set(clash).isdisjoint(t)):
+                self.get_block_ids(owner)
+            clash = [b for b in new if b in held]
         if clash or (hits and not set(new).isdisjoint(hits)):
             self._double_hand_out(args, value, new, hits)
         table = self._tables.get(rid)
@@ -444,6 +560,8 @@ class GuardedManager(_Guard):
         # None-returning calls pass the adapter's answer on as it is (repros show it).
         fn: Callable[[str], None] = self._raw.free
         self._ops += 1
+        if self._pins is not None:
+            self._pins.check_free(request_id)
         result = self._raising("free", fn, request_id)
         self._forget(request_id)
         return result
@@ -451,6 +569,7 @@ class GuardedManager(_Guard):
     def _forget(self, request_id: str) -> None:
         """Drop a freed request's table and its holds."""
         table = self._tables.pop(request_id, None)
+        self._steps.pop(request_id, None)
         if table:
             held = self._held
             for b in set(table):
@@ -468,11 +587,13 @@ class GuardedManager(_Guard):
         if not self._lost:
             expected = self._tables.get(request_id, [])
             if ids != expected:
-                self._violation(
-                    "get_block_ids", (request_id,), value,
-                    f"the block table must be {abbreviate(expected)} (the previous table + the "
-                    "hits passed to allocate_slots + the new ids it returned; [] after free "
-                    "or for an unknown request)")
+                rebound, note = self._judge_table(request_id, expected, ids)
+                if not rebound:
+                    self._violation(
+                        "get_block_ids", (request_id,), value,
+                        f"the block table must be {abbreviate(expected)} (the previous table + "
+                        "the hits passed to allocate_slots + the new ids it returned; [] after "
+                        "free or for an unknown request)" + note)
         return ids
 
     def reset_prefix_cache(self) -> bool:
@@ -519,7 +640,7 @@ class GuardedManager(_Guard):
         if type(value) is not list and type(value) is not tuple:
             self._violation("take_events", (), value,
                             f"must be a list of dicts, not a {_type_name(value)}")
-        ops, self._ops = self._ops, 0
+        ops, self._drained = self._ops - self._drained, self._ops
         self._too_long("take_events", (), value, value, "the events",
                        (ops + 1) * self._events_per_op,
                        f"{self._events_per_op} per state-changing call, {ops} since the last "
@@ -731,6 +852,8 @@ class GuardedHybridManager(GuardedManager):
         if self._lost:
             return new
         rid = request.request_id
+        if self._pins is not None and new is not None:
+            self._check_pins(args, value, rid, [b for part in new for b in part])
         old = self._gtables.get(rid)
         if new is None and old is None:
             return None  # a refused admission: nothing held, nothing to follow

@@ -42,6 +42,9 @@ class HybridDriver(Driver):
         return out
 
     # ------------------------------------------------------------------ group hooks
+    def written_records(self) -> list[WrittenBlocks]:
+        return list(self.group_written)
+
     def _block_ids(self, answer: Sequence[Any]) -> list[list[int]]:
         """One list of block ids per group (the guard checked the form)."""
         return [list(ids) for ids in answer]
@@ -72,6 +75,8 @@ class HybridDriver(Driver):
                 # Null positions hold nothing: keep them out of the record.
                 table = [b if b != NULL_BLOCK else -1 - i for i, b in enumerate(tables[g])]
                 written.write(view, table, start, start + num_new)
+                self.write_log.wrote(rid, tables[g], start, start + num_new, written.block_size,
+                                     group=g, null=NULL_BLOCK)
 
     # ------------------------------------------------------------------ observation
     @property

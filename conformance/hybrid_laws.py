@@ -18,6 +18,9 @@ skipped(start) // block_size`` (``skipped``: ``max(0, n - w + 1)`` for a window 
   request's tokens of its position (``WrittenBlocks`` per group);
 * conservation of the one shared pool: ``num_free_blocks()`` + distinct live blocks held =
   the fresh pool's ``num_free_blocks()``;
+* no shared write (``kvcheck.conformance.shared_writes``), per group: the blocks at the
+  positions an ``allocate_slots`` makes the forward pass write are held by no other live
+  request in any group (the null block is never written, so never judged);
 * ownership: a live block id sits in one group of one request, or in several requests at the
   same group and position (shared through a hit), never twice in one request; free and held
   blocks are disjoint; ``ref_cnt`` = holders (``ref_counts``);
@@ -33,7 +36,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvcheck.conformance.laws import WrittenBlocks, check_pool
+from kvcheck.conformance.pinning import ledger_of
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, RequestView
+from kvcheck.conformance.shared_writes import check_shared_writes
 
 if TYPE_CHECKING:
     from kvcheck.conformance.hybrid_driver import HybridDriver
@@ -163,6 +168,9 @@ def check_hybrid_laws(driver: HybridDriver) -> list[str]:
                             "position) may be shared")
     # Holders are requests: one holding a block twice (reported above) counts once.
     holders = Counter(b for b, places in where.items() for _ in {p[0] for p in places})
+    # No write into a shared block, group by group (the null block is never written).
+    problems += check_shared_writes(driver.write_log, holders, lambda: tables,
+                                    ledger_of(driver.manager), grouped=True)
     return problems + check_pool(
         driver, holders, held="live blocks held by live requests in all groups",
         pool="one pool shared by every group; ", null_block=NULL_BLOCK)

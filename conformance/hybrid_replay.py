@@ -26,6 +26,8 @@ from typing import Any
 from kvcheck.conformance.hybrid_golden import GoldenEvent, GoldenRow, GoldenScenario
 from kvcheck.conformance.hybrid_laws import NULL_BLOCK
 from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.pinning import CAPABILITY as PINNING
+from kvcheck.conformance.pinning import release_after_lookup
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
     RequestView,
@@ -96,6 +98,9 @@ def replay_golden(impl: ImplHandle, sc: GoldenScenario) -> None:
     views = {req.request_id: RequestView(req.request_id, req.prompt_token_ids)
              for req in sc.requests}
     last_hits: dict[str, tuple[list[list[int]], int]] = {}
+    # pinning_lookup: requests whose lookup no allocate_slots has ended yet (kept pins).
+    pinning = PINNING in impl.info.capabilities
+    looked_up: set[str] = set()
 
     def fail(row: GoldenRow, column: str, expected: object, got: object) -> None:
         __tracebackhide__ = True
@@ -110,9 +115,12 @@ def replay_golden(impl: ImplHandle, sc: GoldenScenario) -> None:
         transcript.append(_call_text(row))
         if row.op == "get_computed_blocks":
             view = replace(views[rid], output_token_ids=(), num_computed_tokens=0)
+            if rid in looked_up:  # looked up again: the earlier lookup's pins end first
+                release_after_lookup(mgr, rid, pinning=pinning)
             hit_ids, hit_tokens = mgr.get_computed_blocks(view)
             got_hits = (_groups(hit_ids), hit_tokens)
             last_hits[rid] = got_hits
+            looked_up.add(rid)
             want_hits = (_expected_groups(row.hit_blocks or ()), row.hit_tokens)
             if got_hits != want_hits:
                 fail(row, "get_computed_blocks answer (per-group hits, hit tokens)",
@@ -124,14 +132,23 @@ def replay_golden(impl: ImplHandle, sc: GoldenScenario) -> None:
             if not row.with_hits:
                 hits = [[] for _ in range(ngroups)]
             new = mgr.allocate_slots(view, row.num_new_tokens, num_hit, hits)
+            if rid in looked_up:  # the allocation ends the lookup; a refusal keeps its pins
+                looked_up.discard(rid)
+                if new is None:
+                    release_after_lookup(mgr, rid, pinning=pinning)
             got_new = None if new is None else _groups(new)
             want_new = None if row.refused else _expected_groups(row.new_blocks or ())
             if got_new != want_new:
                 fail(row, "allocate_slots answer (per-group new blocks, or None)", want_new,
                      got_new)
         else:
+            if rid in looked_up:
+                looked_up.discard(rid)
+                release_after_lookup(mgr, rid, pinning=pinning)
             mgr.free(rid)
         _check_state(mgr, sc, row, caps, hashes, fail)
+    for rid in sorted(looked_up):  # lookups the scenario never followed with an allocation
+        release_after_lookup(mgr, rid, pinning=pinning)
 
 
 def _check_state(mgr: Any, sc: GoldenScenario, row: GoldenRow, caps: frozenset[str],

@@ -36,6 +36,7 @@ from kvcheck.conformance.protocol import (
     KVCacheSpec,
     UnsupportedSpec,
 )
+from kvcheck.conformance.scaled_workloads import workload_scale
 
 __all__ = ["WINDOWS", "declared_kinds", "hybrid_layouts", "hybrid_pair_factory", "layout_for"]
 
@@ -84,8 +85,10 @@ def hybrid_layouts(profile: str, kinds: Iterable[str]) -> tuple[_Layout, ...]:
 
 
 def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
-               ) -> tuple[tuple[KVCacheGroupSpec, ...], int | None]:
-    """The groups and retention interval of draw number ``draw`` (any int >= 0)."""
+               scale: int = 1) -> tuple[tuple[KVCacheGroupSpec, ...], int | None]:
+    """The groups and retention interval of draw number ``draw`` (any int >= 0); sliding
+    windows are ``scale`` times ``WINDOWS`` (the machine's ``workload_scale``: at a declared
+    256-token block a window spans as many blocks as at 4)."""
     layouts = hybrid_layouts(profile, kinds)
     layout = layouts[draw % len(layouts)]
     draw //= len(layouts)
@@ -94,7 +97,8 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
         bs = block_size * mult
         if kind == _S:
             # Groups of one spec in 0.10.2 share it: the same window for every SWA group.
-            window = WINDOWS[(draw + (0 if profile == "vllm-0.10" else i)) % len(WINDOWS)]
+            window = scale * WINDOWS[(draw + (0 if profile == "vllm-0.10" else i))
+                                     % len(WINDOWS)]
             groups.append(KVCacheGroupSpec(kind, bs, sliding_window=window))
         elif kind == _C:
             chunk = bs * _CHUNK_BLOCKS[(draw // 3) % len(_CHUNK_BLOCKS)]
@@ -127,13 +131,15 @@ def hybrid_pair_factory(make_pair: Callable[..., Any], profile: str,
     single-group spec fields into a multi-group spec (see the module doc): the pool grows
     with the number of groups (each token needs a slot in every group). A multi-group spec
     ``info`` does not support (a group's block size outside ``block_sizes``, the grown pool
-    outside ``num_blocks_range``) raises ``UnsupportedSpec``: the machine draws another."""
+    outside ``num_blocks_range``) raises ``UnsupportedSpec``: the machine draws another.
+    Sliding windows scale with the machine's lengths (``workload_scale`` of ``info``)."""
     kind_list = tuple(kinds)
 
     def make(**fields: Any) -> Any:
         block_size = int(fields["block_size"])
         num_blocks = int(fields["num_blocks"])
-        groups, retention = layout_for(profile, kind_list, block_size, num_blocks)
+        groups, retention = layout_for(profile, kind_list, block_size, num_blocks,
+                                       workload_scale(block_size, info, profile))
         per_group = max(2, num_blocks - 1)
         fields["num_blocks"] = 1 + sum(max(2, per_group * block_size // (g.block_size or 1))
                                        for g in groups)

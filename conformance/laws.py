@@ -6,7 +6,17 @@ an oracle (they are all that ``--kv-profile=generic`` checks besides its scripte
 * ownership: a request holds enough blocks for its computed tokens, none twice, none of the
   reserved ids (``reserved_block_ids``: vLLM's null block 0; none under ``generic`` unless
   declared); free and held blocks are disjoint (``free_queue_order``); ``ref_cnt`` equals the
-  number of holders for every other id (``ref_counts``);
+  number of holders for every other id (``ref_counts``; with ``ImplInfo.ref_cnt_counts_cache``
+  one more where the cache may hold the block: ``kvcheck.conformance.cache_refs``);
+* pins (``pinning_lookup``, ``kvcheck.conformance.pinning``): a block pinned by a lookup not
+  yet followed by ``allocate_slots`` or ``release_computed`` counts as held by the request
+  that looked it up (conservation, the free queue, ``ref_cnt``);
+* no shared write (``kvcheck.conformance.shared_writes``): the blocks an ``allocate_slots``
+  makes the forward pass write (its new tokens' positions) are held by no other live request
+  and pinned by no other lookup;
+* rebinding (``dedup_on_insert``, ``kvcheck.conformance.rebinding``): a table entry the guard
+  accepted as rebound to an identical block released its old block (held by another request,
+  or free);
 * hit caps: ``get_computed_blocks`` returns whole blocks, at most ``num_tokens - 1`` tokens;
 * hit correctness: every block ``get_computed_blocks`` returns at index ``i`` holds exactly the
   request's tokens ``[0, (i + 1) * block_size)`` under the same LoRA / salt / multimodal
@@ -21,7 +31,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+from kvcheck.conformance.cache_refs import ref_count_problems
+from kvcheck.conformance.pinning import ledger_of
 from kvcheck.conformance.protocol import RequestView
+from kvcheck.conformance.rebinding import check_rebindings
+from kvcheck.conformance.shared_writes import check_shared_writes
 
 if TYPE_CHECKING:
     from kvcheck.conformance.driver import Driver
@@ -62,7 +76,12 @@ def check_laws(driver: Driver) -> list[str]:
         if len(ids) < need:
             problems.append(f"request {rid!r} has {driver.views[rid].num_computed_tokens} "
                             f"computed tokens but only {len(ids)} blocks of {spec.block_size}")
-    return problems + check_pool(driver, holders)
+    # No write into a shared block, and rebindings that released their old block (the
+    # modules say why).
+    problems += check_shared_writes(driver.write_log, holders,
+                                    lambda: {rid: [ids] for rid, ids in tables.items()},
+                                    ledger_of(driver.manager))
+    return problems + check_pool(driver, holders) + check_rebindings(driver, holders)
 
 
 def check_pool(driver: Driver, holders: Counter[int], *,
@@ -81,12 +100,18 @@ def check_pool(driver: Driver, holders: Counter[int], *,
     mgr, caps = driver.manager, driver.capabilities
     num_free = mgr.num_free_blocks()
     initial = driver.initial_free
-    total = num_free + len(holders)
+    ledger = ledger_of(mgr)
+    pins: Counter[int] = Counter() if ledger is None else ledger.holders()
+    live = holders.keys() | pins.keys()  # pinned: held by the request that looked it up
+    total = num_free + len(live)
     if total != initial:
+        pinned = (f" or pinned by a lookup ({len(live)}, {len(live - holders.keys())} of them "
+                  "pinned only)" if pins else f" ({len(holders)})")
         problems.append(
-            f"conservation: num_free_blocks() ({num_free}) + distinct {held} "
-            f"({len(holders)}) = {total} != {initial}, the num_free_blocks() of the fresh pool "
-            f"({pool}a block was {'lost' if total < initial else 'counted twice'})")
+            f"conservation: num_free_blocks() ({num_free}) + distinct {held}{pinned} "
+            f"= {total} != {initial}, the num_free_blocks() of the fresh pool "
+            f"({pool}a block was {'lost' if total < initial else 'counted twice'})"
+            + _pin_hint(driver, live, total < initial, bool(pins)))
     exempt = set() if null_block is None else {null_block}
     if "free_queue_order" in caps:
         queue = list(mgr.free_block_ids())
@@ -100,25 +125,41 @@ def check_pool(driver: Driver, holders: Counter[int], *,
         held_and_free = sorted(queue_set.intersection(holders))
         if held_and_free:
             problems.append(f"blocks {held_and_free} are both free and held by a request")
+        pinned_and_free = sorted(queue_set.intersection(pins) - holders.keys())
+        if pinned_and_free and ledger is not None:
+            problems.append(
+                f"blocks {pinned_and_free} are both free and pinned by the lookup of request(s) "
+                f"{sorted({r for b in pinned_and_free for r in ledger.pinners(b)})} "
+                "(pinning_lookup: a pinned block is held until allocate_slots or "
+                "release_computed, never free)")
         if len(queue_set) != len(queue):
             problems.append("the free queue lists a block twice")
         free_reserved = sorted(queue_set.intersection(driver.reserved) - exempt)
         if free_reserved:
             problems.append(f"reserved blocks {free_reserved} are in the free queue")
     if "ref_counts" in caps:
-        for block_id in driver.ordinary_block_ids:
-            if block_id in exempt:
-                continue
-            rc = mgr.ref_cnt(block_id)
-            if rc != holders[block_id]:
-                problems.append(f"block {block_id}: ref_cnt {rc} but {holders[block_id]} "
-                                "request(s) hold it")
+        problems += ref_count_problems(driver, holders, pins, exempt)
     if "invariants" in caps:
         try:
             mgr.check_invariants()
         except AssertionError as exc:
             problems.append(f"the implementation's own check_invariants(): {exc}")
     return problems
+
+
+def _pin_hint(driver: Driver, live: set[int], lost: bool, pinned: bool) -> str:
+    """What a conservation failure may owe to ``pinning_lookup``: for a lost block, the
+    blocks whose pins ended and that nobody holds or pins now (free ones left out when the
+    free queue shows them); for a block counted twice, that pinned blocks are not free."""
+    ledger = ledger_of(driver.manager)
+    if ledger is None:
+        return ""
+    if not lost:
+        return ("; pinning_lookup: a block pinned by a lookup counts as held by the request "
+                "that looked it up, so num_free_blocks() must not count it" if pinned else "")
+    free_known = "free_queue_order" in driver.capabilities
+    free = set(driver.manager.free_block_ids()) if free_known else set()
+    return ledger.leak_hint(live | free, free_known=free_known)
 
 
 def check_hits(written: WrittenBlocks, view: RequestView, hits: Sequence[int],
@@ -227,6 +268,10 @@ class WrittenBlocks:
             if write.filled == bs:
                 write.prefix = self.prefix_id(view, index)
 
+    def full_blocks(self) -> list[int]:
+        """The blocks that hold a full block of computed tokens (a cache may keep them)."""
+        return [b for b, write in self._blocks.items() if write.prefix is not None]
+
     # ------------------------------------------------------------------ the law
     def mismatch(self, block_id: int, view: RequestView, index: int) -> str | None:
         """Why ``block_id`` does not hold ``view``'s prefix through block ``index`` (None if
@@ -237,18 +282,34 @@ class WrittenBlocks:
             return None
         bs = self.block_size
         wanted = list(view.token_ids[index * bs:(index + 1) * bs])
-        if write is None:
-            held = "nothing computed since it was last handed out as a new block"
-        elif write.filled < 0:
-            held = (f"a mix of tokens from more than one write (last by request "
-                    f"{write.rid!r} as its block {write.index})")
-        elif write.prefix is None:
-            held = (f"only {write.filled} of {bs} tokens (request {write.rid!r}'s block "
-                    f"{write.index}, not full)")
-        else:
-            held = (f"{self._describe(write.prefix, need)} written by request {write.rid!r} "
-                    f"as its block {write.index}")
+        held = self.holds(block_id, need)
         return f"it holds {held}; request {view.request_id!r} needs tokens {wanted}{_ctx(view)}"
+
+    def holds(self, block_id: int, need: int | None = None) -> str:
+        """What ``block_id`` holds, in words (its prefix described relative to the prefix id
+        ``need`` when given)."""
+        write = self._blocks.get(block_id)
+        if write is None:
+            return "nothing computed since it was last handed out as a new block"
+        if write.filled < 0:
+            return (f"a mix of tokens from more than one write (last by request "
+                    f"{write.rid!r} as its block {write.index})")
+        if write.prefix is None:
+            return (f"only {write.filled} of {self.block_size} tokens (request {write.rid!r}'s "
+                    f"block {write.index}, not full)")
+        what = self._describe(write.prefix, write.prefix if need is None else need)
+        return f"{what} written by request {write.rid!r} as its block {write.index}"
+
+    def held_prefix(self, block_id: int) -> int | None:
+        """The prefix id ``block_id`` holds (None: nothing, a partial block or mixed writes)."""
+        write = self._blocks.get(block_id)
+        return None if write is None else write.prefix
+
+    def chain_prefix(self, request_id: str, index: int) -> int | None:
+        """The prefix id of request ``request_id``'s block ``index`` if the record knows it
+        (it does for every full block the request wrote or hit)."""
+        chain = self._chains.get(request_id)
+        return chain[index + 1] if chain is not None and index + 1 < len(chain) else None
 
     def _describe(self, held: int, need: int) -> str:
         """What prefix ``held`` is, relative to the one needed."""
@@ -267,7 +328,7 @@ class WrittenBlocks:
                 return (f"tokens {tokens} after a different prefix (block {i} held "
                         f"{list(mine[1])}, mm {mine[2]}; needed {list(theirs[1])}, "
                         f"mm {theirs[2]})")
-        return f"tokens {tokens}"  # pragma: no cover - equal chains have equal ids
+        return f"tokens {tokens}"  # the prefix needed (``holds`` describes any block)
 
     def _unroll(self, prefix: int) -> tuple[_RootKey, list[_BlockKey]]:
         """The root key, and the key of each block from the first on."""

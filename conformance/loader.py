@@ -53,6 +53,7 @@ from kvcheck.conformance.protocol import (
     effective_capabilities,
     reserved_block_ids,
 )
+from kvcheck.conformance.sizes import note_spec
 from kvcheck.conformance.sizing_protocol import SIZING_FUNCTIONS
 from kvcheck.conformance.spec_seal import SpecMutated, SpecWatch, check_unchanged, private_copy
 from kvcheck.errors import KVCheckInputError
@@ -128,20 +129,25 @@ class ImplHandle:
         if self.factory is None:
             raise KVCheckInputError(f"{self.name} declares no manager capability")
         given = private_copy(spec)
+        note_spec(spec)  # the block sizes the running test used (its record)
         raw = self.limit.call(self.factory_name, self.factory, given)
         check_unchanged(self.name, self.factory_name, (spec,), spec, given)
         if not guard:
             # load_impl checked that it has the methods of the declared capabilities.
             return cast(ManagerWithCapabilities, raw)
-        return GuardedManager(raw, impl=self.name, spec=spec,
-                              reserved=reserved_block_ids(self.info, spec.profile),
-                              limit=SpecWatch(self.limit, spec, given))
+        manager = GuardedManager(raw, impl=self.name, spec=spec,
+                                 reserved=reserved_block_ids(self.info, spec.profile),
+                                 limit=SpecWatch(self.limit, spec, given))
+        if "pinning_lookup" in self.info.capabilities:
+            manager.follow_pins()  # its lookups pin their hits (kvcheck.conformance.pinning)
+        return manager
 
     def make_block_pool(self, spec: KVCacheSpec, *, guard: bool = True) -> BlockPoolAdapter:
         """A fresh block pool for ``spec`` (see ``make_manager``)."""
         if self.pool_factory is None:
             raise KVCheckInputError(f"{self.name} declares no block_pool capability")
         given = private_copy(spec)
+        note_spec(spec)
         raw = self.limit.call("make_block_pool", self.pool_factory, given)
         check_unchanged(self.name, "make_block_pool", (spec,), spec, given)
         if not guard:
@@ -275,17 +281,35 @@ def _impl_info(target: str, module: ModuleType) -> ImplInfo:
     blocks_range = _int_tuple(target, "num_blocks_range", raw.num_blocks_range, low=0,
                               pair=True, fix="give (min, max) pool sizes in blocks, "
                                              "0 <= min <= max, e.g. (2, 100000), or None")
+    _check_ref_cnt_convention(target, raw.ref_cnt_counts_cache, set(caps))
     return replace(raw, capabilities=frozenset(caps), hash_algos=tuple(algos),
                    reserved_block_ids=reserved, block_sizes=sizes,
                    num_blocks_range=None if blocks_range is None else (
                        blocks_range[0], blocks_range[1]))  # a checked (min, max) pair
 
 
+def _check_ref_cnt_convention(target: str, value: object, caps: set[str]) -> None:
+    """``ImplInfo.ref_cnt_counts_cache``: a bool, and True only with ``ref_counts`` (the
+    only thing it changes is how ``ref_cnt`` is judged)."""
+    if type(value) is not bool:
+        raise _usage(target, f"IMPL_INFO.ref_cnt_counts_cache={value!r} is a "
+                     f"{type(value).__name__}, not a bool",
+                     "write ref_cnt_counts_cache=True if ref_cnt(block_id) counts the prefix "
+                     "cache's own reference (a cached block nobody holds has ref_cnt 1), else "
+                     "False (vLLM's convention, the default)")
+    if value and "ref_counts" not in caps:
+        raise _usage(target, "IMPL_INFO.ref_cnt_counts_cache=True without the 'ref_counts' "
+                     "capability: it only says how ref_cnt counts, and nothing calls ref_cnt",
+                     "declare 'ref_counts' (manager.ref_cnt) as well, or drop "
+                     "ref_cnt_counts_cache")
+
+
 #: Capability -> the capability without which its tests can never run (they are marked with
 #: both, or drive a manager): declaring it alone would look tested and never be.
 _CAPABILITY_NEEDS = {"sliding_window": "kv_cache_groups",
                      "chunked_local_attention": "kv_cache_groups",
-                     "kv_cache_groups": "manager"}
+                     "kv_cache_groups": "manager",
+                     "pinning_lookup": "manager"}
 
 
 def _check_capability_needs(target: str, caps: set[str]) -> None:

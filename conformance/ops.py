@@ -18,6 +18,7 @@ __all__ = [
     "AddOp",
     "DecodeOp",
     "FreeOp",
+    "LookupOp",
     "Op",
     "RequestExtras",
     "ResetOp",
@@ -25,6 +26,7 @@ __all__ = [
     "add",
     "decode",
     "free",
+    "lookup",
     "one_token_decodes",
     "reset",
     "schedule",
@@ -84,8 +86,16 @@ class ResetOp(TypedDict):
     op: Literal["reset"]
 
 
+class LookupOp(TypedDict):
+    """``get_computed_blocks`` of a waiting request that is then not scheduled (with
+    ``pinning_lookup``, followed by ``release_computed``)."""
+
+    op: Literal["lookup"]
+    rid: str
+
+
 #: A workload op of any kind; ``op["op"]`` tells which.
-Op = AddOp | ScheduleOp | DecodeOp | FreeOp | ResetOp
+Op = AddOp | ScheduleOp | DecodeOp | FreeOp | ResetOp | LookupOp
 
 
 class RequestExtras(TypedDict, total=False):
@@ -140,6 +150,11 @@ def free(rid: str) -> FreeOp:
 
 def reset() -> ResetOp:
     return {"op": "reset"}
+
+
+def lookup(rid: str) -> LookupOp:
+    """A prefix lookup the scheduler does not follow with an allocation."""
+    return {"op": "lookup", "rid": rid}
 
 
 def one_token_decodes(ops: Iterable[Op], multi_token: bool) -> list[Op]:

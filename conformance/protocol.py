@@ -16,7 +16,7 @@ structurally, without importing or subclassing kvcheck's classes. Block ids are 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
@@ -29,6 +29,7 @@ __all__ = [
     "CAPABILITY_METHODS",
     "CAPABILITY_PROTOCOLS",
     "DESIGN_CAPABILITIES",
+    "EXTRA_KEY_KINDS",
     "HASH_ALGOS",
     "KIND_CAPABILITIES",
     "PROFILES",
@@ -51,10 +52,12 @@ __all__ = [
     "SupportsKVCacheGroups",
     "SupportsKernels",
     "SupportsRefCounts",
+    "SupportsReleaseComputed",
     "SupportsResetPrefixCache",
     "SupportsSlotMapping",
     "UnsupportedSpec",
     "effective_capabilities",
+    "extra_key_kinds",
     "group_capabilities",
     "protocol_methods",
     "reserved_block_ids",
@@ -67,7 +70,13 @@ CAPABILITIES: dict[str, str] = {
     "manager": "make_kv_cache_manager(spec) with the request-level methods",
     "block_pool": "make_block_pool(spec) with the BlockPool-level methods",
     "prefix_caching": "cached full blocks are found by get_computed_blocks",
-    "extra_keys": "LoRA, multimodal and cache_salt inputs change block hashes as in vLLM",
+    "extra_keys": "LoRA, multimodal and cache_salt inputs change block hashes as in vLLM "
+                  "(the union of lora, multimodal and cache_salt)",
+    # Extra keys by kind (issue 24): a block's content key includes this part of the
+    # request's context; ``extra_keys`` declares all three.
+    "lora": "the LoRA adapter is part of a block's content key (no hit across adapters)",
+    "multimodal": "multimodal items are part of a block's content key (no hit across items)",
+    "cache_salt": "RequestView.cache_salt is part of the first blocks' key (no hit across salts)",
     "free_queue_order": "manager.free_block_ids(): the free queue, head (next allocated) first",
     "ref_counts": "manager.ref_cnt(block_id)",
     "block_hashes": "manager.block_hashes(request_id): the implementation's own hashes",
@@ -89,6 +98,13 @@ CAPABILITIES: dict[str, str] = {
     "skip_reading_prefix_cache": "RequestView.skip_reading_prefix_cache: no hits, still caches",
     "lookahead": "allocate_slots(..., num_lookahead_tokens=k) reserves k more slots, uncached",
     "multi_token_decode": "a decode step may append several tokens (speculative decoding)",
+    "caches_running_requests": "a running request's full computed blocks hit for others "
+                               "before it finishes (not only once it is freed)",
+    # Cache designs vLLM does not have (issue 24): declared, under any profile.
+    "dedup_on_insert": "a table entry may be rebound to another block of identical content "
+                       "once its tokens are computed (radix / trie caches)",
+    "pinning_lookup": "get_computed_blocks takes references on its hits; the suite follows "
+                      "it with allocate_slots or manager.release_computed(request_id)",
 }
 
 #: Features of vLLM's design that another design may lack. Every vLLM profile implies them
@@ -96,7 +112,12 @@ CAPABILITIES: dict[str, str] = {
 #: declared ones are tested.
 DESIGN_CAPABILITIES: frozenset[str] = frozenset(
     {"reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
-     "multi_token_decode"})
+     "multi_token_decode", "caches_running_requests"})
+
+#: The kinds of extra keys, each a capability, in vLLM's key order (LoRA, multimodal items,
+#: cache salt). ``extra_keys`` is their union: declaring it declares all three, and declaring
+#: all three implies it (``effective_capabilities``).
+EXTRA_KEY_KINDS: tuple[str, ...] = ("lora", "multimodal", "cache_salt")
 
 #: Attention kinds a ``KVCacheGroupSpec`` may name (vLLM's ``get_kv_cache_spec_kind`` names).
 AttentionKind = Literal["full_attention", "sliding_window", "chunked_local_attention"]
@@ -254,6 +275,11 @@ class ImplInfo:
         block_sizes: the block sizes (tokens) the design supports; None: any size >= 1.
         num_blocks_range: ``(min, max)`` pool sizes (blocks, reserved ones included) it
             supports, inclusive; None: any.
+        ref_cnt_counts_cache: whether ``ref_cnt(block_id)`` counts the prefix cache's own
+            reference (radix / trie caches: a cached block nobody holds has ref_cnt 1 and is
+            still free, i.e. evictable). False: vLLM's convention, ref_cnt is the number of
+            requests holding the block (see docs/generic-profile.md, "Reference counts").
+            Needs the ``ref_counts`` capability.
     """
 
     name: str
@@ -265,6 +291,7 @@ class ImplInfo:
     reserved_block_ids: tuple[int, ...] | None = None
     block_sizes: tuple[int, ...] | None = None
     num_blocks_range: tuple[int, int] | None = None
+    ref_cnt_counts_cache: bool = False
 
     def supports(self, spec: KVCacheSpec) -> bool:
         """Whether ``spec``'s block sizes (every KV-cache group's, for a multi-group spec) and
@@ -278,12 +305,26 @@ class ImplInfo:
         return True
 
 
+def extra_key_kinds(capabilities: Collection[str]) -> frozenset[str]:
+    """The extra-key kinds (``EXTRA_KEY_KINDS``) ``capabilities`` declares: ``extra_keys``
+    means all three, else those named one by one."""
+    if "extra_keys" in capabilities:
+        return frozenset(EXTRA_KEY_KINDS)
+    return frozenset(k for k in EXTRA_KEY_KINDS if k in capabilities)
+
+
 def effective_capabilities(info: ImplInfo, profile: str) -> frozenset[str]:
     """The capabilities tests may rely on under ``profile``: the declared ones, plus every
-    ``DESIGN_CAPABILITIES`` feature under a vLLM profile (vLLM's design has them all)."""
-    if profile != "generic" and "manager" in info.capabilities:
-        return info.capabilities | DESIGN_CAPABILITIES
-    return info.capabilities
+    ``DESIGN_CAPABILITIES`` feature under a vLLM profile (vLLM's design has them all), and
+    the extra keys as the union of their kinds (``extra_keys`` adds ``lora``, ``multimodal``
+    and ``cache_salt``; those three add ``extra_keys``)."""
+    caps = info.capabilities
+    if profile != "generic" and "manager" in caps:
+        caps = caps | DESIGN_CAPABILITIES
+    kinds = extra_key_kinds(caps)
+    if len(kinds) == len(EXTRA_KEY_KINDS):
+        return caps | kinds | {"extra_keys"}
+    return caps | kinds
 
 
 def group_capabilities(spec: KVCacheSpec) -> frozenset[str]:
@@ -333,7 +374,10 @@ class KVCacheManagerAdapter(Protocol):
 
     def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
         """Longest cached prefix of whole blocks: ``(block_ids, num_computed_tokens)``,
-        capped at ``request.num_tokens - 1`` tokens. No side effects."""
+        capped at ``request.num_tokens - 1`` tokens. No side effects, unless the design
+        declares ``pinning_lookup`` (``SupportsReleaseComputed``): then it may take references
+        on its hits, which the next ``allocate_slots`` or ``release_computed`` of the request
+        consumes."""
         ...
 
     def allocate_slots(
@@ -395,6 +439,26 @@ class SupportsFreeQueueOrder(Protocol):
 @runtime_checkable
 class SupportsRefCounts(Protocol):
     def ref_cnt(self, block_id: int) -> int: ...
+
+
+@runtime_checkable
+class SupportsReleaseComputed(Protocol):
+    """Capability ``pinning_lookup``: ``get_computed_blocks`` may pin its hits (take a
+    reference on each, lock a radix node, touch an LRU) as real tree caches do.
+
+    The suite then follows every lookup of a request with exactly one of
+    ``allocate_slots(request, ...)`` (the pins become the request's references on the hits
+    passed in; pins on looked-up blocks not passed are dropped), whether it succeeds or not
+    (a refusal keeps the pins), and ``release_computed(request_id)``. It never looks a
+    request up again, nor frees it, before that. Between lookup and allocation or release a
+    pinned block counts as held by the request that looked it up (never free, never handed
+    out anew)."""
+
+    def release_computed(self, request_id: str) -> None:
+        """Drop the pins the request's last ``get_computed_blocks`` took (after a refused
+        ``allocate_slots``, or a lookup the scheduler did not follow with an allocation); a
+        request without pins is a no-op."""
+        ...
 
 
 @runtime_checkable
@@ -527,7 +591,7 @@ class SupportsKernels(Protocol):
 class ManagerWithCapabilities(
     KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
     SupportsBlockHashes, SupportsEvents, SupportsSlotMapping, SupportsInvariants,
-    SupportsBatchMetadata, Protocol,
+    SupportsBatchMetadata, SupportsReleaseComputed, Protocol,
 ):
     """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
     manager-level method; a test calls a capability's methods only when the implementation
@@ -552,6 +616,7 @@ CAPABILITY_PROTOCOLS: dict[str, type] = {
     "batch_metadata": SupportsBatchMetadata,
     "kv_cache_groups": SupportsKVCacheGroups,
     "sizing": SupportsSizing,
+    "pinning_lookup": SupportsReleaseComputed,
 }
 
 

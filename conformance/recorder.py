@@ -14,9 +14,9 @@ requests with shared system prompts and chat-style resubmissions (prefix hits, a
 evicted and reused blocks), chunked prefill, decode of one or several tokens, speculative
 lookahead slots, scheduler steps over every running request, finishing, preempt-and-resume,
 pool pressure (a long request that takes the pool), prefix-cache resets (refused while
-requests hold blocks), and LoRA / cache-salt / multimodal requests (``extras`` traces, where
-the implementation declares ``extra_keys``; LoRA only without KV events: vLLM 0.10.2 crashes
-on that pair, see ``adapters/vllm-0.10.2.xfails``).
+requests hold blocks), and LoRA / cache-salt / multimodal requests (``extras`` traces, of the
+extra-key kinds the implementation declares, ``extra_keys`` for all three; LoRA only without
+KV events: vLLM 0.10.2 crashes on that pair, see ``adapters/vllm-0.10.2.xfails``).
 
 Observed after every step (``observe_state``): ``num_free_blocks()``, the block tables of the
 requests holding blocks, and what the implementation declares: the free queue
@@ -36,7 +36,12 @@ from kvcheck.conformance.differential import normalize_events
 from kvcheck.conformance.driver import Driver, StepResult
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op, RequestExtras, add, decode, free, reset, schedule
-from kvcheck.conformance.protocol import KVCacheSpec, spec_to_dict
+from kvcheck.conformance.protocol import (
+    KVCacheSpec,
+    effective_capabilities,
+    extra_key_kinds,
+    spec_to_dict,
+)
 from kvcheck.conformance.workload_machine import OFFERED_HASH_ALGOS, same_extras
 from kvcheck.errors import KVCheckInputError
 
@@ -190,12 +195,12 @@ class _Workload:
     """A scheduler over one ``Driver``: the moves of the module docstring, each a few ops;
     every op's answer and state are appended to ``steps``."""
 
-    def __init__(self, driver: Driver, plan: TracePlan, rng: random.Random, extras: bool,
-                 fields: frozenset[str]) -> None:
+    def __init__(self, driver: Driver, plan: TracePlan, rng: random.Random,
+                 extras: frozenset[str], fields: frozenset[str]) -> None:
         self.d = driver
         self.plan = plan
         self.rng = rng
-        self.extras = extras
+        self.extras = extras  # the extra-key kinds requests may carry (EXTRA_KEY_KINDS)
         self.fields = fields
         self.pending: list[str] = []
         self.running: list[str] = []
@@ -248,7 +253,10 @@ class _Workload:
     def _extra(self, prompt: list[int]) -> RequestExtras:
         if not self.extras:
             return {}
-        kinds = ["", "salt", "mm"] + ([] if self.plan.enable_kv_cache_events else ["lora"])
+        kinds = ["", *(op for cap, op in (("cache_salt", "salt"), ("multimodal", "mm"))
+                       if cap in self.extras)]
+        if "lora" in self.extras and not self.plan.enable_kv_cache_events:
+            kinds.append("lora")
         kind = self.rng.choice(kinds)
         if kind == "salt":
             return {"salt": self.rng.choice(("tenant-a", "tenant-b"))}
@@ -396,7 +404,8 @@ def record_trace(impl: ImplHandle, profile: str, index: int, seed: int,
     spec = plan_spec(plan, profile)
     driver = Driver(impl, spec)
     fields = recordable_fields(impl, spec)
-    extras = plan.flavour in ("extras", "mixed") and "extra_keys" in impl.info.capabilities
+    extras = (extra_key_kinds(effective_capabilities(impl.info, profile))
+              if plan.flavour in ("extras", "mixed") else frozenset())
     workload = _Workload(driver, plan, random.Random(seed * 1_000_003 + index), extras, fields)
     workload.run(steps)
     return {"name": plan.name, "spec": spec_to_dict(spec), "fields": sorted(fields),

@@ -9,7 +9,9 @@ conversions: FlashInfer's CSR (``kv_last_page_len`` is the page size for a full 
 never 0) and SGLang's ``req_to_token``. Each is checked twice: on worked examples whose
 expected values are written out here (computed by hand and confirmed with vLLM 0.33's own
 ``BlockTable``), and on random batches against kvcheck's reference
-(``kvcheck.reference_impl.batch_metadata`` and ``page_table``).
+(``kvcheck.reference_impl.batch_metadata`` and ``page_table``). A design that does not declare
+the worked examples' block size (under ``generic``, ``kv_sizes``) gets the same examples
+stated in blocks at its own size, their expected values from the formulas written here.
 
 A call that raises ``UnsupportedSpec`` declines those arguments (a DCP interleave size the
 design lacks: the example is drawn again; a conversion the implementation does not offer at
@@ -33,6 +35,7 @@ from kvcheck.conformance.protocol import (
     UnsupportedSpec,
     reserved_block_ids,
 )
+from kvcheck.conformance.sizes import tokens
 from kvcheck.conformance.workload_machine import supported_block_sizes
 from kvcheck.reference_impl import batch_metadata as ref_batch
 from kvcheck.reference_impl import page_table as ref_pages
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from hypothesis import settings as Settings
 
     from kvcheck.conformance.loader import ImplHandle
+    from kvcheck.conformance.sizes import DeclaredSizes
 
 pytestmark = [pytest.mark.kv_capability("batch_metadata"), pytest.mark.kv_generic]
 
@@ -180,19 +184,42 @@ _WORKED: dict[tuple[int, int, int], list[int]] = {
 }
 
 
+def dcp_slot(row: Sequence[int], pos: int, bs: int, world: int, rank: int,
+             interleave: int) -> int:
+    """The slot of position ``pos`` of a request with block table ``row`` on DCP rank
+    ``rank`` of ``world`` (-1: another rank's): positions go to ranks in chunks of
+    ``interleave``, a row entry covers ``bs * world`` positions, ``bs`` of them on each rank."""
+    if (pos // interleave) % world != rank:
+        return -1
+    offset = pos % (bs * world)
+    local = (offset // (interleave * world)) * interleave + offset % interleave
+    return row[pos // (bs * world)] * bs + local
+
+
 @pytest.mark.parametrize(("world", "rank", "interleave"), list(_WORKED),
                          ids=[f"dcp{w}-rank{r}-interleave{i}" for w, r, i in _WORKED])
-def test_build_batch_worked_examples(kv_impl: ImplHandle, kv_profile: str, world: int,
-                                     rank: int, interleave: int) -> None:
+def test_build_batch_worked_examples(kv_impl: ImplHandle, kv_profile: str,
+                                     kv_sizes: DeclaredSizes, world: int, rank: int,
+                                     interleave: int) -> None:
     """Slots, positions and request indices of a two-request step, padded with -1, on one
-    rank and on each of two DCP ranks (interleave 1 and 2)."""
+    rank and on each of two DCP ranks (interleave 1 and 2); at a declared block size other
+    than 4, the same step in blocks (request 0: a block and a token scheduled; request 1: a
+    block computed, 3 tokens scheduled; 2 padding entries)."""
     managers = _Managers(kv_impl, kv_profile)
-    if managers.get(4) is None:
-        pytest.skip("the implementation declines block_size 4")
-    call = _build_call(_ROWS, [0, 4], [5, 3], 10, world, rank, interleave)
-    got = _build(managers, 4, _ROWS, [0, 4], [5, 3], 10, world, rank, interleave)
-    _check_batch(got, (_WORKED[world, rank, interleave], _POSITIONS, _REQ_INDICES),
-                 f"block_size 4: {call}", _POSITIONS, _REQ_INDICES)
+    bs = kv_sizes.block_size(4)
+    if managers.get(bs) is None:
+        pytest.skip(f"the implementation declines block_size {bs}")
+    computed, scheduled = [0, tokens(1, bs)], [tokens(1, bs, 1), 3]
+    positions = [*range(scheduled[0]), *range(computed[1], computed[1] + 3)]
+    req_indices = [0] * scheduled[0] + [1] * 3
+    padded = len(positions) + 2
+    want = _WORKED[world, rank, interleave] if bs == 4 else [
+        *(dcp_slot(_ROWS[r], p, bs, world, rank, interleave)
+          for r, p in zip(req_indices, positions, strict=True)), -1, -1]
+    call = _build_call(_ROWS, computed, scheduled, padded, world, rank, interleave)
+    got = _build(managers, bs, _ROWS, computed, scheduled, padded, world, rank, interleave)
+    _check_batch(got, (want, positions, req_indices), f"block_size {bs}: {call}", positions,
+                 req_indices)
 
 
 def _offered(managers: _Managers, block_size: int, method: str, *args: object) -> object:
@@ -210,11 +237,21 @@ def _offered(managers: _Managers, block_size: int, method: str, *args: object) -
     # Full last pages: last_page_len is the page size, never 0; spare blocks are not listed.
     (4, [[7, 3], [5, 2, 9]], [8, 4], ([0, 2, 3], [7, 3, 5], [4, 4])),
 ], ids=["flashinfer-smoke", "full-last-page"])
-def test_flashinfer_csr_worked_examples(kv_impl: ImplHandle, kv_profile: str, block_size: int,
+def test_flashinfer_csr_worked_examples(kv_impl: ImplHandle, kv_profile: str,
+                                        kv_sizes: DeclaredSizes, block_size: int,
                                         rows: Rows, seq_lens: list[int],
                                         want: tuple[list[int], list[int], list[int]]) -> None:
-    """kv_indptr, kv_indices and kv_last_page_len of FlashInfer's CSR page table."""
+    """kv_indptr, kv_indices and kv_last_page_len of FlashInfer's CSR page table; at a
+    declared block size other than the example's, the same pages (each last page as full as
+    in the example, or full)."""
     managers = _Managers(kv_impl, kv_profile)
+    if kv_sizes.block_size(block_size) != block_size:
+        block_size = kv_sizes.block_size(block_size)
+        indptr, indices, last = want
+        last = [min(n, block_size) for n in last]
+        seq_lens = [tokens(indptr[b + 1] - indptr[b] - 1, block_size, last[b])
+                    for b in range(len(seq_lens))]
+        want = (indptr, indices, last)
     if managers.get(block_size) is None:
         pytest.skip(f"the implementation declines block_size {block_size}")
     call = f"block_size {block_size}: flashinfer_csr({rows}, {seq_lens})"
@@ -223,15 +260,20 @@ def test_flashinfer_csr_worked_examples(kv_impl: ImplHandle, kv_profile: str, bl
     assert got == want, f"{call} = {got}, expected {want}"
 
 
-def test_req_to_token_worked_example(kv_impl: ImplHandle, kv_profile: str) -> None:
-    """SGLang's req_to_token: the flat slot of every position, row by row."""
+def test_req_to_token_worked_example(kv_impl: ImplHandle, kv_profile: str,
+                                     kv_sizes: DeclaredSizes) -> None:
+    """SGLang's req_to_token: the flat slot of every position, row by row (at a declared
+    block size other than 4: a block and 2 tokens, and 3 tokens)."""
     managers = _Managers(kv_impl, kv_profile)
-    if managers.get(4) is None:
-        pytest.skip("the implementation declines block_size 4")
-    rows, seq_lens = [[7, 3], [5, 2]], [6, 3]
-    call = f"block_size 4: req_to_token({rows}, {seq_lens})"
-    got = _rows_of_ints(_offered(managers, 4, "req_to_token", rows, seq_lens), call)
-    want = [[28, 29, 30, 31, 12, 13], [20, 21, 22]]
+    bs = kv_sizes.block_size(4)
+    if managers.get(bs) is None:
+        pytest.skip(f"the implementation declines block_size {bs}")
+    rows, seq_lens = [[7, 3], [5, 2]], [tokens(1, bs, 2), 3]
+    call = f"block_size {bs}: req_to_token({rows}, {seq_lens})"
+    got = _rows_of_ints(_offered(managers, bs, "req_to_token", rows, seq_lens), call)
+    want = ([[28, 29, 30, 31, 12, 13], [20, 21, 22]] if bs == 4 else
+            [[row[p // bs] * bs + p % bs for p in range(n)]
+             for row, n in zip(rows, seq_lens, strict=True)])
     assert got == want, f"{call} = {got}, expected {want}"
 
 

@@ -14,10 +14,12 @@ import pytest
 from kvcheck.conformance.driver import Driver
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, reset, schedule
 from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheSpec, RequestView
+from kvcheck.conformance.sizes import tokens
 
 if TYPE_CHECKING:
     from kvcheck.conformance.differential import PairFactory
     from kvcheck.conformance.loader import ImplHandle
+    from kvcheck.conformance.sizes import DeclaredSizes
 
 
 #: (prompt length, multimodal items (identifier, offset, length)): where the items sit
@@ -91,27 +93,35 @@ def test_lookahead_slots_in_a_chunked_prefill_are_not_cached(kv_pair: PairFactor
     not computed yet: the block holding them must not be cached (so never hit) until a later
     chunk computes it. (A one-shot prefill hides this: its lookahead lies past the prompt.)"""
     pair = kv_pair(num_blocks=16, block_size=4)
-    # 5 tokens computed, 4 lookahead slots: tokens 5..8 are in blocks 1 and 2, not computed.
-    pair.run([add("a", range(20)), schedule("a", 5, lookahead=4), add("b", range(20))])
+    bs = pair.spec.block_size
+    # A block and a token computed, a block of lookahead slots: the tokens after them in
+    # blocks 1 and 2 are not computed (5 computed and 5..8 lookahead at 4).
+    pair.run([add("a", range(tokens(5, bs))), schedule("a", tokens(1, bs, 1), lookahead=bs)])
+    a_blocks = pair.impl.tables()["a"]
+    if "caches_running_requests" not in pair.impl.capabilities:
+        pair.apply(free("a"))  # a design caching at finish caches a's computed blocks now
+    pair.apply(add("b", range(tokens(5, bs))))
     got = pair.apply(schedule("b"))
-    assert got["hits"][1] <= 4, (
+    assert got["hits"][1] <= bs, (
         f"only a's first block is computed; b hit {got['hits']}\n" + pair.impl.snippet())
     if pair.spec.profile != "generic":
-        assert got["hits"] == (pair.impl.tables()["a"][:1], 4), (
+        assert got["hits"] == (a_blocks[:1], bs), (
             f"b must hit a's first block only, got {got['hits']}\n" + pair.impl.snippet())
 
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("manager", "events")
-def test_no_events_while_events_are_disabled(kv_impl: ImplHandle, kv_profile: str) -> None:
+def test_no_events_while_events_are_disabled(kv_impl: ImplHandle, kv_profile: str,
+                                             kv_sizes: DeclaredSizes) -> None:
     """With ``enable_kv_cache_events`` off nothing is queued: ``take_events()`` stays empty
     through caching, eviction and a reset (vLLM records events only when they are enabled;
     a queue filled anyway grows without bound, as nobody drains it)."""
-    spec = KVCacheSpec(num_blocks=6, block_size=4, enable_kv_cache_events=False,
-                       profile=kv_profile)
+    spec = kv_sizes.spec(num_blocks=6, block_size=4, enable_kv_cache_events=False,
+                         profile=kv_profile)
     driver = Driver(kv_impl, spec)
-    every_block = 4 * driver.initial_free
-    ops: list[Op] = [add("a", range(13)), schedule("a"), free("a"),  # caches blocks
+    bs = spec.block_size
+    every_block = tokens(driver.initial_free, bs)
+    ops: list[Op] = [add("a", range(tokens(3, bs, 1))), schedule("a"), free("a"),  # caches
            add("b", range(100, 100 + every_block)), schedule("b"), free("b")]  # evicts them
     if "reset_prefix_cache" in driver.capabilities:
         ops.append(reset())

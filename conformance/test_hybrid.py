@@ -24,7 +24,7 @@ import pytest
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
 from kvcheck.conformance.hybrid_workloads import declared_kinds, hybrid_pair_factory
-from kvcheck.conformance.protocol import VLLM_PROFILES, effective_capabilities
+from kvcheck.conformance.protocol import VLLM_PROFILES, effective_capabilities, extra_key_kinds
 from kvcheck.conformance.workload_machine import run_workload_machine
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
         return kv_pair(with_oracle=False, **fields)
 
     make = hybrid_pair_factory(laws_only, kv_profile, declared_kinds(caps), kv_impl.info)
-    run_workload_machine(make, kv_settings, kv_seed, extras="extra_keys" in caps, events=False,
+    run_workload_machine(make, kv_settings, kv_seed, extras=extra_key_kinds(caps), events=False,
                          impl=kv_impl, profile=kv_profile, random_roots=True)
 
 

@@ -24,6 +24,8 @@ import pytest
 from kvcheck.conformance.driver import Driver
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec
+from kvcheck.conformance.scaled_workloads import ScaledDriver
+from kvcheck.conformance.sizes import tokens
 from kvcheck.conformance.workload_machine import supported_block_sizes
 from kvcheck.reference_impl.page_table import to_flashinfer_csr
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from hypothesis import settings as Settings
 
     from kvcheck.conformance.loader import ImplHandle
+    from kvcheck.conformance.sizes import DeclaredSizes
 
 pytestmark = pytest.mark.kv_capability("manager")
 
@@ -59,48 +62,58 @@ def _workload(driver: Driver, ops: list[Op],
         check(driver, before)
 
 
-_SCRIPT: list[Op] = [
-    add("a", range(1, 15)), schedule("a", 3), schedule("a", 6), schedule("a"),
-    decode("a"), decode("a", 3),
-    add("b", list(range(1, 9)) + [70, 71, 72]), schedule("b"),    # shares a's 2 full blocks
-    add("c", range(300, 317)), schedule("c", 5), schedule("c", 4),
-    free("a"), decode("b", 2), schedule("c"),
-    add("d", list(range(1, 13)) + [80]), schedule("d", 1),       # hits b's prefix blocks
-    decode("c", 4), schedule("d"),
-]
+def _script(bs: int) -> list[Op]:
+    """Chunked prefills ending inside blocks, decode, shared prefixes and a free, stated in
+    blocks of ``bs`` tokens (the script of 14-, 11-, 17- and 13-token prompts at 4)."""
+    return [
+        add("a", range(1, 1 + tokens(3, bs, 2))), schedule("a", bs - 1), schedule("a", bs + 2),
+        schedule("a"), decode("a"), decode("a", 3),
+        # b shares a's 2 full blocks.
+        add("b", list(range(1, 1 + tokens(2, bs))) + [70, 71, 72]), schedule("b"),
+        add("c", range(300, 300 + tokens(4, bs, 1))), schedule("c", bs + 1), schedule("c", bs),
+        free("a"), decode("b", 2), schedule("c"),
+        # d hits b's prefix blocks (and a's third, cached when a finished).
+        add("d", list(range(1, 1 + tokens(3, bs))) + [80]), schedule("d", 1),
+        decode("c", 4), schedule("d"),
+    ]
 
 
 @pytest.mark.kv_generic
 @pytest.mark.kv_capability("slot_mapping")
-def test_slot_mapping_matches_block_table(kv_impl: ImplHandle, kv_profile: str) -> None:
+def test_slot_mapping_matches_block_table(kv_impl: ImplHandle, kv_profile: str,
+                                          kv_sizes: DeclaredSizes) -> None:
     """slot_mapping(rid, start, end) equals block_ids[pos // bs] * bs + pos % bs for every
-    computed position, through chunked prefill, decode and shared prefixes."""
-    driver = Driver(kv_impl, KVCacheSpec(num_blocks=24, block_size=4, profile=kv_profile))
+    computed position, through chunked prefill, decode and shared prefixes (at the declared
+    block size and a larger one)."""
 
     def check(driver: Driver, before: dict[str, int]) -> None:
+        bs = driver.spec.block_size
         for rid in sorted(driver.running):
             ids = list(driver.manager.get_block_ids(rid))
             n = driver.views[rid].num_computed_tokens
             for start, end in _ranges(before.get(rid, 0), n):
                 got = list(driver.manager.slot_mapping(rid, start, end))
-                want = expected_slots(ids, 4, start, end)
+                want = expected_slots(ids, bs, start, end)
                 assert got == want, (
                     f"slot_mapping({rid!r}, {start}, {end}) = {got}, block table {ids} gives "
                     f"{want}\n" + driver.snippet())
 
-    _workload(driver, _SCRIPT, check)
+    for bs in kv_sizes.block_sizes_for(4):
+        spec = kv_sizes.spec(num_blocks=24, block_size=bs, profile=kv_profile)
+        _workload(Driver(kv_impl, spec), _script(bs), check)
 
 
 @pytest.mark.kv_generic
-def test_flashinfer_csr_cross_check(kv_impl: ImplHandle, kv_profile: str) -> None:
+def test_flashinfer_csr_cross_check(kv_impl: ImplHandle, kv_profile: str,
+                                    kv_sizes: DeclaredSizes) -> None:
     """FlashInfer's CSR page table built from the implementation's block tables addresses every
     token at its slot: kv_indices[kv_indptr[b] + pos // bs] * bs + pos % bs, with
-    seq_len = bs * (npages - 1) + last_page_len and 0 < last_page_len <= bs."""
-    bs = 4
-    driver = Driver(kv_impl, KVCacheSpec(num_blocks=24, block_size=bs, profile=kv_profile))
+    seq_len = bs * (npages - 1) + last_page_len and 0 < last_page_len <= bs (at the declared
+    block size and a larger one)."""
     has_slots = kv_impl.has("slot_mapping")
 
     def check(driver: Driver, before: dict[str, int]) -> None:
+        bs = driver.spec.block_size
         rids = [r for r in sorted(driver.running) if driver.views[r].num_computed_tokens > 0]
         if not rids:
             return
@@ -128,7 +141,9 @@ def test_flashinfer_csr_cross_check(kv_impl: ImplHandle, kv_profile: str) -> Non
                 f"{'slot_mapping' if has_slots else 'block table'} slots {want}\n"
                 + driver.snippet())
 
-    _workload(driver, _SCRIPT, check)
+    for bs in kv_sizes.block_sizes_for(4):
+        spec = kv_sizes.spec(num_blocks=24, block_size=bs, profile=kv_profile)
+        _workload(Driver(kv_impl, spec), _script(bs), check)
 
 
 @pytest.mark.kv_generic
@@ -137,7 +152,9 @@ def test_slots_unique_except_shared_prefix_blocks(kv_impl: ImplHandle, kv_profil
                                                   kv_seed: int | None) -> None:
     """Random prompts sharing prefixes, random chunks, decode and frees: every computed token's
     slot lies in the pool (never in the null block 0) and belongs to one live request, except
-    tokens of a shared full prefix block at the same position."""
+    tokens of a shared full prefix block at the same position. The lengths drawn are for
+    4-token blocks: at a larger declared size the driver scales them (``ScaledDriver``), so
+    prompts still span and share several blocks."""
     from hypothesis import assume, given
     from hypothesis import seed as hypothesis_seed
     from hypothesis import strategies as st
@@ -146,6 +163,10 @@ def test_slots_unique_except_shared_prefix_blocks(kv_impl: ImplHandle, kv_profil
     stems = [[], [1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23, 24],
              [9] * 12]
     block_sizes = sorted(supported_block_sizes(kv_impl.info))
+    # Hypothesis derives the derandomized examples from run's source, decorators included, so
+    # run stays as written and the name it builds its driver with is the scaling one here: the
+    # same examples wherever the scale is 1 (the vLLM profiles, no declared sizes).
+    Driver = ScaledDriver
 
     @kv_settings
     @given(data=st.data(), block_size=st.sampled_from(block_sizes),

@@ -58,6 +58,7 @@ _OP_FIELDS: dict[str, frozenset[str]] = {
     "decode": frozenset({"op", "rid", "num_tokens", "lookahead"}),
     "free": frozenset({"op", "rid"}),
     "reset": frozenset({"op"}),
+    "lookup": frozenset({"op", "rid"}),
 }
 
 

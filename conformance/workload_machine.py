@@ -15,8 +15,8 @@ ends of the free queue, a full pool, a max_model_len, PYTHONHASHSEED unset);
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, cast
 
 from hypothesis import Phase, assume
 from hypothesis import seed as hypothesis_seed
@@ -30,9 +30,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvcheck.conformance.ops import RequestExtras, add, decode, free, reset, schedule
+from kvcheck.conformance.ops import RequestExtras, add, decode, free, lookup, reset, schedule
 from kvcheck.conformance.protocol import (
     DESIGN_CAPABILITIES,
+    EXTRA_KEY_KINDS,
     HASH_ALGOS,
     ImplInfo,
     KVCacheSpec,
@@ -40,6 +41,12 @@ from kvcheck.conformance.protocol import (
     effective_capabilities,
     reserved_block_ids,
 )
+from kvcheck.conformance.scaled_workloads import (
+    USUAL_BLOCK_SIZES,
+    scaled_tokens,
+    workload_scale,
+)
+from kvcheck.errors import KVCheckInputError
 
 if TYPE_CHECKING:
     from kvcheck.conformance.differential import Pair
@@ -47,11 +54,12 @@ if TYPE_CHECKING:
     from kvcheck.conformance.loader import ImplHandle
     from kvcheck.conformance.protocol import RequestView
 
-__all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "run_workload_machine",
+__all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "extra_draws", "run_workload_machine",
            "same_extras", "supported_block_sizes", "workload_hash_algos"]
 
-# Block sizes random workloads draw from (the first is what Hypothesis shrinks towards).
-_BLOCK_SIZES = (4, 2, 8, 1)
+# Block sizes random workloads draw from (the first is what Hypothesis shrinks towards); their
+# lengths are written for 4-token blocks, scaled at a larger declared size (workload_scale).
+_BLOCK_SIZES = USUAL_BLOCK_SIZES
 
 # System prompts of different lengths so random requests share (and partially share) prefixes;
 # the longer ones are extensions of the shorter ones, as in multi-turn chat. Hypothesis favours
@@ -99,6 +107,27 @@ FEATURES: tuple[str, ...] = (
 # #none-hash: from vLLM 0.29 the sha256 pair hashes a fixed seed; elsewhere it is random).
 _UNSET_SEED_ALGOS: dict[str, tuple[str, ...]] = {"vllm-0.33": ("sha256", "sha256_cbor")}
 
+#: The ``add`` keyword each extra-key kind (``EXTRA_KEY_KINDS``) sets, in the order requests
+#: draw them (``""``: no extra key).
+_EXTRA_OPS: dict[str, str] = {"cache_salt": "salt", "lora": "lora", "multimodal": "mm"}
+_EXTRA_DRAWS: tuple[str, ...] = ("", *_EXTRA_OPS.values())
+
+
+def extra_draws(extras: bool | Collection[str]) -> tuple[str, ...]:
+    """What a new request's extra key is drawn from (``""``, ``"salt"``, ``"lora"``,
+    ``"mm"``) for ``extras``: True or every kind of ``EXTRA_KEY_KINDS`` draws all of them,
+    a subset of the kinds only those (a design keying LoRA and images but no salt never
+    gets a salt). With none, the full list is still drawn and the choice ignored, so the
+    examples of a run do not depend on it."""
+    kinds = set(EXTRA_KEY_KINDS) if extras is True else set(extras or ())
+    unknown = sorted(kinds - set(EXTRA_KEY_KINDS))
+    if unknown:
+        raise KVCheckInputError(f"extras: {unknown} are not extra-key kinds {EXTRA_KEY_KINDS}")
+    if not kinds or kinds == set(EXTRA_KEY_KINDS):
+        return _EXTRA_DRAWS
+    return ("", *(op for kind, op in _EXTRA_OPS.items() if kind in kinds))
+
+
 #: Features reached by every run in this process (``run_workload_machine`` adds to it).
 REACHED: Counter[str] = Counter()
 
@@ -137,6 +166,18 @@ def supported_block_sizes(info: ImplInfo) -> list[int]:
     return usual or sorted(b for b in set(info.block_sizes) if b >= 1)[:3]
 
 
+def _table_block_ids(table: Sequence[object]) -> list[int]:
+    """The block ids of a request's table: one list, or one per KV-cache group (a hybrid
+    driver's), null blocks (0) left out as ``FlatAnswers`` leaves them out of answers."""
+    ids: list[int] = []
+    for entry in table:
+        if isinstance(entry, int):
+            ids.append(entry)
+        else:
+            ids.extend(b for b in cast("Sequence[int]", entry) if b != 0)
+    return ids
+
+
 def workload_hash_algos(info: ImplInfo | None, profile: str | None) -> tuple[str, ...]:
     """The hash algorithms random workloads draw for ``info`` under ``profile``: those it
     reproduces (``ImplInfo.hash_algos``) that the profile's vLLM offers, sha256 first (what
@@ -152,11 +193,14 @@ def workload_hash_algos(info: ImplInfo | None, profile: str | None) -> tuple[str
 
 
 def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, seed: int | None,
-                         *, extras: bool, events: bool, step_count: int = 30,
+                         *, extras: bool | Collection[str], events: bool,
+                         step_count: int = 30,
                          impl: ImplHandle | None = None, profile: str | None = None,
                          stats: Counter[str] | None = None, random_roots: bool = False) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
-    ``Pair``. ``extras`` adds salts / LoRA / multimodal items; ``events`` may enable KV events.
+    ``Pair``. ``extras`` adds salts / LoRA / multimodal items: True all of them, else the
+    extra-key kinds named (``EXTRA_KEY_KINDS``, see ``extra_draws``); ``events`` may enable KV
+    events.
 
     With ``impl`` (and the active ``profile``) the workloads stay within what the design
     declares: block and pool sizes ``ImplInfo.supports`` (a spec the factory still declines
@@ -164,7 +208,16 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     ``workload_hash_algos``, and only the design features of ``effective_capabilities``:
     resets (``reset_prefix_cache``), caching off (``caching_off``), prompt-logprobs requests
     (``skip_reading_prefix_cache``), speculative slots (``lookahead``) and decode steps of
-    several tokens (``multi_token_decode``). Without ``impl``: everything.
+    several tokens (``multi_token_decode``). Without ``impl``: everything. Lookups the scheduler
+    does not follow with an allocation (``lookup`` ops) only for a design declaring
+    ``pinning_lookup`` (they test its ``release_computed``; other designs' examples stay the
+    same).
+
+    At a declared block size larger than the usual ones (``generic``: ``workload_scale``)
+    every length the machine draws in tokens is scaled by ``block_size // 4``, so a design
+    supporting only 256-token blocks gets the block-level workloads a design gets at 4:
+    hits, shared blocks, a full pool and eviction. Everywhere else the examples are those
+    of the machine as written.
 
     ``random_roots``: PYTHONHASHSEED may be left unset even where NONE_HASH is then random per
     manager, for runs whose pairs have no oracle (nothing compares hashes across managers).
@@ -182,6 +235,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
         block_sizes = supported_block_sizes(impl.info)
         num_reserved = len(reserved_block_ids(impl.info, active))
     info = None if impl is None else impl.info
+    active_profile = profile or (None if info is None else info.profile)
     hash_algos = workload_hash_algos(info, profile or (None if info is None else info.profile))
     multi_token = "multi_token_decode" in caps
     # Caching off in about one example in four: two coin flips (see _coin_index).
@@ -200,6 +254,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     # Speculative slots as an EAGLE/MTP scheduler reserves them (0 first: Hypothesis shrinks
     # towards it); 4 can span a whole block of the sizes drawn.
     lookahead_draw = (st.sampled_from([0, 1, 2, 4]) if "lookahead" in caps else st.just(0))
+    extra_draw = extra_draws(extras)
+    drawn_extras = frozenset(extra_draw) - {""} if extras else frozenset()
     reached: Counter[str] = Counter()
 
     class KVWorkload(RuleBasedStateMachine):
@@ -212,9 +268,12 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             self.next_id = 0
             self.max_model_len: int | None = None  # the engine's (set by _start)
             self.caching = True  # the engine's (set by _start)
+            self.scale = 1  # tokens per drawn token at the engine's block size (_start)
             # block id -> how often allocate_slots handed it out as new (2+: it left the free
             # queue, was evicted and reused)
             self.handed_out: Counter[int] = Counter()
+            # blocks answered as hits (so cached) and not handed out as new since
+            self.hit_blocks: set[int] = set()
 
         # Pools sized to the workload (a few requests fit, pressure still happens) and caching
         # mostly on: otherwise most allocations fail and prefix hits never occur.
@@ -239,6 +298,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             if dice == 7:  # 1 in 8 (not 0: what shrinking favours): engines need some steps
                 self.pending, self.running, self.prompts = [], [], []
                 self.handed_out.clear()
+                self.hit_blocks.clear()
                 self._start(block_size, pool_tokens, caching, with_events, hash_algo,
                             max_model_len, seed_unset)
 
@@ -247,6 +307,11 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             """A new ``Pair`` for this spec (its failure trace starts here). PYTHONHASHSEED is
             left unset (``seed_unset``) only where NONE_HASH then stays comparable: the
             deterministic default root of vllm-0.33's sha256 pair, or no oracle at all."""
+            # Drawn lengths are in tokens of 4-token blocks: scaled to this block size.
+            self.scale = workload_scale(block_size, info, active_profile)
+            pool_tokens *= self.scale
+            if max_model_len is not None:
+                max_model_len *= self.scale
             num_blocks = num_reserved + max(2, pool_tokens // block_size)
             if info is not None and info.num_blocks_range is not None:
                 low, high = info.num_blocks_range
@@ -273,15 +338,15 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 reached["max_model_len"] += 1
 
         @rule(prefix=st.sampled_from(_PREFIXES), tail=st.lists(_TOKENS, max_size=10),
-              skip_read=skip_read_draw, extra=st.sampled_from(["", "salt", "lora", "mm"]),
+              skip_read=skip_read_draw, extra=st.sampled_from(extra_draw),
               admit_now=st.booleans(), chunk=_CHUNKS)
         def add_request(self, prefix: list[int], tail: list[int], skip_read: bool,
                         extra: str, admit_now: bool, chunk: int | None) -> None:
             """A new request; with ``admit_now`` the scheduler admits it in the same step, as
             vLLM does whenever the pool has room (free-queue order is observed right away)."""
-            rid = self._add(prefix + tail, skip_read, extra)
+            rid = self._add(self._scaled(prefix + tail), skip_read, extra)
             if rid is not None and admit_now:
-                self._admit(rid, chunk)
+                self._admit(rid, self._chunk(chunk))
 
         @precondition(lambda self: bool(self.prompts))
         @rule(data=st.data(), tail=st.lists(_TOKENS, max_size=6), admit_now=st.booleans())
@@ -290,7 +355,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             request's prompt and output (the next turn of a chat): the prefix-hit path, often
             on blocks that were freed and sit in the free queue, or were evicted and reused."""
             prompt = data.draw(st.sampled_from(self.prompts), label="earlier prompt")
-            rid = self._add(prompt + tail, False, "")
+            rid = self._add(prompt + self._scaled(tail), False, "")
             if rid is not None and admit_now:
                 self._admit(rid, None)
 
@@ -302,9 +367,10 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             after the first reserving ``lookahead`` speculative slots (a draft model): the
             slots reach into prompt blocks not computed yet, which must not be cached before
             they are."""
-            rid = self._add(prefix + tail, False, "")
+            rid = self._add(self._scaled(prefix + tail), False, "")
             if rid is None:
                 return
+            chunk, lookahead = self._tokens(chunk), self._tokens(lookahead)
             self._admit(rid, chunk)
             while rid in self.running and self._in_prefill(rid):
                 self._step(rid, chunk, lookahead)
@@ -321,7 +387,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             self.next_id += 1
             self.pair.apply(add(rid, view.prompt_token_ids, **same_extras(view)))
             self.pending.append(rid)
-            self._admit(rid, chunk)
+            self._admit(rid, self._chunk(chunk))
 
         @rule(chain=st.integers(1, 3), full=st.booleans())
         def fill_pool(self, chain: int, full: bool) -> None:
@@ -334,14 +400,16 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             and its new block evicts one of the long request's."""
             block_size = self.pair.spec.block_size
             base = 100_000 + 1_000 * self.next_id  # token ids no other request uses
-            prompt = [base + i for i in range(chain * block_size + 1)]
+            # In drawn tokens (one token of a block: ``scale`` at a large declared size).
+            drawn = [base + i for i in range(chain * (block_size // self.scale) + 1)]
+            prompt = self._scaled(drawn)
             if not self._run_and_finish(prompt):
                 return
             size = self._observer().manager.num_free_blocks() - (0 if full else chain)
             if size > 0:
                 tokens = size * block_size
                 if self.max_model_len is not None:  # as long as the engine allows
-                    tokens = min(tokens, self.max_model_len - 1)
+                    tokens = min(tokens, self.max_model_len - self.scale)
                 self._run_and_finish([base + 999] * tokens)
             rid = self._add(prompt, False, "")
             if rid is not None:
@@ -372,12 +440,16 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             rid = f"r{self.next_id}"
             self.next_id += 1
             kwargs: RequestExtras = {"skip_read": skip_read} if skip_read else {}
-            if extras and extra == "salt":
+            # Only the kinds the design declares (extra_draws still draws the others when
+            # there are none, so that the examples stay the same).
+            extra = extra if extra in drawn_extras else ""
+            if extra == "salt":
                 kwargs["salt"] = "tenant-a"
-            elif extras and extra == "lora":
+            elif extra == "lora":
                 kwargs["lora"] = ("adapter", 1, "/lora/adapter")
-            elif extras and extra == "mm" and len(prompt) >= 3:
-                kwargs["mm"] = [("img0", 1, min(4, len(prompt) - 1))]
+            elif extra == "mm" and len(prompt) >= 3 * self.scale:
+                s = self.scale  # an image of up to one 4-token block's worth, from token 1
+                kwargs["mm"] = [("img0", s, min(4 * s, len(prompt) - s))]
             self.pair.apply(add(rid, prompt, **kwargs))
             self.pending.append(rid)
             return rid
@@ -386,7 +458,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
         @rule(data=st.data(), chunk=_CHUNKS)
         def admit(self, data: st.DataObject, chunk: int | None) -> None:
             rid = data.draw(st.sampled_from(self.pending), label="pending request")
-            self._admit(rid, chunk)
+            self._admit(rid, self._chunk(chunk))
 
         def _admit(self, rid: str, chunk: int | None) -> None:
             """Schedule a pending request: prefix lookup, then its first chunk (or all)."""
@@ -409,6 +481,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     reached[f"extra_keys:{key}"] += 1
             if hits:
                 reached["prefix_hit"] += 1
+                self.hit_blocks.update(hits)
+                if not set(hits).isdisjoint(self._held_by_others(rid)):
+                    reached["shared_block_hit"] += 1  # a hit another running request holds
             if any(self.handed_out[b] >= 2 for b in hits):
                 reached["hit_on_evicted_and_reused_block"] += 1
             if queue:
@@ -427,9 +502,20 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 reached["allocation_refused"] += 1
                 return False
             self.handed_out.update(new)
+            if not self.hit_blocks.isdisjoint(new):
+                # a block that was a hit (cached) handed out as new: its content evicted (or
+                # dropped by a reset)
+                reached["cached_block_evicted"] += 1
+                self.hit_blocks.difference_update(new)
             if self._observer().manager.num_free_blocks() == 0:
                 reached["full_pool"] += 1
             return True
+
+        def _held_by_others(self, rid: str) -> set[int]:
+            """The blocks the running requests other than ``rid`` hold (every group's)."""
+            side = self._observer()
+            return {b for other, table in side.tables().items() if other != rid
+                    for b in _table_block_ids(table)}
 
         def _observer(self) -> Driver:
             """The side whose state feature counts are read from: the oracle (the reference)
@@ -450,7 +536,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             a decode step (one token, or several with multi_token_decode), with ``lookahead``
             speculative slots."""
             rid = data.draw(st.sampled_from(self.running), label="running request")
-            self._step(rid, num_tokens, lookahead)
+            self._step(rid, self._tokens(num_tokens), self._tokens(lookahead))
 
         @precondition(lambda self: bool(self.running))
         @rule(data=st.data(), lookahead=lookahead_draw)
@@ -461,8 +547,20 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             configured."""
             for rid in list(self.running):
                 if rid in self.running:  # not preempted to make room for an earlier one
-                    self._step(rid, data.draw(st.integers(1, 6), label=f"tokens for {rid}"),
-                               lookahead)
+                    num_tokens = data.draw(st.integers(1, 6), label=f"tokens for {rid}")
+                    self._step(rid, self._tokens(num_tokens), self._tokens(lookahead))
+
+        def _tokens(self, n: int) -> int:
+            """A drawn length (decode step, speculative slots) at this block size."""
+            return n * self.scale
+
+        def _chunk(self, chunk: int | None) -> int | None:
+            """A drawn prefill chunk (None: the rest of the prompt) at this block size."""
+            return None if chunk is None else chunk * self.scale
+
+        def _scaled(self, tokens: list[int]) -> list[int]:
+            """Drawn tokens (a prompt, a tail) at this block size (``scaled_tokens``)."""
+            return scaled_tokens(tokens, self.scale)
 
         def _in_prefill(self, rid: str) -> bool:
             view = self.pair.impl.views[rid]
@@ -523,7 +621,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             with_output = [r for r in self.running if self.pair.impl.views[r].output_token_ids]
             rid = data.draw(st.sampled_from(with_output), label="running request")
             self._free(rid)
-            self._admit(rid, chunk)
+            self._admit(rid, self._chunk(chunk))
 
         def _free(self, rid: str) -> None:
             view = self.pair.impl.views[rid]
@@ -550,6 +648,18 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     for rid in list(self.running):
                         self._free(rid)
                     self._reset()
+
+        if "pinning_lookup" in caps:  # a rule only here: other designs' examples stay the same
+            @precondition(lambda self: bool(self.pending))
+            @rule(data=st.data())
+            def look_only(self, data: st.DataObject) -> None:
+                """A scheduler that looks a waiting request up and then schedules nothing
+                for it (its token budget ran out): the lookup's pins are released
+                (``pinning_lookup``), and the blocks they held are free again."""
+                rid = data.draw(st.sampled_from(self.pending), label="pending request")
+                got = self.pair.apply(lookup(rid))
+                if got.get("hits", ([], 0))[0]:
+                    reached["pinned_lookup_released"] += 1
 
         def _reset(self) -> None:
             got = self.pair.apply(reset())

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from kvcheck.plugin.coverage import BLOCK_SIZES_PROPERTY, GATING_PROPERTY, TestFacts
 from kvcheck.results.schema import OUTCOMES
 
 __all__ = ["RERUN", "SessionOutcomes", "area_of", "is_timeout_failure"]
@@ -35,6 +36,7 @@ RERUN = "rerun"
 #: pytest-timeout's failure message (``PYTEST_FAILURE_MESSAGE``), for both phases it can fail.
 _TIMEOUT_RE = re.compile(r"Timeout \(>[0-9.e+-]+s\) from pytest-timeout")
 _AREA_RE = re.compile(r"test_([A-Za-z0-9_]+)\.py")
+_COVERAGE_PROPS = frozenset({BLOCK_SIZES_PROPERTY, GATING_PROPERTY})
 
 
 def area_of(nodeid: str) -> str:
@@ -65,6 +67,9 @@ class SessionOutcomes:
         self._attempt: dict[str, int] = {}     # node id -> the attempt being merged
         self._reruns: dict[str, dict[str, int]] = defaultdict(dict)  # impl -> id -> count
         self._timed_out: dict[str, set[str]] = defaultdict(set)     # impl -> ids
+        # node id -> the user properties kvcheck.plugin.coverage reads (block sizes, gating
+        # markers), of every phase of the attempt being merged.
+        self._properties: dict[str, list[tuple[str, Any]]] = defaultdict(list)
 
     def add(self, report: pytest.TestReport, props: dict[str, Any]) -> None:
         """Merge one phase report of a suite test (``props``: its ``user_properties``)."""
@@ -81,6 +86,8 @@ class SessionOutcomes:
             reruns = self._reruns[impl]
             reruns[nodeid] = max(reruns.get(nodeid, 0), attempt + 1)
             return
+        self._properties[nodeid].extend(
+            (name, value) for name, value in report.user_properties if name in _COVERAGE_PROPS)
         outcome = _phase_outcome(report)
         if outcome is None:
             return
@@ -96,6 +103,7 @@ class SessionOutcomes:
     def _forget(self, impl: str, nodeid: str) -> None:
         self.by_impl[impl].pop(nodeid, None)
         self.skip_reason.pop(nodeid, None)
+        self._properties.pop(nodeid, None)
         self._timed_out[impl].discard(nodeid)
 
     def reruns(self, impl: str) -> dict[str, int]:
@@ -126,6 +134,14 @@ class SessionOutcomes:
     def reported(self, impl: str) -> set[str]:
         """Test ids of ``impl`` that reported a final outcome."""
         return set(self.by_impl.get(impl, ()))
+
+    def facts(self, impl: str) -> dict[str, TestFacts]:
+        """Test id -> its ``kvcheck.plugin.coverage.TestFacts`` (outcome, area, the block sizes
+        it ran at, its gating markers), for the tests of ``impl`` that reported an outcome."""
+        return {nodeid: TestFacts.from_properties(outcome, self.area.get(nodeid, "other"),
+                                                  self._properties.get(nodeid, ()),
+                                                  self.skip_reason.get(nodeid, ""))
+                for nodeid, outcome in self.by_impl.get(impl, {}).items()}
 
     def counts(self, impl: str) -> dict[str, dict[str, int]]:
         """area -> outcome -> count, every outcome present (zeros included)."""

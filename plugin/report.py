@@ -14,18 +14,21 @@ from typing import Any
 
 from kvcheck.conformance import SUITE_VERSION
 from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.protocol import effective_capabilities
 from kvcheck.plugin.completeness import RUN_DID_NOT_FINISH, Completeness
+from kvcheck.plugin.coverage import Coverage, measure
 from kvcheck.plugin.outcomes import SessionOutcomes, area_of
 from kvcheck.results.environment import collect_environment
 from kvcheck.results.io import OutputPathError, check_output_path, write_records
 from kvcheck.results.schema import OUTCOMES, make_conformance_record, validate_record
 
-__all__ = ["SessionOutcomes", "area_of", "check_report_path", "conformance_record",
-           "render_summary", "verdict", "write_report", "write_unfinished_report"]
+__all__ = ["SessionOutcomes", "area_of", "check_report_path", "conformance_record", "coverage_of",
+           "judge", "render_summary", "verdict", "write_report", "write_unfinished_report"]
 
 
 def verdict(impl: str, profile: str, counts: dict[str, dict[str, int]],
-            completeness: Completeness, flaky: int = 0) -> tuple[bool, str]:
+            completeness: Completeness, flaky: int = 0,
+            coverage: Coverage | None = None) -> tuple[bool, str]:
     """(conforms, one line) for the summary and the record.
 
     A failed (or errored) suite test is proof that the implementation does not conform,
@@ -38,6 +41,13 @@ def verdict(impl: str, profile: str, counts: dict[str, dict[str, int]],
     (Ctrl-C, an INTERNALERROR, a session that never finished) gets no verdict at all.
     ``flaky``: tests that passed only after reruns (they count as passed, as in pytest's
     summary, and are named in the line).
+
+    ``coverage`` (``kvcheck.plugin.coverage``): how much the run checked. A complete run
+    without failures then states it in parentheses (``conforms to P (N tests ran at block
+    sizes ...; laws: conservation n, ...)``), and one whose law families fall short of the
+    profile's minimum is ``insufficient coverage`` (not conforming), naming the families and
+    what to declare. Failing, incomplete and stopped runs keep their line: the summary and
+    the record carry the counts.
     """
     unfinished = Counter(area_of(t) for t in completeness.timed_out)
     failing = [a for a, c in counts.items() if c["failed"] + c["error"] > unfinished[a]]
@@ -60,16 +70,40 @@ def verdict(impl: str, profile: str, counts: dict[str, dict[str, int]],
     known = sum(c["xfailed"] for c in counts.values())
     if checked == 0:
         return False, f"{impl}: nothing was checked (every test skipped)"
-    line = f"{impl} conforms to {profile}"
+    short = coverage is not None and bool(coverage.short)
+    if coverage is None:
+        line = f"{impl} conforms to {profile}"
+    elif short:
+        line = (f"{impl}: insufficient coverage for {profile} ({coverage.brief()}): "
+                f"{coverage.shortfall()}")
+    else:
+        line = f"{impl} conforms to {profile} ({coverage.brief()})"
     if known:
-        line += f" except {known} known deviation{'s' * (known != 1)} (xfailed)"
+        deviations = f"{known} known deviation{'s' * (known != 1)} (xfailed)"
+        line += f"; {deviations}" if short else f" except {deviations}"
     skipped = sum(c["skipped"] for c in counts.values())
     if skipped:
         line += f"; {skipped} test{'s' * (skipped != 1)} skipped (see below)"
     if flaky:
         line += (f"; {flaky} test{'s' * (flaky != 1)} passed only on rerun (flaky, listed in "
                  "the record)")
-    return True, line
+    return not short, line
+
+
+def coverage_of(impl: ImplHandle, profile: str, outcomes: SessionOutcomes) -> Coverage:
+    """How much ``impl``'s run checked under ``profile`` (``kvcheck.plugin.coverage``)."""
+    return measure(outcomes.facts(impl.name), effective_capabilities(impl.info, profile),
+                   profile)
+
+
+def judge(impl: ImplHandle, profile: str, outcomes: SessionOutcomes,
+          completeness: Completeness) -> tuple[bool, str, Coverage]:
+    """(conforms, the verdict line, the coverage) of ``impl``'s run: what every output shows.
+    ``conforms`` also needs a complete run."""
+    coverage = coverage_of(impl, profile, outcomes)
+    conforms, line = verdict(impl.name, profile, outcomes.counts(impl.name), completeness,
+                             len(outcomes.flaky(impl.name)), coverage)
+    return conforms and completeness.complete, line, coverage
 
 
 def _tests(n: int) -> str:
@@ -111,12 +145,16 @@ def render_summary(impl: ImplHandle, profile: str, outcomes: SessionOutcomes,
         table.add_row(area, *(str(row[o]) for o in OUTCOMES))
     buf = io.StringIO()
     Console(file=buf, width=100, force_terminal=False, color_system=None).print(table)
-    _, line = verdict(impl.name, profile, counts, completeness, len(outcomes.flaky(impl.name)))
+    conforms, line, coverage = judge(impl, profile, outcomes, completeness)
+    # The shortfall is named only where it decided the verdict ("insufficient coverage").
+    shortfall = not conforms and line.startswith(f"{impl.name}: insufficient coverage for ")
     skipped = [f"  skipped {sum(areas.values())} "
                f"({', '.join(f'{a} {n}' for a, n in areas.items())}): {reason}"
                for reason, areas in outcomes.skipped_groups(impl.name)]
     flaky = [f"  flaky (passed on rerun): {test}" for test in outcomes.flaky(impl.name)]
-    return buf.getvalue().rstrip("\n").splitlines() + [f"verdict: {line}", *skipped, *flaky]
+    return (buf.getvalue().rstrip("\n").splitlines()
+            + [f"verdict: {line}", *coverage.summary_lines(shortfall=shortfall), *skipped,
+               *flaky])
 
 
 def conformance_record(impl: ImplHandle, profile: str, outcomes: SessionOutcomes,
@@ -127,16 +165,18 @@ def conformance_record(impl: ImplHandle, profile: str, outcomes: SessionOutcomes
     Tests that were rerun (pytest-rerunfailures) are listed in the record's free-form
     ``extra``: ``extra.reruns`` maps each to its number of reruns, ``extra.flaky`` lists those
     that passed only after a rerun (their outcome is ``passed``: the last attempt decides).
+    Its ``coverage`` says how much the run checked (``Coverage.as_record``).
     """
     counts = outcomes.counts(impl.name)
     flaky = outcomes.flaky(impl.name)
-    conforms, line = verdict(impl.name, profile, counts, completeness, len(flaky))
+    conforms, line, coverage = judge(impl, profile, outcomes, completeness)
     record = make_conformance_record(
         implementation=impl, profile=profile, seed=seed,
         outcomes=dict(sorted(outcomes.by_impl.get(impl.name, {}).items())), areas=counts,
-        verdict=line, conforms=conforms and completeness.complete,
+        verdict=line, conforms=conforms,
         complete=completeness.complete, completeness=completeness.as_record(),
-        environment=environment, suite_version=SUITE_VERSION)
+        environment=environment, suite_version=SUITE_VERSION,
+        coverage=coverage.as_record())
     reruns = outcomes.reruns(impl.name)
     if reruns:
         record["extra"] = {"reruns": reruns, "flaky": flaky}

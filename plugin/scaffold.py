@@ -165,6 +165,10 @@ IMPL_INFO = ImplInfo(
     block_sizes=None,
     # (min, max) pool sizes in blocks (reserved ones included) you support; None: any.
     num_blocks_range=None,
+    # True if ref_cnt(block_id) counts your prefix cache's own reference (a radix / trie
+    # cache: a cached block nobody holds has ref_cnt 1); False: vLLM's convention, ref_cnt is
+    # the number of requests holding the block. Needs "ref_counts".
+    ref_cnt_counts_cache=False,
     commit=None,            # your source revision (e.g. a git sha), copied into records
 )
 
@@ -187,7 +191,9 @@ class Manager:
     def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
         """The longest cached prefix of whole blocks: (block_ids, num_computed_tokens), at
         most request.num_tokens - 1 tokens. No side effects (nothing is allocated or
-        touched). ([], 0) when nothing is cached (or without prefix_caching)."""
+        touched), unless you declare "pinning_lookup": then it may take a reference on each
+        hit (see release_computed). ([], 0) when nothing is cached (or without
+        prefix_caching)."""
         raise NotImplementedError(
             "{name}.Manager.get_computed_blocks: return (cached block ids, their token count) "
             "for the request's longest cached prefix, or ([], 0)")
@@ -223,6 +229,17 @@ class Manager:
         raise NotImplementedError(
             "{name}.Manager.num_free_blocks: return how many blocks can be handed out now")
 
+    # ------------------------------------------------------------ capability "pinning_lookup"
+
+    def release_computed(self, request_id: str) -> None:
+        """Drop the references get_computed_blocks took on the request's hits. kvcheck follows
+        every lookup with allocate_slots for that request (your pins become its references;
+        a refusal keeps them) or with this call (after a refusal, or a lookup it does not
+        follow with an allocation). A request without pins: a no-op."""
+        raise NotImplementedError(
+            "{name}.Manager.release_computed: drop the references the request's last "
+            "get_computed_blocks took")
+
     # ------------------------------------------------------------ capability "reset_prefix_cache"
 
     def reset_prefix_cache(self) -> bool:
@@ -242,7 +259,8 @@ class Manager:
     # ------------------------------------------------------------ capability "ref_counts"
 
     def ref_cnt(self, block_id: int) -> int:
-        """How many live requests hold block_id."""
+        """How many live requests hold block_id (plus the lookups pinning it, with
+        pinning_lookup; plus 1 while it is cached, with IMPL_INFO.ref_cnt_counts_cache)."""
         raise NotImplementedError(
             "{name}.Manager.ref_cnt: return how many requests hold the block")
 

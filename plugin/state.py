@@ -35,7 +35,7 @@ from kvcheck.plugin.integrations import (
     start_own_line,
 )
 from kvcheck.plugin.outcomes import SessionOutcomes
-from kvcheck.plugin.report import render_summary, verdict, write_report, write_unfinished_report
+from kvcheck.plugin.report import judge, render_summary, write_report, write_unfinished_report
 
 __all__ = ["KV_STATE", "KVSessionState", "Verdict"]
 
@@ -179,12 +179,10 @@ class KVSessionState:
         result = []
         for impl in self.impls:
             profile = self.profile_for(impl)
-            counts = self.outcomes.counts(impl.name)
             comp = completeness[impl.name]
-            conforms, line = verdict(impl.name, profile, counts, comp,
-                                     len(self.outcomes.flaky(impl.name)))
-            result.append(Verdict(impl, profile, counts, comp, conforms and comp.complete,
-                                  line))
+            conforms, line, _ = judge(impl, profile, self.outcomes, comp)
+            result.append(Verdict(impl, profile, self.outcomes.counts(impl.name), comp,
+                                  conforms, line))
         return result
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:

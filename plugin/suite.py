@@ -32,7 +32,9 @@ from kvcheck.conformance.protocol import (
     UnsupportedSpec,
     effective_capabilities,
 )
+from kvcheck.conformance.sizes import BLOCK_SIZES_PROPERTY, DeclaredSizes, recording_block_sizes
 from kvcheck.plugin.completeness import SuiteInventory, is_suite_path, suite_key
+from kvcheck.plugin.coverage import collection_properties
 from kvcheck.plugin.option_bounds import check_max_examples, check_seed, check_timeout_bound
 from kvcheck.plugin.outcomes import area_of
 from kvcheck.plugin.outputs import claim_session_output
@@ -211,6 +213,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.user_properties.extend(
             [("kv_impl", impl.name), ("kv_profile", profile), ("kv_area", area_of(item.nodeid)),
              ("kv_suite", in_suite)])
+        item.user_properties.extend(collection_properties(item))  # why it may not apply
         reason = _not_applicable(item, impl, profile)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
@@ -280,11 +283,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
-    """A factory that declines a test's spec (``UnsupportedSpec``) skips that test."""
-    try:
-        return (yield)
-    except UnsupportedSpec as exc:
-        pytest.skip(f"the implementation declines this spec: {exc}")
+    """A factory that declines a test's spec (``UnsupportedSpec``) skips that test. The block
+    sizes of the managers a test of ``kv_impl`` built are its ``kv_block_sizes`` user property
+    (sorted ints, ``kvcheck.conformance.sizes``)."""
+    with recording_block_sizes() as used:
+        try:
+            return (yield)
+        except UnsupportedSpec as exc:
+            pytest.skip(f"the implementation declines this spec: {exc}")
+        finally:
+            if "kv_impl" in getattr(getattr(pyfuncitem, "callspec", None), "params", {}):
+                pyfuncitem.user_properties.append((BLOCK_SIZES_PROPERTY, sorted(used)))
 
 
 # ---------------------------------------------------------------- fixtures for users and the suite
@@ -295,9 +304,18 @@ def kv_profile(kv_impl: ImplHandle, pytestconfig: pytest.Config) -> str:
 
 
 @pytest.fixture
-def kv_spec(kv_profile: str) -> KVCacheSpec:
-    """A default small spec (16 blocks of 4 tokens) for the active profile."""
-    return KVCacheSpec(num_blocks=16, block_size=4, profile=kv_profile)
+def kv_sizes(kv_impl: ImplHandle, kv_profile: str) -> DeclaredSizes:
+    """The block and pool sizes scripted tests run at for the current implementation under
+    the active profile (``kvcheck.conformance.sizes``: the usual ones, or declared ones under
+    ``generic``)."""
+    return DeclaredSizes.of(kv_impl.info, kv_profile)
+
+
+@pytest.fixture
+def kv_spec(kv_profile: str, kv_sizes: DeclaredSizes) -> KVCacheSpec:
+    """A default small spec (16 blocks of 4 tokens, or the sizes ``kv_sizes`` maps them to)
+    for the active profile."""
+    return kv_sizes.spec(num_blocks=16, block_size=4, profile=kv_profile)
 
 
 @pytest.fixture(scope="session")
@@ -344,11 +362,15 @@ def kv_oracle(pytestconfig: pytest.Config) -> ImplHandle:
 
 @pytest.fixture
 def kv_pair(kv_impl: ImplHandle, kv_oracle: ImplHandle, kv_profile: str,
-            request: pytest.FixtureRequest) -> Any:
+            kv_sizes: DeclaredSizes, request: pytest.FixtureRequest) -> Any:
     """``kv_pair(spec=None, **spec_fields) -> Pair``: the implementation and the oracle
     (``--kv-oracle``, the reference by default) driven in lockstep (no oracle under
     ``--kv-profile=generic``: laws only). A mismatch writes its trace under
-    ``.kvcheck/repro/`` named after the test."""
+    ``.kvcheck/repro/`` named after the test. Without ``spec``, ``num_blocks`` (16) and
+    ``block_size`` (4) of a single-group spec are the sizes the test is written for: the
+    pair runs at the sizes ``kv_sizes`` maps them to (the same ones, except under
+    ``generic`` for an implementation declaring other sizes), so the test reads
+    ``pair.spec.block_size`` and states its workload in blocks."""
     from kvcheck.conformance.differential import Pair
 
     def make(spec: KVCacheSpec | None = None, *, with_oracle: bool = True,
@@ -356,6 +378,9 @@ def kv_pair(kv_impl: ImplHandle, kv_oracle: ImplHandle, kv_profile: str,
         if spec is None:
             fields.setdefault("num_blocks", 16)
             fields.setdefault("block_size", 4)
+            if not fields.get("kv_cache_groups"):
+                fields["num_blocks"] = kv_sizes.num_blocks(fields["num_blocks"])
+                fields["block_size"] = kv_sizes.block_size(fields["block_size"])
             spec = KVCacheSpec(profile=kv_profile, **fields)
         oracle = None if kv_profile == "generic" or not with_oracle else kv_oracle
         pair = Pair(kv_impl, oracle, spec)

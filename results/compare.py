@@ -92,6 +92,7 @@ class Group:
     complete: bool | None = None                 # conformance: the latest record's
     completeness: dict[str, Any] | None = None   # None: unknown (a schema-1 record)
     schema_version: int | None = None            # of the latest record
+    coverage: dict[str, Any] | None = None       # the latest record's (None: not recorded)
 
     @property
     def legacy(self) -> bool:
@@ -101,6 +102,13 @@ class Group:
     @property
     def incomplete(self) -> bool:
         return self.kind == "conformance" and self.complete is False
+
+    @property
+    def short_families(self) -> list[str]:
+        """The law families the latest record's coverage found short of its minimum
+        (``insufficient coverage``); empty when none, or not recorded."""
+        short = (self.coverage or {}).get("short") or []
+        return [str(f) for f in short]
 
     def completeness_text(self) -> str:
         """``"ran 140 of 152 applicable tests (deselected with -k)"``; ``""`` if unknown."""
@@ -153,6 +161,7 @@ def group_records(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[GroupKe
             group.verdict = rec["verdict"]
             group.complete = rec.get("complete", True)
             group.completeness = rec.get("completeness")
+            group.coverage = rec.get("coverage")
         for metric in rec.get("metrics") or []:
             group.metrics[metric_key(metric)] = metric
     return groups

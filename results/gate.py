@@ -575,14 +575,24 @@ def _judge_verdict(cur: Group, config: GateConfig, decisions: list[Decision],
     """A current conformance record that does not conform fails, baseline or not: every
     failed or errored test must be matched by a waiver (tests that already failed in the
     baseline included). A complete record that says ``conforms: false`` without a failing
-    test (every test skipped) fails with its verdict: there is no test to waive. An
-    incomplete record without failing tests is ``_judge_completeness``'s alone."""
+    test (every test skipped, or too few tests per law family: ``insufficient coverage``)
+    fails with its verdict: there is no test to waive. An incomplete record without failing
+    tests is ``_judge_completeness``'s alone."""
     if cur.kind != "conformance":
         return
     failing = sorted(t for t, outcome in cur.outcomes.items() if outcome in FAILING)
     what = f"The current record of {cur.label} does not conform"
     if not failing:
-        if cur.conforms is False and not cur.incomplete:
+        if cur.conforms is False and not cur.incomplete and cur.short_families:
+            short = ", ".join(cur.short_families)
+            decisions.append(Decision(cur.name, RECORD_ITEM, REGRESSION,
+                                      f"insufficient coverage: {short}",
+                                      record=NONCONFORMING))
+            failures.append(f"{what}: its verdict is {cur.verdict!r}. No test failed, so "
+                            "there is no test to waive: declare what the verdict names "
+                            "(capabilities, block sizes) so that enough of the suite "
+                            f"checks {short}, and run it again")
+        elif cur.conforms is False and not cur.incomplete:
             decisions.append(Decision(cur.name, RECORD_ITEM, REGRESSION, "does not conform",
                                       record=NONCONFORMING))
             failures.append(f"{what}: its verdict is {cur.verdict!r} although no test failed "

@@ -118,6 +118,10 @@ class Row:
                                 "fail", share / 2)
             # Below every conforming row, above every failing one.
             return AreaCell(f"incomplete ({ran})", "incomplete", 0.5 + share / 4)
+        if not group.conforms and not failing and group.short_families:
+            # Nothing failed, too little was checked: between incomplete and failing rows.
+            return AreaCell(f"insufficient coverage ({', '.join(group.short_families)})",
+                            "incomplete", 0.25 + share / 4)
         # Conforming rows sort above every non-conforming one.
         word = "conforms" if group.conforms else "does NOT conform"
         return AreaCell(f"{'✓' if group.conforms else '✗'} {word} ({passed}/{checked})",

@@ -50,6 +50,20 @@ Fields of schema version 2 (``?`` marks an optional field, which may also be ``n
                                not), interrupted bool (the run was stopped, e.g. Ctrl-C);
                                complete is true exactly when ran == applicable, reasons is
                                empty and interrupted is false
+    coverage        object?    how much the run checked (kvcheck.plugin.coverage): ran int
+                               (suite tests that ran, any outcome but skipped), block_sizes
+                               [int >= 1] (every size they ran at; empty: not recorded),
+                               areas {area: {ran int, block_sizes [int]}}, families
+                               {law family: {passed int, tests [str]}} (passed == the number
+                               of distinct tests; empty without a request-level manager),
+                               minimum int? (passed tests each family needs to conform; null:
+                               none binds this profile), short [str] (the families below it:
+                               passed < minimum; empty when minimum is null), fixes {family:
+                               [str]} (what would add tests of a short family),
+                               undeclared_capabilities {name: int} (tests skipped for lacking
+                               it), not_applicable {kind: {area: int}} (skipped tests by why:
+                               capability, vllm_only, profile, unsupported_spec, skips_file,
+                               other); conforms is false while short is not empty
   benchmark only:
     metrics         at least one metric
 
@@ -60,6 +74,9 @@ added: ``complete: true`` (version 1 had no notion of an incomplete run, and its
 whose completeness is unknown (``is_legacy`` / ``completeness_known``). The gate treats such
 a current record as complete and warns; the leaderboard notes it beside the verdict.
 Version-1 benchmark records load unchanged. New records are always written as version 2.
+
+``coverage`` is optional within version 2: records written before it existed load as they
+are, and a kvcheck that predates it reads new records too (unknown fields are allowed).
 
 A deterministic metric (``deterministic: true``) is a count measured by a method named in the
 record's ``hardware_key`` (``"callgrind:x86_64"``: callgrind's instruction count on x86-64,
@@ -235,6 +252,68 @@ def _validate_completeness(record: Mapping[str, Any], where: str) -> None:
                           "incomplete run cannot conform (write conforms: false)")
 
 
+def _str_counts(obj: Any, w: str) -> None:
+    """``obj`` maps str to counts >= 0."""
+    if not isinstance(obj, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in obj.items()):
+        raise RecordError(f"{w} must map names to counts >= 0")
+
+
+def _sizes(obj: Mapping[str, Any], w: str) -> None:
+    sizes = _req(obj, "block_sizes", list, w)
+    if not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes):
+        raise RecordError(f"{w}: field 'block_sizes' must be a list of ints >= 1")
+
+
+def _validate_coverage(record: Mapping[str, Any], where: str) -> None:
+    """The optional ``coverage`` object of a conformance record (see the module docstring),
+    and the rule that a record whose law families fall short does not conform."""
+    info = _req(record, "coverage", dict, where, optional=True)
+    if info is None:
+        return
+    w = f"{where}: coverage"
+    _count(info, "ran", w)
+    _sizes(info, w)
+    areas = _req(info, "areas", dict, w)
+    for area, row in areas.items():
+        aw = f"{w}: areas[{area!r}]"
+        if not isinstance(row, dict):
+            raise RecordError(f"{aw} must be an object")
+        _count(row, "ran", aw)
+        _sizes(row, aw)
+    families = _req(info, "families", dict, w)
+    for family, row in families.items():
+        fw = f"{w}: families[{family!r}]"
+        if not isinstance(row, dict):
+            raise RecordError(f"{fw} must be an object")
+        passed = _count(row, "passed", fw)
+        tests = _req(row, "tests", list, fw)
+        if not all(isinstance(t, str) for t in tests) or len(set(tests)) != passed:
+            raise RecordError(f"{fw}: field 'tests' must list {passed} distinct test ids "
+                              "('passed' counts them)")
+    minimum = None if info.get("minimum") is None else _count(info, "minimum", w)
+    short = _req(info, "short", list, w)
+    for family in short:
+        row = families.get(family) if isinstance(family, str) else None
+        if row is None or minimum is None or row["passed"] >= minimum:
+            raise RecordError(
+                f"{w}: field 'short' names {family!r}, which is not a family with fewer "
+                f"passed tests than the minimum ({minimum}); list only families below it")
+    fixes = _req(info, "fixes", dict, w)
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+               for v in fixes.values()):
+        raise RecordError(f"{w}: field 'fixes' must map families to lists of str")
+    _str_counts(_req(info, "undeclared_capabilities", dict, w),
+                f"{w}: field 'undeclared_capabilities'")
+    for kind, by_area in _req(info, "not_applicable", dict, w).items():
+        _str_counts(by_area, f"{w}: not_applicable[{kind!r}]")
+    if short and record.get("conforms") is True:
+        raise RecordError(f"{where}: field 'conforms' is true but coverage.short names "
+                          f"{short!r}; a run whose law families fall short of the minimum "
+                          "does not conform (write conforms: false)")
+
+
 def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
     """Check one record against its ``schema_version`` (1 or ``SCHEMA_VERSION``); return it
     unchanged. Loading also upgrades version-1 records (``upgrade_record``).
@@ -299,6 +378,7 @@ def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
         _req(record, "conforms", bool, where)
         if version >= 2:
             _validate_completeness(record, where)
+        _validate_coverage(record, where)
     metrics = _req(record, "metrics", list, where, optional=True) or []
     if kind == "benchmark" and not metrics:
         raise RecordError(f"{where}: field 'metrics' must hold at least one metric in a "
@@ -514,7 +594,8 @@ def make_conformance_record(*, implementation: Any, profile: str, seed: int | No
                             completeness: Mapping[str, Any],
                             suite_version: str,
                             environment: Mapping[str, Any] | None = None,
-                            timestamp: str | None = None) -> dict[str, Any]:
+                            timestamp: str | None = None,
+                            coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A validated ``kind="conformance"`` record (schema version 2).
 
     Args:
@@ -531,6 +612,7 @@ def make_conformance_record(*, implementation: Any, profile: str, seed: int | No
             "interrupted": bool}`` (see the module docstring for the rules).
         suite_version: the suite's ``SUITE_VERSION``.
         environment: default ``collect_environment()``; timestamp: default now (UTC).
+        coverage: how much the run checked (optional; see the module docstring).
 
     Raises:
         RecordError: any field breaking the schema, e.g. ``conforms`` with an incomplete run.
@@ -547,6 +629,8 @@ def make_conformance_record(*, implementation: Any, profile: str, seed: int | No
         "completeness": _plain_completeness(completeness),
         "metrics": [],
     })
+    if coverage is not None:
+        record["coverage"] = dict(coverage)
     return validate_record(record, _where("conformance", record))
 
 

@@ -86,3 +86,13 @@ def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref"
         body=textwrap.dedent(body))})
     pytester.syspathinsert()
     return f"--kv-impl={module}"
+
+
+def assert_mutant_caught(result: pytest.RunResult, mutant: str, law: str) -> None:
+    """A generic run of ``mutant`` failed (exit 1), never said it conforms, and a failure
+    names ``law`` (tests/nano and tests/designs: each mutant is caught by its own law)."""
+    text = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, (
+        f"{mutant}: exit {result.ret!r}, expected 1 (tests failed)\n" + text[-3000:])
+    assert f"{mutant} conforms" not in text, text[-2000:]
+    assert law in text, f"{mutant}: no failure names the law {law!r}\n" + text[-4000:]

@@ -158,12 +158,17 @@ def test_hit_of_every_token_breaks_the_hit_cap() -> None:
 
 
 def test_hit_ending_mid_block_breaks_the_hit_cap() -> None:
+    """The forward pass then recomputes b's last token into a's block: a shared write too."""
     number, problems = first_broken(HitCapInTokens, [
         add("a", range(1, 9)), schedule("a"), add("b", range(1, 9)), schedule("b")])
     assert number == 4
     assert problems == [
         ("hit cap: get_computed_blocks('b') returned 2 blocks of 4 tokens but "
-        "num_computed_tokens 7 (whole blocks only)")]
+        "num_computed_tokens 7 (whole blocks only)"),
+        ("shared write: the forward pass of allocate_slots('b') writes its position 7 into "
+         "block 1 (its block 1), but request 'a' also holds it (its block 1); a block another "
+         "live request holds is read-only: a request's new tokens go into blocks only it holds "
+         "(a new block, or a copy)")]
 
 
 def test_content_only_key_breaks_hit_correctness() -> None:

@@ -39,7 +39,10 @@ BLOCK_SIZES = (2, 4, 8, 16, 32)
 IMPL_INFO = ImplInfo(
     name="nano_kv",
     version="0.1.0",
-    capabilities=frozenset({"manager", "prefix_caching", "ref_counts", "free_queue_order"}),
+    # caches_running_requests: a block is keyed as soon as its tokens are computed, while the
+    # request still runs (cache_full_blocks in allocate_slots).
+    capabilities=frozenset({"manager", "prefix_caching", "ref_counts", "free_queue_order",
+                            "caches_running_requests"}),
     profile="generic",
     hash_algos=(),
     block_sizes=BLOCK_SIZES,
