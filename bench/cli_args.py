@@ -98,13 +98,17 @@ def int_in(low: int, high: int, what: str, example: str = "") -> Callable[[str],
         except ValueError:
             value = None
         if value is None or not low <= value <= high:
-            shown = text if len(text) <= 40 else f"{text[:40]}..."
             raise argparse.ArgumentTypeError(
-                f"{shown} is not an int in [{_show(low)}, {_show(high)}] ({what})"
+                f"{_shown(text)} is not an int in [{_show(low)}, {_show(high)}] ({what})"
                 f"{_fix(example)}")
         return value
 
     return parse
+
+
+def _shown(text: str) -> str:
+    """An argument as a message quotes it: at most 40 characters."""
+    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
 def float_in(low: float, high: float, what: str, example: str = "", *,
@@ -120,9 +124,8 @@ def float_in(low: float, high: float, what: str, example: str = "", *,
         above = value > low if low_open else value >= low
         if not (math.isfinite(value) and above and value <= high):
             bracket = "(" if low_open else "["
-            shown = text if len(text) <= 40 else f"{text[:40]}..."
             raise argparse.ArgumentTypeError(
-                f"{shown} is not a finite number in {bracket}{low:g}, {high:g}] ({what})"
+                f"{_shown(text)} is not a finite number in {bracket}{low:g}, {high:g}] ({what})"
                 f"{_fix(example)}")
         return value
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
@@ -147,21 +146,7 @@ def test_pytest_timeouts_failure_passes_through(watched: None) -> None:
 
 
 # ------------------------------------------------------------------ load time
-@pytest.fixture
-def impl_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    made: list[str] = []
-
-    def make(name: str, body: str) -> str:
-        (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
-        made.append(name)
-        return name
-
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield make
-    for name in made:
-        sys.modules.pop(name, None)
-
-
+# (impl_module: tests/conftest.py)
 REF_HEAD = """
 from dataclasses import replace
 import kvcheck.adapters.reference as _ref

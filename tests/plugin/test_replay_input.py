@@ -6,8 +6,6 @@ replay runs under the per-call limit."""
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -153,19 +151,6 @@ def make_kv_cache_manager(spec):
 """
 
 
-@pytest.fixture
-def impl_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    made: list[str] = []
-
-    def make(name: str, body: str) -> str:
-        (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
-        made.append(name)
-        return name
-
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield make
-    for name in made:
-        sys.modules.pop(name, None)
 
 
 def test_spec_outside_declared_sizes_is_an_input_error(

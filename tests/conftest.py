@@ -1,0 +1,28 @@
+"""Fixtures shared by the test folders (plain helpers live in ``kv_helpers``)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def impl_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) \
+        -> Iterator[Callable[[str, str], str]]:
+    """``make(name, body)`` writes module ``name`` (``body`` dedented) where it imports, and
+    returns ``name`` (for ``--kv-impl``/``load_impl``); the modules are forgotten at the end."""
+    made: list[str] = []
+
+    def make(name: str, body: str) -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+        made.append(name)
+        return name
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield make
+    for name in made:
+        sys.modules.pop(name, None)
