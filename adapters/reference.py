@@ -11,7 +11,7 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from kvcheck import __version__
-from kvcheck.adapters.reference_native import make_native_manager
+from kvcheck.adapters.reference_native import ReferenceNativeManager
 from kvcheck.adapters.reference_sizing import (
     kv_block_sizes,
     kv_cache_view_shape,
@@ -35,7 +35,6 @@ from kvcheck.reference_impl.block_table import slot_mapping_for_request
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.events import KVCacheEvent
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS, resolve_none_hash
-from kvcheck.reference_impl.hybrid_kv_cache_manager import HybridKVCacheManager
 from kvcheck.reference_impl.invariants import check_manager_invariants
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
@@ -49,10 +48,10 @@ from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Reque
 __all__ = [
     "IMPL_INFO",
     "ReferenceBlockPool",
-    "ReferenceGroupedManager",
     "ReferenceManager",
     "SnapshotSync",
     "event_to_dict",
+    "group_kv_cache_spec",
     "kernels",
     "kv_block_sizes",
     "kv_cache_view_shape",
@@ -75,7 +74,7 @@ IMPL_INFO = ImplInfo(
         {"manager", "block_pool", "prefix_caching", "extra_keys", "free_queue_order",
          "ref_counts", "block_hashes", "events", "slot_mapping", "invariants", "kernels",
          "batch_metadata",
-         # Hybrid models: several KV-cache groups over one pool (ReferenceGroupedManager).
+         # Hybrid models: several KV-cache groups over one pool (ReferenceManager).
          "kv_cache_groups", "sliding_window", "chunked_local_attention",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
          "sizing",
@@ -95,19 +94,73 @@ def reference_profile(spec: KVCacheSpec) -> str:
     return "vllm-0.33" if spec.profile == "generic" else spec.profile
 
 
+def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
+                        index: int) -> GroupKVCacheSpec:
+    """The reference spec of one protocol ``KVCacheGroupSpec`` (block size defaulting to
+    ``spec.block_size``).
+
+    Raises:
+        KVCheckInputError: an unknown kind, or a window / chunk missing for its kind.
+    """
+    block_size = spec.group_block_size(index)
+    if group.kind == "full_attention":
+        return FullAttentionSpec(block_size)
+    if group.kind == "sliding_window":
+        if group.sliding_window is None:
+            raise KVCheckInputError(f"kv_cache_groups[{index}]: sliding_window group without "
+                                    "a sliding_window")
+        return SlidingWindowSpec(block_size, group.sliding_window)
+    if group.kind == "chunked_local_attention":
+        if group.attention_chunk_size is None:
+            raise KVCheckInputError(f"kv_cache_groups[{index}]: chunked_local_attention group "
+                                    "without an attention_chunk_size")
+        return ChunkedLocalAttentionSpec(block_size, group.attention_chunk_size)
+    raise KVCheckInputError(f"kv_cache_groups[{index}]: unknown kind {group.kind!r}")
+
+
 def reference_kv_cache_manager(spec: KVCacheSpec) -> KVCacheManager:
-    """The reference ``KVCacheManager`` for a single-group ``spec``: the engine
-    ``ReferenceManager`` wraps and the benchmark hook (``make_native_manager``) exposes."""
+    """The reference ``KVCacheManager`` for ``spec``: one full-attention group of
+    ``spec.block_size`` without ``kv_cache_groups``, else one group per entry.
+
+    Raises:
+        KVCheckInputError: a group spec the reference cannot read.
+        KVCacheMisuseError: a layout vLLM refuses (the message names the rule).
+    """
+    groups = spec.kv_cache_groups
     return KVCacheManager(
         spec.num_blocks,
-        spec.block_size,
+        None if groups else spec.block_size,
+        kv_cache_specs=([group_kv_cache_spec(spec, g, i) for i, g in enumerate(groups)]
+                        if groups else None),
         max_model_len=spec.max_model_len,
         enable_caching=spec.enable_caching,
         hash_algo=spec.hash_algo,
         profile=reference_profile(spec),
         enable_kv_cache_events=spec.enable_kv_cache_events,
         pythonhashseed=spec.pythonhashseed,
+        prefix_cache_retention_interval=spec.prefix_cache_retention_interval,
     )
+
+
+def request_factory(block_hasher: RequestBlockHasher,
+                    request_cls: type[Request] = Request) -> Callable[[RequestView], Request]:
+    """``make(view)``: a new ``request_cls`` for ``view``'s prompt alone (outputs are appended
+    by the caller), hashed by ``block_hasher``, with the view's LoRA, multimodal features,
+    cache salt and ``skip_reading_prefix_cache``. Shared by the adapter's request sync and the
+    benchmark hook, whose timed ``new_request`` is this closure itself (no extra call layer)."""
+
+    def make(view: RequestView) -> Request:
+        return request_cls(
+            view.request_id,
+            view.prompt_token_ids,
+            block_hasher=block_hasher,
+            lora_request=None if view.lora is None else LoRARequest(*view.lora),
+            mm_features=tuple(MultiModalFeature(*f) for f in view.mm_features),
+            cache_salt=view.cache_salt,
+            skip_reading_prefix_cache=view.skip_reading_prefix_cache,
+        )
+
+    return make
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -192,27 +245,6 @@ class SnapshotSync(RequestViewSync[R]):
         return super().pop(request_id)
 
 
-def request_factory(block_hasher: RequestBlockHasher,
-                    request_cls: type[Request] = Request) -> Callable[[RequestView], Request]:
-    """``make(view)``: a new ``request_cls`` for ``view``'s prompt alone (outputs are appended
-    by the caller), hashed by ``block_hasher``, with the view's LoRA, multimodal features,
-    cache salt and ``skip_reading_prefix_cache``. Shared by ``request_sync`` and the benchmark
-    hook, whose timed ``new_request`` is this closure itself (no extra call layer)."""
-
-    def make(view: RequestView) -> Request:
-        return request_cls(
-            view.request_id,
-            view.prompt_token_ids,
-            block_hasher=block_hasher,
-            lora_request=None if view.lora is None else LoRARequest(*view.lora),
-            mm_features=tuple(MultiModalFeature(*f) for f in view.mm_features),
-            cache_salt=view.cache_salt,
-            skip_reading_prefix_cache=view.skip_reading_prefix_cache,
-        )
-
-    return make
-
-
 def request_sync(block_hasher: RequestBlockHasher) -> RequestViewSync[Request]:
     """One reference ``Request`` per request id, hashed by ``block_hasher`` and kept in step
     with the views the suite passes."""
@@ -222,45 +254,82 @@ def request_sync(block_hasher: RequestBlockHasher) -> RequestViewSync[Request]:
 
 
 class ReferenceManager:
-    """``KVCacheManagerAdapter`` over ``KVCacheManager``, with every observation method."""
+    """``KVCacheManagerAdapter`` over ``KVCacheManager``, with every observation method, for
+    any spec.
+
+    The engine answers one list per KV-cache group. A spec with ``kv_cache_groups`` gets
+    them as they are (the protocol's grouped form, ``SupportsKVCacheGroups``); a single-group
+    spec gets group 0 unwrapped at this boundary (flat lists, as the protocol's single-group
+    form asks). Events name their group under ``vllm-0.33`` in the grouped form
+    (``group_idx``, ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window``) and carry no
+    group field under ``vllm-0.10``; the single-group form passes them as the engine made
+    them.
+
+    Raises:
+        UnsupportedSpec: a grouped layout vLLM refuses (or crashes on); the message names
+            the rule.
+    """
 
     def __init__(self, spec: KVCacheSpec) -> None:
+        try:
+            manager = reference_kv_cache_manager(spec)
+        except KVCacheMisuseError as exc:
+            if not spec.kv_cache_groups:
+                raise
+            # A layout vLLM refuses (or crashes on): not applicable to this implementation.
+            raise UnsupportedSpec(str(exc)) from exc
+        self._wrap(spec, manager)
+        self._requests = request_sync(manager.block_hasher)
+
+    def _wrap(self, spec: KVCacheSpec, manager: KVCacheManager) -> None:
+        """Serve ``spec`` with ``manager`` (built for it); requests are the caller's."""
         self.spec = spec
-        self.manager = reference_kv_cache_manager(spec)
-        self._requests = request_sync(self.manager.block_hasher)
+        self.manager = manager
+        self._grouped = bool(spec.kv_cache_groups)
+        self._v033 = manager.v033
+        self._slot_block_size = spec.group_block_size(0)
 
     # -- manager
-    def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
+    def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]:
         blocks, num = self.manager.get_computed_blocks(self._requests.sync(request))
-        return [b.block_id for b in blocks], num
+        if self._grouped:
+            return [[b.block_id for b in g] for g in blocks], num
+        return [b.block_id for b in blocks[0]], num
 
     def allocate_slots(
         self,
         request: RequestView,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
-        new_computed_block_ids: Sequence[int] = (),
+        new_computed_block_ids: Sequence[Any] = (),
         num_lookahead_tokens: int = 0,
-    ) -> list[int] | None:
+    ) -> Any:
         req = self._requests.sync(request)
+        hits: Any = None
         if new_computed_block_ids:
             blocks = self.manager.block_pool.blocks
-            hits = [blocks[i] for i in new_computed_block_ids]
-        else:
-            hits = []
+            if self._grouped:
+                hits = [[blocks[i] for i in g] for g in new_computed_block_ids]
+            else:
+                hits = ([blocks[i] for i in new_computed_block_ids],)
         new = self.manager.allocate_slots(
-            req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens
-        )
+            req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens)
         if new is None:
             return None
-        return [b.block_id for b in new] if new else []
+        if self._grouped:
+            return [[b.block_id for b in g] for g in new]
+        blocks_0 = new[0]
+        # A decode step mostly allocates nothing: skip the comprehension (it costs a call).
+        return [b.block_id for b in blocks_0] if blocks_0 else []
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)
         self._requests.pop(request_id)
 
-    def get_block_ids(self, request_id: str) -> list[int]:
-        return self.manager.get_block_ids(request_id)
+    def get_block_ids(self, request_id: str) -> Any:
+        if self._grouped:
+            return list(self.manager.get_block_ids(request_id))
+        return self.manager.get_block_ids(request_id)[0]
 
     def reset_prefix_cache(self) -> bool:
         return self.manager.reset_prefix_cache()
@@ -280,12 +349,25 @@ class ReferenceManager:
         return [] if req is None else list(req.block_hashes)
 
     def take_events(self) -> list[dict[str, Any]]:
-        return [event_to_dict(e) for e in self.manager.take_events()]
+        events = self.manager.take_events()
+        if not self._grouped:
+            return [event_to_dict(e) for e in events]
+        out = []
+        metadata = self.manager.kv_cache_event_metadata
+        for event in events:
+            d = event_to_dict(event)
+            if not self._v033:
+                d.pop("group_idx", None)
+            elif d["type"] == "BlockStored":
+                d["kv_cache_spec_kind"], d["kv_cache_spec_sliding_window"] = (
+                    metadata[d["group_idx"]])
+            out.append(d)
+        return out
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
+        """Slots of group 0 (its block table and block size)."""
         return slot_mapping_for_request(
-            self.manager.get_block_ids(request_id), self.spec.block_size, start, end
-        )
+            self.manager.get_block_ids(request_id)[0], self._slot_block_size, start, end)
 
     def check_invariants(self) -> None:
         check_manager_invariants(self.manager)
@@ -361,118 +443,20 @@ class ReferenceBlockPool:
         return [b.block_id for b in self.pool.free_block_queue]
 
 
-def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
-                        index: int) -> GroupKVCacheSpec:
-    """The reference spec of one protocol ``KVCacheGroupSpec`` (block size defaulting to
-    ``spec.block_size``).
-
-    Raises:
-        KVCheckInputError: an unknown kind, or a window / chunk missing for its kind.
-    """
-    block_size = spec.group_block_size(index)
-    if group.kind == "full_attention":
-        return FullAttentionSpec(block_size)
-    if group.kind == "sliding_window":
-        if group.sliding_window is None:
-            raise KVCheckInputError(f"kv_cache_groups[{index}]: sliding_window group without "
-                                    "a sliding_window")
-        return SlidingWindowSpec(block_size, group.sliding_window)
-    if group.kind == "chunked_local_attention":
-        if group.attention_chunk_size is None:
-            raise KVCheckInputError(f"kv_cache_groups[{index}]: chunked_local_attention group "
-                                    "without an attention_chunk_size")
-        return ChunkedLocalAttentionSpec(block_size, group.attention_chunk_size)
-    raise KVCheckInputError(f"kv_cache_groups[{index}]: unknown kind {group.kind!r}")
-
-
-class ReferenceGroupedManager(ReferenceManager):
-    """The protocol's grouped form (``SupportsKVCacheGroups``) over ``HybridKVCacheManager``:
-    hits, new blocks and block tables are one list per group; the rest keeps the
-    single-group form. Events name their group under ``vllm-0.33`` (``group_idx``,
-    ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window``) and carry no group field under
-    ``vllm-0.10``."""
-
-    # The grouped engine speaks KVCacheManager's pool-level API (free, reset_prefix_cache,
-    # num_free_blocks, block_pool), which the methods inherited from ReferenceManager use;
-    # the methods whose answers are per group are overridden below.
-    manager: HybridKVCacheManager  # type: ignore[assignment]
-
-    def __init__(self, spec: KVCacheSpec) -> None:
-        self.spec = spec
-        specs = [group_kv_cache_spec(spec, g, i) for i, g in enumerate(spec.kv_cache_groups)]
-        try:
-            self.manager = HybridKVCacheManager(
-                spec.num_blocks, specs, max_model_len=spec.max_model_len,
-                enable_caching=spec.enable_caching, hash_algo=spec.hash_algo,
-                profile=reference_profile(spec),
-                enable_kv_cache_events=spec.enable_kv_cache_events,
-                pythonhashseed=spec.pythonhashseed,
-                prefix_cache_retention_interval=spec.prefix_cache_retention_interval)
-        except KVCacheMisuseError as exc:
-            # A layout vLLM refuses (or crashes on): not applicable to this implementation.
-            raise UnsupportedSpec(str(exc)) from exc
-        self._v033 = self.manager.profile.hybrid_rules == "spec_groups"
-        self._requests = request_sync(self.manager.block_hasher)
-
-    @property
-    def grouped(self) -> HybridKVCacheManager:
-        """The grouped engine (``manager``)."""
-        return self.manager
-
-    def get_computed_blocks(  # type: ignore[override]
-            self, request: RequestView) -> tuple[list[list[int]], int]:
-        blocks, num = self.manager.get_computed_blocks(self._requests.sync(request))
-        return [[b.block_id for b in g] for g in blocks], num
-
-    def allocate_slots(  # type: ignore[override]
-        self,
-        request: RequestView,
-        num_new_tokens: int,
-        num_new_computed_tokens: int = 0,
-        new_computed_block_ids: Sequence[Sequence[int]] = (),
-        num_lookahead_tokens: int = 0,
-    ) -> list[list[int]] | None:
-        req = self._requests.sync(request)
-        blocks = self.manager.block_pool.blocks
-        hits = [[blocks[i] for i in g] for g in new_computed_block_ids]
-        new = self.manager.allocate_slots(
-            req, num_new_tokens, num_new_computed_tokens, hits or None, num_lookahead_tokens)
-        if new is None:
-            return None
-        return [[b.block_id for b in g] for g in new]
-
-    def get_block_ids(self, request_id: str) -> list[list[int]]:  # type: ignore[override]
-        return list(self.manager.get_block_ids(request_id))
-
-    def take_events(self) -> list[dict[str, Any]]:
-        out = []
-        metadata = self.manager.kv_cache_event_metadata
-        for event in self.manager.take_events():
-            d = event_to_dict(event)
-            if not self._v033:
-                d.pop("group_idx", None)
-            elif d["type"] == "BlockStored":
-                d["kv_cache_spec_kind"], d["kv_cache_spec_sliding_window"] = (
-                    metadata[d["group_idx"]])
-            out.append(d)
-        return out
-
-    def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
-        """Slots of group 0 (its block table and block size)."""
-        return slot_mapping_for_request(
-            self.manager.get_block_ids(request_id)[0], self.spec.group_block_size(0),
-            start, end)
-
-    def check_invariants(self) -> None:
-        self.manager.check_invariants()
-
-
 def make_kv_cache_manager(spec: KVCacheSpec) -> ReferenceManager:
     """A fresh reference manager for ``spec`` (the grouped form when it has
     ``kv_cache_groups``)."""
-    if spec.kv_cache_groups:
-        return ReferenceGroupedManager(spec)
     return ReferenceManager(spec)
+
+
+def make_native_manager(spec: KVCacheSpec) -> ReferenceNativeManager:
+    """The reference manager for ``spec`` with its own objects (benchmark hook,
+    ``kvcheck.bench.native``), built as ``ReferenceManager`` builds it.
+
+    Raises:
+        UnsupportedSpec: ``spec.kv_cache_groups`` is set (the hook covers single-group specs).
+    """
+    return ReferenceNativeManager(spec, reference_kv_cache_manager, request_factory)
 
 
 def make_block_pool(spec: KVCacheSpec) -> ReferenceBlockPool:

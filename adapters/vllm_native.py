@@ -1,14 +1,11 @@
 """vLLM's manager-level benchmark hook (``kvcheck.bench.native``), 0.10.2 and later.
 
 ``make_native_manager(spec)`` builds vLLM's ``KVCacheManager`` with the builder
-``kvcheck.adapters.vllm.VLLMManager`` uses (one full-attention group, the same constructor
-arguments, the spec's hash function and NONE_HASH) and exposes it with vLLM's own objects:
-``vllm.v1.request.Request`` in, ``KVCacheBlocks`` out. As in vLLM's scheduler, the hits of
-``get_computed_blocks`` go back into ``allocate_slots`` as they are.
-
-``kvcheck.adapters.vllm`` is imported lazily (on the first call), so that module can
-re-export the hook (``from kvcheck.adapters.vllm_native import make_native_manager``)
-without an import cycle.
+``kvcheck.adapters.vllm.VLLMManager`` uses (``kvcheck.adapters.vllm_kv_config``: one
+full-attention group, the same constructor arguments; the spec's hash function and NONE_HASH)
+and exposes it with vLLM's own objects: ``vllm.v1.request.Request`` in, ``KVCacheBlocks`` out.
+As in vLLM's scheduler, the hits of ``get_computed_blocks`` go back into ``allocate_slots`` as
+they are.
 """
 
 from __future__ import annotations
@@ -16,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from kvcheck.adapters.native_hook import SingleGroupNativeManager
+from kvcheck.adapters.vllm_kv_config import make_vllm_cache
+from kvcheck.adapters.vllm_requests import Hashing, make_request
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
 __all__ = ["VLLMNativeManager", "make_native_manager"]
@@ -26,16 +25,14 @@ class VLLMNativeManager(SingleGroupNativeManager):
 
     def __init__(self, spec: KVCacheSpec) -> None:
         super().__init__(spec)
-        from kvcheck.adapters import vllm as v
-
-        self._v = v
-        self.hashing = v._Hashing(spec)
-        self.manager = v._make_kv_cache_manager(spec)
+        cache = make_vllm_cache(spec)
+        self.hashing = Hashing(spec, cache.hash_block_size)
+        self.manager = cache.manager
         self.pool = self.manager.block_pool
 
     def new_request(self, view: RequestView) -> Any:
         self.hashing.install()  # vLLM's hasher chains from a module-global NONE_HASH
-        return self._v._make_request(view, self.hashing.block_hasher)
+        return make_request(view, self.hashing.block_hasher)
 
     def append_output(self, request: Any, token_ids: list[int]) -> None:
         self.hashing.install()

@@ -4,10 +4,11 @@ and 5 sliding-window groups), through the per-group protocol (``SupportsKVCacheG
 ``make_hybrid_workload(scenario, seed, scale)`` returns a ``HybridWorkload``: a seeded trace
 (a ``workloads.Workload``, drawn as ``workloads.py`` draws: raw PCG64, integers only) plus the
 KV-cache groups it is replayed on. ``HybridBench`` is a ``RoundBench`` like
-``allocator.SchedulerBench``: each round replays the trace on a fresh manager through
-``hybrid_scheduler.run_hybrid_workload`` and reports the scheduler figures
-(``allocator.scheduler_metrics``); ``info()["produced"]`` adds what the replay produced per
-group (live and null block-steps, peak live blocks, blocks freed by the window).
+``allocator.SchedulerBench``: each round replays the trace on a fresh manager through the
+scheduler loop (``scheduler.run_workload``, observing the grouped spec's tables) and reports
+the scheduler figures (``allocator.scheduler_metrics``); ``info()["produced"]`` adds what the
+replay produced per group (live and null block-steps, peak live blocks, blocks freed by the
+window).
 
 Scenarios (lengths in tokens, block size 16, token budget 2048 per step, ``U[a, b]`` uniform
 integers, ``B{...}`` buckets ``[lo, hi]: weight``), both on the layout
@@ -36,8 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcheck.bench.allocator import SchedulerBench
-from kvcheck.bench.hybrid_scheduler import HybridRun, run_hybrid_workload
-from kvcheck.bench.scheduler import SchedulerRun
+from kvcheck.bench.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.workloads import (
     DEFAULT_BLOCK_SIZE,
     Draws,
@@ -210,8 +210,8 @@ def describe_groups(groups: tuple[KVCacheGroupSpec, ...]) -> list[str]:
 
 
 class HybridBench(SchedulerBench):
-    """One hybrid workload per round through ``run_hybrid_workload`` on a fresh manager of
-    the grouped spec (``SchedulerBench`` with another pool and loop).
+    """One hybrid workload per round through ``run_workload`` on a fresh manager of the
+    grouped spec (``SchedulerBench`` with another pool, its tables observed per group).
 
     ``setup`` raises ``UnsupportedSpec`` when the implementation declines the grouped spec.
     """
@@ -226,8 +226,8 @@ class HybridBench(SchedulerBench):
         return hybrid_spec(self.hybrid)
 
     def replay(self, manager: Any) -> SchedulerRun:
-        return run_hybrid_workload(manager, self.workload, len(self.hybrid.groups),
-                                   pinning=declares_pinning(self.impl))
+        return run_workload(manager, self.workload, pinning=declares_pinning(self.impl),
+                            observe=self.spec())
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), "kv_cache_groups": describe_groups(self.hybrid.groups)}
@@ -239,7 +239,7 @@ class HybridBench(SchedulerBench):
         padding nulls. Empty before any round."""
         if not self.results:
             return {}
-        run: HybridRun = self.results[0]
+        run: SchedulerRun = self.results[0]
         return {"prefix_hit_rate": run.prefix_hit_rate, "preemptions": float(run.preemptions),
                 "peak_usage": run.peak_usage, "steps": float(run.steps),
                 "live_block_steps": list(run.live_block_steps),

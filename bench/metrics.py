@@ -17,16 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kvcheck.errors import KVCheckInputError
-
-if TYPE_CHECKING:
-    from kvcheck.bench.paired import PairedRatio
 
 __all__ = [
     "NOISY_CV",
     "Metric",
+    "PairedRatio",
     "SampleSummary",
     "gbps",
     "paged_decode_bytes",
@@ -146,6 +144,29 @@ def ratio(value: float | None, reference: float | None) -> float | None:
     if value is None or reference is None or reference == 0:
         return None
     return value / reference
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """The median of per-pair ratios ``implementation / reference`` of one figure (computed
+    by ``kvcheck.bench.paired.paired_ratio``; kept here beside the ``Metric`` that carries it).
+
+    ``ci_low`` / ``ci_high`` bound the median at ``confidence`` (``median_ci``); the
+    direction of the figure is the metric's (a throughput ratio of 2 is twice as fast).
+    """
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    pairs: int
+    ratios: tuple[float, ...]
+
+    def as_extra(self) -> dict[str, Any]:
+        """The fields a result record's metric ``extra`` carries."""
+        return {"ratio_method": "median of paired ratios, rounds interleaved A B B A",
+                "ratio_ci": [self.ci_low, self.ci_high], "ratio_ci_confidence": self.confidence,
+                "paired_ratios": list(self.ratios)}
 
 
 @dataclass

@@ -16,15 +16,13 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kvcheck.bench.metrics import Metric, percentile
+from kvcheck.bench.metrics import Metric, PairedRatio, percentile
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "PairedBench",
-    "PairedRatio",
     "RoundLike",
     "abba_first",
     "median_ci",
@@ -90,28 +88,6 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE
         k += 1
     achieved = 1 - 2 * _binom_cdf_half(k - 1, n) if n > 1 else 0.0
     return ordered[k - 1], ordered[n - k], achieved
-
-
-@dataclass(frozen=True)
-class PairedRatio:
-    """The median of per-pair ratios ``implementation / reference`` of one figure.
-
-    ``ci_low`` / ``ci_high`` bound the median at ``confidence`` (``median_ci``); the
-    direction of the figure is the metric's (a throughput ratio of 2 is twice as fast).
-    """
-
-    ratio: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    pairs: int
-    ratios: tuple[float, ...]
-
-    def as_extra(self) -> dict[str, Any]:
-        """The fields a result record's metric ``extra`` carries."""
-        return {"ratio_method": "median of paired ratios, rounds interleaved A B B A",
-                "ratio_ci": [self.ci_low, self.ci_high], "ratio_ci_confidence": self.confidence,
-                "paired_ratios": list(self.ratios)}
 
 
 def paired_ratio(impl_samples: Sequence[float], ref_samples: Sequence[float],

@@ -44,11 +44,11 @@ def vllm_factory(spec: KVCacheSpec) -> Factory:
     Raises:
         ImportError: vLLM is not importable.
     """
-    from kvcheck.adapters import vllm as adapter
+    from kvcheck.adapters.vllm_requests import Hashing, make_request
 
-    hashing = adapter._Hashing(spec)
+    hashing = Hashing(spec)
     hashing.install()
-    return lambda view: adapter._make_request(view, hashing.block_hasher)
+    return lambda view: make_request(view, hashing.block_hasher)
 
 
 def time_construction(make: Factory, views: Sequence[RequestView]) -> float:

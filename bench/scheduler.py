@@ -19,6 +19,23 @@ Per step, in vLLM V1's order:
 Only the implementation's calls are timed (``perf_counter_ns`` around each); the loop's own
 bookkeeping is excluded. Pool usage is read once per step (``num_free_blocks``, untimed).
 
+One loop for one and many KV-cache groups: ``get_computed_blocks``'s hits go back to
+``allocate_slots`` as they came (one flat list for a single-group spec, one list per group on a
+spec with ``kv_cache_groups``, ``SupportsKVCacheGroups``). With ``observe`` (the spec the
+manager was built for) the loop also reads, after each step's execution and before its
+finished requests are freed, every running request's table per group (``get_block_ids``,
+untimed; a single-group spec's flat table is its one group) and counts per group:
+
+* live entries (real blocks) and null entries (block id 0) summed over steps (block-steps) and
+  at their per-step peak;
+* blocks freed by the window: entries that were real at the request's previous reading and
+  are null now (``remove_skipped_blocks``). The nulls a request starts with are the padding of
+  a sliding-window hit, never allocated, and are not counted as freed. A request's last frees
+  before a preemption are not seen (it leaves the running list first).
+
+The reading is opt-in: it walks every running table every step, which adds a third to most of
+an unobserved replay's wall time, and the single-group benchmarks do not report it.
+
 On a loaded machine the process is descheduled now and then, and a call that spans it counts
 another process's time. The whole replay's CPU time (``thread_time_ns``) over its wall time
 gives the fraction of the replay spent on the CPU; ``SchedulerRun.on_cpu_ns`` scales the
@@ -35,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcheck.bench.workloads import RequestSpec, Workload
-from kvcheck.conformance.protocol import RequestView
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure
 
 __all__ = ["SchedulerRun", "drive", "run_workload"]
@@ -49,6 +66,17 @@ class SchedulerRun:
     ``hit_tokens`` / ``queried_tokens`` are summed over admissions: the prefix hit and the
     request's token count when its ``allocate_slots`` succeeds (a request re-admitted after a
     preemption counts again; lookups whose allocation was refused do not count).
+
+    Per group, with ``observe`` (one entry per group of the spec, in spec order; one for a
+    single-group spec; empty when the replay did not observe the tables):
+
+    Attributes:
+        live_block_steps: real blocks in running requests' tables, summed over step ends.
+        null_block_steps: null entries in the same tables, summed the same way.
+        peak_live_blocks: the most real blocks the group's tables held at one step end.
+        window_freed_blocks: real entries that became null between two readings.
+        hit_null_blocks: null entries a request's table already had at its first reading
+            (sliding-window hit padding), summed over admissions.
     """
 
     allocate_ns: list[int] = field(default_factory=list)
@@ -64,6 +92,11 @@ class SchedulerRun:
     usable_blocks: int = 0
     wall_ns: int = 0  # the whole replay, loop included
     cpu_ns: int = 0  # this thread's CPU time over the same span
+    live_block_steps: list[int] = field(default_factory=list)
+    null_block_steps: list[int] = field(default_factory=list)
+    peak_live_blocks: list[int] = field(default_factory=list)
+    window_freed_blocks: list[int] = field(default_factory=list)
+    hit_null_blocks: list[int] = field(default_factory=list)
 
     @property
     def impl_ns(self) -> int:
@@ -93,6 +126,12 @@ class SchedulerRun:
         ``1 - num_free_blocks / usable`` at its highest (evictable cached blocks count as free,
         as in vLLM's KV-cache usage gauge)."""
         return self.peak_used_blocks / self.usable_blocks if self.usable_blocks else 0.0
+
+    @property
+    def null_fractions(self) -> list[float]:
+        """Per group: null entries over all entries of the running tables (0 when empty)."""
+        return [n / (n + live) if n + live else 0.0
+                for live, n in zip(self.live_block_steps, self.null_block_steps, strict=True)]
 
 
 class _Live:
@@ -144,13 +183,17 @@ class _Scheduler:
     """The loop's queues and the phases of one step (numbered as in the module docstring).
 
     Every call into ``manager`` goes through ``_timed`` into ``run``'s samples, and every
-    count lands in ``run``: the phases only move requests between the queues.
+    count lands in ``run``: the phases only move requests between the queues. ``observe``:
+    the spec whose per-group tables ``observe_groups`` reads after each step (None: none).
     """
 
     def __init__(self, manager: Any, workload: Workload, run: SchedulerRun, *,
-                 pinning: bool = False) -> None:
+                 pinning: bool = False, observe: KVCacheSpec | None = None) -> None:
         self.manager = manager
         self.pinning = pinning  # its lookups pin their hits (pinning_lookup)
+        self.observe = observe
+        self.grouped = observe is not None and bool(observe.kv_cache_groups)
+        self._nulls: dict[str, list[int]] = {}  # request id -> nulls per group at last reading
         self.workload = workload
         self.run = run
         # Requests with no predecessor, by arrival step (sorted is stable: trace order on ties).
@@ -182,6 +225,8 @@ class _Scheduler:
         if self.run.preemptions == preemptions_before:  # vLLM admits nothing after preempting
             self.admit_waiting(batch)
         self.execute(batch)
+        if self.observe is not None:
+            self.observe_groups()  # before the step's frees: finished tables still held
         self.free_finished(step)
         self.record_usage()
 
@@ -287,6 +332,42 @@ class _Scheduler:
                 self.released.append((step + 1 + nxt.arrival_step, nxt))
         self.running = still_running
 
+    def observe_groups(self) -> None:
+        """Read the running requests' per-group tables (untimed) and update the counts.
+
+        Raises:
+            KVCheckFailure: ``get_block_ids`` of a grouped spec is not one list per group.
+        """
+        run = self.run
+        g = len(run.live_block_steps)
+        live_now = [0] * g
+        nulls_by_rid: dict[str, list[int]] = {}
+        for live in self.running:
+            rid = live.spec.request_id
+            tables = self.manager.get_block_ids(rid)
+            if not self.grouped:
+                tables = [tables]  # a single-group spec's flat table: its one group
+            elif len(tables) != g:
+                raise KVCheckFailure(
+                    f"{self.workload.scenario}: get_block_ids({rid!r}) returned {len(tables)} "
+                    f"lists on a spec of {g} KV-cache groups")
+            nulls = [sum(1 for b in table if b == 0) if self.grouped else 0
+                     for table in tables]
+            before = self._nulls.get(rid)
+            for i, table in enumerate(tables):
+                real = len(table) - nulls[i]
+                live_now[i] += real
+                run.live_block_steps[i] += real
+                run.null_block_steps[i] += nulls[i]
+                if before is None:
+                    run.hit_null_blocks[i] += nulls[i]
+                else:
+                    run.window_freed_blocks[i] += max(0, nulls[i] - before[i])
+            nulls_by_rid[rid] = nulls
+        self._nulls = nulls_by_rid  # preempted and finished requests start over
+        for i in range(g):
+            run.peak_live_blocks[i] = max(run.peak_live_blocks[i], live_now[i])
+
     def record_usage(self) -> None:
         """Pool usage after the step (untimed ``num_free_blocks``), kept at its peak."""
         used = self.run.usable_blocks - self.manager.num_free_blocks()
@@ -294,17 +375,25 @@ class _Scheduler:
 
 
 def run_workload(manager: Any, workload: Workload, max_steps: int | None = None, *,
-                 pinning: bool = False) -> SchedulerRun:
-    """Replay ``workload`` on a fresh ``manager`` (a ``KVCacheManagerAdapter``; ``pinning``:
-    its implementation declares ``pinning_lookup``).
+                 pinning: bool = False, observe: KVCacheSpec | None = None) -> SchedulerRun:
+    """Replay ``workload`` on a fresh ``manager`` (a ``KVCacheManagerAdapter``, or one of a
+    spec with ``kv_cache_groups``: ``SupportsKVCacheGroups``; ``pinning``: its implementation
+    declares ``pinning_lookup``). ``observe``: the spec ``manager`` was built for, whose
+    tables are then read per group after every step (see the module docstring; the run's
+    per-group counts get one entry per group of ``observe.groups``).
 
     Raises:
         KVCheckFailure: a request cannot be admitted into an otherwise empty pool (the pool is
-            too small for it), or the replay exceeds ``max_steps`` (default: see
-            ``drive``), which means the implementation stopped making progress.
+            too small for it), the replay exceeds ``max_steps`` (default: see ``drive``),
+            which means the implementation stopped making progress, or (with ``observe`` on
+            a grouped spec) ``get_block_ids`` does not return one list per group.
     """
-    run = SchedulerRun(usable_blocks=max(1, workload.num_blocks - 1))
-    drive(_Scheduler(manager, workload, run, pinning=pinning), max_steps)
+    g = 0 if observe is None else len(observe.groups)
+    run = SchedulerRun(usable_blocks=max(1, workload.num_blocks - 1),
+                       live_block_steps=[0] * g, null_block_steps=[0] * g,
+                       peak_live_blocks=[0] * g, window_freed_blocks=[0] * g,
+                       hit_null_blocks=[0] * g)
+    drive(_Scheduler(manager, workload, run, pinning=pinning, observe=observe), max_steps)
     return run
 
 

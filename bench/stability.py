@@ -47,9 +47,9 @@ from functools import partial
 from typing import Any
 
 from kvcheck.bench.allocator import HashingBench, RoundBench, SchedulerBench, workload_spec
-from kvcheck.bench.metrics import Metric, percentile
+from kvcheck.bench.metrics import Metric, PairedRatio, percentile
 from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
-from kvcheck.bench.paired import PairedBench, PairedRatio
+from kvcheck.bench.paired import PairedBench
 from kvcheck.bench.trace_workload import resolve_workload as _resolve_uncached
 from kvcheck.bench.trace_workload import scheduler_bench_maker
 from kvcheck.bench.workloads import SCENARIOS, Workload

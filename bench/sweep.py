@@ -45,8 +45,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcheck.bench.allocator import RoundBench, SchedulerBench
-from kvcheck.bench.metrics import percentile
-from kvcheck.bench.paired import PairedBench, PairedRatio, paired_ratio, run_one_round
+from kvcheck.bench.metrics import PairedRatio, percentile
+from kvcheck.bench.paired import PairedBench, paired_ratio, run_one_round
 from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import (
     DEFAULT_BLOCK_SIZE,

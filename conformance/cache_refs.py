@@ -29,8 +29,8 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvcheck.conformance.driver import Driver
     from kvcheck.conformance.protocol import ImplInfo
+    from kvcheck.conformance.subject import Driven
 
 __all__ = ["allowed_ref_cnts", "may_be_cached", "ref_count_problems"]
 
@@ -44,18 +44,18 @@ def allowed_ref_cnts(info: ImplInfo, n: int, *, cached: bool) -> frozenset[int]:
     return frozenset({n})
 
 
-def may_be_cached(driver: Driver) -> frozenset[int]:
+def may_be_cached(driver: Driven) -> frozenset[int]:
     """The blocks that may hold the cache's own reference: with caching on, those the
     shadow record shows holding a full block of computed tokens (any KV-cache group's)."""
     if not driver.spec.enable_caching:
         return frozenset()
     full: set[int] = set()
-    for written in driver.written_records():
+    for written in driver.written:
         full.update(written.full_blocks())
     return frozenset(full)
 
 
-def ref_count_problems(driver: Driver, holders: Counter[int], pins: Counter[int],
+def ref_count_problems(driver: Driven, holders: Counter[int], pins: Counter[int],
                        exempt: Collection[int]) -> list[str]:
     """The ref-count law over every ordinary block but ``exempt`` (see the module doc):
     ``holders`` counts the live requests holding each block, ``pins`` the outstanding
@@ -85,7 +85,7 @@ def ref_count_problems(driver: Driver, holders: Counter[int], pins: Counter[int]
     return problems
 
 
-def _cache_note(driver: Driver, cached: bool, n: int) -> str:
+def _cache_note(driver: Driven, cached: bool, n: int) -> str:
     """What ``ref_cnt_counts_cache=True`` allows for a block with ``n`` holders and pins."""
     if cached:
         return (f"ref_cnt_counts_cache: {n} or {n + 1} with the cache's own reference, as it "

@@ -11,17 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn, Protocol, TypedDict
+from typing import Any, NoReturn, Protocol, TypedDict
 
 from kvcheck.atomic import write_atomic
 from kvcheck.conformance import bounds
 from kvcheck.conformance.call_limit import AdapterRaised, AdapterTimeout
 from kvcheck.conformance.driver import Check, Driver, StepResult
+from kvcheck.conformance.groups import shown_result, shown_tables
 from kvcheck.conformance.guard import ProtocolViolation
-from kvcheck.conformance.hybrid_driver import HybridDriver
-from kvcheck.conformance.hybrid_laws import check_hybrid_laws
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.memory_limit import MemoryLimitExceeded
@@ -61,23 +60,20 @@ class Trace(TypedDict):
 
 
 class Pair:
-    """The implementation under test and the oracle, driven in lockstep (a multi-group
-    spec: ``HybridDriver`` sides judged by the hybrid laws)."""
+    """The implementation under test and the oracle, driven in lockstep, for one or many
+    KV-cache groups alike."""
 
     def __init__(self, impl: ImplHandle, oracle: ImplHandle | None, spec: KVCacheSpec) -> None:
         self.spec = spec
-        driver = HybridDriver if spec.kv_cache_groups else Driver
-        self.impl = driver(impl, spec)
-        self.oracle = driver(oracle, spec) if oracle is not None else None
-        self._laws: Callable[[Driver], list[str]] = check_laws
-        if isinstance(self.impl, HybridDriver):
-            self._laws = _hybrid_laws
+        self.impl = Driver(impl, spec)
+        self.oracle = Driver(oracle, spec) if oracle is not None else None
         self.ops: list[Op] = []
         self.trace_name: str | None = None
 
     def apply(self, op: Op) -> StepResult:
         """Run ``op`` on both sides, check laws and compare; returns the implementation's
-        answer (``{"hits": (ids, n), "new": ids | None}`` for a schedule)."""
+        answer, block ids one list per group (``{"hits": (per-group ids, n), "new": per-group
+        ids | None}`` for a schedule, one list for a single-group spec)."""
         __tracebackhide__ = True  # failures point at the test, not at the harness
         self.ops.append(op)
         try:
@@ -85,7 +81,7 @@ class Pair:
         except Exception as exc:  # noqa: BLE001 - whatever it raises fails the test, named
             self.fail(_failure_text(exc, "the implementation"), op)
         try:  # the laws and observations call the adapters too (guarded, time-limited)
-            laws = self._laws(self.impl)
+            laws = check_laws(self.impl)
         except _ADAPTER_FAILURES as exc:
             self.fail(_failure_text(exc, "the implementation"), op)
         if laws:
@@ -97,8 +93,10 @@ class Pair:
         except Exception as exc:  # noqa: BLE001 - whatever it raises fails the test, named
             self.fail(_failure_text(exc, f"the oracle ({self.oracle.impl.name})"), op)
         if got != want:
-            self.fail(f"answer differs: implementation {got!r}, {self.oracle.impl.name} {want!r}",
-                      op, _answer_check(got, want))
+            # Shown as the adapters answered (one list for a single-group spec).
+            shown, wanted = shown_result(self.spec, got), shown_result(self.spec, want)
+            self.fail(f"answer differs: implementation {shown!r}, {self.oracle.impl.name} "
+                      f"{wanted!r}", op, _answer_check(shown, wanted))
         try:
             observed = observe(self.impl, self.oracle)
         except _ADAPTER_FAILURES as exc:
@@ -136,12 +134,6 @@ class Pair:
         raise ConformanceMismatch("\n".join(message))
 
 
-def _hybrid_laws(driver: Driver) -> list[str]:
-    """``check_hybrid_laws`` for the ``HybridDriver`` a multi-group ``Pair`` builds."""
-    assert isinstance(driver, HybridDriver), "a multi-group Pair drives HybridDrivers"
-    return check_hybrid_laws(driver)
-
-
 class PairFactory(Protocol):
     """What the ``kv_pair`` fixture provides: ``kv_pair(spec=None, *, with_oracle=True,
     **spec_fields)`` builds a ``Pair`` for ``spec``, or for a ``KVCacheSpec`` of
@@ -166,8 +158,9 @@ def _failure_text(exc: Exception, source: str) -> str:
     return f"{type(exc).__name__} from {source}: {exc}"
 
 
-def _answer_check(got: StepResult, want: StepResult) -> Check | None:
-    """The repro's check for a differing answer: the call whose answer differs."""
+def _answer_check(got: Mapping[str, Any], want: Mapping[str, Any]) -> Check | None:
+    """The repro's check for a differing answer (both in the adapter's form,
+    ``shown_result``): the call whose answer differs."""
     if got.get("hits") != want.get("hits"):
         return Check("get_computed_blocks answer", want["hits"], call="get_computed_blocks",
                      normalize="(list({0}[0]), {0}[1])")
@@ -185,7 +178,8 @@ def observe(impl: Driver, oracle: Driver) -> list[tuple[str, object, object, str
     caps = impl.impl.info.capabilities & oracle.impl.info.capabilities
     rids = sorted(impl.running)
     out: list[tuple[str, object, object, str | None]] = [
-        ("block tables", impl.tables(), oracle.tables(),
+        ("block tables", shown_tables(impl.spec, impl.tables()),
+         shown_tables(oracle.spec, oracle.tables()),
          f"{{rid: list(m.get_block_ids(rid)) for rid in {rids!r}}}"),
         ("num_free_blocks()", mine.num_free_blocks(), theirs.num_free_blocks(),
          "m.num_free_blocks()"),

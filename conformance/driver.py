@@ -23,15 +23,22 @@ capability). Without the field the call is made without the argument.
 With ``pinning_lookup`` (``kvcheck.conformance.pinning``) every lookup that no successful
 ``allocate_slots`` follows (a refused admission, a ``lookup`` op) is followed by
 ``release_computed(rid)``, which the repro snippet shows too.
+
+One driver for one and many KV-cache groups: it calls the guard's per-group methods
+(``kvcheck.conformance.guard``), so every answer it keeps is one list of block ids per group
+(a single-group spec is the one-group case); the repro snippet shows each call as the adapter
+saw it and each answer as the adapter gave it (``kvcheck.conformance.groups.adapter_form``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
-from kvcheck.conformance.laws import WrittenBlocks, check_hits
+from kvcheck.conformance.groups import adapter_form, null_of
+from kvcheck.conformance.guard import GuardedManager
+from kvcheck.conformance.laws import check_hits
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import AddOp, Op
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
@@ -46,6 +53,7 @@ from kvcheck.conformance.protocol import (
 from kvcheck.conformance.rebinding import CAPABILITY as DEDUP
 from kvcheck.conformance.rebinding import watch_rebindings
 from kvcheck.conformance.shared_writes import WriteLog
+from kvcheck.conformance.written import WrittenBlocks
 from kvcheck.errors import KVCheckInputError
 
 if TYPE_CHECKING:
@@ -77,37 +85,39 @@ def output_token(rid: str, index: int) -> int:
 
 
 class StepResult(TypedDict, total=False):
-    """What the implementation answered to one op (compared with the oracle's answer):
-    ``hits`` is ``get_computed_blocks``'s ``(block_ids, num_computed_tokens)`` when the op
-    admitted or looked up a request, ``new`` what ``allocate_slots`` returned, ``reset`` what
-    ``reset_prefix_cache`` returned."""
+    """What the implementation answered to one op (compared with the oracle's answer), block
+    ids one list per KV-cache group (one list for a single-group spec): ``hits`` is
+    ``get_computed_blocks``'s ``(per-group block ids, num_computed_tokens)`` when the op
+    admitted or looked up a request, ``new`` what ``allocate_slots`` returned (per-group new
+    ids, or None), ``reset`` what ``reset_prefix_cache`` returned."""
 
-    hits: tuple[list[int], int]
-    new: list[int] | None
+    hits: tuple[list[list[int]], int]
+    new: list[list[int]] | None
     reset: bool
 
 
 _T = TypeVar("_T")
-
-#: The block ids of one answer as the step loop carries them: a list of ids here, one list of
-#: ids per group in a ``HybridDriver``, whose hooks give them that shape.
-_BlockIds = list[Any]
 
 
 class Driver:
     """One implementation instance plus the request views and the call log.
 
     Besides driving, it keeps what the profile-independent laws (``kvcheck.conformance.laws``)
-    judge against: ``initial_free`` (``num_free_blocks()`` of the fresh pool, read right after
-    the manager is built) and ``written``, the record of which tokens the scheduler computed
-    into which block. Hit correctness is judged when ``get_computed_blocks`` answers and the
-    problems wait in ``take_law_problems()`` until ``check_laws`` reports them.
+    judge against (``kvcheck.conformance.subject.Driven``): ``initial_free``
+    (``num_free_blocks()`` of the fresh pool, read right after the manager is built),
+    ``written``, the record of which tokens the scheduler computed into which block (one per
+    group, at its block size), and ``last_start[rid]``, the tokens the request had computed
+    (its new hits included) when its last ``allocate_slots`` was called, which fixes the
+    positions its windows may have skipped. Hit correctness is judged when
+    ``get_computed_blocks`` answers and the problems wait in ``take_law_problems()`` until
+    ``check_laws`` reports them.
     """
 
     def __init__(self, impl: ImplHandle, spec: KVCacheSpec) -> None:
         self.impl = impl
         self.spec = spec
-        self.manager = impl.make_manager(spec)
+        # Guarded (make_manager's default): its per-group methods are the adapter boundary.
+        self.manager = cast("GuardedManager", impl.make_manager(spec))
         self.initial_free: int = self.manager.num_free_blocks()
         #: What tests may rely on: declared capabilities, plus vLLM's design features under a
         #: vLLM profile (``effective_capabilities``).
@@ -119,12 +129,13 @@ class Driver:
         self.running: set[str] = set()  # requests that hold blocks
         self.lines: list[str] = []
         self.last_call: dict[str, int] = {}  # method name -> index in lines of its last call
-        self.written = WrittenBlocks(spec.block_size)
+        self.written = [WrittenBlocks(spec.group_block_size(g)) for g in range(len(spec.groups))]
+        self.last_start: dict[str, int] = {}
         #: The writes of the op being run, for the shared-write law.
         self.write_log = WriteLog()
         #: The guard's judge of rebound table entries (``dedup_on_insert``; None for a
         #: multi-group spec): see ``kvcheck.conformance.rebinding``.
-        self.rebindings = watch_rebindings(self.manager, self.written,
+        self.rebindings = watch_rebindings(self.manager, self.written[0],
                                            declared=DEDUP in self.capabilities)
         self._law_problems: list[str] = []
         #: Lookups may pin their hits (declared, under any profile): see the module doc.
@@ -169,7 +180,9 @@ class Driver:
     def _add(self, op: AddOp) -> StepResult:
         view = view_from_add(op)
         self.views[view.request_id] = view
-        self.written.forget(view.request_id)
+        for written in self.written:
+            written.forget(view.request_id)
+        self.last_start.pop(view.request_id, None)
         self.lines.append(f"views[{view.request_id!r}] = {_view_repr(view)}")
         return {}
 
@@ -178,13 +191,19 @@ class Driver:
         ``pinning_lookup``: ``release_computed``)."""
         if rid in self.running:
             return {}  # a scheduler looks up waiting requests only
-        view = self.views[rid]
-        answer, num_hit = self._call(
-            f"m.get_computed_blocks(views[{rid!r}])", self.manager.get_computed_blocks, view)
-        hits = self._block_ids(answer)
-        self._law_problems += self._check_hits(view, hits, num_hit)
+        hits, num_hit = self._lookup_hits(self.views[rid])
         self._release(rid)
         return {"hits": (hits, num_hit)}
+
+    def _lookup_hits(self, view: RequestView) -> tuple[list[list[int]], int]:
+        """``get_computed_blocks(view)``: its per-group hits, judged by the hit laws."""
+        hits, num_hit = self._call(
+            f"m.get_computed_blocks(views[{view.request_id!r}])",
+            self.manager.get_computed_blocks_per_group, view, shown=lambda a: (
+                adapter_form(self.spec, a[0]), a[1]))
+        hits = [list(ids) for ids in hits]  # the adapter may reuse its lists
+        self._law_problems += check_hits(self.written, self.spec, view, hits, num_hit)
+        return hits, num_hit
 
     def _release(self, rid: str) -> None:
         """The end of ``rid``'s lookup without an allocation: its pins dropped (with
@@ -194,24 +213,15 @@ class Driver:
 
     def _schedule(self, rid: str, num_tokens: int | None, decode: bool = False,
                   lookahead: int = 0) -> StepResult:
-        """One ``schedule`` or ``decode`` op, as vLLM's scheduler makes its calls.
-
-        What depends on the number of KV cache groups is left to hooks a subclass overrides
-        (``HybridDriver``): ``_block_ids`` (the shape of the ids an answer holds),
-        ``_check_hits`` (the hit laws), ``_answered`` (what ``allocate_slots``' answer alone
-        says) and ``_write`` (the shadow record of what the step computed).
-        """
+        """One ``schedule`` or ``decode`` op, as vLLM's scheduler makes its calls."""
         view = self.views[rid]
         out: StepResult = {}
         was_running = rid in self.running
-        hits: _BlockIds = []
+        hits: list[list[int]] = []  # a running request passes none (vLLM's scheduler too)
         num_hit = 0
         if not was_running:
-            answer, num_hit = self._call(
-                f"m.get_computed_blocks(views[{rid!r}])", self.manager.get_computed_blocks, view)
-            hits = self._block_ids(answer)
+            hits, num_hit = self._lookup_hits(view)
             out["hits"] = (hits, num_hit)
-            self._law_problems += self._check_hits(view, hits, num_hit)
         remaining = view.num_tokens - view.num_computed_tokens - num_hit
         if was_running and (decode or remaining <= 0):
             # Decode: the request samples `num_tokens` new tokens, then asks for their slots.
@@ -226,21 +236,24 @@ class Driver:
             remaining = num_tokens
         num_new = max(0, remaining if num_tokens is None else min(num_tokens, remaining))
         start = view.num_computed_tokens + num_hit  # hits are read, not written
-        text = f"m.allocate_slots(views[{rid!r}], {num_new}, {num_hit}, {hits!r}"
+        text = (f"m.allocate_slots(views[{rid!r}], {num_new}, {num_hit}, "
+                f"{adapter_form(self.spec, hits)!r}")
+        shown = self._adapter_answer
         if lookahead:  # passed only when asked for: an adapter without lookahead may lack it
-            new = self._call(f"{text}, {lookahead})", self.manager.allocate_slots, view,
-                             num_new, num_hit, hits, lookahead)
+            new = self._call(f"{text}, {lookahead})", self.manager.allocate_slots_per_group,
+                             view, num_new, num_hit, hits, lookahead, shown=shown)
         else:
-            new = self._call(f"{text})", self.manager.allocate_slots, view, num_new, num_hit,
-                             hits)
-        new_ids = out["new"] = None if new is None else self._block_ids(new)
+            new = self._call(f"{text})", self.manager.allocate_slots_per_group, view, num_new,
+                             num_hit, hits, shown=shown)
+        new_ids = out["new"] = None if new is None else [list(ids) for ids in new]
+        if was_running or new_ids is not None:
+            # A refused running request's windows may still have moved.
+            self.last_start[rid] = start
         if new_ids is None and not was_running:
             self._release(rid)  # a refused admission keeps the lookup's pins
-        self._answered(rid, new_ids, start, was_running)
         if new_ids is not None:
             if not was_running:
-                self.write_log.admitted(rid, pinned_ids(hits, grouped=bool(
-                    self.spec.kv_cache_groups)))
+                self.write_log.admitted(rid, pinned_ids(hits, null=null_of(self.spec)))
             self.running.add(rid)
             view = self.views[rid] = replace(view, num_computed_tokens=start + num_new)
             self._write(view, new_ids, start, num_new)
@@ -249,37 +262,30 @@ class Driver:
                 f"{self.views[rid].num_computed_tokens})")
         return out
 
-    # ------------------------------------------------------------------ group hooks
-    def written_records(self) -> list[WrittenBlocks]:
-        """The shadow records of what was written where: one here, one per group in a
-        ``HybridDriver``."""
-        return [self.written]
+    def _adapter_answer(self, new: list[list[int]] | None) -> object:
+        """``allocate_slots``' answer as the adapter gave it (for the repro)."""
+        return None if new is None else adapter_form(self.spec, new)
 
-    def _block_ids(self, answer: Sequence[Any]) -> _BlockIds:
-        """The block ids of a ``get_computed_blocks`` or ``allocate_slots`` answer, copied
-        (the adapter may reuse its lists)."""
-        return list(answer)
-
-    def _check_hits(self, view: RequestView, hits: _BlockIds, num_hit: int) -> list[str]:
-        """The hit-law problems of ``get_computed_blocks(view) -> (hits, num_hit)``."""
-        return check_hits(self.written, view, hits, num_hit)
-
-    def _answered(self, rid: str, new_ids: _BlockIds | None, start: int,
-                  was_running: bool) -> None:
-        """``allocate_slots`` answered ``new_ids`` (None: refused) for ``rid``, which had
-        ``start`` tokens computed, new hits included. Nothing to note for one group."""
-
-    def _write(self, view: RequestView, new_ids: _BlockIds, start: int, num_new: int) -> None:
+    def _write(self, view: RequestView, new_ids: list[list[int]], start: int,
+               num_new: int) -> None:
         """``view`` got ``new_ids`` and computed its positions ``[start, start + num_new)``:
         the new blocks' old contents are gone, and those positions are now written."""
-        self.written.clear(new_ids)
-        if num_new:
-            table = self.manager.get_block_ids(view.request_id)
-            self.written.write(view, table, start, start + num_new)
-            self.write_log.wrote(view.request_id, table, start, start + num_new,
-                                 self.spec.block_size)
+        rid = view.request_id
+        tables = self.manager.get_block_ids_per_group(rid) if num_new else []
+        null = null_of(self.spec)
+        for g, written in enumerate(self.written):
+            written.clear(new_ids[g] if g < len(new_ids) else [])
+            if num_new and g < len(tables):
+                # Null positions hold nothing: keep them out of the record.
+                table = [b if b != null else -1 - i for i, b in enumerate(tables[g])]
+                written.write(view, table, start, start + num_new)
+                self.write_log.wrote(rid, tables[g], start, start + num_new, written.block_size,
+                                     group=g if null is not None else None, null=null)
 
-    def _call(self, text: str, fn: Callable[[Unpack[_Args]], _T], *args: Unpack[_Args]) -> _T:
+    def _call(self, text: str, fn: Callable[[Unpack[_Args]], _T], *args: Unpack[_Args],
+              shown: Callable[[_T], object] | None = None) -> _T:
+        """``fn(*args)``, logged for the repro as ``text`` and the answer (``shown``: as the
+        adapter gave it)."""
         try:
             result = fn(*args)
         except BaseException as exc:
@@ -289,12 +295,14 @@ class Driver:
             self.lines.append(f"{text}  # raised {name}")
             raise
         self.last_call[text.partition("(")[0].removeprefix("m.")] = len(self.lines)
-        self.lines.append(f"{text}  # -> {result!r}")
+        self.lines.append(f"{text}  # -> {(result if shown is None else shown(result))!r}")
         return result
 
     # ------------------------------------------------------------------ observation
-    def tables(self) -> dict[str, list[int]]:
-        return {rid: list(self.manager.get_block_ids(rid)) for rid in sorted(self.running)}
+    def tables(self) -> dict[str, list[list[int]]]:
+        """``{rid: per-group block tables}`` of the running requests."""
+        return {rid: [list(t) for t in self.manager.get_block_ids_per_group(rid)]
+                for rid in sorted(self.running)}
 
     def snippet(self, note: str = "", check: Check | None = None) -> str:
         """A runnable Python program replaying every call made so far.

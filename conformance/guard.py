@@ -6,6 +6,14 @@ compares it (issue 10 item 3), in every profile.
 call manager methods directly all go through it. Every call also runs under the handle's
 per-call limit (``kvcheck.conformance.call_limit``).
 
+The guard is the adapter boundary of the one-group/many-groups split
+(``kvcheck.conformance.groups``): its ``*_per_group`` methods, which the driver calls, answer
+one list of block ids per KV-cache group whatever form the adapter speaks (a single-group
+adapter's flat answer is the one-group case ``[answer]``); the protocol methods
+(``get_computed_blocks``, ``allocate_slots``, ``get_block_ids``), which repros and scripted
+tests call, hand back the adapter's own form. Each answer is checked once, by the rules of
+the form the adapter speaks.
+
 Rules (a broken one raises ``ProtocolViolation`` naming the method, its arguments, the
 returned value and the rule):
 
@@ -36,12 +44,12 @@ returned value and the rule):
   it): a lookup pins its hits until the request's next successful ``allocate_slots`` or its
   ``release_computed``; ``allocate_slots`` never returns a pinned block as new
   (``kvcheck.conformance.pinning``; the ledger is ``pin_ledger``);
-* multi-group specs (``spec.kv_cache_groups`` non-empty; ``GuardedHybridManager``, which
-  ``GuardedManager(...)`` becomes for such a spec): ``get_computed_blocks`` is ``(one list per
-  group, n)``, ``allocate_slots`` None or one list of new ids per group, ``get_block_ids`` one
-  table per group. Id ``0`` is the null block: allowed in hits and tables, never a new block;
-  no other id twice across the groups of one answer. A table equals the previous one + the
-  hits + the new ids, except that entries may have become ``0`` (skipped by a window).
+* multi-group specs (``spec.kv_cache_groups`` non-empty): ``get_computed_blocks`` is ``(one
+  list per group, n)``, ``allocate_slots`` None or one list of new ids per group,
+  ``get_block_ids`` one table per group. Id ``0`` is the null block: allowed in hits and
+  tables, never a new block; no other id twice across the groups of one answer. A table
+  equals the previous one + the hits + the new ids, except that entries may have become ``0``
+  (skipped by a window).
 
 Lengths come before elements (issue 23 item 3): every list answer is first checked against
 a bound it cannot exceed when correct, so a flood (10^7 ids) is refused at once, naming its
@@ -82,6 +90,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 from kvcheck.conformance.call_limit import CallLimit, arg_text
+from kvcheck.conformance.groups import NULL_BLOCK, adapter_form, null_of
 from kvcheck.conformance.pinning import PinLedger, pinned_ids
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView
 from kvcheck.conformance.short_repr import short_repr as abbreviate
@@ -89,8 +98,6 @@ from kvcheck.errors import KVCheckFailure
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
-
-    from kvcheck.conformance.rebinding import Rebindings
 
     _Args = TypeVarTuple("_Args")
 
@@ -100,9 +107,9 @@ __all__ = [
     "AdapterCall",
     "Diversion",
     "GuardedBlockPool",
-    "GuardedHybridManager",
     "GuardedManager",
     "ProtocolViolation",
+    "RebindingJudge",
     "divert_calls",
     "live_guards",
     "restore_calls",
@@ -157,6 +164,17 @@ class AdapterCall(Protocol):
 
     def __call__(self, method: str, fn: Callable[[Unpack[_Args]], _T],
                  *args: Unpack[_Args]) -> _T: ...
+
+
+class RebindingJudge(Protocol):
+    """What judges a changed table entry under ``dedup_on_insert``
+    (``kvcheck.conformance.rebinding.Rebindings``): ``judge`` returns whether ``got`` is
+    ``expected`` with valid rebindings, and the note a violation ends with otherwise."""
+
+    declared: bool
+
+    def judge(self, request_id: str, expected: Sequence[int], got: Sequence[int], *,
+              computed: int, fresh: int | None) -> tuple[bool, str]: ...
 
 
 #: What ``divert_calls`` takes: the implementation's name -> the call its guards make.
@@ -296,21 +314,22 @@ class _Guard:
 class GuardedManager(_Guard):
     """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
 
-    __slots__ = ("_drained", "_events_per_op", "_held", "_longest", "_lost", "_ops", "_pins",
-                 "_pool_tokens", "_rebinding", "_steps", "_tables")
-
-    def __new__(  # noqa: PYI034 - returns the hybrid subclass for a multi-group spec
-        cls, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
-        limit: CallLimit,
-    ) -> GuardedManager:
-        # A multi-group spec speaks the per-group protocol: its own guard.
-        kind = GuardedHybridManager if cls is GuardedManager and spec.kv_cache_groups else cls
-        return object.__new__(kind)
+    __slots__ = ("_drained", "_events_per_op", "_group_bs", "_grouped", "_gtables", "_held",
+                 "_longest", "_lost", "_null", "_ops", "_pins", "_pool_tokens", "_rebinding",
+                 "_spec", "_steps", "_tables")
 
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
         super().__init__(raw, impl=impl, spec=spec, reserved=reserved, limit=limit)
-        self._tables: dict[str, list[int]] = {}  # the block tables the answers imply
+        self._spec = spec
+        # The adapter's form: one list per group (spec.kv_cache_groups) or a flat list.
+        self._grouped = bool(spec.kv_cache_groups)
+        self._null = null_of(spec)
+        self._group_bs = tuple(spec.group_block_size(g) for g in range(len(spec.groups)))
+        # The tables the answers imply: a single-group adapter's (with the holds, _held),
+        # a grouped adapter's per-group ones (entries may become null).
+        self._tables: dict[str, list[int]] = {}
+        self._gtables: dict[str, list[list[int]]] = {}
         self._held: dict[int, int] = {}  # block id -> number of live requests holding it
         self._lost = False  # an adapter call raised: its state is unknown from then on
         # For the length bounds: the most tokens (lookahead included) of any request shown
@@ -324,11 +343,16 @@ class GuardedManager(_Guard):
         self._drained = 0  # self._ops at the last take_events (_ops only grows)
         # dedup_on_insert (judge_rebindings): the judge, and per request its last
         # allocate_slots as (start, end, self._ops after it).
-        self._rebinding: Rebindings | None = None
+        self._rebinding: RebindingJudge | None = None
         self._steps: dict[str, tuple[int, int, int]] = {}
 
+    @property
+    def grouped(self) -> bool:
+        """Whether the adapter speaks the per-group form (``spec.kv_cache_groups`` given)."""
+        return self._grouped
+
     # ---------------------------------------------------------- dedup_on_insert
-    def judge_rebindings(self, judge: Rebindings) -> None:
+    def judge_rebindings(self, judge: RebindingJudge) -> None:
         """From now on a table that differs from the one the answers imply is shown to
         ``judge`` (``kvcheck.conformance.rebinding``) before it is a violation: with
         ``dedup_on_insert`` an entry may have been rebound to an identical block, which the
@@ -417,13 +441,18 @@ class GuardedManager(_Guard):
             raise
 
     # ---------------------------------------------------------- the manager
-    # The checks both forms share live here; the per-group guard (GuardedHybridManager)
-    # overrides only the hooks that read block ids: _hit_ids, _check_hit_blocks, _forget.
+    # Each answer is checked once, in the per-group form (``*_per_group``, what the driver
+    # calls): a single-group adapter's flat answer is the one-group case ``[answer]``, checked
+    # by the flat rules (``_ids``) and named as the adapter wrote it. The protocol methods
+    # (repros and scripted tests call them) hand back the adapter's own form.
 
-    #: The first element of ``get_computed_blocks``'s pair, as the pair rule names it.
-    _HITS_FORM = "block_ids: list[int]"
+    def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]:
+        __tracebackhide__ = True
+        hits, num = self.get_computed_blocks_per_group(request)
+        return adapter_form(self._spec, hits), num
 
-    def get_computed_blocks(self, request: RequestView) -> tuple[list[int], int]:
+    def get_computed_blocks_per_group(self, request: RequestView) -> tuple[list[list[int]], int]:
+        """``get_computed_blocks(request)`` checked, its hits one list per group."""
         __tracebackhide__ = True
         before = _view_state(request)
         value: object = self._call("get_computed_blocks", self._raw.get_computed_blocks, request)
@@ -431,36 +460,90 @@ class GuardedManager(_Guard):
         if before is not None:
             self._unchanged("get_computed_blocks", args, before, _view_state(request), value)
         if (type(value) is not tuple and type(value) is not list) or len(value) != 2:
+            form = ("one list of block ids per KV-cache group" if self._grouped
+                    else "block_ids: list[int]")
             self._violation("get_computed_blocks", args, value,
-                            f"must be a pair ({self._HITS_FORM}, num_computed_tokens: int)")
+                            f"must be a pair ({form}, num_computed_tokens: int)")
         total = request.num_tokens
         if total > self._longest:
             self._longest = total
-        hits = self._hit_ids(args, value)
+        hits = self._answer_groups("get_computed_blocks", args, value[0], "the hit block ids",
+                                   nulls=True)
         num = value[1]
         if type(num) is not int or not 0 <= num <= total:
             self._violation("get_computed_blocks", args, value,
                             f"num_computed_tokens must be an int in [0, {total}] (the "
                             "request's tokens)")
-        self._check_hit_blocks(args, value, hits, num)
+        for g, (ids, bs) in enumerate(zip(hits, self._group_bs, strict=True)):
+            if len(ids) != -(-num // bs):
+                self._violation("get_computed_blocks", args, value,
+                                f"{num} hit tokens fill {-(-num // bs)} block(s) of group {g} "
+                                f"(block size {bs}), but its list has {len(ids)} ids"
+                                if self._grouped else
+                                f"{num} hit tokens fill {-(-num // bs)} block(s) of {bs}, but "
+                                f"{len(ids)} block ids were returned")
         if self._pins is not None:
-            self._pins.pin(request.request_id,
-                           pinned_ids(hits, grouped=isinstance(self, GuardedHybridManager)))
+            self._pins.pin(request.request_id, pinned_ids(hits, null=self._null))
         return hits, num
 
-    def _hit_ids(self, args: tuple[object, ...], value: Sequence[object]) -> list[int]:
-        """The hits of a ``get_computed_blocks`` pair ``value``, checked as block ids."""
+    def _answer_groups(self, method: str, args: tuple[object, ...], value: object, what: str,
+                       *, nulls: bool) -> list[list[int]]:
+        """``value`` checked as the block ids of an answer, as one list per group: a
+        single-group adapter's list by the flat rules (``_ids``: no id twice, none reserved),
+        a grouped adapter's lists by ``_groups``."""
         __tracebackhide__ = True
-        return self._ids("get_computed_blocks", args, value[0], "the hit block ids")
+        if not self._grouped:
+            return [self._ids(method, args, value, what)]
+        return self._groups(method, args, value, what, nulls=nulls)
 
-    def _check_hit_blocks(self, args: tuple[object, ...], value: object, hits: list[int],
-                          num: int) -> None:
-        """``num`` hit tokens fill exactly the blocks ``hits`` lists."""
+    def _groups(self, method: str, args: tuple[object, ...], value: object, what: str, *,
+                nulls: bool) -> list[list[int]]:
+        """``value`` checked as one list of block ids per group (length, types, range,
+        reserved ids, an id twice across the groups; ``0`` allowed only with ``nulls``)."""
         __tracebackhide__ = True
-        if len(hits) != -(-num // self._bs):
-            self._violation("get_computed_blocks", args, value,
-                            f"{num} hit tokens fill {-(-num // self._bs)} block(s) of "
-                            f"{self._bs}, but {len(hits)} block ids were returned")
+        n = len(self._group_bs)
+        if (type(value) is not list and type(value) is not tuple) or len(value) != n:
+            self._violation(method, args, value,
+                            f"{what} must be a list of {n} lists of int (one per KV-cache "
+                            f"group, spec.kv_cache_groups order), not "
+                            f"{abbreviate(value, 40)}")
+        out: list[list[int]] = []
+        seen: set[int] = set()
+        for g, part in enumerate(value):
+            label = f"{what} of group {g}"
+            if nulls:  # a position each: real ids are distinct, null ones repeat
+                positions = -(-self._longest // self._group_bs[g])
+                self._too_long(method, args, value, part, label, max(self._n, positions),
+                               f"num_blocks={self._n} or the {positions} positions of the "
+                               f"longest request passed in so far, {self._longest} tokens, "
+                               "whichever is more")
+            else:
+                self._too_long(method, args, value, part, label, self._n,
+                               f"distinct block ids of a pool of num_blocks={self._n}")
+            problem = _ints_problem(part, label)
+            if problem is not None:
+                self._violation(method, args, value, problem)
+            ids = list(cast("list[int]", part))
+            real = [b for b in ids if b != NULL_BLOCK]
+            if NULL_BLOCK in ids and not nulls:
+                problem = (f"{label} contains the null block {NULL_BLOCK}; a newly allocated "
+                           "block is never the null block")
+            elif real and (min(real) < 0 or max(real) >= self._n):
+                bad = min(real) if min(real) < 0 else max(real)
+                problem = f"block id {bad} in {label} is outside [0, num_blocks={self._n})"
+            elif not self._reserved.isdisjoint(real):
+                problem = (f"{label} contains reserved block id(s) "
+                           f"{sorted(self._reserved.intersection(real))} (only the null block "
+                           f"{NULL_BLOCK} may appear, as a skipped position)")
+            elif len(set(real)) != len(real) or not seen.isdisjoint(real):
+                dup = sorted(set(_duplicates(real)) | seen.intersection(real))
+                problem = (f"{label} lists block id(s) {abbreviate(dup, 80)} twice (in one "
+                           "group or in two groups: a block belongs to one group at a time)")
+            if problem is not None:
+                self._violation(method, args, value, problem)
+            seen.update(real)
+            out.append(ids)
+        return out
 
     def _allocate(self, request: RequestView, num_new_tokens: int,
                   num_new_computed_tokens: int, hits: object, hits_copy: object,
@@ -490,10 +573,37 @@ class GuardedManager(_Guard):
 
     def allocate_slots(self, request: RequestView, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
-                       new_computed_block_ids: Sequence[int] = (),
-                       num_lookahead_tokens: int = 0) -> list[int] | None:
+                       new_computed_block_ids: Sequence[Any] = (),
+                       num_lookahead_tokens: int = 0) -> Any:
         __tracebackhide__ = True
-        hits = list(new_computed_block_ids)
+        hits = ([list(h) for h in new_computed_block_ids] if self._grouped
+                else [list(new_computed_block_ids)])
+        new = self.allocate_slots_per_group(request, num_new_tokens, num_new_computed_tokens,
+                                            hits, num_lookahead_tokens)
+        return None if new is None else adapter_form(self._spec, new)
+
+    def allocate_slots_per_group(self, request: RequestView, num_new_tokens: int,
+                                 num_new_computed_tokens: int,
+                                 new_computed_block_ids: Sequence[Sequence[int]],
+                                 num_lookahead_tokens: int = 0) -> list[list[int]] | None:
+        """``allocate_slots`` checked, the hits passed and the new ids one list per group
+        (the adapter is called with, and violations show, its own form)."""
+        __tracebackhide__ = True
+        if self._grouped:
+            return self._allocate_groups(request, num_new_tokens, num_new_computed_tokens,
+                                         [list(h) for h in new_computed_block_ids],
+                                         num_lookahead_tokens)
+        new = self._allocate_flat(request, num_new_tokens, num_new_computed_tokens,
+                                  list(new_computed_block_ids[0]) if new_computed_block_ids
+                                  else [], num_lookahead_tokens)
+        return None if new is None else [new]
+
+    def _allocate_flat(self, request: RequestView, num_new_tokens: int,
+                       num_new_computed_tokens: int, hits: list[int],
+                       num_lookahead_tokens: int) -> list[int] | None:
+        """A single-group adapter's ``allocate_slots``: the new ids are none of the hits and
+        held by nobody (``_held``), the table follows (rebindings judged)."""
+        __tracebackhide__ = True
         args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens, hits,
                                      list(hits), num_lookahead_tokens)
         if value is None:
@@ -529,6 +639,53 @@ class GuardedManager(_Guard):
             held[b] = 1
         table += hits
         table += new
+        return new
+
+    def _allocate_groups(self, request: RequestView, num_new_tokens: int,
+                         num_new_computed_tokens: int, hits: list[list[int]],
+                         num_lookahead_tokens: int) -> list[list[int]] | None:
+        """A grouped adapter's ``allocate_slots``: no null block and no hit among the new
+        ids, the tables read back (entries may have become null, even in a refused call;
+        a refused admission's are empty), no new id held by another request. (A
+        single-group adapter's tables are not read back: there a block a refused call kept
+        breaks conservation, ``kvcheck.conformance.laws``.)"""
+        __tracebackhide__ = True
+        args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens, hits,
+                                     [list(h) for h in hits], num_lookahead_tokens)
+        new = None if value is None else self._groups("allocate_slots", args, value,
+                                                      "the new block ids", nulls=False)
+        if self._lost:
+            return new
+        rid = request.request_id
+        if self._pins is not None and new is not None:
+            self._check_pins(args, value, rid, [b for part in new for b in part])
+        old = self._gtables.get(rid)
+        if new is None and old is None:
+            # A refused admission holds nothing (all-or-nothing), which the tables must show:
+            # entries may change even in a refused call, so they are always read back.
+            self._follow(rid, [[] for _ in self._group_bs],
+                         f"allocate_slots({rid!r}) returned None for a request holding no "
+                         "blocks; then get_block_ids")
+            return None
+        flat_hits = {b for h in hits for b in h}
+        for part in new or ():
+            for b in part:
+                if b in flat_hits:
+                    self._new_is_a_hit(args, value, b)
+        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
+        if new is not None:
+            for g, part in enumerate(new):
+                if g < len(hits):
+                    expected[g] += hits[g]
+                expected[g] += part
+        self._follow(rid, expected, f"allocate_slots({rid!r}) returned {abbreviate(value)}; "
+                     "then get_block_ids")
+        for part in new or ():
+            for b in part:
+                owners = sorted(r for r, t in self._gtables.items()
+                                if r != rid and any(b in row for row in t))
+                if owners:
+                    self._new_is_held(args, value, b, owners)
         return new
 
     def _double_hand_out(self, args: tuple[object, ...], value: object, new: list[int],
@@ -567,7 +724,8 @@ class GuardedManager(_Guard):
         return result
 
     def _forget(self, request_id: str) -> None:
-        """Drop a freed request's table and its holds."""
+        """Drop a freed request's tables and its holds."""
+        self._gtables.pop(request_id, None)
         table = self._tables.pop(request_id, None)
         self._steps.pop(request_id, None)
         if table:
@@ -579,7 +737,27 @@ class GuardedManager(_Guard):
                 else:
                     held.pop(b, None)
 
-    def get_block_ids(self, request_id: str) -> list[int]:
+    def get_block_ids(self, request_id: str) -> Any:
+        __tracebackhide__ = True
+        return adapter_form(self._spec, self.get_block_ids_per_group(request_id))
+
+    def get_block_ids_per_group(self, request_id: str) -> list[list[int]]:
+        """``get_block_ids(request_id)`` checked against the tables the answers imply, one
+        table per group."""
+        __tracebackhide__ = True
+        if not self._grouped:
+            return [self._flat_table(request_id)]
+        if self._lost:
+            value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
+            return self._groups("get_block_ids", (request_id,), value, "the block tables",
+                                nulls=True)
+        old = self._gtables.get(request_id)
+        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
+        return self._follow(request_id, expected, "get_block_ids")
+
+    def _flat_table(self, request_id: str) -> list[int]:
+        """A single-group adapter's table: the previous one + the hits + the new ids (or,
+        with a judge, that with rebound entries)."""
         __tracebackhide__ = True
         value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
         # The table holds shared hits, but never a block twice.
@@ -595,6 +773,26 @@ class GuardedManager(_Guard):
                         "the hits passed to allocate_slots + the new ids it returned; [] after "
                         "free or for an unknown request)" + note)
         return ids
+
+    def _follow(self, rid: str, expected: list[list[int]], context: str) -> list[list[int]]:
+        """Read a grouped adapter's tables of ``rid``, check them against ``expected``
+        (entries may have become null), and remember them."""
+        __tracebackhide__ = True
+        value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
+        tables = self._groups("get_block_ids", (rid,), value, "the block tables", nulls=True)
+        for g, (got, want) in enumerate(zip(tables, expected, strict=True)):
+            if len(got) != len(want) or any(a != b and a != NULL_BLOCK
+                                            for a, b in zip(got, want, strict=True)):
+                self._violation("get_block_ids", (rid,), value,
+                                f"group {g}'s table must be {abbreviate(want)} with some entries "
+                                "possibly replaced by the null block 0 (the previous table + "
+                                "the hits passed to allocate_slots + the new ids it returned; "
+                                f"[] after free or for an unknown request) [{context}]")
+        if any(tables):
+            self._gtables[rid] = tables
+        else:
+            self._gtables.pop(rid, None)
+        return tables
 
     def reset_prefix_cache(self) -> bool:
         __tracebackhide__ = True
@@ -755,163 +953,6 @@ class GuardedManager(_Guard):
         return self._int_lists("req_to_token", args, value,
                                tuple(f"row {b}" for b in range(len(value))),
                                [(width, f"the longest seq_len, {width}")] * len(value))
-
-NULL_BLOCK = 0  # vLLM's null block: the id of a position a window no longer needs
-
-
-class GuardedHybridManager(GuardedManager):
-    """The guard of a manager built for a multi-group spec (``SupportsKVCacheGroups``): block
-    ids come as one list per group and ``0`` is the null block (see the module doc)."""
-
-    __slots__ = ("_group_bs", "_gtables")
-
-    def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
-                 limit: CallLimit) -> None:
-        super().__init__(raw, impl=impl, spec=spec, reserved=reserved, limit=limit)
-        self._group_bs = tuple(spec.group_block_size(g) for g in range(len(spec.groups)))
-        self._gtables: dict[str, list[list[int]]] = {}  # per-group tables the answers imply
-
-    def _groups(self, method: str, args: tuple[object, ...], value: object, what: str, *,
-                nulls: bool) -> list[list[int]]:
-        """``value`` checked as one list of block ids per group (length, types, range,
-        reserved ids, an id twice across the groups; ``0`` allowed only with ``nulls``)."""
-        __tracebackhide__ = True
-        n = len(self._group_bs)
-        if (type(value) is not list and type(value) is not tuple) or len(value) != n:
-            self._violation(method, args, value,
-                            f"{what} must be a list of {n} lists of int (one per KV-cache "
-                            f"group, spec.kv_cache_groups order), not "
-                            f"{abbreviate(value, 40)}")
-        out: list[list[int]] = []
-        seen: set[int] = set()
-        for g, part in enumerate(value):
-            label = f"{what} of group {g}"
-            if nulls:  # a position each: real ids are distinct, null ones repeat
-                positions = -(-self._longest // self._group_bs[g])
-                self._too_long(method, args, value, part, label, max(self._n, positions),
-                               f"num_blocks={self._n} or the {positions} positions of the "
-                               f"longest request passed in so far, {self._longest} tokens, "
-                               "whichever is more")
-            else:
-                self._too_long(method, args, value, part, label, self._n,
-                               f"distinct block ids of a pool of num_blocks={self._n}")
-            problem = _ints_problem(part, label)
-            if problem is not None:
-                self._violation(method, args, value, problem)
-            ids = list(cast("list[int]", part))
-            real = [b for b in ids if b != NULL_BLOCK]
-            if NULL_BLOCK in ids and not nulls:
-                problem = (f"{label} contains the null block {NULL_BLOCK}; a newly allocated "
-                           "block is never the null block")
-            elif real and (min(real) < 0 or max(real) >= self._n):
-                bad = min(real) if min(real) < 0 else max(real)
-                problem = f"block id {bad} in {label} is outside [0, num_blocks={self._n})"
-            elif not self._reserved.isdisjoint(real):
-                problem = (f"{label} contains reserved block id(s) "
-                           f"{sorted(self._reserved.intersection(real))} (only the null block "
-                           f"{NULL_BLOCK} may appear, as a skipped position)")
-            elif len(set(real)) != len(real) or not seen.isdisjoint(real):
-                dup = sorted(set(_duplicates(real)) | seen.intersection(real))
-                problem = (f"{label} lists block id(s) {abbreviate(dup, 80)} twice (in one "
-                           "group or in two groups: a block belongs to one group at a time)")
-            if problem is not None:
-                self._violation(method, args, value, problem)
-            seen.update(real)
-            out.append(ids)
-        return out
-
-    _HITS_FORM = "one list of block ids per KV-cache group"
-
-    def _hit_ids(self, args: tuple[object, ...], value: Sequence[object]) -> list[int]:
-        __tracebackhide__ = True
-        hits = self._groups("get_computed_blocks", args, value[0], "the hit block ids",
-                            nulls=True)
-        # Per-group lists: the hybrid form of the single-group answer (see the Protocol).
-        return cast("list[int]", hits)
-
-    def _check_hit_blocks(self, args: tuple[object, ...], value: object, hits: list[int],
-                          num: int) -> None:
-        __tracebackhide__ = True
-        groups = cast("list[list[int]]", hits)  # _hit_ids' per-group lists
-        for g, (ids, bs) in enumerate(zip(groups, self._group_bs, strict=True)):
-            if len(ids) != -(-num // bs):
-                self._violation("get_computed_blocks", args, value,
-                                f"{num} hit tokens fill {-(-num // bs)} block(s) of group {g} "
-                                f"(block size {bs}), but its list has {len(ids)} ids")
-
-    def allocate_slots(self, request: RequestView, num_new_tokens: int,
-                       num_new_computed_tokens: int = 0,
-                       new_computed_block_ids: Sequence[Any] = (),
-                       num_lookahead_tokens: int = 0) -> Any:
-        __tracebackhide__ = True
-        hits = [list(h) for h in new_computed_block_ids]
-        args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens, hits,
-                                     [list(h) for h in hits], num_lookahead_tokens)
-        new = None if value is None else self._groups("allocate_slots", args, value,
-                                                      "the new block ids", nulls=False)
-        if self._lost:
-            return new
-        rid = request.request_id
-        if self._pins is not None and new is not None:
-            self._check_pins(args, value, rid, [b for part in new for b in part])
-        old = self._gtables.get(rid)
-        if new is None and old is None:
-            return None  # a refused admission: nothing held, nothing to follow
-        flat_hits = {b for h in hits for b in h}
-        for part in new or ():
-            for b in part:
-                if b in flat_hits:
-                    self._new_is_a_hit(args, value, b)
-        # Skipped positions may have become null during the call (even a refused one): read
-        # the request's tables to follow them.
-        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
-        if new is not None:
-            for g, part in enumerate(new):
-                if g < len(hits):
-                    expected[g] += hits[g]
-                expected[g] += part
-        self._follow(rid, expected, f"allocate_slots({rid!r}) returned {abbreviate(value)}; "
-                     "then get_block_ids")
-        for part in new or ():
-            for b in part:
-                owners = sorted(r for r, t in self._gtables.items()
-                                if r != rid and any(b in row for row in t))
-                if owners:
-                    self._new_is_held(args, value, b, owners)
-        return new
-
-    def _follow(self, rid: str, expected: list[list[int]], context: str) -> list[list[int]]:
-        """Read ``rid``'s tables from the adapter, check them against ``expected`` (entries
-        may have become null), and remember them."""
-        __tracebackhide__ = True
-        value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
-        tables = self._groups("get_block_ids", (rid,), value, "the block tables", nulls=True)
-        for g, (got, want) in enumerate(zip(tables, expected, strict=True)):
-            if len(got) != len(want) or any(a != b and a != NULL_BLOCK
-                                            for a, b in zip(got, want, strict=True)):
-                self._violation("get_block_ids", (rid,), value,
-                                f"group {g}'s table must be {abbreviate(want)} with some entries "
-                                "possibly replaced by the null block 0 (the previous table + "
-                                "the hits passed to allocate_slots + the new ids it returned; "
-                                f"[] after free or for an unknown request) [{context}]")
-        if any(tables):
-            self._gtables[rid] = tables
-        else:
-            self._gtables.pop(rid, None)
-        return tables
-
-    def _forget(self, request_id: str) -> None:
-        self._gtables.pop(request_id, None)
-
-    def get_block_ids(self, request_id: str) -> Any:
-        __tracebackhide__ = True
-        if self._lost:
-            value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
-            return self._groups("get_block_ids", (request_id,), value, "the block tables",
-                                nulls=True)
-        old = self._gtables.get(request_id)
-        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
-        return self._follow(request_id, expected, "get_block_ids")
 
 
 class GuardedBlockPool(_Guard):

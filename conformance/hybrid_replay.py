@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvcheck.conformance.groups import NULL_BLOCK
 from kvcheck.conformance.hybrid_golden import GoldenEvent, GoldenRow, GoldenScenario
-from kvcheck.conformance.hybrid_laws import NULL_BLOCK
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import release_after_lookup

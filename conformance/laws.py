@@ -1,55 +1,73 @@
 """Profile-independent laws checked on an implementation after every op, with or without
 an oracle (they are all that ``--kv-profile=generic`` checks besides its scripted tests).
 
-* conservation: ``num_free_blocks()`` + distinct blocks held by live requests equals the
-  ``num_free_blocks()`` of the fresh pool;
-* ownership: a request holds enough blocks for its computed tokens, none twice, none of the
-  reserved ids (``reserved_block_ids``: vLLM's null block 0; none under ``generic`` unless
-  declared); free and held blocks are disjoint (``free_queue_order``); ``ref_cnt`` equals the
-  number of holders for every other id (``ref_counts``; with ``ImplInfo.ref_cnt_counts_cache``
-  one more where the cache may hold the block: ``kvcheck.conformance.cache_refs``);
+One law set for one and many KV-cache groups (docs/semantics.md#kv-cache-groups-hybrid-models):
+the driver hands every answer over as one list of block ids per group
+(``kvcheck.conformance.groups``), a single-group spec being the one-group case, whose messages
+name no group. With ``start`` the tokens a request had computed when its last
+``allocate_slots`` was called (its new cache hits included) and, per group, ``k =
+skipped(start) // block_size`` (``skipped``: ``max(0, n - w + 1)`` for a window ``w``,
+``n // c * c`` for a chunk ``c``, 0 for full attention):
+
+* conservation: ``num_free_blocks()`` + distinct blocks held by live requests (in all groups:
+  one pool) equals the ``num_free_blocks()`` of the fresh pool;
+* ownership: a request holds enough blocks for its computed tokens in every group, none
+  twice, none of the reserved ids (``reserved_block_ids``: vLLM's null block 0; none under
+  ``generic`` unless declared); with several groups a live id sits in one group of one
+  request, or in several requests at the same group and position (shared through a hit);
+  free and held blocks are disjoint (``free_queue_order``); ``ref_cnt`` equals the number of
+  holders for every other id (``ref_counts``; with ``ImplInfo.ref_cnt_counts_cache`` one more
+  where the cache may hold the block: ``kvcheck.conformance.cache_refs``);
+* null block (several groups): id 0 is never in the free queue, never in a full-attention
+  table or hit list (the guard keeps it out of new blocks);
+* window: a sliding-window or chunked-local table holds no live block below index ``k``
+  (vLLM 0.10.2 keeps one more block of a chunked group: its "last cached block") and no null
+  block from index ``k`` on (a position the window still needs);
+* all-or-nothing: a refused ``allocate_slots`` (None) leaves a new request without blocks
+  (conservation and ``ref_cnt`` see a block it kept; with several groups the guard reads the
+  tables back) and changes a running one's tables only by nulling skipped positions (the
+  guard and the window law judge which);
 * pins (``pinning_lookup``, ``kvcheck.conformance.pinning``): a block pinned by a lookup not
   yet followed by ``allocate_slots`` or ``release_computed`` counts as held by the request
   that looked it up (conservation, the free queue, ``ref_cnt``);
-* no shared write (``kvcheck.conformance.shared_writes``): the blocks an ``allocate_slots``
-  makes the forward pass write (its new tokens' positions) are held by no other live request
-  and pinned by no other lookup;
-* rebinding (``dedup_on_insert``, ``kvcheck.conformance.rebinding``): a table entry the guard
-  accepted as rebound to an identical block released its old block (held by another request,
-  or free);
-* hit caps: ``get_computed_blocks`` returns whole blocks, at most ``num_tokens - 1`` tokens;
-* hit correctness: every block ``get_computed_blocks`` returns at index ``i`` holds exactly the
-  request's tokens ``[0, (i + 1) * block_size)`` under the same LoRA / salt / multimodal
-  context. ``WrittenBlocks`` is the shadow record of what the suite's scheduler wrote into
-  each block, so the law holds whatever the hashing scheme (stale hits after reuse,
-  content-only hashes and broken chains all fail it).
+* no shared write (``kvcheck.conformance.shared_writes``), per group: the blocks an
+  ``allocate_slots`` makes the forward pass write (its new tokens' positions) are held by no
+  other live request and pinned by no other lookup (the null block is never written);
+* rebinding (``dedup_on_insert``, ``kvcheck.conformance.rebinding``; one group): a table entry
+  the guard accepted as rebound to an identical block released its old block (held by another
+  request, or free);
+* hit caps: ``get_computed_blocks`` returns whole blocks covering exactly the hit tokens in
+  every group (nulls included), at most ``num_tokens - 1`` tokens; its nulls obey the window
+  law for the hit length;
+* hit correctness: every live block ``get_computed_blocks`` returns at index ``i`` of a group
+  holds exactly the request's tokens ``[0, (i + 1) * block_size)`` under the same LoRA / salt
+  / multimodal context. ``WrittenBlocks`` (``kvcheck.conformance.written``, one per group) is
+  the shadow record of what the suite's scheduler wrote into each block, so the law holds
+  whatever the hashing scheme (stale hits after reuse, content-only hashes and broken chains
+  all fail it).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from kvcheck.conformance.cache_refs import ref_count_problems
+from kvcheck.conformance.groups import NULL_BLOCK, null_floor, null_of, window_slack
 from kvcheck.conformance.pinning import ledger_of
-from kvcheck.conformance.protocol import RequestView
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.conformance.rebinding import check_rebindings
 from kvcheck.conformance.shared_writes import check_shared_writes
+from kvcheck.conformance.written import WrittenBlocks
 
 if TYPE_CHECKING:
-    from kvcheck.conformance.driver import Driver
+    from kvcheck.conformance.subject import Driven
 
-__all__ = ["WrittenBlocks", "check_hits", "check_laws", "check_pool"]
-
-# WrittenBlocks' interned keys: a request's root context (LoRA, cache salt), and one full
-# block (the parent prefix id, the block's tokens, its multimodal items as (id, offset)).
-_RootKey = tuple[Literal["root"], tuple[str, int, str] | None, str | None]
-_BlockKey = tuple[int, tuple[int, ...], tuple[tuple[str, int], ...]]
-_Key = _RootKey | _BlockKey
+__all__ = ["check_hits", "check_laws", "check_pool"]
 
 
-def check_laws(driver: Driver) -> list[str]:
+def check_laws(driver: Driven) -> list[str]:
     """The broken laws (empty when all hold). Each message names its terms.
 
     Also drains the hit-correctness problems the driver recorded while running the last op
@@ -57,34 +75,113 @@ def check_laws(driver: Driver) -> list[str]:
     """
     problems: list[str] = driver.take_law_problems()
     spec = driver.spec
-    reserved = driver.reserved
     tables = driver.tables()
+    grouped = bool(spec.kv_cache_groups)
+    # live id -> [(rid, group, index)] (several groups: ownership is judged by place)
+    where: dict[int, list[tuple[str, int, int]]] = {}
     holders: Counter[int] = Counter()
-    for rid, ids in tables.items():
-        holders.update(ids)
-        bad = [b for b in ids if not 0 <= b < spec.num_blocks]
-        if bad:
-            problems.append(f"request {rid!r} holds out-of-range block ids {bad}")
+    for rid, groups in tables.items():
+        computed = driver.views[rid].num_computed_tokens
+        for g, ids in enumerate(groups):
+            problems += _table_problems(driver, rid, g, ids, computed)
+            if grouped:
+                problems += _window_problems(spec, rid, g, ids,
+                                             driver.last_start.get(rid, computed))
+                for i, b in enumerate(ids):
+                    if b != NULL_BLOCK:
+                        where.setdefault(b, []).append((rid, g, i))
+            else:
+                holders.update(ids)
+    if grouped:
+        problems += _placement_problems(where)
+        # Holders are requests: one holding a block twice (reported above) counts once.
+        holders = Counter(b for b, places in where.items() for _ in {p[0] for p in places})
+    # No write into a shared block (group by group: the null block is never written), and
+    # rebindings that released their old block (the modules say why).
+    problems += check_shared_writes(driver.write_log, holders, lambda: tables,
+                                    ledger_of(driver.manager), grouped=grouped)
+    if grouped:
+        problems += check_pool(driver, holders,
+                               held="live blocks held by live requests in all groups",
+                               pool="one pool shared by every group; ", null_block=NULL_BLOCK)
+    else:
+        problems += check_pool(driver, holders)
+    return problems + check_rebindings(
+        driver.rebindings, holders, manager=driver.manager,
+        free_queue="free_queue_order" in driver.capabilities, initial_free=driver.initial_free)
+
+
+def _table_problems(driver: Driven, rid: str, g: int, ids: list[int],
+                    computed: int) -> list[str]:
+    """Range and length of request ``rid``'s table of group ``g``; with one group also no id
+    twice and no reserved id (several groups: ``_placement_problems``, the guard)."""
+    spec = driver.spec
+    grouped = bool(spec.kv_cache_groups)
+    who = f"request {rid!r} group {g}" if grouped else f"request {rid!r}"
+    problems: list[str] = []
+    bad = [b for b in ids if not 0 <= b < spec.num_blocks]
+    if bad:
+        problems.append(f"{who} holds out-of-range block ids {bad}")
+    if not grouped:
         if len(set(ids)) != len(ids):
             dup = sorted(b for b, n in Counter(ids).items() if n > 1)
-            problems.append(f"request {rid!r} holds blocks {dup} more than once")
-        held_reserved = [b for b in ids if b in reserved]
+            problems.append(f"{who} holds blocks {dup} more than once")
+        held_reserved = [b for b in ids if b in driver.reserved]
         if held_reserved:
-            problems.append(f"reserved blocks: request {rid!r} holds {held_reserved}, which "
-                            f"the design reserves (reserved_block_ids {list(reserved)})")
-        need = -(-driver.views[rid].num_computed_tokens // spec.block_size)
-        if len(ids) < need:
-            problems.append(f"request {rid!r} has {driver.views[rid].num_computed_tokens} "
-                            f"computed tokens but only {len(ids)} blocks of {spec.block_size}")
-    # No write into a shared block, and rebindings that released their old block (the
-    # modules say why).
-    problems += check_shared_writes(driver.write_log, holders,
-                                    lambda: {rid: [ids] for rid, ids in tables.items()},
-                                    ledger_of(driver.manager))
-    return problems + check_pool(driver, holders) + check_rebindings(driver, holders)
+            problems.append(f"reserved blocks: {who} holds {held_reserved}, which the design "
+                            f"reserves (reserved_block_ids {list(driver.reserved)})")
+    bs = spec.group_block_size(g)
+    if len(ids) < -(-computed // bs):
+        has = f"but group {g} has only" if grouped else "but only"
+        problems.append(f"request {rid!r} has {computed} computed tokens {has} {len(ids)} "
+                        f"blocks of {bs}")
+    return problems
 
 
-def check_pool(driver: Driver, holders: Counter[int], *,
+def _window_problems(spec: KVCacheSpec, rid: str, g: int, ids: list[int],
+                     start: int) -> list[str]:
+    """The null-block and window laws of request ``rid``'s table of group ``g``, ``start``
+    tokens computed at its last ``allocate_slots``."""
+    kind = spec.groups[g].kind
+    nulls = [i for i, b in enumerate(ids) if b == NULL_BLOCK]
+    if kind == "full_attention":
+        return [(f"null block: request {rid!r} full-attention group {g} holds the null block "
+                f"at indices {nulls}")] if nulls else []
+    problems: list[str] = []
+    floor = null_floor(spec, g, start)
+    live_low = [i for i, b in enumerate(ids[:max(0, floor - window_slack(spec, g))])
+                if b != NULL_BLOCK]
+    if live_low:
+        problems.append(
+            f"window: request {rid!r} group {g} ({kind}) still holds live blocks "
+            f"{[ids[i] for i in live_low]} at indices {live_low}, which its window skipped "
+            f"({start} tokens computed at its last allocate_slots: indices below {floor} "
+            f"must be the null block {NULL_BLOCK})")
+    needed = [i for i in nulls if i >= floor]
+    if needed:
+        problems.append(
+            f"window: request {rid!r} group {g} ({kind}) holds the null block at indices "
+            f"{needed}, which its window still needs ({start} tokens computed at its last "
+            f"allocate_slots: only indices below {floor} are skipped)")
+    return problems
+
+
+def _placement_problems(where: dict[int, list[tuple[str, int, int]]]) -> list[str]:
+    """Several groups: a live id sits in one request once, or in several at one place."""
+    problems: list[str] = []
+    for b, places in where.items():
+        rids = [p[0] for p in places]
+        if len(set(rids)) != len(rids):
+            problems.append(f"block {b} is held twice by one request: {places} "
+                            "(request, group, index)")
+        elif len({(g, i) for _, g, i in places}) > 1:
+            problems.append(f"block {b} is held at different groups or positions {places} "
+                            "(request, group, index); only a cache hit (same group, same "
+                            "position) may be shared")
+    return problems
+
+
+def check_pool(driver: Driven, holders: Counter[int], *,
                held: str = "blocks held by live requests", pool: str = "",
                null_block: int | None = None) -> list[str]:
     """The laws of the one block pool every request draws from, given ``holders`` (each live
@@ -92,9 +189,9 @@ def check_pool(driver: Driver, holders: Counter[int], *,
     (``free_queue_order``), ``ref_cnt`` (``ref_counts``) and the implementation's own
     ``check_invariants()`` (``invariants``).
 
-    A multi-group manager (``kvcheck.conformance.hybrid_laws``) words the conservation terms
-    its way (``held``, and ``pool`` before the verdict) and passes its ``null_block``: never
-    in the free queue, never counted by ``ref_cnt``.
+    A multi-group spec words the conservation terms its way (``held``, and ``pool`` before
+    the verdict) and passes its ``null_block``: never in the free queue, never counted by
+    ``ref_cnt``.
     """
     problems: list[str] = []
     mgr, caps = driver.manager, driver.capabilities
@@ -147,7 +244,7 @@ def check_pool(driver: Driver, holders: Counter[int], *,
     return problems
 
 
-def _pin_hint(driver: Driver, live: set[int], lost: bool, pinned: bool) -> str:
+def _pin_hint(driver: Driven, live: set[int], lost: bool, pinned: bool) -> str:
     """What a conservation failure may owe to ``pinning_lookup``: for a lost block, the
     blocks whose pins ended and that nobody holds or pins now (free ones left out when the
     free queue shows them); for a block counted twice, that pinned blocks are not free."""
@@ -162,187 +259,63 @@ def _pin_hint(driver: Driver, live: set[int], lost: bool, pinned: bool) -> str:
     return ledger.leak_hint(live | free, free_known=free_known)
 
 
-def check_hits(written: WrittenBlocks, view: RequestView, hits: Sequence[int],
-               num_hit: int) -> list[str]:
-    """Hit caps and hit correctness of one ``get_computed_blocks(view) -> (hits, num_hit)``
-    answer, judged against what was written into each block so far."""
-    bs = written.block_size
+def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: RequestView,
+               hits: Sequence[Sequence[int]], num_hit: int) -> list[str]:
+    """Hit caps, nulls and hit correctness of one ``get_computed_blocks(view) -> (hits,
+    num_hit)`` answer (one list per group), judged against what was written into each block
+    so far (``written``: one record per group)."""
     rid = view.request_id
-    problems = []
-    if num_hit != len(hits) * bs:
-        problems.append(f"hit cap: get_computed_blocks({rid!r}) returned {len(hits)} blocks of "
-                        f"{bs} tokens but num_computed_tokens {num_hit} (whole blocks only)")
+    grouped = bool(spec.kv_cache_groups)
+    null = null_of(spec)
+    problems: list[str] = []
+    cap: list[str] = []
     if num_hit > max(0, view.num_tokens - 1):
-        problems.append(f"hit cap: get_computed_blocks({rid!r}) hit {num_hit} tokens of a "
-                        f"{view.num_tokens}-token request; at most num_tokens - 1 = "
-                        f"{view.num_tokens - 1} (the last token is always recomputed)")
-    for index, block_id in enumerate(hits):
-        problem = written.mismatch(block_id, view, index)
-        if problem:
-            problems.append(f"hit correctness: get_computed_blocks({rid!r}) returned block "
-                            f"{block_id} at index {index} (positions {index * bs}.."
-                            f"{(index + 1) * bs - 1}): {problem}")
-            break  # later blocks of a wrong chain say nothing new
+        cap.append(f"hit cap: get_computed_blocks({rid!r}) hit {num_hit} tokens of a "
+                   f"{view.num_tokens}-token request; at most num_tokens - 1 = "
+                   f"{view.num_tokens - 1} (the last token is always recomputed)")
+    if grouped:
+        problems += cap
+    for g, ids in enumerate(hits):
+        bs = spec.group_block_size(g)
+        kind = spec.groups[g].kind
+        if len(ids) * bs != num_hit:
+            if grouped:
+                problems.append(
+                    f"hit length: get_computed_blocks({rid!r}) returned {num_hit} tokens but "
+                    f"group {g} ({kind}, block size {bs}) has {len(ids)} blocks = "
+                    f"{len(ids) * bs} tokens; every group's list must cover exactly the "
+                    "common hit length, nulls included")
+                continue
+            problems.append(f"hit cap: get_computed_blocks({rid!r}) returned {len(ids)} "
+                            f"blocks of {bs} tokens but num_computed_tokens {num_hit} (whole "
+                            "blocks only)")
+        if not grouped:
+            problems += cap
+        else:
+            problems += _hit_nulls(spec, rid, g, ids, num_hit)
+        where = f" in group {g}" if grouped else ""
+        for index, block_id in enumerate(ids):
+            if block_id == null:
+                continue
+            problem = written[g].mismatch(block_id, view, index)
+            if problem:
+                problems.append(f"hit correctness: get_computed_blocks({rid!r}) returned block "
+                                f"{block_id}{where} at index {index} (positions {index * bs}.."
+                                f"{(index + 1) * bs - 1}): {problem}")
+                break  # later blocks of a wrong chain say nothing new
     return problems
 
 
-class _Write:
-    """What one block holds: written by ``rid`` as its block ``index``, ``filled`` tokens from
-    the block start, and once full the id of the prefix it holds (``None`` until then)."""
-
-    __slots__ = ("filled", "index", "prefix", "rid")
-
-    def __init__(self, rid: str, index: int, filled: int, prefix: int | None) -> None:
-        self.rid, self.index, self.filled, self.prefix = rid, index, filled, prefix
-
-
-class WrittenBlocks:
-    """The shadow record of what the scheduler wrote into each block.
-
-    A *prefix id* names one (context, tokens ``[0, (i + 1) * block_size)``) identity: the root
-    is the request's LoRA and cache salt; each full block adds its tokens and the multimodal
-    items overlapping it (identifier and offset in the block, as vLLM keys them). Equal ids
-    mean the KV computed for that block is the same, so ids are interned integers and the
-    law is one comparison per hit block.
-    """
-
-    def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
-        self._ids: dict[_Key, int] = {}
-        self._parts: list[_Key] = []  # prefix id -> its key (for messages)
-        self._chains: dict[str, list[int]] = {}  # request id -> prefix ids of its blocks
-        self._blocks: dict[int, _Write] = {}
-
-    # ------------------------------------------------------------------ request identities
-    def forget(self, rid: str) -> None:
-        """A new request under ``rid`` (its tokens may differ from the old one's)."""
-        self._chains.pop(rid, None)
-
-    def _intern(self, key: _Key) -> int:
-        found = self._ids.get(key)
-        if found is None:
-            found = self._ids[key] = len(self._parts)
-            self._parts.append(key)
-        return found
-
-    def prefix_id(self, view: RequestView, index: int) -> int:
-        """The prefix id of ``view``'s block ``index`` (its tokens must all be known)."""
-        chain = self._chains.get(view.request_id)
-        if chain is None:
-            root: _RootKey = ("root", view.lora, view.cache_salt or None)
-            chain = self._chains[view.request_id] = [self._intern(root)]
-        bs = self.block_size
-        tokens = view.token_ids
-        while len(chain) <= index + 1:
-            start = (len(chain) - 1) * bs
-            end = start + bs
-            mm = tuple((ident, offset - start) for ident, offset, length in view.mm_features
-                       if offset < end and offset + length > start)
-            chain.append(self._intern((chain[-1], tokens[start:end], mm)))
-        return chain[index + 1]
-
-    # ------------------------------------------------------------------ writes
-    def clear(self, block_ids: Sequence[int]) -> None:
-        """Blocks just handed out as new: whatever they held is being overwritten."""
-        for block_id in block_ids:
-            self._blocks.pop(block_id, None)
-
-    def write(self, view: RequestView, table: Sequence[int], start: int, end: int) -> None:
-        """``view`` computed its positions ``[start, end)`` into the blocks of ``table``."""
-        bs = self.block_size
-        rid = view.request_id
-        for index in range(start // bs, min(len(table), -(-end // bs))):
-            block_id = table[index]
-            lo = max(start, index * bs) - index * bs
-            hi = min(end, (index + 1) * bs) - index * bs
-            old = self._blocks.get(block_id)
-            if lo == 0:
-                write = self._blocks[block_id] = _Write(rid, index, hi, None)
-            elif (old is not None and old.rid == rid and old.index == index
-                  and old.filled == lo and old.prefix is None):
-                write = old
-                write.filled = hi
-            else:  # a write continuing someone else's (or nobody's) tokens: mixed content
-                self._blocks[block_id] = _Write(rid, index, -1, None)
-                continue
-            if write.filled == bs:
-                write.prefix = self.prefix_id(view, index)
-
-    def full_blocks(self) -> list[int]:
-        """The blocks that hold a full block of computed tokens (a cache may keep them)."""
-        return [b for b, write in self._blocks.items() if write.prefix is not None]
-
-    # ------------------------------------------------------------------ the law
-    def mismatch(self, block_id: int, view: RequestView, index: int) -> str | None:
-        """Why ``block_id`` does not hold ``view``'s prefix through block ``index`` (None if
-        it does)."""
-        need = self.prefix_id(view, index)
-        write = self._blocks.get(block_id)
-        if write is not None and write.prefix == need:
-            return None
-        bs = self.block_size
-        wanted = list(view.token_ids[index * bs:(index + 1) * bs])
-        held = self.holds(block_id, need)
-        return f"it holds {held}; request {view.request_id!r} needs tokens {wanted}{_ctx(view)}"
-
-    def holds(self, block_id: int, need: int | None = None) -> str:
-        """What ``block_id`` holds, in words (its prefix described relative to the prefix id
-        ``need`` when given)."""
-        write = self._blocks.get(block_id)
-        if write is None:
-            return "nothing computed since it was last handed out as a new block"
-        if write.filled < 0:
-            return (f"a mix of tokens from more than one write (last by request "
-                    f"{write.rid!r} as its block {write.index})")
-        if write.prefix is None:
-            return (f"only {write.filled} of {self.block_size} tokens (request {write.rid!r}'s "
-                    f"block {write.index}, not full)")
-        what = self._describe(write.prefix, write.prefix if need is None else need)
-        return f"{what} written by request {write.rid!r} as its block {write.index}"
-
-    def held_prefix(self, block_id: int) -> int | None:
-        """The prefix id ``block_id`` holds (None: nothing, a partial block or mixed writes)."""
-        write = self._blocks.get(block_id)
-        return None if write is None else write.prefix
-
-    def chain_prefix(self, request_id: str, index: int) -> int | None:
-        """The prefix id of request ``request_id``'s block ``index`` if the record knows it
-        (it does for every full block the request wrote or hit)."""
-        chain = self._chains.get(request_id)
-        return chain[index + 1] if chain is not None and index + 1 < len(chain) else None
-
-    def _describe(self, held: int, need: int) -> str:
-        """What prefix ``held`` is, relative to the one needed."""
-        (held_root, held_blocks), (need_root, need_blocks) = self._unroll(held), self._unroll(need)
-        tokens = list(held_blocks[-1][1])
-        if held_root != need_root:
-            _, lora, salt = held_root
-            return f"tokens {tokens} under another context (lora={lora!r}, cache_salt={salt!r})"
-        if len(held_blocks) != len(need_blocks):
-            return f"tokens {tokens} at another position in the sequence"
-        for i, (mine, theirs) in enumerate(zip(held_blocks, need_blocks, strict=True)):
-            if mine != theirs:
-                if i == len(held_blocks) - 1:
-                    what = "tokens" if mine[1] != theirs[1] else "multimodal items"
-                    return f"tokens {tokens} (different {what}: {list(mine[1])}, mm {mine[2]})"
-                return (f"tokens {tokens} after a different prefix (block {i} held "
-                        f"{list(mine[1])}, mm {mine[2]}; needed {list(theirs[1])}, "
-                        f"mm {theirs[2]})")
-        return f"tokens {tokens}"  # the prefix needed (``holds`` describes any block)
-
-    def _unroll(self, prefix: int) -> tuple[_RootKey, list[_BlockKey]]:
-        """The root key, and the key of each block from the first on."""
-        blocks: list[_BlockKey] = []
-        while True:
-            key = self._parts[prefix]
-            if key[0] == "root":
-                return key, blocks[::-1]
-            blocks.append(key)
-            prefix = key[0]
-
-
-def _ctx(view: RequestView) -> str:
-    extras = [f"{name}={value!r}" for name, value in (
-        ("lora", view.lora), ("cache_salt", view.cache_salt),
-        ("mm_features", view.mm_features)) if value]
-    return f" ({', '.join(extras)})" if extras else ""
+def _hit_nulls(spec: KVCacheSpec, rid: str, g: int, ids: Sequence[int],
+               num_hit: int) -> list[str]:
+    """The null-block and window laws of group ``g``'s hits, ``num_hit`` tokens long."""
+    kind = spec.groups[g].kind
+    nulls = [i for i, b in enumerate(ids) if b == NULL_BLOCK]
+    if kind == "full_attention":
+        return [(f"null block: get_computed_blocks({rid!r}) put the null block in "
+                f"full-attention group {g} at indices {nulls}")] if nulls else []
+    floor = null_floor(spec, g, num_hit)
+    needed = [i for i in nulls if i >= floor]
+    return [(f"window: get_computed_blocks({rid!r}) put the null block in group {g} ({kind}) "
+            f"at indices {needed}, which a {num_hit}-token hit still needs (only indices "
+            f"below {floor} are skipped)")] if needed else []

@@ -136,9 +136,10 @@ def default_limit() -> int:
     return total // 2 if total else 0
 
 
-# The guard methods by code object, to name the guarded call running when the limit is passed.
-_GUARD_CODES = {f.__code__: name
-                for cls in {*guard.GuardedHybridManager.__mro__, *guard.GuardedBlockPool.__mro__}
+# The guard methods by code object, to name the guarded call running when the limit is passed
+# (a ``*_per_group`` method by the protocol method it checks).
+_GUARD_CODES = {f.__code__: name.removesuffix("_per_group")
+                for cls in {*guard.GuardedManager.__mro__, *guard.GuardedBlockPool.__mro__}
                 for name, f in vars(cls).items() if isinstance(f, FunctionType)}
 
 

@@ -60,12 +60,11 @@ class _Lookups(Protocol):
     def release_computed(self, request_id: str) -> None: ...
 
 
-def pinned_ids(hits: Sequence[Any], *, grouped: bool) -> list[int]:
-    """The block ids a lookup answer pins: the ids of ``hits``, or with ``grouped`` (one list
-    per KV-cache group) every id of every group but the null block 0."""
-    if not grouped:
-        return [int(b) for b in hits]
-    return [int(b) for group in hits for b in group if b != 0]
+def pinned_ids(hits: Sequence[Sequence[int]], *, null: int | None) -> list[int]:
+    """The block ids a lookup answer pins: every id of its per-group ``hits`` but the null
+    block ``null`` (a multi-group spec's 0; None for a single-group spec, where 0 may be an
+    ordinary block)."""
+    return [int(b) for group in hits for b in group if b != null]
 
 
 class PinLedger:

@@ -15,7 +15,7 @@ when
   before its forward pass ran, so there the positions from that call's start on count as not
   computed yet;
 * ``new`` holds the same content as the entry: the same prefix identity in kvcheck's shadow
-  record of the writes (``kvcheck.conformance.laws.WrittenBlocks``: the tokens from position 0
+  record of the writes (``kvcheck.conformance.written.WrittenBlocks``: the tokens from position 0
   through the block's end, and their context), which is also what ``old`` holds.
 
 The guard judges every changed entry with ``Rebindings.judge`` (the driver attaches one to
@@ -35,11 +35,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from kvcheck.conformance.guard import GuardedHybridManager, GuardedManager
+from kvcheck.conformance.guard import GuardedManager
 
 if TYPE_CHECKING:
-    from kvcheck.conformance.driver import Driver
-    from kvcheck.conformance.laws import WrittenBlocks
+    from kvcheck.conformance.protocol import ManagerWithCapabilities
+    from kvcheck.conformance.written import WrittenBlocks
 
 __all__ = ["CAPABILITY", "Rebindings", "Rebound", "check_rebindings", "watch_rebindings"]
 
@@ -146,28 +146,31 @@ def watch_rebindings(manager: object, written: WrittenBlocks, *,
                      declared: bool) -> Rebindings | None:
     """Attach a ``Rebindings`` judge over ``written`` to a guarded single-group ``manager``
     and return it (None for a multi-group guard or an unguarded manager: nothing judged)."""
-    if not isinstance(manager, GuardedManager) or isinstance(manager, GuardedHybridManager):
+    if not isinstance(manager, GuardedManager) or manager.grouped:
         return None
     judge = Rebindings(written, declared=declared)
     manager.judge_rebindings(judge)
     return judge
 
 
-def check_rebindings(driver: Driver, holders: Mapping[int, int]) -> list[str]:
-    """The rebinding law after an op: the old block of every rebinding accepted since the
-    last check is released (``holders``: each live block id and its number of holders)."""
-    judge = driver.rebindings
+def check_rebindings(judge: Rebindings | None, holders: Mapping[int, int], *,
+                     manager: ManagerWithCapabilities, free_queue: bool,
+                     initial_free: int) -> list[str]:
+    """The rebinding law after an op: the old block of every rebinding ``judge`` accepted
+    since the last check is released (``holders``: each live block id and its number of
+    holders; ``free_queue``: whether ``manager`` shows its free queue; ``initial_free``: the
+    fresh pool's ``num_free_blocks()``)."""
     if judge is None:
         return []
     kept = [r for r in judge.take() if not holders.get(r.old)]
     if not kept:
         return []
-    if "free_queue_order" in driver.capabilities:
-        free = set(driver.manager.free_block_ids())
+    if free_queue:
+        free = set(manager.free_block_ids())
         kept = [r for r in kept if r.old not in free]
         how = "it is not in free_block_ids()"
     else:
-        short = driver.manager.num_free_blocks() + len(holders) < driver.initial_free
+        short = manager.num_free_blocks() + len(holders) < initial_free
         kept = kept if short else []
         how = "num_free_blocks() does not count it (conservation is short)"
     return [f"rebinding: request {r.request_id!r}'s index {r.entry} was rebound from block "

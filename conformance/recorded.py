@@ -488,7 +488,7 @@ def replay_recorded(impl: ImplHandle, trace: dict[str, Any], header: dict[str, A
         ops.append(op)
         at = f"recorded trace {trace['name']} ({header['profile']}, {source}), step #{i + 1} {op}"
         try:
-            got = normalize_answer(driver.apply(op))
+            got = normalize_answer(spec, driver.apply(op))
             observed = observe_state(driver, fields)
         except Exception as exc:  # noqa: BLE001 - whatever it raises fails the trace, named
             _fail(driver, spec, trace, ops, f"{at}: {type(exc).__name__}: {exc}")

@@ -34,6 +34,7 @@ from typing import Any
 
 from kvcheck.conformance.differential import normalize_events
 from kvcheck.conformance.driver import Driver, StepResult
+from kvcheck.conformance.groups import adapter_form, shown_tables
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op, RequestExtras, add, decode, free, reset, schedule
 from kvcheck.conformance.protocol import (
@@ -137,15 +138,16 @@ def plan_spec(plan: TracePlan, profile: str) -> KVCacheSpec:
         max_model_len=plan.max_model_len, profile=profile)
 
 
-def normalize_answer(answer: StepResult) -> dict[str, Any]:
-    """An op's answer as plain lists (what the corpus stores and replays compare)."""
+def normalize_answer(spec: KVCacheSpec, answer: StepResult) -> dict[str, Any]:
+    """An op's answer as plain lists in the adapter's form (``adapter_form``: one list for a
+    single-group spec), what the corpus stores and replays compare."""
     out: dict[str, Any] = {}
     if "hits" in answer:
         ids, num = answer["hits"]
-        out["hits"] = [list(ids), int(num)]
+        out["hits"] = [adapter_form(spec, [list(g) for g in ids]), int(num)]
     if "new" in answer:
         new = answer["new"]
-        out["new"] = None if new is None else list(new)
+        out["new"] = None if new is None else adapter_form(spec, [list(g) for g in new])
     if "reset" in answer:
         out["reset"] = bool(answer["reset"])
     return out
@@ -158,7 +160,8 @@ def observe_state(driver: Driver, fields: frozenset[str]) -> dict[str, Any]:
     ref_cnt] of every block with a non-zero count, reserved ones left out), ``hashes`` (block
     hashes of each request holding blocks) and ``events`` (the KV events of the step, drained)."""
     mgr = driver.manager
-    state: dict[str, Any] = {"free": mgr.num_free_blocks(), "tables": driver.tables()}
+    state: dict[str, Any] = {"free": mgr.num_free_blocks(),
+                             "tables": shown_tables(driver.spec, driver.tables())}
     if "queue" in fields:
         state["queue"] = list(mgr.free_block_ids())
     if "refs" in fields:
@@ -217,7 +220,7 @@ class _Workload:
     # ------------------------------------------------------------ recording
     def apply(self, op: Op) -> StepResult:
         answer = self.d.apply(op)
-        self.steps.append({"op": dict(op), "answer": normalize_answer(answer),
+        self.steps.append({"op": dict(op), "answer": normalize_answer(self.d.spec, answer),
                            "state": observe_state(self.d, self.fields)})
         return answer
 

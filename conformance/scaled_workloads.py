@@ -1,7 +1,7 @@
 """Random workloads at a design's own large block sizes.
 
 The generated workloads (``kvcheck.conformance.workload_machine``, the sliding windows of
-``kvcheck.conformance.hybrid_workloads``, the slot-uniqueness property test) draw their
+its layouts, ``kvcheck.conformance.layouts``, the slot-uniqueness property test) draw their
 lengths for 4-token blocks: prompts of a few dozen tokens, chunks of up to 8, pools of 24 to
 96 tokens. At a design's 256-token blocks those fit one block, so hits, shared blocks and
 eviction would never happen. ``workload_scale`` says how many tokens each drawn token stands

@@ -18,8 +18,7 @@ out.
 
 The driver records each step's writes in its ``WriteLog`` (``wrote``) and the hits of each
 admission (``admitted``, to say how another request holds a block); ``check_shared_writes``
-judges the writes of the last op against the live tables after it (``laws.check_laws``,
-``hybrid_laws.check_hybrid_laws``).
+judges the writes of the last op against the live tables after it (``laws.check_laws``).
 """
 
 from __future__ import annotations

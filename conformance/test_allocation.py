@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.cache_refs import allowed_ref_cnts
+from kvcheck.conformance.groups import one_group, one_group_tables
 from kvcheck.conformance.ops import add, decode, free, one_token_decodes, schedule
 from kvcheck.conformance.pinning import probe_computed_blocks
 from kvcheck.conformance.protocol import RequestView, effective_capabilities, reserved_block_ids
@@ -32,7 +33,7 @@ def test_first_allocation(kv_pair: PairFactory) -> None:
     pair = kv_pair(num_blocks=10, block_size=4)
     pair.run([add("r0", range(tokens(3, pair.spec.block_size, 2))), schedule("r0")])
     if pair.spec.profile != "generic":
-        assert pair.impl.tables() == {"r0": [1, 2, 3, 4]}, (
+        assert one_group_tables(pair.impl.tables()) == {"r0": [1, 2, 3, 4]}, (
             "expected the first allocation to be [1, 2, 3, 4]\n" + pair.impl.snippet())
 
 
@@ -85,9 +86,9 @@ def test_all_or_nothing(kv_pair: PairFactory) -> None:
         # 3 free hits + 3 new blocks consume 6 free blocks; only 4 are free.
         add("c", list(range(tokens(3, bs))) + list(range(200, 200 + tokens(3, bs)))),
     ])
-    before = (pair.impl.manager.num_free_blocks(), pair.impl.tables())
+    before = (pair.impl.manager.num_free_blocks(), one_group_tables(pair.impl.tables()))
     pair.apply(schedule("c"))
-    assert (pair.impl.manager.num_free_blocks(), pair.impl.tables()) == before, (
+    assert (pair.impl.manager.num_free_blocks(), one_group_tables(pair.impl.tables())) == before, (
         "a failed allocate_slots changed the pool\n" + pair.impl.snippet())
     assert "c" not in pair.impl.running
     # The same request fits once "b" is gone, and its hits were not disturbed.
@@ -100,7 +101,7 @@ def test_null_block_never_handed_out(kv_pair: PairFactory) -> None:
     pair = kv_pair(num_blocks=5, block_size=2)
     for round_ in range(3):
         pair.run([add(f"x{round_}", range(round_, round_ + 8)), schedule(f"x{round_}")])
-        assert 0 not in pair.impl.tables()[f"x{round_}"]
+        assert 0 not in pair.impl.tables()[f"x{round_}"][0]
         pair.apply(free(f"x{round_}"))
 
 
@@ -114,7 +115,7 @@ def test_returns_only_new_blocks(kv_pair: PairFactory) -> None:
     if "caches_running_requests" not in pair.impl.capabilities:
         pair.apply(free("a"))  # a design caching at finish: a's blocks are cached now
     pair.apply(add("b", list(range(tokens(2, bs))) + [77, 78, 79]))
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     hits, _ = got["hits"]
     assert got["new"] is not None and not set(got["new"]) & set(hits), (
         f"hits {hits} must not be returned as new blocks {got['new']}")
@@ -130,10 +131,10 @@ def test_decode_within_block_allocates_nothing(kv_pair: PairFactory,
         # The last block holds all but 3 tokens: 3 decodes fill it.
         pair.run([add("r", range(tokens(2, block_size, -3))), schedule("r")])
         for _ in range(3):
-            got = pair.apply(decode("r"))
+            got = one_group(pair.apply(decode("r")))
             assert got["new"] == [], (
                 f"block size {block_size}: a decode inside block 2 allocated {got['new']}")
-        got = pair.apply(decode("r"))
+        got = one_group(pair.apply(decode("r")))
         assert got["new"] is not None and len(got["new"]) == 1, (
             f"block size {block_size}: the decode past block 2 allocated {got['new']}")
 
@@ -162,7 +163,7 @@ def test_ref_counts_follow_sharing(kv_pair: PairFactory) -> None:
         pair.run([add("w", common + [5]), schedule("w"), free("w")])  # cached at finish
     pair.run([add("a", common + [1, 2]), schedule("a"), add("b", common + [3]), schedule("b")])
     mgr = pair.impl.manager
-    a, b = pair.impl.tables()["a"], pair.impl.tables()["b"]
+    a, b = pair.impl.tables()["a"][0], pair.impl.tables()["b"][0]
     assert a[:3] == b[:3], "b should reuse a's three full blocks"
     # A design whose ref_cnt counts its cache's reference (ImplInfo.ref_cnt_counts_cache)
     # may add one to the full blocks, which it may still cache: kvcheck.conformance.cache_refs.

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.groups import one_group, one_group_tables
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, reset, schedule
 from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheSpec, RequestView
 from kvcheck.conformance.sizes import tokens
@@ -66,7 +67,7 @@ def test_evicting_one_of_two_duplicate_blocks_keeps_the_other(kv_pair: PairFacto
     still hits the whole prefix, through the surviving copy."""
     pair = kv_pair(num_blocks=10, block_size=4)
     pair.run([add("a", range(8)), schedule("a"), add("b", range(8)), schedule("b")])
-    a, b = pair.impl.tables()["a"], pair.impl.tables()["b"]
+    a, b = pair.impl.tables()["a"][0], pair.impl.tables()["b"][0]
     assert a[0] == b[0] and a[1] != b[1], (
         f"b should hit a's first block and recompute its second: tables a={a}, b={b}\n"
         + pair.impl.snippet())
@@ -76,11 +77,12 @@ def test_evicting_one_of_two_duplicate_blocks_keeps_the_other(kv_pair: PairFacto
     keep = 2  # b's copy of block 1 and the shared block 0 stay in the queue
     fill = pair.impl.manager.num_free_blocks() - keep
     pair.run([add("fill", range(1000, 1000 + 4 * fill)), schedule("fill")])
-    assert a[1] in pair.impl.tables()["fill"], (
-        f"filling {fill} blocks should evict a's copy {a[1]}: {pair.impl.tables()}\n"
+    assert a[1] in pair.impl.tables()["fill"][0], (
+        f"filling {fill} blocks should evict a's copy {a[1]}: "
+        f"{one_group_tables(pair.impl.tables())}\n"
         + pair.impl.snippet())
     pair.apply(add("c", list(range(8)) + [99]))
-    got = pair.apply(schedule("c"))
+    got = one_group(pair.apply(schedule("c")))
     assert got["hits"] == ([a[0], b[1]], 8), (
         f"c must hit block {a[0]} and the surviving copy {b[1]} (8 tokens), got "
         f"{got['hits']}\n" + pair.impl.snippet())
@@ -97,11 +99,11 @@ def test_lookahead_slots_in_a_chunked_prefill_are_not_cached(kv_pair: PairFactor
     # A block and a token computed, a block of lookahead slots: the tokens after them in
     # blocks 1 and 2 are not computed (5 computed and 5..8 lookahead at 4).
     pair.run([add("a", range(tokens(5, bs))), schedule("a", tokens(1, bs, 1), lookahead=bs)])
-    a_blocks = pair.impl.tables()["a"]
+    a_blocks = pair.impl.tables()["a"][0]
     if "caches_running_requests" not in pair.impl.capabilities:
         pair.apply(free("a"))  # a design caching at finish caches a's computed blocks now
     pair.apply(add("b", range(tokens(5, bs))))
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     assert got["hits"][1] <= bs, (
         f"only a's first block is computed; b hit {got['hits']}\n" + pair.impl.snippet())
     if pair.spec.profile != "generic":

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvcheck.conformance.groups import one_group
 from kvcheck.conformance.ops import add, free, schedule
 from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.conformance.sizes import tokens
@@ -41,7 +42,7 @@ def drain_order(pair: Pair) -> list[int]:
     n = pair.impl.manager.num_free_blocks()
     rid = f"drain{len(pair.ops)}"
     pair.run([add(rid, [900_000 + i for i in range(n * pair.spec.block_size)]), schedule(rid)])
-    return pair.impl.tables()[rid]
+    return pair.impl.tables()[rid][0]
 
 
 def check_queue(pair: Pair, expected: list[int], when: str) -> None:
@@ -64,7 +65,7 @@ def test_free_order_golden_test_evict(kv_pair: PairFactory, kv_profile: str) -> 
     pair.apply(free("1"))
     check_queue(pair, golden["after_r1"], "after freeing r1")
     pair.apply(add("2", range(35)))
-    got = pair.apply(schedule("2"))
+    got = one_group(pair.apply(schedule("2")))
     assert got["hits"] == ([1, 2], 32), f"r2 should hit [1, 2] (32 tokens), got {got['hits']}"
     assert got["new"] == golden["r2_new"], (
         f"r2's new block: got {got['new']}, vLLM gives {golden['r2_new']}\n" + pair.impl.snippet())
@@ -116,7 +117,7 @@ def test_lazy_eviction_freed_block_still_hits(kv_pair: PairFactory) -> None:
     bs = pair.spec.block_size
     pair.run([add("a", range(tokens(3, bs))), schedule("a"), free("a"),
               add("b", range(tokens(3, bs, 1)))])
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     assert got["hits"][1] == tokens(3, bs), (
         f"lazy eviction (hit correctness): b should hit a's 3 freed blocks, got {got['hits']}: "
         "a finished request's full computed blocks stay cached until the pool needs them, "
@@ -130,7 +131,7 @@ def test_eviction_is_tail_first_within_a_request(kv_pair: PairFactory) -> None:
     pair.run([add("a", range(17)), schedule("a"), free("a"),     # a: 4 full + 1 partial
               add("x", range(500, 506)), schedule("x")])         # takes 2 blocks
     pair.apply(add("b", range(17)))
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     assert got["hits"][1] >= 8, (
         f"after evicting 2 blocks of a's chain, b should still hit its first blocks; "
         f"got {got['hits']}\n" + pair.impl.snippet())
@@ -143,6 +144,6 @@ def test_unhashed_blocks_reused_before_cached_ones(kv_pair: PairFactory, kv_prof
     pair = kv_pair(num_blocks=8, block_size=4)
     pair.run([add("a", range(10)), schedule("a"), free("a"), add("n", [7, 7, 7]),
               schedule("n")])
-    new = pair.impl.tables()["n"]
+    new = pair.impl.tables()["n"][0]
     expected = {"vllm-0.33": [3], "vllm-0.10": [4]}[kv_profile]
     assert new == expected, f"next single block: got {new}, vLLM gives {expected}"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvcheck.conformance.groups import one_group, one_group_tables
 from kvcheck.conformance.ops import RequestExtras, add, decode, free, schedule
 from kvcheck.conformance.protocol import reserved_block_ids
 from kvcheck.conformance.sizes import tokens
@@ -86,7 +87,7 @@ def _pair(kv_pair: PairFactory, kv_impl: ImplHandle, kv_profile: str,
 
 
 def _shared(pair: Pair, a: str, b: str) -> list[int]:
-    tables = pair.impl.tables()
+    tables = one_group_tables(pair.impl.tables())
     return sorted(set(tables[a]) & set(tables[b]))
 
 
@@ -102,13 +103,13 @@ def check_contexts_isolated(pair: Pair, kind: str, mine: RequestExtras,
     where = f"{kind}: the same {len(prompt)} tokens (blocks of {bs}) under {mine} and {theirs}"
     pair.run([add("first", prompt, **mine), schedule("first"), free("first"),
               add("same", prompt, **mine)])
-    hits, num = pair.apply(schedule("same"))["hits"]
+    hits, num = one_group(pair.apply(schedule("same")))["hits"]
     assert num == full, (
         f"{where}: a second request under {mine} hit {num} tokens ({list(hits)}) of the "
         f"first one's {NUM_FULL} full blocks, expected all {full} (the positive control: "
         "the same context must hit)\n" + pair.impl.snippet())
     pair.apply(add("other", prompt, **theirs))
-    hits, num = pair.apply(schedule("other"))["hits"]
+    hits, num = one_group(pair.apply(schedule("other")))["hits"]
     assert num == 0 and not list(hits), (
         f"{where}: the request under {theirs} hit {num} tokens (blocks {list(hits)}) cached "
         f"under {mine}; a block's key must include the {kind} context (capability "
@@ -121,14 +122,14 @@ def check_contexts_isolated(pair: Pair, kind: str, mine: RequestExtras,
     assert not shared, (
         f"{where}: after a decode step, requests 'same' and 'other' share blocks {shared}\n"
         + pair.impl.snippet())
-    theirs_blocks = pair.impl.tables()["other"][:NUM_FULL]
+    theirs_blocks = pair.impl.tables()["other"][0][:NUM_FULL]
     pair.run([free("other"), add("again", prompt, **theirs)])
-    hits, num = pair.apply(schedule("again"))["hits"]
-    reused = sorted(set(hits) & set(pair.impl.tables()["same"]))
+    hits, num = one_group(pair.apply(schedule("again")))["hits"]
+    reused = sorted(set(hits) & set(pair.impl.tables()["same"][0]))
     assert num == full and not reused, (
         f"{where}: a request under {theirs} after 'other' finished hit {num} tokens (blocks "
         f"{list(hits)}; 'other' held {theirs_blocks}), expected all {full}, none of 'same''s "
-        f"blocks {pair.impl.tables()['same']} (the positive control for {theirs})\n"
+        f"blocks {pair.impl.tables()['same'][0]} (the positive control for {theirs})\n"
         + pair.impl.snippet())
 
 

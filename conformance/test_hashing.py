@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.groups import one_group
 from kvcheck.conformance.ops import RequestExtras, add, decode, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.conformance.sizes import tokens
@@ -234,11 +235,11 @@ def test_changing_block_j_stops_prefix_hit_at_j(kv_impl: ImplHandle, kv_profile:
     """A later request that differs from a cached one in block j hits exactly blocks [0, j)."""
     driver = Driver(kv_impl, KVCacheSpec(num_blocks=16, block_size=4, profile=kv_profile))
     driver.run([add("base", _BASE), schedule("base")])
-    table = driver.tables()["base"]
+    table = driver.tables()["base"][0]
     for j in range(6):  # j == 5 changes the partial last block: all 5 full blocks hit
         rid = f"mut{j}"
         driver.apply(add(rid, _mutated(j)))
-        got = driver.apply(schedule(rid))["hits"]
+        got = one_group(driver.apply(schedule(rid)))["hits"]
         want = (table[:j], 4 * j)
         assert (list(got[0]), got[1]) == want, (
             f"request differing in block {j}: get_computed_blocks -> {got}, expected {want}\n"
@@ -261,7 +262,7 @@ def test_token_ids_are_not_truncated(kv_impl: ImplHandle, kv_profile: str,
     if "caches_running_requests" not in driver.capabilities:
         driver.apply(free("a"))  # a design caching at finish caches a's blocks now
     driver.apply(add("b", [1 + delta, *prompt[1:]]))
-    hits, num = driver.apply(schedule("b"))["hits"]
+    hits, num = one_group(driver.apply(schedule("b")))["hits"]
     assert num == 0 and not hits, (
         f"prompts differing in token 0 (1 vs {1 + delta}) shared a prefix hit of {num} tokens "
         f"({hits})\n" + driver.snippet())
@@ -341,9 +342,9 @@ def test_extra_keys_isolate_prefix_hits(kv_impl: ImplHandle, kv_profile: str, ca
     driver = Driver(kv_impl, KVCacheSpec(num_blocks=16, block_size=4, profile=kv_profile))
     prompt = list(range(40, 53))
     driver.run([add("cached", prompt, **cached), schedule("cached"), add("probe", prompt, **probe)])
-    hits, num = driver.apply(schedule("probe"))["hits"]
+    hits, num = one_group(driver.apply(schedule("probe")))["hits"]
     want = want_blocks[kv_profile]
-    assert num == 4 * want and list(hits) == driver.tables()["cached"][:want], (
+    assert num == 4 * want and list(hits) == driver.tables()["cached"][0][:want], (
         f"{case}: cached with {cached}, probe with {probe}: hit {num} tokens ({list(hits)}), "
         f"expected {want} blocks\n" + driver.snippet())
 

@@ -6,7 +6,7 @@ of those kinds; a scenario needing an undeclared kind is skipped naming the capa
 
 * the golden scenarios of docs/semantics.md#kv-cache-groups-hybrid-models for the active vLLM
 profile, replayed row by row;
-* the hybrid laws (``kvcheck.conformance.hybrid_laws``: null block, windows, common hit
+* the laws' group rules (``kvcheck.conformance.laws``: null block, windows, common hit
   length, one shared pool, ownership, all-or-nothing) after every op of random multi-group
   workloads, under every profile, ``generic`` included;
 * the differential: the same random workloads on the implementation and on the oracle
@@ -23,7 +23,7 @@ import pytest
 
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
-from kvcheck.conformance.hybrid_workloads import declared_kinds, hybrid_pair_factory
+from kvcheck.conformance.layouts import declared_kinds
 from kvcheck.conformance.protocol import VLLM_PROFILES, effective_capabilities, extra_key_kinds
 from kvcheck.conformance.workload_machine import run_workload_machine
 
@@ -73,9 +73,9 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
     def laws_only(**fields: Any) -> Pair:
         return kv_pair(with_oracle=False, **fields)
 
-    make = hybrid_pair_factory(laws_only, kv_profile, declared_kinds(caps), kv_impl.info)
-    run_workload_machine(make, kv_settings, kv_seed, extras=extra_key_kinds(caps), events=False,
-                         impl=kv_impl, profile=kv_profile, random_roots=True)
+    run_workload_machine(laws_only, kv_settings, kv_seed, extras=extra_key_kinds(caps),
+                         events=False, impl=kv_impl, profile=kv_profile, random_roots=True,
+                         group_kinds=declared_kinds(caps))
 
 
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
@@ -90,6 +90,6 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
     if not kinds:
         pytest.skip(f"the oracle {kv_oracle.name} does not declare capability "
                     "'kv_cache_groups' (--kv-oracle)")
-    make = hybrid_pair_factory(kv_pair, kv_profile, kinds, kv_impl.info)
-    run_workload_machine(make, kv_settings, kv_seed, extras=False,
-                         events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile)
+    run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
+                         events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
+                         group_kinds=kinds)

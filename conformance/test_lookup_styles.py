@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.cache_refs import allowed_ref_cnts
+from kvcheck.conformance.groups import one_group
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.ops import add, free, lookup, schedule
 from kvcheck.conformance.sizes import tokens
@@ -75,7 +76,7 @@ def test_pinned_hits_are_held_until_released(kv_pair: PairFactory) -> None:
     assert mgr.num_free_blocks() == before, (
         f"num_free_blocks() is {mgr.num_free_blocks()} after release_computed('b'), {before} "
         "before the lookup: the pins were not all dropped")
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     assert got["hits"] == (list(hits), num), (
         f"after the release b hits {got['hits']}, before it {(list(hits), num)}: releasing "
         "pins must not drop cached blocks\n" + pair.impl.snippet())
@@ -94,7 +95,7 @@ def test_refused_admission_releases_its_pins(kv_pair: PairFactory) -> None:
     prefix = prompt[:tokens(NUM_FULL, bs)]
     pair.apply(add("big", prefix + [7] * tokens(pair.spec.num_blocks + 1, bs)))
     for attempt in range(3):
-        got = pair.apply(schedule("big"))
+        got = one_group(pair.apply(schedule("big")))
         assert got["new"] is None and got["hits"][1] == tokens(NUM_FULL, bs), (
             f"attempt {attempt}: big (more blocks than the pool) should hit {NUM_FULL} blocks "
             f"and be refused, got {got}\n" + pair.impl.snippet())
@@ -102,7 +103,7 @@ def test_refused_admission_releases_its_pins(kv_pair: PairFactory) -> None:
             f"attempt {attempt}: num_free_blocks() is {mgr.num_free_blocks()} after a refused "
             f"admission and release_computed, {before} before\n" + pair.impl.snippet())
     pair.apply(add("c", prefix + [9]))
-    got = pair.apply(schedule("c"))
+    got = one_group(pair.apply(schedule("c")))
     assert got["new"] is not None and got["hits"][1] == tokens(NUM_FULL, bs), (
         f"c should be admitted on a's {NUM_FULL} cached blocks, got {got}")
 
@@ -118,13 +119,13 @@ def test_lookup_without_allocation_is_released(kv_pair: PairFactory) -> None:
     before = mgr.num_free_blocks()
     pair.apply(add("b", prompt))
     for attempt in range(3):
-        got = pair.apply(lookup("b"))
+        got = one_group(pair.apply(lookup("b")))
         assert got["hits"][1] == tokens(NUM_FULL, bs), (
             f"attempt {attempt}: b should hit {NUM_FULL} blocks, got {got}")
         assert mgr.num_free_blocks() == before, (
             f"attempt {attempt}: num_free_blocks() is {mgr.num_free_blocks()} after a lookup "
             f"and release_computed, {before} before\n" + pair.impl.snippet())
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     assert got["new"] is not None and got["hits"][1] == tokens(NUM_FULL, bs), got
 
 
@@ -167,16 +168,17 @@ def test_pinned_block_is_never_evicted(kv_pair: PairFactory) -> None:
     hits, num = mgr.get_computed_blocks(pair.impl.views["b"])
     room = mgr.num_free_blocks()
     pair.apply(add("hog", [100_000 + i for i in range(tokens(room, bs))]))
-    got = pair.apply(schedule("hog"))  # laws and the guard judge it with b's pins outstanding
+    # The laws and the guard judge it with b's pins outstanding.
+    got = one_group(pair.apply(schedule("hog")))
     assert got["new"] is not None and not set(got["new"]) & set(hits), (
         f"hog asked for the {room} free blocks with b's hits {list(hits)} pinned: got {got}")
     pair.apply(add("late", [200_000]))
-    assert pair.apply(schedule("late"))["new"] is None, (
+    assert one_group(pair.apply(schedule("late")))["new"] is None, (
         "the pool is full but for pinned blocks: a new request must be refused")
     mgr.release_computed("b")
     pair.run([free("hog"), free("late")])
     _laws(pair, "after the release and the drain")
-    assert pair.apply(schedule("b"))["hits"] == (list(hits), num), (
+    assert one_group(pair.apply(schedule("b")))["hits"] == (list(hits), num), (
         f"b's hits {list(hits)} were evicted while pinned\n" + pair.impl.snippet())
 
 
@@ -192,7 +194,7 @@ def test_cached_blocks_nobody_holds_are_free(kv_pair: PairFactory) -> None:
     initial = mgr.num_free_blocks()
     prompt = list(range(1, tokens(NUM_FULL, pair.spec.block_size, 1) + 1))
     pair.run([add("a", prompt), schedule("a")])
-    table = pair.impl.tables()["a"]
+    table = pair.impl.tables()["a"][0]
     full, partial = table[:NUM_FULL], table[NUM_FULL]
     running = allowed_ref_cnts(info, 1, cached=True)
     got = [mgr.ref_cnt(b) for b in full]

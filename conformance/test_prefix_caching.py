@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvcheck.conformance.groups import one_group, one_group_tables
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, reset, schedule
 from kvcheck.conformance.sizes import tokens
 
@@ -50,7 +51,7 @@ def test_hit_cap_is_num_tokens_minus_one(kv_pair: PairFactory, kv_sizes: Declare
         n = tokens(3, bs, offset)
         pair.run([add("a", range(tokens(3, bs))), schedule("a"),
                   *finish_unless_running_cached(pair, "a"), add("b", range(n))])
-        got = pair.apply(schedule("b"))
+        got = one_group(pair.apply(schedule("b")))
         _, num = got["hits"]
         assert num <= n - 1 and num % bs == 0, f"block size {bs}: hit {num} tokens of {n}"
         if pair.spec.profile != "generic":
@@ -68,7 +69,7 @@ def test_partial_block_never_hits(kv_pair: PairFactory, kv_sizes: DeclaredSizes)
         prompt = list(range(tokens(2, bs, 3)))
         pair.run([add("a", prompt), schedule("a"), *finish_unless_running_cached(pair, "a"),
                   add("b", prompt + [5, 5, 5])])
-        _, num = pair.apply(schedule("b"))["hits"]
+        _, num = one_group(pair.apply(schedule("b")))["hits"]
         assert num == tokens(2, bs), (
             f"a cached 2 full blocks ({tokens(2, bs)} tokens) and a partial one; b hit {num} "
             "tokens")
@@ -85,8 +86,8 @@ def test_shared_prefix_is_shared(kv_pair: PairFactory) -> None:
     pair.run([*cached_at_finish(pair, "w", prompt), add("a", prompt), schedule("a"),
               add("b", prompt[:tokens(3, bs)] + [9])])
     free_before = pair.impl.manager.num_free_blocks()
-    got = pair.apply(schedule("b"))
-    tables = pair.impl.tables()
+    got = one_group(pair.apply(schedule("b")))
+    tables = one_group_tables(pair.impl.tables())
     assert tables["b"][:3] == tables["a"][:3], f"b should share a's first 3 blocks: {tables}"
     assert got["hits"] == (tables["a"][:3], tokens(3, bs))
     assert pair.impl.manager.num_free_blocks() == free_before - 1
@@ -105,15 +106,15 @@ def test_hits_hold_the_requested_prefix(kv_pair: PairFactory) -> None:
     # The same block of tokens twice in one sequence: only the first block holds them at
     # index 0.
     pair.run([add("rep", block + block + [9]), schedule("rep")])
-    rep = pair.impl.tables()["rep"]
+    rep = pair.impl.tables()["rep"][0]
     pair.run([*finish_unless_running_cached(pair, "rep"), add("a", block + [5])])
-    got = pair.apply(schedule("a"))
+    got = one_group(pair.apply(schedule("a")))
     assert got["hits"] == (rep[:1], bs), (
         f"a must hit rep's first block only, got {got['hits']}\n" + pair.impl.snippet())
     # The same tokens after another prefix (written last): still only rep's first block.
     pair.run([add("shift", [5] * bs + block + [9]), schedule("shift"),
               *finish_unless_running_cached(pair, "shift"), add("b", block + [7])])
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     assert got["hits"] == (rep[:1], bs), (
         f"b must hit rep's first block only, got {got['hits']}\n" + pair.impl.snippet())
 
@@ -123,7 +124,7 @@ def test_hits_hold_the_requested_prefix(kv_pair: PairFactory) -> None:
     pair.run([add("old", range(1, 1 + tokens(2, bs))), schedule("old"), free("old"),
               add("fill", range(100, 100 + every_block)), schedule("fill"),
               add("new", range(1, 1 + tokens(2, bs, 1)))])
-    got = pair.apply(schedule("new"))
+    got = one_group(pair.apply(schedule("new")))
     assert got["hits"] == ([], 0), (
         f"old's blocks were all handed out to fill: new must not hit them, got {got['hits']}"
         "\n" + pair.impl.snippet())
@@ -136,7 +137,7 @@ def test_own_hits_not_evicted_by_own_allocation(kv_pair: PairFactory) -> None:
     pair = kv_pair(num_blocks=3, block_size=16)
     pair.run([add("0", range(16)), schedule("0"), add("1", range(16, 32)), schedule("1"),
               free("0"), free("1"), add("2", range(32))])
-    got = pair.apply(schedule("2"))
+    got = one_group(pair.apply(schedule("2")))
     assert got["hits"] == ([1], 16) and got["new"] == [2], (
         f"expected hit [1] and new [2], got {got}\n" + pair.impl.snippet())
 
@@ -151,10 +152,10 @@ def test_skip_reading_prefix_cache_still_writes(kv_pair: PairFactory) -> None:
     prompt = range(tokens(3, bs))
     pair.run([*cached_at_finish(pair, "w", list(prompt)), add("a", prompt), schedule("a"),
               add("p", prompt, skip_read=True)])
-    got = pair.apply(schedule("p"))
+    got = one_group(pair.apply(schedule("p")))
     assert got["hits"] == ([], 0), f"skip_reading_prefix_cache must not hit, got {got['hits']}"
     pair.run([free("a"), free("p"), add("c", range(tokens(3, bs, 1)))])
-    assert pair.apply(schedule("c"))["hits"][1] == tokens(3, bs)
+    assert one_group(pair.apply(schedule("c")))["hits"][1] == tokens(3, bs)
 
 
 @pytest.mark.kv_generic
@@ -164,7 +165,7 @@ def test_caching_disabled_never_hits(kv_pair: PairFactory) -> None:
     prompt = range(tokens(3, pair.spec.block_size))
     pair.run([add("a", prompt), schedule("a"), *finish_unless_running_cached(pair, "a"),
               add("b", prompt)])
-    assert pair.apply(schedule("b"))["hits"] == ([], 0)
+    assert one_group(pair.apply(schedule("b")))["hits"] == ([], 0)
 
 
 @pytest.mark.kv_generic
@@ -178,12 +179,12 @@ def test_reset_prefix_cache(kv_pair: PairFactory) -> None:
     pair.run([*cached_at_finish(pair, "w", prompt), add("a", prompt), schedule("a")])
     assert pair.apply(reset()) == {"reset": False}
     pair.run([add("b", range(tokens(3, bs, 1)))])
-    assert pair.apply(schedule("b"))["hits"][1] == tokens(3, bs), (
+    assert one_group(pair.apply(schedule("b")))["hits"][1] == tokens(3, bs), (
         "a failed reset must keep the cache")
     pair.run([free("a"), free("b")])
     assert pair.apply(reset()) == {"reset": True}
     pair.run([add("c", range(tokens(3, bs, 1)))])
-    assert pair.apply(schedule("c"))["hits"] == ([], 0), "nothing may hit after a reset"
+    assert one_group(pair.apply(schedule("c")))["hits"] == ([], 0), "nothing may hit after a reset"
 
 
 def test_duplicates_first_inserted_wins(kv_pair: PairFactory) -> None:
@@ -192,8 +193,8 @@ def test_duplicates_first_inserted_wins(kv_pair: PairFactory) -> None:
     pair = kv_pair(num_blocks=16, block_size=4)
     pair.run([add("a", range(8)), schedule("a"), add("b", range(8)), schedule("b"),
               add("c", range(9))])
-    got = pair.apply(schedule("c"))
-    a = pair.impl.tables()["a"]
+    got = one_group(pair.apply(schedule("c")))
+    a = pair.impl.tables()["a"][0]
     assert got["hits"] == (a[:2], 8), f"c must hit a's blocks {a[:2]}, got {got['hits']}"
 
 
@@ -209,7 +210,7 @@ def test_decode_blocks_become_hits(kv_pair: PairFactory) -> None:
               decode("a")])
     written = pair.impl.views["a"].token_ids
     pair.run([*finish_unless_running_cached(pair, "a"), add("b", written + (1,))])
-    got = pair.apply(schedule("b"))
+    got = one_group(pair.apply(schedule("b")))
     assert got["hits"][1] == tokens(2, bs), (
         f"a's 2 full blocks (one filled by decode) should hit: {got}")
 
@@ -224,6 +225,6 @@ def test_preempted_request_readmitted_from_cache(kv_pair: PairFactory) -> None:
     pair.run(one_token_decodes([add("a", range(tokens(3, bs, -2))), schedule("a"),
                                 decode("a", 3), free("a")],
                                "multi_token_decode" in pair.impl.capabilities))
-    got = pair.apply(schedule("a"))
+    got = one_group(pair.apply(schedule("a")))
     assert got["hits"][1] == tokens(3, bs), (
         f"re-admitted request should hit {tokens(3, bs)} tokens, got {got}")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.groups import one_group_tables
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec
 from kvcheck.conformance.scaled_workloads import ScaledDriver
@@ -242,4 +243,4 @@ def _check_slots(driver: Driver, has_slots: bool) -> None:
             assert shared_ok, (
                 f"slot {slot} is written by {rid0!r} position {pos0} and {rid!r} position {pos}"
                 f": only a shared full prefix block at the same position may share slots; "
-                f"tables {driver.tables()}\n" + driver.snippet())
+                f"tables {one_group_tables(driver.tables())}\n" + driver.snippet())

@@ -5,6 +5,13 @@ decode, frees, resets, pool pressure) as ``kvcheck.conformance.ops`` dicts and f
 ``Pair``; every op is checked there (laws, and the oracle when there is one). Hypothesis
 shrinks a failure to a short op list, whose trace the ``Pair`` writes for ``kvcheck replay``.
 
+One machine for one and many KV-cache groups: without ``group_kinds`` each engine gets a
+single-group spec (no ``kv_cache_groups``: what a single-group adapter is built for); with
+them, a multi-group layout of those kinds (``kvcheck.conformance.layouts``) chosen by the
+drawn pool size, the pool grown with the number of groups (``spec_fields``). Its bookkeeping
+reads every answer in the harness's per-group form (``answer_block_ids``: the groups' lists
+joined, a multi-group spec's null block left out), so the same rules run on both.
+
 The machine counts the workload features it reaches (``FEATURES``: lookahead during chunked
 prefill and decode, successful and refused resets, each hash algorithm, caching off, prompt
 logprobs, extra keys, preempt-and-resume, hits on evicted-and-reused blocks, touches at both
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import Phase, assume
 from hypothesis import seed as hypothesis_seed
@@ -30,6 +37,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvcheck.conformance.groups import null_of
+from kvcheck.conformance.layouts import events_crash, layout_for
 from kvcheck.conformance.ops import RequestExtras, add, decode, free, lookup, reset, schedule
 from kvcheck.conformance.protocol import (
     DESIGN_CAPABILITIES,
@@ -54,8 +63,9 @@ if TYPE_CHECKING:
     from kvcheck.conformance.loader import ImplHandle
     from kvcheck.conformance.protocol import RequestView
 
-__all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "extra_draws", "run_workload_machine",
-           "same_extras", "supported_block_sizes", "workload_hash_algos"]
+__all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "answer_block_ids", "extra_draws",
+           "run_workload_machine", "same_extras", "spec_fields", "supported_block_sizes",
+           "workload_hash_algos"]
 
 # Block sizes random workloads draw from (the first is what Hypothesis shrinks towards); their
 # lengths are written for 4-token blocks, scaled at a larger declared size (workload_scale).
@@ -166,16 +176,35 @@ def supported_block_sizes(info: ImplInfo) -> list[int]:
     return usual or sorted(b for b in set(info.block_sizes) if b >= 1)[:3]
 
 
-def _table_block_ids(table: Sequence[object]) -> list[int]:
-    """The block ids of a request's table: one list, or one per KV-cache group (a hybrid
-    driver's), null blocks (0) left out as ``FlatAnswers`` leaves them out of answers."""
-    ids: list[int] = []
-    for entry in table:
-        if isinstance(entry, int):
-            ids.append(entry)
-        else:
-            ids.extend(b for b in cast("Sequence[int]", entry) if b != 0)
-    return ids
+def answer_block_ids(groups: Sequence[Sequence[int]], null: int | None) -> list[int]:
+    """The block ids of an answer (hits, new blocks) or a block table in the harness's form,
+    one list per KV-cache group, joined in group order with the spec's null block
+    (``groups.null_of``: id 0 on a multi-group spec, none on a single-group one, whose one
+    list is the answer as it is) left out."""
+    return [b for ids in groups for b in ids if b != null]
+
+
+def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] = (),
+                profile: str = "", scale: int = 1, **fields: Any) -> dict[str, Any]:
+    """The spec fields of one engine (``make_pair(**fields)``): ``num_blocks`` blocks of
+    ``block_size`` tokens as drawn, plus ``fields`` (hash algorithm, caching, events, model
+    length, PYTHONHASHSEED). Without ``group_kinds``: a single-group spec. With them: the
+    multi-group layout of those kinds that the drawn pool size picks
+    (``layouts.layout_for`` under ``profile``, sliding windows ``scale`` times ``WINDOWS``),
+    its pool grown with the number of groups (each token needs a slot in every group), and
+    KV events off where ``profile``'s vLLM crashes on them (``layouts.events_crash``)."""
+    out: dict[str, Any] = {"num_blocks": num_blocks, "block_size": block_size, **fields}
+    if not group_kinds:
+        return out
+    groups, retention = layout_for(profile, group_kinds, block_size, num_blocks, scale)
+    per_group = max(2, num_blocks - 1)
+    out["num_blocks"] = 1 + sum(max(2, per_group * block_size // (g.block_size or 1))
+                                for g in groups)
+    out["kv_cache_groups"] = groups
+    out["prefix_cache_retention_interval"] = retention
+    if events_crash(profile, groups, block_size):
+        out["enable_kv_cache_events"] = False
+    return out
 
 
 def workload_hash_algos(info: ImplInfo | None, profile: str | None) -> tuple[str, ...]:
@@ -196,15 +225,18 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                          *, extras: bool | Collection[str], events: bool,
                          step_count: int = 30,
                          impl: ImplHandle | None = None, profile: str | None = None,
-                         stats: Counter[str] | None = None, random_roots: bool = False) -> None:
+                         stats: Counter[str] | None = None, random_roots: bool = False,
+                         group_kinds: Sequence[str] = ()) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
-    ``Pair``. ``extras`` adds salts / LoRA / multimodal items: True all of them, else the
-    extra-key kinds named (``EXTRA_KEY_KINDS``, see ``extra_draws``); ``events`` may enable KV
-    events.
+    ``Pair`` (``spec_fields``: a single-group spec, or with ``group_kinds`` a multi-group
+    layout of those attention kinds, ``layouts.declared_kinds``). ``extras`` adds salts /
+    LoRA / multimodal items: True all of them, else the extra-key kinds named
+    (``EXTRA_KEY_KINDS``, see ``extra_draws``); ``events`` may enable KV events.
 
     With ``impl`` (and the active ``profile``) the workloads stay within what the design
-    declares: block and pool sizes ``ImplInfo.supports`` (a spec the factory still declines
-    with ``UnsupportedSpec`` is rejected and another drawn), the hash algorithms of
+    declares: block and pool sizes ``ImplInfo.supports``, every group's for a layout (a spec
+    outside them, or one the factory still declines with ``UnsupportedSpec``, is rejected
+    and another drawn), the hash algorithms of
     ``workload_hash_algos``, and only the design features of ``effective_capabilities``:
     resets (``reset_prefix_cache``), caching off (``caching_off``), prompt-logprobs requests
     (``skip_reading_prefix_cache``), speculative slots (``lookahead``) and decode steps of
@@ -262,6 +294,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
         def __init__(self) -> None:
             super().__init__()
             self.pair: Pair  # set by setup (the @initialize rule), which runs before any other
+            self.null: int | None = None  # the engine's null block id (set by _start)
             self.pending: list[str] = []   # added, not holding blocks
             self.running: list[str] = []   # holding blocks
             self.prompts: list[list[int]] = []  # every prompt seen, for resubmission
@@ -320,14 +353,19 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             assume(info is None or info.supports(spec))
             unset = seed_unset and (random_roots or hash_algo in _UNSET_SEED_ALGOS.get(
                 profile or (info.profile if info is not None else ""), ()))
+            fields = spec_fields(num_blocks, block_size, group_kinds=group_kinds,
+                                 profile=active_profile or "", scale=self.scale,
+                                 hash_algo=hash_algo, enable_caching=caching,
+                                 enable_kv_cache_events=events and with_events,
+                                 max_model_len=max_model_len,
+                                 pythonhashseed=None if unset else spec.pythonhashseed)
+            # A layout's group block sizes and grown pool must be declared too.
+            assume(info is None or not group_kinds or info.supports(KVCacheSpec(**fields)))
             try:
-                self.pair = make_pair(num_blocks=num_blocks, block_size=block_size,
-                                      hash_algo=hash_algo, enable_caching=caching,
-                                      enable_kv_cache_events=events and with_events,
-                                      max_model_len=max_model_len,
-                                      pythonhashseed=None if unset else spec.pythonhashseed)
+                self.pair = make_pair(**fields)
             except UnsupportedSpec:
                 assume(False)  # the factory declined it: draw another spec
+            self.null = null_of(self.pair.spec)
             self.max_model_len = max_model_len
             self.caching = caching
             reached[f"hash_algo:{hash_algo}"] += 1
@@ -469,7 +507,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 return
             self.pending.remove(rid)
             self.running.append(rid)
-            hits = got["hits"][0] if "hits" in got else []
+            hits = self._ids(got["hits"][0]) if "hits" in got else []
             reached["preempt_resume" if view.output_token_ids else "admitted"] += 1
             if self._in_prefill(rid):
                 reached["chunked_prefill"] += 1
@@ -497,10 +535,11 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
 
         def _allocated(self, got: StepResult) -> bool:
             """Count what an allocate_slots answer shows; whether it allocated."""
-            new = got.get("new")
-            if new is None:
+            answer = got.get("new")
+            if answer is None:
                 reached["allocation_refused"] += 1
                 return False
+            new = self._ids(answer)
             self.handed_out.update(new)
             if not self.hit_blocks.isdisjoint(new):
                 # a block that was a hit (cached) handed out as new: its content evicted (or
@@ -515,7 +554,11 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             """The blocks the running requests other than ``rid`` hold (every group's)."""
             side = self._observer()
             return {b for other, table in side.tables().items() if other != rid
-                    for b in _table_block_ids(table)}
+                    for b in self._ids(table)}
+
+        def _ids(self, answer: Sequence[Sequence[int]]) -> list[int]:
+            """An answer's or a table's block ids (``answer_block_ids`` for this engine)."""
+            return answer_block_ids(answer, self.null)
 
         def _observer(self) -> Driver:
             """The side whose state feature counts are read from: the oracle (the reference)
@@ -658,7 +701,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 (``pinning_lookup``), and the blocks they held are free again."""
                 rid = data.draw(st.sampled_from(self.pending), label="pending request")
                 got = self.pair.apply(lookup(rid))
-                if got.get("hits", ([], 0))[0]:
+                if "hits" in got and self._ids(got["hits"][0]):
                     reached["pinned_lookup_released"] += 1
 
         def _reset(self) -> None:

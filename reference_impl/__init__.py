@@ -33,7 +33,6 @@ from kvcheck.reference_impl.hashing import (
     get_hash_fn_by_name,
     resolve_none_hash,
 )
-from kvcheck.reference_impl.hybrid_kv_cache_manager import HybridKVCacheManager
 from kvcheck.reference_impl.invariants import (
     InvariantViolation,
     check_invariants,
@@ -69,7 +68,6 @@ __all__ = [
     "FreeKVCacheBlockQueue",
     "FreeQueueMisuseError",
     "FullAttentionSpec",
-    "HybridKVCacheManager",
     "InvariantViolation",
     "KVCacheBlock",
     "KVCacheManager",

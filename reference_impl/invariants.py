@@ -9,25 +9,41 @@
 4. ``num_free_blocks`` equals the queue length, and the queue's links are consistent.
 5. The map and the blocks agree: every map entry points at a block carrying that key, and
    every block carrying a key is in the map under it.
-6. (With the manager) each block's ``ref_cnt`` equals the number of block tables holding it.
+6. (With the manager) each non-null block's ``ref_cnt`` equals the number of block-table
+   entries holding it, over every KV-cache group; a held block belongs to one group and a
+   cache key on it names that group; a full-attention table never holds the null block, and
+   under ``vllm-0.33`` the null block keeps ``ref_cnt`` 0 (0.10.2 counts null hits on it).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kvcheck.errors import KVCheckFailure
+from kvcheck.reference_impl.block import get_group_id
+from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec
 
 if TYPE_CHECKING:
     from kvcheck.reference_impl.block_pool import BlockPool
-    from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+    from kvcheck.reference_impl.kv_cache_coordinator import KVCacheCoordinator
 
 __all__ = ["InvariantViolation", "check_invariants", "check_manager_invariants"]
 
 
 class InvariantViolation(KVCheckFailure):
     """A pool law is broken; the message names every term of the failed law."""
+
+
+class ManagerState(Protocol):
+    """What ``check_manager_invariants`` reads of a ``KVCacheManager`` (its pool and the
+    coordinator holding the per-group block tables)."""
+
+    @property
+    def block_pool(self) -> BlockPool: ...
+
+    @property
+    def coordinator(self) -> KVCacheCoordinator: ...
 
 
 def check_invariants(pool: BlockPool) -> None:
@@ -113,18 +129,30 @@ def check_invariants(pool: BlockPool) -> None:
         raise InvariantViolation("; ".join(problems))
 
 
-def check_manager_invariants(manager: KVCacheManager) -> None:
-    """``check_invariants`` on the manager's pool, plus: every block's ``ref_cnt`` equals the
-    number of block-table entries referencing it, and no table holds the null block."""
-    check_invariants(manager.block_pool)
+def check_manager_invariants(manager: ManagerState) -> None:
+    """``check_invariants`` on the manager's pool, plus law 6 over every group's block tables
+    (see the module docstring); raises ``InvariantViolation`` listing every broken law."""
+    pool = manager.block_pool
+    check_invariants(pool)
     problems: list[str] = []
     holders: Counter[int] = Counter()
-    for request_id, blocks in manager.req_to_blocks.items():
-        for block in blocks:
-            if block.is_null:
-                problems.append(f"request {request_id!r} holds the null block")
-            holders[block.block_id] += 1
-    for block in manager.block_pool.blocks:
+    owner: dict[int, int] = {}
+    coordinator = manager.coordinator
+    for group_id, group in enumerate(coordinator.single_type_managers):
+        full = isinstance(group.kv_cache_spec, FullAttentionSpec)
+        for request_id, blocks in group.req_to_blocks.items():
+            for block in blocks:
+                if block.is_null:
+                    if full:
+                        problems.append(f"request {request_id!r} holds the null block in "
+                                        f"full-attention group {group_id}")
+                    continue
+                holders[block.block_id] += 1
+                first = owner.setdefault(block.block_id, group_id)
+                if first != group_id:
+                    problems.append(f"one group per block: block {block.block_id} is held by "
+                                    f"groups {first} and {group_id} (request {request_id!r})")
+    for block in pool.blocks:
         if block.is_null:
             continue
         if block.ref_cnt != holders[block.block_id]:
@@ -132,5 +160,12 @@ def check_manager_invariants(manager: KVCacheManager) -> None:
                 f"block {block.block_id}: ref_cnt={block.ref_cnt} but "
                 f"{holders[block.block_id]} block-table entries reference it"
             )
+        key = block.block_hash
+        if key is not None and block.block_id in owner and get_group_id(key) != owner[
+                block.block_id]:
+            problems.append(f"cache key group: block {block.block_id} of group "
+                            f"{owner[block.block_id]} is cached under group {get_group_id(key)}")
+    if not pool.profile.touch_null_ref_cnt and pool.null_block.ref_cnt != 0:
+        problems.append(f"null block ref_cnt {pool.null_block.ref_cnt} (0.33 never touches it)")
     if problems:
         raise InvariantViolation("; ".join(problems))

@@ -1,5 +1,5 @@
-"""Coordinators over the per-group managers of a hybrid model (vLLM
-``v1/core/kv_cache_coordinator.py``;
+"""Coordinators over the per-group managers of a ``KVCacheManager``, one group or several
+(vLLM ``v1/core/kv_cache_coordinator.py``;
 docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups).
 
 All groups share one ``BlockPool`` (block 0 = null). The coordinator runs each step's work
@@ -7,7 +7,8 @@ group by group, in group order, and reconciles the groups' prefix-cache hits int
 length:
 
 * ``KVCacheCoordinatorNoPrefixCache`` (caching off): any groups; never hits;
-* ``UnitaryKVCacheCoordinator``: one group; its own hit search;
+* ``UnitaryKVCacheCoordinator``: one group; its own hit search; the one-group hot path
+  (a single-group model's steps go straight to its per-group manager);
 * ``HybridKVCacheCoordinator``: several groups. ``vllm-0.33``: groups with equal specs form
   one spec group, full attention first; a fixed point shrinks the hit length until every spec
   group accepts it. ``vllm-0.10``: exactly one full spec and one other spec, full hit first,
@@ -57,6 +58,11 @@ class KVCacheCoordinator:
         scheduler_block_size: LCM of the group block sizes (0.33's hit alignment).
         hash_block_size: block size of the request's hashes.
         retention_interval: 0.33 ``prefix_cache_retention_interval`` (None: dense).
+
+    Attributes:
+        skips_blocks: whether some group's attention drops blocks as a request advances
+            (sliding window, chunked local); when False, ``remove_skipped_blocks`` has nothing
+            to do and the manager does not call it.
     """
 
     def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
@@ -64,6 +70,7 @@ class KVCacheCoordinator:
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None) -> None:
         self.specs = tuple(specs)
+        self.num_groups = len(self.specs)
         self.profile = profile
         self.v033 = profile.hybrid_rules == "spec_groups"
         self.enable_caching = enable_caching
@@ -76,6 +83,14 @@ class KVCacheCoordinator:
             get_manager_for_kv_cache_spec(spec, self.block_pool, i, profile, enable_caching,
                                           scheduler_block_size)
             for i, spec in enumerate(self.specs))
+        self.skips_blocks = not all(isinstance(s, FullAttentionSpec) for s in self.specs)
+        #: request id -> 0.33's ``shared_prefix_boundary`` of its last lookup (vLLM's
+        #: scheduler stores it on the request); only the hybrid hit search records one.
+        self.shared_prefix_boundary: dict[str, int] = {}
+        for manager in self.single_type_managers:
+            manager.hash_block_size = hash_block_size
+            manager.retention_interval = self.retention_interval
+            manager.shared_prefix_boundary = self.shared_prefix_boundary
 
     # ------------------------------------------------------------------ helpers
     def group_hashes(self, request: Request, group_id: int) -> Sequence[bytes]:
@@ -83,9 +98,14 @@ class KVCacheCoordinator:
         return resolve_block_hashes(request.block_hashes, self.hash_block_size,
                                     self.specs[group_id].block_size)
 
+    def empty_blocks(self) -> GroupBlocks:
+        """A fresh empty list per group."""
+        return tuple([] for _ in self.specs)
+
     def is_running(self, request_id: str) -> bool:
-        """Whether any group tracks the request as running (it was given hits or cached)."""
-        return any(request_id in m.num_cached_block for m in self.single_type_managers)
+        """Whether the request holds blocks or adopted hits in any group."""
+        return any(request_id in m.num_cached_block or m.req_to_blocks.get(request_id)
+                   for m in self.single_type_managers)
 
     # ------------------------------------------------------------------ steps
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
@@ -105,10 +125,8 @@ class KVCacheCoordinator:
                             new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
                             num_local_computed_tokens: int) -> None:
         """Adopt a new request's hits in every group (each group touches its hits, in group
-        order, before any new block is popped)."""
+        order, before any new block is popped; 0.10.2 touches every group's hits first)."""
         if self.v033:
-            if self.is_running(request_id):
-                return
             for manager, hits in zip(self.single_type_managers, new_computed_blocks,
                                      strict=True):
                 manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens)
@@ -126,20 +144,16 @@ class KVCacheCoordinator:
     def get_num_cacheable_tokens(self, num_tokens: int) -> int:
         return num_tokens
 
-    def cache_blocks(self, request: Request, num_tokens: int,
-                     shared_prefix_boundary: int = 0) -> None:
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache every group's newly full blocks, group by group."""
         if not self.enable_caching:
             return
-        boundaries = [request.num_prompt_tokens - 1]
-        if shared_prefix_boundary:
-            boundaries.append(shared_prefix_boundary)
         n = self.get_num_cacheable_tokens(num_tokens)
-        for i, manager in enumerate(self.single_type_managers):
-            manager.cache_blocks(request, self.group_hashes(request, i), n,
-                                 self.retention_interval, boundaries)
+        for manager in self.single_type_managers:
+            manager.cache_blocks(request, n)
 
     def free(self, request_id: str) -> None:
+        self.shared_prefix_boundary.pop(request_id, None)
         for manager in self.single_type_managers:
             manager.free(request_id)
 
@@ -147,22 +161,36 @@ class KVCacheCoordinator:
         return tuple(list(m.req_to_blocks.get(request_id, ()))
                      for m in self.single_type_managers)
 
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return tuple([b.block_id for b in m.req_to_blocks.get(request_id, ())]
+                     for m in self.single_type_managers)
+
+    def get_num_common_prefix_blocks(self, request_id: str,
+                                     num_running_requests: int) -> list[int]:
+        return [m.get_num_common_prefix_blocks(request_id, num_running_requests)
+                for m in self.single_type_managers]
+
+    # ------------------------------------------------------------------ hits
     def find_longest_cache_hit(self, request: Request,
-                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
-        """Per-group hits, the common hit length and (0.33) the uncached common prefix."""
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int]:
+        """Per-group hits and the common hit length (no side effects on the pool)."""
         raise NotImplementedError
+
+    def discard_cache_hit(self, request_id: str) -> None:
+        """Forget what the request's last lookup recorded (a lookup that reads no cache)."""
 
 
 class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
     """Caching off: any groups, never a hit."""
 
     def find_longest_cache_hit(self, request: Request,
-                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
-        return tuple([] for _ in self.specs), 0, 0
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int]:
+        return self.empty_blocks(), 0
 
 
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
-    """One group: its own hit search, aligned to its block size."""
+    """One group: its own hit search, aligned to its block size. Each step goes straight to
+    the one per-group manager (no per-group tuples built beyond the answer itself)."""
 
     def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
                  profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
@@ -179,13 +207,57 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
                          hash_block_size=hash_block_size, retention_interval=retention_interval)
+        self._group_ids = (0,)
+        self.use_manager(self.single_type_managers[0])
+
+    def use_manager(self, manager: SingleTypeKVCacheManager) -> None:
+        """Route the one group's steps to ``manager``. The steps whose signature is the
+        per-group manager's own are its bound methods, so a one-group model's hot path has
+        no coordinator layer (call again after replacing the manager's class)."""
+        self.manager = manager
+        self.single_type_managers = (manager,)
+        self.free = manager.free  # type: ignore[method-assign]
+        self.cache_blocks = manager.cache_blocks  # type: ignore[method-assign]
+        self.remove_skipped_blocks = manager.remove_skipped_blocks  # type: ignore[method-assign]
+
+    def empty_blocks(self) -> GroupBlocks:
+        return ([],)
+
+    def is_running(self, request_id: str) -> bool:
+        m = self.manager
+        return request_id in m.num_cached_block or bool(m.req_to_blocks.get(request_id))
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                                   total_computed_tokens: int) -> int:
+        return self.manager.get_num_blocks_to_allocate(
+            request_id, num_tokens, new_computed_blocks[0], total_computed_tokens)
+
+    def add_computed_blocks(self, request_id: str,
+                            new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                            num_local_computed_tokens: int) -> None:
+        hits = new_computed_blocks[0]
+        if self.v033:
+            self.manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens)
+            return
+        if self.enable_caching:
+            self.block_pool.touch(hits)
+        self.manager.save_new_computed_blocks(request_id, hits)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> GroupBlocks:
+        return (self.manager.allocate_new_blocks(request_id, num_tokens),)
+
+    def get_blocks(self, request_id: str) -> GroupBlocks:
+        return (list(self.manager.req_to_blocks.get(request_id, ())),)
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return ([b.block_id for b in self.manager.req_to_blocks.get(request_id, ())],)
 
     def find_longest_cache_hit(self, request: Request,
-                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
-        manager = self.single_type_managers[0]
-        blocks, length = manager.find_longest_cache_hit(
-            self.group_hashes(request, 0), max_cache_hit_length, [0], manager.block_size)
-        return tuple(blocks), length, 0
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int]:
+        manager = self.manager
+        return manager.find_longest_cache_hit(
+            request.block_hashes, max_cache_hit_length, self._group_ids, manager.block_size)
 
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
@@ -245,13 +317,24 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         return num_tokens // self.scheduler_block_size * self.scheduler_block_size
 
     def find_longest_cache_hit(self, request: Request,
-                               max_cache_hit_length: int) -> tuple[GroupBlocks, int, int]:
-        if not self.v033:
-            return self._find_v010(request, max_cache_hit_length)
-        return self._find_v033(request, max_cache_hit_length)
+                               max_cache_hit_length: int) -> tuple[GroupBlocks, int]:
+        """Per-group hits and the common hit length; records 0.33's shared-prefix boundary
+        (the uncached common prefix's end, 0 when none) for ``cache_blocks``. A hit with
+        every group's list empty is reported as no hit."""
+        if self.v033:
+            blocks, length, uncached = self._find_v033(request, max_cache_hit_length)
+        else:
+            blocks, length, uncached = self._find_v010(request, max_cache_hit_length)
+        self.shared_prefix_boundary[request.request_id] = length + uncached if uncached else 0
+        if not any(blocks):
+            return self.empty_blocks(), 0
+        return blocks, length
+
+    def discard_cache_hit(self, request_id: str) -> None:
+        self.shared_prefix_boundary.pop(request_id, None)
 
     def _search(self, spec: KVCacheSpec, ids: list[int], request: Request,
-                max_length: int) -> tuple[list[list[KVCacheBlock]], int]:
+                max_length: int) -> tuple[GroupBlocks, int]:
         manager = self.single_type_managers[ids[0]]
         return manager.find_longest_cache_hit(
             self.group_hashes(request, ids[0]), max_length, ids,

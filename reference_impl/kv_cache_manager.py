@@ -1,4 +1,11 @@
-"""``KVCacheManager``: request-level block management for one full-attention group.
+"""``KVCacheManager``: request-level block management over one or several KV-cache groups
+(vLLM ``v1/core/kv_cache_manager.py``; docs/semantics.md#kv-cache-groups-hybrid-models).
+
+One manager for every model, as in vLLM: the groups (full attention, sliding window, chunked
+local attention) live one level down, in the coordinator's per-group managers
+(``kv_cache_coordinator``), and every answer is one list per group even for one group
+(vLLM's ``KVCacheBlocks``). A single full-attention group is the one-group case; its fast
+paths are in ``UnitaryKVCacheCoordinator`` and ``FullAttentionManager``.
 
 Token layout of one ``allocate_slots`` call (vLLM ``kv_cache_manager.py`` docstring)::
 
@@ -11,57 +18,104 @@ Token layout of one ``allocate_slots`` call (vLLM ``kv_cache_manager.py`` docstr
     slots needed  = min(comp + new_comp + new + lookahead, max_model_len)
     tokens cached = min(comp + new_comp + new, request.num_tokens)
 
+Order of effects in ``allocate_slots``: (1) bad counts or nothing to compute → error;
+(2) every group drops the blocks its window skipped (even if the allocation then fails);
+(3) capacity check over all groups, None when short; (4) hits adopted (touched before any
+new block is popped), group by group; (5) new blocks popped, group by group (group 0 takes
+the queue head first); (6) newly full blocks cached, group by group.
+
+Block sizes (0.33): ``scheduler_block_size = lcm`` of the group block sizes,
+``hash_block_size = gcd`` (caching on; ``scheduler_block_size`` with caching off); one group:
+both are its block size. Request hashes are computed at ``hash_block_size``. 0.10.2: with
+caching on every group has the same block size.
+
 The manager never advances ``request.num_computed_tokens``; the caller (a scheduler) does.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvcheck.reference_impl.block import BlockHashWithGroupId, KVCacheBlock, group_id_suffix
+from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
-from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.events import KVCacheEvent
 from kvcheck.reference_impl.hashing import resolve_none_hash
+from kvcheck.reference_impl.invariants import check_manager_invariants
+from kvcheck.reference_impl.kv_cache_coordinator import (
+    KVCacheCoordinator,
+    get_kv_cache_coordinator,
+)
+from kvcheck.reference_impl.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    SlidingWindowSpec,
+    get_kv_cache_spec_kind,
+    get_kv_cache_spec_sliding_window,
+)
 from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 from kvcheck.reference_impl.request import Request, RequestOptions
+from kvcheck.reference_impl.single_type_kv_cache_manager import cdiv
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads this annotation
     from typing_extensions import Unpack
 
-__all__ = ["PYTHONHASHSEED_FROM_ENV", "KVCacheManager", "make_block_hasher"]
+__all__ = ["PYTHONHASHSEED_FROM_ENV", "KVCacheManager", "make_block_hasher",
+           "resolve_kv_cache_block_sizes"]
 
-#: The key suffix of the one group a single-group manager has (``group_id_suffix(0)``).
-_GROUP_0_SUFFIX = group_id_suffix(0)
-
-#: ``pythonhashseed``'s default in the managers: take the NONE_HASH from the environment.
+#: ``pythonhashseed``'s default in the manager: take the NONE_HASH from the environment.
 PYTHONHASHSEED_FROM_ENV = object()
 
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division for non-negative ints."""
-    return -(-a // b)
+#: One list of blocks per KV-cache group (vLLM's ``KVCacheBlocks.blocks``).
+GroupBlocks = tuple[list[KVCacheBlock], ...]
 
 
 def make_block_hasher(block_size: int, hash_algo: str, profile: ProfileBehaviour,
                       pythonhashseed: object = PYTHONHASHSEED_FROM_ENV,
                       none_hash: bytes | None = None) -> RequestBlockHasher:
-    """The hasher of a manager's requests (``KVCacheManager``, ``HybridKVCacheManager``):
-    hashes of ``block_size``-token blocks with ``hash_algo``; its NONE_HASH is ``none_hash``
-    when given, else the one ``pythonhashseed`` gives, else the environment's."""
+    """The hasher of a manager's requests: hashes of ``block_size``-token blocks with
+    ``hash_algo``; its NONE_HASH is ``none_hash`` when given, else the one ``pythonhashseed``
+    gives, else the environment's."""
     if none_hash is None and pythonhashseed is not PYTHONHASHSEED_FROM_ENV:
         none_hash = resolve_none_hash(hash_algo, profile, pythonhashseed)  # type: ignore[arg-type]
     return RequestBlockHasher(block_size, hash_algo, profile=profile, none_hash=none_hash)
 
 
+def resolve_kv_cache_block_sizes(specs: Sequence[KVCacheSpec], enable_caching: bool,
+                                 profile: ProfileBehaviour) -> tuple[int, int]:
+    """``(scheduler_block_size, hash_block_size)`` for ``specs``
+    (docs/semantics.md#kv-cache-sizing).
+
+    Raises:
+        KVCacheMisuseError: no group; 0.10.2 with caching and differing block sizes.
+    """
+    if not specs:
+        raise KVCacheMisuseError("a KV cache needs at least one group")
+    sizes = [s.block_size for s in specs]
+    if profile.hybrid_rules == "full_and_other":
+        if enable_caching and len(set(sizes)) != 1:
+            raise KVCacheMisuseError(
+                f"vLLM 0.10.2 supports one block size with prefix caching, got {sizes} "
+                "(kv_cache_manager.py:106-109: 'Only one block size is supported for now')")
+        return math.lcm(*sizes), math.gcd(*sizes)
+    scheduler = math.lcm(*sizes)
+    if len(specs) == 1:
+        return scheduler, scheduler
+    return scheduler, (math.gcd(*sizes) if enable_caching else scheduler)
+
+
 class KVCacheManager:
-    """Allocation, prefix caching and freeing for requests over one ``BlockPool``.
+    """Allocation, prefix caching and freeing over one ``BlockPool`` shared by every
+    KV-cache group.
 
     Args:
         num_blocks: blocks in the pool, the null block 0 included.
-        block_size: tokens per block.
+        block_size: one full-attention group of this many tokens per block (exactly one of
+            ``block_size`` and ``kv_cache_specs``).
+        kv_cache_specs: one spec per group, in vLLM's group order.
         max_model_len: cap on slots per request (None: no cap).
         enable_caching: prefix caching on/off.
         hash_algo: ``sha256`` (default), ``sha256_cbor``, ``xxhash``, ``xxhash_cbor``.
@@ -70,13 +124,21 @@ class KVCacheManager:
         pythonhashseed: the PYTHONHASHSEED the NONE_HASH is derived from; by default the
             environment's. ``None`` means unset.
         none_hash: force a NONE_HASH (overrides ``pythonhashseed``).
+        prefix_cache_retention_interval: 0.33's ``KVCacheConfig`` field (ignored by 0.10).
+
+    Raises:
+        KVCacheMisuseError: both or neither of ``block_size`` / ``kv_cache_specs``; a bad
+            block size or ``max_model_len``; a layout that breaks one of vLLM's rules
+            (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups):
+            the message names it.
     """
 
     def __init__(
         self,
         num_blocks: int,
-        block_size: int,
+        block_size: int | None = None,
         *,
+        kv_cache_specs: Sequence[KVCacheSpec] | None = None,
         max_model_len: int | None = None,
         enable_caching: bool = True,
         hash_algo: str = "sha256",
@@ -84,32 +146,94 @@ class KVCacheManager:
         enable_kv_cache_events: bool = False,
         pythonhashseed: object = PYTHONHASHSEED_FROM_ENV,
         none_hash: bytes | None = None,
+        prefix_cache_retention_interval: int | None = None,
     ) -> None:
-        if not isinstance(block_size, int) or block_size < 1:
-            raise KVCacheMisuseError(f"block_size must be an int >= 1, got {block_size!r}")
+        if (block_size is None) == (kv_cache_specs is None):
+            raise KVCacheMisuseError(
+                "KVCacheManager takes exactly one of block_size (one full-attention group) "
+                f"and kv_cache_specs (one spec per group); got block_size={block_size!r}, "
+                f"kv_cache_specs={kv_cache_specs!r}")
         if max_model_len is not None and max_model_len < 1:
             raise KVCacheMisuseError(f"max_model_len must be >= 1 or None, got {max_model_len!r}")
+        specs = ((FullAttentionSpec(block_size),) if block_size is not None
+                 else tuple(kv_cache_specs or ()))
+        for spec in specs:
+            if not isinstance(spec, KVCacheSpec):
+                raise KVCacheMisuseError(f"not a KV-cache spec: {spec!r}")
         self.profile = get_profile(profile)
-        self.block_size = block_size
+        self.v033 = self.profile.hybrid_rules == "spec_groups"
+        self.kv_cache_specs = specs
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
-        self.block_pool = BlockPool(
-            num_blocks, enable_caching, enable_kv_cache_events, profile=self.profile
-        )
+        self.scheduler_block_size, self.hash_block_size = resolve_kv_cache_block_sizes(
+            specs, enable_caching, self.profile)
+        #: Tokens per block of the scheduler's view (one group: its block size).
+        self.block_size = self.scheduler_block_size
+        retention = prefix_cache_retention_interval if self.v033 else None
+        if self.v033:
+            self._validate_retention(retention)
+        self._check_supported(enable_caching, enable_kv_cache_events)
+        self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
+            specs, num_blocks, profile=self.profile, enable_caching=enable_caching,
+            enable_kv_cache_events=enable_kv_cache_events,
+            scheduler_block_size=self.scheduler_block_size,
+            hash_block_size=self.hash_block_size, retention_interval=retention)
+        self.block_pool = self.coordinator.block_pool
         # Built even with caching off so requests can still be hashed (vLLM builds it when a
         # KV connector needs hashes); the manager itself ignores hashes when caching is off.
-        self.block_hasher = make_block_hasher(block_size, hash_algo, self.profile,
+        self.block_hasher = make_block_hasher(self.hash_block_size, hash_algo, self.profile,
                                               pythonhashseed, none_hash)
-        # request_id -> the request's blocks in logical order (the block table).
-        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
-        # request_id -> how many leading blocks of the request are already cached.
-        self.num_cached_block: dict[str, int] = {}
+        #: Per group ``(kind, sliding_window)`` as 0.33's ``take_events`` annotates events.
+        self.kv_cache_event_metadata: tuple[tuple[str, int | None], ...] = tuple(
+            (get_kv_cache_spec_kind(s), get_kv_cache_spec_sliding_window(s)) for s in specs)
+        self._group_block_sizes = tuple(s.block_size for s in specs)
+        # "No hits" for every group, immutable so it can be shared by every call.
+        self._no_hits: tuple[tuple[KVCacheBlock, ...], ...] = ((),) * len(specs)
+
+    def _validate_retention(self, retention: int | None) -> None:
+        if retention is None:
+            return
+        if not any(isinstance(s, SlidingWindowSpec) for s in self.kv_cache_specs):
+            if retention == 0:
+                return
+            raise KVCacheMisuseError(
+                "prefix_cache_retention_interval is set but this model has no sliding-window "
+                "KV cache group, so retention has no effect (vLLM 0.33 raises ValueError)")
+        if retention < 0 or retention % self.scheduler_block_size:
+            raise KVCacheMisuseError(
+                f"prefix_cache_retention_interval ({retention}) must be non-negative and a "
+                f"multiple of scheduler_block_size ({self.scheduler_block_size})")
+
+    def _check_supported(self, enable_caching: bool, events: bool) -> None:
+        specs = self.kv_cache_specs
+        if self.v033 and enable_caching:
+            coarse = [s.block_size for s in specs
+                      if isinstance(s, FullAttentionSpec) and s.block_size > self.hash_block_size]
+            if coarse:
+                raise KVCacheMisuseError(
+                    "a full-attention group whose block size exceeds the hash block size "
+                    f"({self.hash_block_size}) registers partial-block cache keys in vLLM 0.33 "
+                    "(_cache_partial_tail_block); the reference does not model them")
+        if not self.v033 and enable_caching and events:
+            risky = [s for s in specs if isinstance(s, ChunkedLocalAttentionSpec) or (
+                isinstance(s, SlidingWindowSpec) and s.sliding_window - 1 < s.block_size)]
+            if risky:
+                raise KVCacheMisuseError(
+                    "vLLM 0.10.2 fails an assertion (block_pool.py:150-154) when KV events are "
+                    "on and a newly cached block's parent is the null block, which chunked "
+                    "local attention and sliding windows with w - 1 < block_size reach; run "
+                    f"{risky[0]!r} with enable_kv_cache_events=False")
 
     # ---------------------------------------------------------------- convenience
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int],
                      **kwargs: Unpack[RequestOptions]) -> Request:
-        """A ``Request`` hashed with this manager's block size, algorithm and NONE_HASH."""
+        """A ``Request`` hashed at the hash block size with this manager's algorithm and
+        NONE_HASH."""
         return Request(request_id, prompt_token_ids, block_hasher=self.block_hasher, **kwargs)
+
+    @property
+    def num_kv_cache_groups(self) -> int:
+        return len(self.kv_cache_specs)
 
     @property
     def num_free_blocks(self) -> int:
@@ -120,185 +244,186 @@ class KVCacheManager:
         return self.block_pool.get_usage()
 
     # ---------------------------------------------------------------- prefix cache
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
-        """The longest cached prefix of whole blocks: ``(blocks, num_computed_tokens)``.
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
+        """The longest cached prefix: ``(hit blocks per group, num_computed_tokens)``.
 
-        The hit is capped at ``request.num_tokens - 1`` tokens: the last token is always
-        recomputed to obtain logits, so a block-aligned prompt of n blocks hits at most n - 1.
-        Returns ``([], 0)`` with caching off or when ``request.skip_reading_prefix_cache``.
-        No side effects: ``ref_cnt`` and free-queue order are unchanged.
-        (vLLM 0.33 returns a third element, the shared-prefix boundary, always derivable.)
+        Every group's list covers the same common hit length (nulls where a window no
+        longer needs a block); the hit is capped at ``request.num_tokens - 1`` tokens: the last
+        token is always recomputed to obtain logits, so a block-aligned prompt of n blocks
+        hits at most n - 1. Empty lists and 0 with caching off or when
+        ``request.skip_reading_prefix_cache``. No side effects on the pool: ``ref_cnt`` and
+        free-queue order are unchanged. (vLLM 0.33 returns a third element, the shared-prefix
+        boundary, which the reference keeps in its coordinator.)
         """
         if not self.enable_caching or request.skip_reading_prefix_cache:
-            return [], 0
-        max_cache_hit_length = request.num_tokens - 1
-        max_num_blocks = max_cache_hit_length // self.block_size
-        computed: list[KVCacheBlock] = []
-        # BlockPool.get_cached_block(block_hash, (0,)) for one group, unrolled: this loop runs
-        # once per prompt block of every admission.
-        lookup = self.block_pool.cached_block_hash_to_block.get_one_block
-        suffix = _GROUP_0_SUFFIX
-        for block_hash in request.block_hashes[:max_num_blocks]:
-            hit = lookup(BlockHashWithGroupId(block_hash + suffix))
-            if hit is None:
-                break
-            computed.append(hit)
-        return computed, len(computed) * self.block_size
+            self.coordinator.discard_cache_hit(request.request_id)
+            return self.coordinator.empty_blocks(), 0
+        return self.coordinator.find_longest_cache_hit(request, request.num_tokens - 1)
 
     # ---------------------------------------------------------------- allocation
-    def get_num_blocks_to_allocate(
-        self,
-        request: Request,
-        num_tokens: int,
-        new_computed_blocks: Sequence[KVCacheBlock],
-    ) -> int:
-        """Free blocks this step consumes: new blocks plus hits that are currently free
-        (touching them takes them out of the free queue)."""
-        held = len(self.req_to_blocks.get(request.request_id, ()))
-        num_required = cdiv(num_tokens, self.block_size)
-        num_new = num_required - len(new_computed_blocks) - held
-        if num_new < 0 and self.profile.clamp_blocks_to_allocate:
-            num_new = 0
-        if not new_computed_blocks:  # every decode step: nothing to count
-            return num_new
-        num_free_hits = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
-        return num_new + num_free_hits
-
     def allocate_slots(
         self,
         request: Request,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
-        new_computed_blocks: Sequence[KVCacheBlock] | None = None,
+        new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None = None,
         num_lookahead_tokens: int = 0,
         delay_cache_blocks: bool = False,
-    ) -> list[KVCacheBlock] | None:
-        """Make room for ``num_new_tokens`` (plus hits and lookahead) and return only the
-        newly allocated blocks, in block-table order.
+    ) -> GroupBlocks | None:
+        """Make room for ``num_new_tokens`` (plus hits and lookahead) in every group and
+        return only the newly allocated blocks, one list per group in block-table order.
 
-        All-or-nothing: returns None and changes nothing (not even the hits' ``ref_cnt`` or
-        queue positions) when the pool is short. Otherwise the hits are touched **before**
-        new blocks are popped, so the request's own hits are never evicted for it, and the
-        blocks that became full are cached.
+        ``new_computed_blocks`` is what ``get_computed_blocks`` returned (one list per group;
+        None or empty: no hits). All-or-nothing: returns None when the pool is short, with
+        nothing changed but the blocks a window skipped (as in vLLM): not the hits'
+        ``ref_cnt`` nor queue positions. Otherwise the hits are touched **before** new blocks
+        are popped, so the request's own hits are never evicted for it, and the blocks that
+        became full are cached unless ``delay_cache_blocks``.
 
         Raises:
-            KVCacheMisuseError: negative counts, hits passed for a running request, or hits
-                whose token count does not match ``len(new_computed_blocks) * block_size``.
-            KVCacheMisuseError: nothing to allocate (``num_new_tokens == 0`` without hits; in
-                ``vllm-0.10`` any ``num_new_tokens == 0``).
+            KVCacheMisuseError: negative counts; hits of the wrong shape (one list per group)
+                or whose token count is not ``num_new_computed_tokens`` in every group; hits
+                for a request that already holds blocks; hits with caching off; nothing to
+                compute (``num_new_tokens == 0`` without hits; in ``vllm-0.10`` any
+                ``num_new_tokens == 0``).
         """
-        hits = list(new_computed_blocks) if new_computed_blocks else []
         if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0:
-            # One comparison chain on the hot path; the loop only names the culprit.
-            for name, value in (
-                ("num_new_tokens", num_new_tokens),
-                ("num_new_computed_tokens", num_new_computed_tokens),
-                ("num_lookahead_tokens", num_lookahead_tokens),
-            ):
-                if value < 0:
-                    raise KVCacheMisuseError(
-                        f"allocate_slots({request.request_id!r}): {name} must be >= 0, got "
-                        f"{value}"
-                    )
-        if num_new_computed_tokens != len(hits) * self.block_size:
-            raise KVCacheMisuseError(
-                f"allocate_slots({request.request_id!r}): num_new_computed_tokens="
-                f"{num_new_computed_tokens} but {len(hits)} hit blocks of {self.block_size} "
-                "tokens were passed; pass what get_computed_blocks returned"
-            )
+            self._raise_negative(request, num_new_tokens, num_new_computed_tokens,
+                                 num_lookahead_tokens)
+        coordinator = self.coordinator
+        if new_computed_blocks:
+            hits = new_computed_blocks
+            has_hits = self._check_hits(request, hits, num_new_computed_tokens)
+        else:  # every decode step: no hits, nothing to check but the token count
+            hits = self._no_hits
+            has_hits = False
+            if num_new_computed_tokens:
+                self._raise_hit_tokens(request, hits, num_new_computed_tokens)
         if num_new_tokens == 0 and (
-            self.profile.allocate_zero_new_tokens_raises_always or not hits
+            self.profile.allocate_zero_new_tokens_raises_always or not has_hits
         ):
-            raise KVCacheMisuseError("num_new_tokens must be greater than 0")
-        is_running = request.request_id in self.num_cached_block
-        if hits and is_running:
             raise KVCacheMisuseError(
-                f"allocate_slots({request.request_id!r}): prefix-cache hits can only be added "
-                "to a request that holds no blocks yet"
-            )
-        if hits and not self.enable_caching:
-            raise KVCacheMisuseError("prefix-cache hits passed while caching is disabled")
+                "num_new_tokens must be greater than 0"
+                + ("" if has_hits else " when there are no prefix-cache hits to adopt"))
 
-        num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
-        num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
+        num_local_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = num_local_computed
+        num_tokens_need_slot = num_local_computed + num_new_tokens + num_lookahead_tokens
         if self.max_model_len is not None:
             num_tokens_need_slot = min(num_tokens_need_slot, self.max_model_len)
+            if self.v033:  # 0.10.2 caches up to the uncapped count
+                total_computed = min(total_computed, self.max_model_len)
 
-        num_blocks_to_allocate = self.get_num_blocks_to_allocate(
-            request, num_tokens_need_slot, hits
-        )
-        if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+        if coordinator.skips_blocks:
+            coordinator.remove_skipped_blocks(
+                request.request_id, total_computed if self.v033 else request.num_computed_tokens)
+        # BlockPool.get_num_free_blocks(), read directly: this runs on every step.
+        if coordinator.get_num_blocks_to_allocate(
+                request.request_id, num_tokens_need_slot, hits,
+                num_local_computed) > self.block_pool.free_block_queue.num_free_blocks:
             return None
-
-        # Touch first: a hit sitting in the free queue must leave it before get_new_blocks
-        # pops from the head, or this request could evict its own prefix
-        # (test_computed_blocks_not_evicted).
-        if hits and self.enable_caching:
-            self.block_pool.touch(hits)
-        req_blocks = self.req_to_blocks.setdefault(request.request_id, [])
-        if not is_running:
-            req_blocks.extend(hits)
-            self.num_cached_block[request.request_id] = len(hits)
-
-        num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(req_blocks)
-        new_blocks: list[KVCacheBlock] = []
-        if num_new_blocks > 0:
-            new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
-            req_blocks.extend(new_blocks)
-
+        if has_hits:
+            # Touch first: a hit sitting in the free queue must leave it before the new blocks
+            # are popped from the head, or this request could evict its own prefix
+            # (test_computed_blocks_not_evicted).
+            coordinator.add_computed_blocks(request.request_id, hits, num_local_computed)
+        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot)
         if self.enable_caching and not delay_cache_blocks:
             # Drafts and lookahead slots are never cached.
-            num_tokens_to_cache = min(num_computed_tokens + num_new_tokens, request.num_tokens)
-            self.cache_blocks(request, num_tokens_to_cache)
+            coordinator.cache_blocks(
+                request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
 
-    def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the request's blocks that became full within its first ``num_tokens``
-        tokens; already-cached blocks are skipped."""
-        num_cached = self.num_cached_block.get(request.request_id, 0)
-        num_full = min(num_tokens, len(request.block_hashes) * self.block_size) // self.block_size
-        if num_cached >= num_full:
-            return
-        self.block_pool.cache_full_blocks(
-            request, self.req_to_blocks[request.request_id], num_cached, num_full,
-            self.block_size, 0,
-        )
-        self.num_cached_block[request.request_id] = num_full
+    def _raise_negative(self, request: Request, *counts: int) -> None:
+        names = ("num_new_tokens", "num_new_computed_tokens", "num_lookahead_tokens")
+        for name, value in zip(names, counts, strict=True):
+            if value < 0:
+                raise KVCacheMisuseError(
+                    f"allocate_slots({request.request_id!r}): {name} must be >= 0, got {value}")
+
+    def _check_hits(self, request: Request, hits: Sequence[Sequence[KVCacheBlock]],
+                    num_new_computed_tokens: int) -> bool:
+        """Whether ``hits`` (one list per group) holds any block; raises when they do not
+        fit this manager, the request or ``num_new_computed_tokens``."""
+        sizes = self._group_block_sizes
+        if len(hits) != len(sizes) or isinstance(hits[0], KVCacheBlock):
+            self._raise_bad_hits(request, hits)
+        if len(sizes) == 1:  # one group: one comparison, no loop (admissions run this)
+            has_hits = bool(hits[0])
+            if len(hits[0]) * sizes[0] != num_new_computed_tokens:
+                self._raise_hit_tokens(request, hits, num_new_computed_tokens)
+        else:
+            if any(isinstance(g, KVCacheBlock) for g in hits):
+                self._raise_bad_hits(request, hits)
+            if any(len(g) * bs != num_new_computed_tokens
+                   for bs, g in zip(sizes, hits, strict=True)):
+                self._raise_hit_tokens(request, hits, num_new_computed_tokens)
+            has_hits = any(hits)
+        if has_hits:
+            if not self.enable_caching:
+                raise KVCacheMisuseError("prefix-cache hits passed while caching is disabled")
+            if self.coordinator.is_running(request.request_id):
+                raise KVCacheMisuseError(
+                    f"allocate_slots({request.request_id!r}): prefix-cache hits can only be "
+                    "added to a request that holds no blocks yet")
+        return has_hits
+
+    def _raise_bad_hits(self, request: Request, hits: Sequence[object]) -> None:
+        raise KVCacheMisuseError(
+            f"allocate_slots({request.request_id!r}): {len(hits)} hit lists for "
+            f"{len(self._group_block_sizes)} groups; pass new_computed_blocks as "
+            "get_computed_blocks returned them (one list of blocks per KV-cache group)")
+
+    def _raise_hit_tokens(self, request: Request, hits: Sequence[Sequence[KVCacheBlock]],
+                          num_new_computed_tokens: int) -> None:
+        for group_id, (block_size, group) in enumerate(
+                zip(self._group_block_sizes, hits, strict=True)):
+            if len(group) * block_size != num_new_computed_tokens:
+                raise KVCacheMisuseError(
+                    f"allocate_slots({request.request_id!r}): num_new_computed_tokens="
+                    f"{num_new_computed_tokens} but group {group_id} got {len(group)} hit "
+                    f"blocks of {block_size} tokens; pass what get_computed_blocks returned")
 
     # ---------------------------------------------------------------- release
     def free(self, request: Request | str) -> None:
-        """Release every block of the request in reverse order (last block first), so its
-        deepest cached block is evicted before its ancestors. Unknown requests are a no-op."""
-        request_id = request if isinstance(request, str) else request.request_id
-        blocks = self.req_to_blocks.pop(request_id, [])
-        self.num_cached_block.pop(request_id, None)
-        self.block_pool.free_blocks(reversed(blocks))
+        """Release every block of the request, group by group, each table in reverse order
+        (last block first), so its deepest cached block is evicted before its ancestors.
+        Unknown requests are a no-op."""
+        self.coordinator.free(request if isinstance(request, str) else request.request_id)
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached hash; False (nothing changed) while any block is in use."""
         return self.block_pool.reset_prefix_cache()
 
     # ---------------------------------------------------------------- queries
-    def get_blocks(self, request_id: str) -> list[KVCacheBlock]:
-        """The request's blocks in logical order (empty for an unknown request)."""
-        return list(self.req_to_blocks.get(request_id, ()))
+    def get_blocks(self, request_id: str) -> GroupBlocks:
+        """Per-group block tables in logical order (nulls included; empty lists for an
+        unknown request)."""
+        return self.coordinator.get_blocks(request_id)
 
-    def get_block_ids(self, request_id: str) -> list[int]:
-        """The request's block table: physical block ids in logical (token) order."""
-        return [b.block_id for b in self.req_to_blocks.get(request_id, ())]
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """Per-group block tables as physical block ids in logical (token) order (0 = null)."""
+        return self.coordinator.get_block_ids(request_id)
 
-    def get_num_common_prefix_blocks(self, request_id: str, num_running_requests: int) -> int:
-        """``vllm-0.10``: leading blocks held by every running request (``ref_cnt ==
-        num_running_requests``); ``vllm-0.33``: always 0 (cascade attention was removed)."""
+    def num_blocks_needed(self, num_tokens: int, group: int) -> int:
+        """Blocks group ``group`` needs for ``num_tokens`` slots, nulls included."""
+        return cdiv(num_tokens, self._group_block_sizes[group])
+
+    def get_num_common_prefix_blocks(self, request_id: str,
+                                     num_running_requests: int) -> list[int]:
+        """Per group, ``vllm-0.10``: leading blocks held by every running request (``ref_cnt
+        == num_running_requests``; 0 for sliding-window and chunked-local groups);
+        ``vllm-0.33``: always 0 (cascade attention was removed)."""
         if not self.profile.live_common_prefix_blocks:
-            return 0
-        n = 0
-        for block in self.req_to_blocks.get(request_id, ()):
-            if block.ref_cnt != num_running_requests:
-                break
-            n += 1
-        return n
+            return [0] * len(self.kv_cache_specs)
+        return self.coordinator.get_num_common_prefix_blocks(request_id, num_running_requests)
+
+    def check_invariants(self) -> None:
+        """Raise ``InvariantViolation`` naming every broken law
+        (``invariants.check_manager_invariants``)."""
+        check_manager_invariants(self)
 
     def take_events(self) -> list[KVCacheEvent]:
-        """Drain the pool's KV events."""
+        """Drain the pool's KV events (``kv_cache_event_metadata[group_idx]`` gives the
+        ``(kind, sliding_window)`` 0.33 attaches to a ``BlockStored``)."""
         return self.block_pool.take_events()

@@ -56,9 +56,9 @@ class ProfileBehaviour:
         live_common_prefix_blocks: 0.10.2 computes ``get_num_common_prefix_blocks``; 0.33
             always returns 0 (cascade attention was removed).
         hybrid_rules: the KV-cache-group rules
-        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups), used only by
-        the
-            grouped manager (``hybrid_kv_cache_manager``): ``"spec_groups"`` (0.33: any number
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups), used by
+            ``kv_cache_manager``, ``kv_cache_coordinator`` and
+            ``single_type_kv_cache_manager``: ``"spec_groups"`` (0.33: any number
             of spec groups with a fixed-point hit search, LCM/GCD block sizes, skip-aware hits
             and block counts, leading nulls trimmed on free, the sliding-window cache mask,
             logical event parents, empty ``BlockStored``); ``"full_and_other"`` (0.10.2: one

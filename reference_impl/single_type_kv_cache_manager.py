@@ -1,5 +1,5 @@
-"""Per-group managers of a hybrid model (vLLM ``v1/core/single_type_kv_cache_manager.py``):
-one per KV-cache group, all over one shared ``BlockPool``
+"""Per-group managers (vLLM ``v1/core/single_type_kv_cache_manager.py``): one per KV-cache
+group of a ``KVCacheManager`` (one group or several), all over one shared ``BlockPool``
 (docs/semantics.md#kv-cache-groups-hybrid-models).
 
 State per request: ``req_to_blocks[rid]`` (the group's block table, null blocks included) and
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvcheck.reference_impl.block import KVCacheBlock
+from kvcheck.reference_impl.block import BlockHashWithGroupId, KVCacheBlock, group_id_suffix
 from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.kv_cache_interface import (
@@ -41,6 +41,9 @@ from kvcheck.reference_impl.profiles import ProfileBehaviour
 
 if TYPE_CHECKING:
     from kvcheck.reference_impl.request import Request
+
+#: One list of blocks per group (of the groups one hit search covers).
+GroupBlocks = tuple[list[KVCacheBlock], ...]
 
 __all__ = [
     "ChunkedLocalAttentionManager",
@@ -74,7 +77,10 @@ def resolve_block_hashes(hashes: Sequence[bytes], hash_block_size: int,
 
 
 def trim_null_head(blocks: list[KVCacheBlock]) -> list[KVCacheBlock]:
-    """``blocks`` without its leading null blocks (vLLM 0.33 ``trim_null_head``)."""
+    """``blocks`` without its leading null blocks (vLLM 0.33 ``trim_null_head``); ``blocks``
+    itself when it starts with a real block."""
+    if not blocks or not blocks[0].is_null:
+        return blocks
     i = 0
     while i < len(blocks) and blocks[i].is_null:
         i += 1
@@ -91,6 +97,12 @@ class SingleTypeKVCacheManager:
         profile: the resolved profile.
         enable_caching: prefix caching on.
         scheduler_block_size: LCM of the groups' block sizes (0.33 hit alignment).
+
+    Attributes set by the coordinator after construction (what ``cache_blocks`` reads):
+        hash_block_size: block size of the request's hashes (default: this group's).
+        retention_interval: 0.33 ``prefix_cache_retention_interval`` (None: dense).
+        shared_prefix_boundary: the coordinator's request id -> 0.33 shared-prefix boundary
+            of the request's last lookup.
     """
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
@@ -108,6 +120,9 @@ class SingleTypeKVCacheManager:
         self.null_block = block_pool.null_block
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
+        self.hash_block_size = self.block_size
+        self.retention_interval: int | None = None
+        self.shared_prefix_boundary: dict[str, int] = {}
 
     # ------------------------------------------------------------------ skipping
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -145,7 +160,7 @@ class SingleTypeKVCacheManager:
     # ------------------------------------------------------------------ hits
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[list[list[KVCacheBlock]], int]:
+                               ) -> tuple[GroupBlocks, int]:
         """Per group of ``group_ids`` (all with this spec) the hit blocks, and the hit length
         in tokens; ``block_hashes`` are already viewed at this group's block size."""
         raise NotImplementedError
@@ -209,29 +224,31 @@ class SingleTypeKVCacheManager:
         return new
 
     # ------------------------------------------------------------------ caching
-    def reachable_block_mask(self, start_block: int, end_block: int,
-                             retention_interval: int | None,
-                             reachable_boundaries: Sequence[int]) -> list[bool] | None:
+    def reachable_block_mask(self, request: Request, start_block: int,
+                             end_block: int) -> list[bool] | None:
         """Which blocks of ``[start_block, end_block)`` a later hit can use (None: all)."""
         return None
 
-    def cache_blocks(self, request: Request, block_hashes: Sequence[bytes], num_tokens: int,
-                     retention_interval: int | None = None,
-                     reachable_boundaries: Sequence[int] = ()) -> None:
-        """Cache the blocks that became full within ``num_tokens`` tokens; ``block_hashes``
-        is the request's hash list viewed at this group's block size."""
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache the blocks that became full within ``num_tokens`` tokens, keyed by the
+        request's hashes viewed at this group's block size (vLLM's
+        ``SingleTypeKVCacheManager.cache_blocks``)."""
         num_cached = self.num_cached_block.get(request.request_id, 0)
+        block_hashes = resolve_block_hashes(request.block_hashes, self.hash_block_size,
+                                            self.block_size)
         num_full = min(num_tokens, len(block_hashes) * self.block_size) // self.block_size
         if num_cached >= num_full:
             return
-        mask = None
-        if self.v033:
-            mask = self.reachable_block_mask(num_cached, num_full, retention_interval,
-                                             reachable_boundaries)
+        mask = self.reachable_block_mask(request, num_cached, num_full) if self.v033 else None
         self.block_pool.cache_full_blocks_grouped(
             request, self.req_to_blocks[request.request_id], block_hashes, num_cached,
             num_full, self.block_size, self.kv_cache_group_id, mask)
         self.num_cached_block[request.request_id] = num_full
+
+    def get_num_common_prefix_blocks(self, request_id: str, num_running_requests: int) -> int:
+        """Leading blocks of the request's table held by every running request (vLLM 0.10.2;
+        0 for the attention types whose blocks are dropped as the window moves)."""
+        return 0
 
     # ------------------------------------------------------------------ release
     def free(self, request_id: str) -> None:
@@ -245,26 +262,119 @@ class SingleTypeKVCacheManager:
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
-    """Full attention: nothing is skipped; hits are the longest cached prefix."""
+    """Full attention: nothing is skipped, no null block is ever held; hits are the longest
+    cached prefix.
+
+    Its methods are the one-group hot path (every request of a single-group model runs
+    through them): they skip the generic skip-aware arithmetic, which is 0 here, and look a
+    single group's keys up without building per-block lists.
+    """
+
+    def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
+                 kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
+                 scheduler_block_size: int) -> None:
+        super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, profile,
+                         enable_caching, scheduler_block_size)
+        self._key_suffix = group_id_suffix(kv_cache_group_id)
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Nothing is skipped in full attention."""
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: Sequence[KVCacheBlock],
+                                   total_computed_tokens: int) -> int:
+        """The generic count with no skipped tokens: ``cdiv(num_tokens, bs) - hits - held``
+        (clamped at 0 by ``clamp_blocks_to_allocate``, 0.33) plus the hits in the free
+        queue."""
+        num_new = (-(-num_tokens // self.block_size) - len(new_computed_blocks)
+                   - len(self.req_to_blocks.get(request_id, ())))
+        if num_new < 0 and self.profile.clamp_blocks_to_allocate:
+            num_new = 0
+        if not new_computed_blocks:  # every decode step: nothing to count
+            return num_new
+        return num_new + sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+
+    def add_local_computed_blocks(self, request_id: str,
+                                  new_computed_blocks: Sequence[KVCacheBlock],
+                                  num_local_computed_tokens: int) -> None:
+        """0.33: adopt a new request's hits as they are (nothing is skipped), touched."""
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        assert not blocks, f"request {request_id!r} already holds blocks in this group"
+        if self.enable_caching:
+            self.block_pool.touch(new_computed_blocks)
+        blocks.extend(new_computed_blocks)
+        self.num_cached_block[request_id] = len(blocks)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_new = -(-num_tokens // self.block_size) - len(blocks)
+        if num_new <= 0:
+            return []
+        new = self.block_pool.get_new_blocks(num_new)
+        blocks.extend(new)
+        return new
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[list[list[KVCacheBlock]], int]:
+                               ) -> tuple[GroupBlocks, int]:
         bs = self.block_size
-        computed: list[list[KVCacheBlock]] = [[] for _ in group_ids]
-        for block_hash in block_hashes[:max_length // bs]:
-            hit = self.block_pool.get_cached_block(block_hash, group_ids)  # type: ignore[arg-type]
-            if hit is None:
-                break
-            for out, block in zip(computed, hit, strict=True):
-                out.append(block)
+        if len(group_ids) == 1:
+            # BlockPool.get_cached_block(block_hash, group_ids) for one group, unrolled: this
+            # loop runs once per prompt block of every admission.
+            suffix = (self._key_suffix if group_ids[0] == self.kv_cache_group_id
+                      else group_id_suffix(group_ids[0]))
+            lookup = self.block_pool.cached_block_hash_to_block.get_one_block
+            blocks: list[KVCacheBlock] = []
+            for block_hash in block_hashes[:max_length // bs]:
+                block = lookup(BlockHashWithGroupId(block_hash + suffix))
+                if block is None:
+                    break
+                blocks.append(block)
+            computed: GroupBlocks = (blocks,)
+        else:
+            computed = tuple([] for _ in group_ids)
+            for block_hash in block_hashes[:max_length // bs]:
+                hit = self.block_pool.get_cached_block(block_hash, group_ids)  # type: ignore[arg-type]
+                if hit is None:
+                    break
+                for out, block in zip(computed, hit, strict=True):
+                    out.append(block)
         hit_length = len(computed[0]) * bs
-        if self.v033:
+        if self.v033 and alignment_tokens != bs:
             hit_length -= hit_length % alignment_tokens
             num_blocks = cdiv(hit_length, bs)
             for out in computed:
                 del out[num_blocks:]
         return computed, hit_length
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        # KVCacheManager only models full attention at the hash block size (it refuses a
+        # coarser full-attention group), so the keys are the request's own hashes: the pool's
+        # loop that appends the group suffix itself. A full-attention table has no null block
+        # and no mask, so its events are those of cache_full_blocks_grouped.
+        rid = request.request_id
+        num_cached = self.num_cached_block.get(rid, 0)
+        bs = self.block_size
+        num_full = min(num_tokens, len(request.block_hashes) * bs) // bs
+        if num_cached >= num_full:
+            return
+        self.block_pool.cache_full_blocks(request, self.req_to_blocks[rid], num_cached,
+                                          num_full, bs, self.kv_cache_group_id)
+        self.num_cached_block[rid] = num_full
+
+    def get_num_common_prefix_blocks(self, request_id: str, num_running_requests: int) -> int:
+        n = 0
+        for block in self.req_to_blocks.get(request_id, ()):
+            if block.ref_cnt != num_running_requests:
+                break
+            n += 1
+        return n
+
+    def free(self, request_id: str) -> None:
+        """Free the table reversed, last block first (no null head to trim)."""
+        blocks = self.req_to_blocks.pop(request_id, [])
+        self.num_cached_block.pop(request_id, None)
+        self.block_pool.free_blocks(reversed(blocks))
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
@@ -287,12 +397,12 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[list[list[KVCacheBlock]], int]:
+                               ) -> tuple[GroupBlocks, int]:
         bs = self.block_size
         need = self.contiguous_blocks
         max_num_blocks = max_length // bs
         null = self.null_block
-        computed: list[list[KVCacheBlock]] = [[null] * max_num_blocks for _ in group_ids]
+        computed = tuple([null] * max_num_blocks for _ in group_ids)
         run = 0
         found = False
         for i in range(max_num_blocks - 1, -1, -1):
@@ -320,11 +430,13 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
                         out.pop()
         return computed, len(computed[0]) * bs
 
-    def reachable_block_mask(self, start_block: int, end_block: int,
-                             retention_interval: int | None,
-                             reachable_boundaries: Sequence[int]) -> list[bool] | None:
+    def reachable_block_mask(self, request: Request, start_block: int,
+                             end_block: int) -> list[bool] | None:
         """0.33 ``reachable_block_mask`` without EAGLE
-        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)."""
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups): the
+        reachable boundaries are the prompt's last hit position and the request's
+        shared-prefix boundary."""
+        retention_interval = self.retention_interval
         alignment = self.cache_hit_alignment_tokens
         bs = self.block_size
         if alignment % bs != 0:
@@ -341,6 +453,10 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
                 if i % per_segment >= per_segment - need:
                     mask[i - start_block] = True
         if retention_interval is not None:
+            reachable_boundaries = [request.num_prompt_tokens - 1]
+            shared_prefix_boundary = self.shared_prefix_boundary.get(request.request_id, 0)
+            if shared_prefix_boundary:
+                reachable_boundaries.append(shared_prefix_boundary)
             for boundary in reachable_boundaries:
                 end = (boundary // alignment * alignment) // bs
                 for j in range(max(start_block, end - need), min(end_block, end)):
@@ -371,7 +487,7 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[list[list[KVCacheBlock]], int]:
+                               ) -> tuple[GroupBlocks, int]:
         bs = self.block_size
         if self.v033 and bs != alignment_tokens:
             raise KVCacheMisuseError(
@@ -380,8 +496,7 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
                 "it (single_type_kv_cache_manager.py:1329-1341)")
         start = max_length // self.attention_chunk_size * self.attention_chunk_size
         start_block = start // bs
-        computed: list[list[KVCacheBlock]] = [[self.null_block] * start_block
-                                              for _ in group_ids]
+        computed = tuple([self.null_block] * start_block for _ in group_ids)
         for i in range(start_block, max_length // bs):
             hit = self.block_pool.get_cached_block(block_hashes[i], group_ids)  # type: ignore[arg-type]
             if hit is None:

@@ -9,6 +9,7 @@ import pytest
 
 from kvcheck.adapters.reference import IMPL_INFO as REFERENCE_INFO
 from kvcheck.conformance.protocol import VLLM_PROFILES
+from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
 
@@ -24,12 +25,14 @@ def make_manager(profile: str, num_blocks: int, block_size: int = 16,
 
 def schedule(mgr: KVCacheManager, req: Request,
              num_new_tokens: int | None = None) -> list[int] | None:
-    """One scheduler step: look up hits for a new request, allocate, advance computed tokens.
+    """One scheduler step on a one-group manager: look up hits for a new request, allocate,
+    advance computed tokens.
 
-    Returns the new block ids, or None when allocation failed (nothing advanced).
+    Returns the new block ids (group 0), or None when allocation failed (nothing advanced).
     """
-    hits, num_hit = ([], 0)
-    if req.request_id not in mgr.req_to_blocks:
+    hits: tuple[list[KVCacheBlock], ...] | None = None
+    num_hit = 0
+    if not mgr.get_blocks(req.request_id)[0]:
         hits, num_hit = mgr.get_computed_blocks(req)
     if num_new_tokens is None:
         num_new_tokens = req.num_tokens - req.num_computed_tokens - num_hit
@@ -37,7 +40,7 @@ def schedule(mgr: KVCacheManager, req: Request,
     if new is None:
         return None
     req.num_computed_tokens += num_hit + num_new_tokens
-    return [b.block_id for b in new]
+    return [b.block_id for b in new[0]]
 
 
 # ---------------------------------------------------------------------- stand-in capabilities

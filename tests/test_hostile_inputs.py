@@ -22,10 +22,10 @@ import kvcheck.conformance
 from kvcheck.conformance import recorded
 from kvcheck.conformance.call_limit import CallLimit
 from kvcheck.conformance.guard import GuardedManager, ProtocolViolation
-from kvcheck.conformance.hybrid_workloads import hybrid_pair_factory
 from kvcheck.conformance.loader import ImplLoadError, load_impl
-from kvcheck.conformance.protocol import ImplInfo, KVCacheGroupSpec, KVCacheSpec, UnsupportedSpec
+from kvcheck.conformance.protocol import ImplInfo, KVCacheGroupSpec, KVCacheSpec
 from kvcheck.conformance.sizing_answers import SizingAnswerError, check_sizing_answer, plan_int
+from kvcheck.conformance.workload_machine import run_workload_machine, spec_fields
 from kvcheck.plugin.cli import main
 
 SUITE = Path(kvcheck.conformance.__file__).resolve().parent
@@ -243,23 +243,35 @@ def test_supports_reads_every_groups_block_size() -> None:
 
 def test_random_hybrid_layouts_stay_within_the_declared_block_sizes() -> None:
     """The hybrid workload machine grew group block sizes (x2, x4) past ``block_sizes``; such
-    a layout is now declined (``UnsupportedSpec``: Hypothesis draws another)."""
+    a layout is now rejected (Hypothesis draws another): the machine builds only layouts of
+    declared sizes, while the draws it rejects include layouts of larger ones."""
+    from dataclasses import replace
+
+    from hypothesis import HealthCheck, Phase, settings
+
+    from kvcheck.conformance.differential import Pair
+
+    kinds = ("full_attention", "sliding_window")
+    drawn = [KVCacheSpec(**spec_fields(n, 4, group_kinds=kinds, profile="vllm-0.33"))
+             for n in range(4, 40)]
     info = ImplInfo("x", "1", capabilities=frozenset({"manager", "kv_cache_groups",
                                                       "sliding_window"}), block_sizes=(4,))
-    made: list[dict[str, Any]] = []
-    make = hybrid_pair_factory(lambda **fields: made.append(fields), "vllm-0.33",
-                               ("full_attention", "sliding_window"), info)
-    fields = {"block_size": 4, "hash_algo": "sha256", "enable_caching": True,
-              "enable_kv_cache_events": False, "max_model_len": None, "pythonhashseed": "0"}
-    declined: list[str] = []
-    for num_blocks in range(4, 40):
-        try:
-            make(num_blocks=num_blocks, **fields)
-        except UnsupportedSpec as exc:
-            declined.append(str(exc))
-    assert declined and made  # both kinds of layout were drawn
-    assert all("does not declare this layout's block sizes" in d for d in declined)
-    assert all(g.block_size == 4 for f in made for g in f["kv_cache_groups"])
+    assert any(not info.supports(s) for s in drawn) and any(info.supports(s) for s in drawn)
+    ref = load_impl("reference")
+    impl = replace(ref, info=replace(ref.info, block_sizes=(4,)))
+    made: list[KVCacheSpec] = []
+
+    def make(**fields: Any) -> Pair:
+        made.append(KVCacheSpec(**fields))
+        return Pair(impl, None, made[-1])
+
+    run_workload_machine(make, settings(max_examples=15, deadline=None, derandomize=True,
+                                        database=None, phases=[Phase.generate],
+                                        suppress_health_check=list(HealthCheck)),
+                         None, extras=False, events=False, impl=impl, profile="vllm-0.33",
+                         step_count=5, group_kinds=kinds)
+    assert any(len(s.kv_cache_groups) > 1 for s in made)
+    assert all(g.block_size == 4 for s in made for g in s.kv_cache_groups)
 
 
 def test_golden_scenarios_outside_the_declared_block_sizes_are_skipped(

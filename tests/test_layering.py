@@ -16,11 +16,18 @@ subpackages must be one the layering allows:
 
 A subpackage also may not reach the next layer up through a lazy import; a test importing
 the modules would not see that, which is why this reads the source.
+
+Inside a subpackage, files import each other one way only too: no cycle between two modules
+of one folder, whether the import runs at load time, inside a function (lazy), under
+``TYPE_CHECKING`` (type-only) or through ``importlib.import_module`` with a literal name. A
+cycle that only a lazy or type-only import closes still means two files that cannot be read,
+tested or replaced one without the other; the cure is a lower module both import.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -44,25 +51,76 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
-def imported_subpackages(source: str) -> dict[str, int]:
-    """kvcheck subpackage -> first line importing it, for every import in ``source``
-    (``kvcheck.errors`` and the other core modules count as ``kvcheck``)."""
+def _import_module_target(node: ast.Call) -> str | None:
+    """The module an ``importlib.import_module(...)`` / ``__import__(...)`` call names: the
+    literal, or the constant head of an f-string (``f"kvcheck.gpu_kernels.{name}"`` is at
+    least a dependency on ``kvcheck.gpu_kernels``); None for any other call."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in {"import_module", "__import__"} or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        head = arg.values[0]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str):
+            return head.value.rstrip(".") or None
+    return None
+
+
+def imported_modules(source: str) -> dict[str, int]:
+    """Dotted kvcheck name -> first line importing it, for every import in ``source``: plain
+    and ``from`` imports at any depth, and ``importlib.import_module`` / ``__import__`` calls.
+    ``from kvcheck.a import b`` yields ``kvcheck.a`` and ``kvcheck.a.b`` (``b`` may be a
+    module); the caller keeps the names that are modules."""
     found: dict[str, int] = {}
     for node in ast.walk(ast.parse(source)):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-            if node.module == "kvcheck":  # from kvcheck import conformance
-                names = [f"kvcheck.{a.name}" for a in node.names]
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call) and (target := _import_module_target(node)):
+            names = [target]
         for name in names:
-            parts = name.split(".")
-            if parts[0] != "kvcheck":
-                continue
-            sub = parts[1] if len(parts) > 1 and parts[1] in FOLDERS else "kvcheck"
-            found.setdefault(sub, node.lineno)
+            if name.split(".")[0] == "kvcheck":
+                found.setdefault(name, node.lineno)
     return found
+
+
+def imported_subpackages(source: str) -> dict[str, int]:
+    """kvcheck subpackage -> first line importing it, for every import in ``source``
+    (``kvcheck.errors`` and the other core modules count as ``kvcheck``)."""
+    found: dict[str, int] = {}
+    for name, line in imported_modules(source).items():
+        parts = name.split(".")
+        sub = parts[1] if len(parts) > 1 and parts[1] in FOLDERS else "kvcheck"
+        if found.get(sub, line) >= line:
+            found[sub] = line
+    return found
+
+
+def module_graph(sub: str) -> dict[str, dict[str, str]]:
+    """Module of subpackage ``sub`` -> {module of ``sub`` it imports: 'file:line'}. The
+    package's ``__init__`` is a node like the others, imported by ``from kvcheck.x import
+    name`` when ``name`` is not one of its modules (importing a module also runs ``__init__``,
+    but only a name defined there ties the importer to it)."""
+    folder = ROOT / FOLDERS[sub]
+    prefix = "kvcheck" if sub == "kvcheck" else f"kvcheck.{sub}"
+    files = {path.stem: path for path in sorted(folder.glob("*.py"))}
+    graph: dict[str, dict[str, str]] = {}
+    for stem, path in files.items():
+        edges = graph.setdefault(stem, {})
+        for name, line in imported_modules(path.read_text(encoding="utf-8")).items():
+            if not name.startswith(prefix + ".") or name.count(".") != prefix.count(".") + 1:
+                continue  # another subpackage, or the package itself (``import kvcheck.x``)
+            dep = name.rsplit(".", 1)[1]
+            if dep not in files:  # ``from kvcheck.x import name``: a name __init__ defines
+                dep = "__init__"
+            if dep != stem:
+                edges.setdefault(dep, f"{path.relative_to(ROOT)}:{line}")
+    return graph
 
 
 def dependency_graph() -> dict[str, dict[str, str]]:
@@ -108,6 +166,37 @@ def test_the_reader_sees_every_kind_of_import() -> None:
                                             "kvcheck": 3, "gpu_kernels": 6}
 
 
+def test_the_reader_sees_lazy_type_only_and_importlib_imports() -> None:
+    source = ("import importlib\nfrom typing import TYPE_CHECKING\n"
+              "if TYPE_CHECKING:\n    from kvcheck.conformance.driver import Driver\n"
+              "def f():\n    return importlib.import_module('kvcheck.bench.paired')\n"
+              "def g(name):\n    return importlib.import_module(f'kvcheck.gpu_kernels.{name}')\n"
+              "def h():\n    return __import__('kvcheck.results.io')\n"
+              "importlib.import_module('vllm.v1.core')\n")
+    assert imported_modules(source) == {
+        "kvcheck.conformance.driver": 4, "kvcheck.conformance.driver.Driver": 4,
+        "kvcheck.bench.paired": 6, "kvcheck.gpu_kernels": 8, "kvcheck.results.io": 10}
+    assert imported_subpackages(source) == {"conformance": 4, "bench": 6, "gpu_kernels": 8,
+                                            "results": 10}
+
+
+def test_the_module_graph_names_the_importing_line(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "results"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from kvcheck.results import b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from kvcheck.results.a import f\n")
+    (pkg / "c.py").write_text("from kvcheck.results import name_in_init, a\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    graph = module_graph("results")
+    assert graph == {"__init__": {}, "a": {"b": "results/a.py:2"},
+                     "b": {"a": "results/b.py:3"},
+                     "c": {"__init__": "results/c.py:1", "a": "results/c.py:1"}}
+    assert find_cycle(graph) == ["a", "b", "a"]
+
+
 def test_the_cycle_finder_finds_cycles() -> None:
     assert find_cycle({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": ""}, "b": {}, "c": {"a": ""}}) == []
@@ -128,3 +217,14 @@ def test_no_import_cycle_between_subpackages() -> None:
 
 def test_the_allowed_layering_itself_has_no_cycle() -> None:
     assert find_cycle({k: dict.fromkeys(v, "") for k, v in ALLOWED.items()}) == []
+
+
+@pytest.mark.parametrize("sub", sorted(FOLDERS))
+def test_no_import_cycle_between_files_of_a_subpackage(sub: str) -> None:
+    graph = module_graph(sub)
+    cycle = find_cycle(graph)
+    assert cycle == [], (
+        f"kvcheck.{sub} has an import cycle between its files: "
+        + " -> ".join(f"{a} ({graph[a][b]})" for a, b in itertools.pairwise(cycle))
+        + f" -> {cycle[-1]}; lazy and type-only imports count: move what both need into a "
+        "lower module")

@@ -1,4 +1,5 @@
-"""The vLLM adapter on KV-cache groups (``kvcheck.adapters.vllm_groups``), on the real vLLM.
+"""The vLLM adapter on KV-cache groups (``kvcheck.adapters.vllm_manager`` over
+``kvcheck.adapters.vllm_kv_config``), on the real vLLM.
 
 Runs only where vLLM is importable (an environment built by scripts/vllm-cpu-env.sh; run it
 with that environment's python), and then in this process: the golden scenarios of the hybrid
@@ -257,6 +258,56 @@ def test_one_full_group_matches_the_single_group_adapter(adapter: Any) -> None:
         a.free(rid)
         b.free(rid)
         assert a.free_block_ids() == b.free_block_ids()
+
+
+def test_a_flat_spec_is_vllms_one_full_attention_group(adapter: Any) -> None:
+    """One construction: a spec without ``kv_cache_groups`` is the one-group ``KVCacheConfig``
+    (``FullAttentionSpec`` at ``spec.block_size``), the same class and config as
+    ``kv_cache_groups=(full,)`` and as the benchmark hook's manager."""
+    from kvcheck.adapters.vllm_native import make_native_manager
+
+    flat = adapter.make_kv_cache_manager(_spec(num_blocks=12, block_size=4))
+    grouped = adapter.make_kv_cache_manager(_spec(FULL, num_blocks=12, block_size=4))
+    native = make_native_manager(_spec(num_blocks=12, block_size=4))
+    assert type(flat) is type(grouped)
+    assert (flat.grouped, grouped.grouped, flat.num_groups) == (False, True, 1)
+    (group,) = flat.manager.kv_cache_config.kv_cache_groups
+    assert group.layer_names == ["layer.0"]
+    assert type(group.kv_cache_spec).__name__ == "FullAttentionSpec"
+    assert group.kv_cache_spec.block_size == 4
+    for other in (grouped.manager, native.manager):
+        assert other.kv_cache_config == flat.manager.kv_cache_config
+        assert type(other.coordinator) is type(flat.manager.coordinator)
+    assert (flat.scheduler_block_size, flat.hash_block_size) == (4, 4)
+
+
+def test_flat_events_carry_the_reference_fields_grouped_ones_vllms(adapter: Any) -> None:
+    """The single-group protocol's events have exactly the reference's fields; with
+    ``kv_cache_groups`` they keep vLLM's group fields where the release has them."""
+    from dataclasses import fields
+
+    from kvcheck.reference_impl.events import BlockStored
+
+    reference = {"type"} | {f.name for f in fields(BlockStored)}
+    view = RequestView("r", tuple(range(100, 109)))
+    keys = []
+    for spec in (_spec(enable_kv_cache_events=True),
+                 _spec(FULL, enable_kv_cache_events=True)):
+        m = adapter.make_kv_cache_manager(spec)
+        assert m.allocate_slots(view, 9) is not None
+        (stored,) = m.take_events()
+        keys.append(set(stored))
+    assert keys[0] == reference
+    if PROFILE == "vllm-0.33":
+        assert keys[1] == reference | {"kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
+    else:
+        assert keys[1] == reference - {"group_idx"}
+
+
+def test_hits_need_one_list_per_group(adapter: Any) -> None:
+    m = adapter.make_kv_cache_manager(_spec(FULL, SWA4, enable_caching=False))
+    with pytest.raises(KVCheckInputError, match="1 lists for 2 KV-cache groups"):
+        m.allocate_slots(RequestView("r", tuple(range(100, 109))), 9, 2, [[1]])
 
 
 def test_slot_mapping_maps_group_0_even_past_the_pool_size(adapter: Any) -> None:

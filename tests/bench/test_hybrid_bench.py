@@ -1,6 +1,7 @@
-"""The hybrid allocator benchmark (``bench/hybrid.py``, ``bench/hybrid_scheduler.py``): the
-replay on the reference at a tiny scale, determinism, the skip of an implementation without
-the capability, and the ``--kv-bench -k hybrid`` run from the command line."""
+"""The hybrid allocator benchmark (``bench/hybrid.py`` over the scheduler loop of
+``bench/scheduler.py``, its tables observed per group): the replay on the reference at a tiny
+scale, the one-group case of the observation, determinism, the skip of an implementation
+without the capability, and the ``--kv-bench -k hybrid`` run from the command line."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from kvcheck.bench.hybrid import (
     make_hybrid_workload,
     request_peak_blocks,
 )
-from kvcheck.bench.hybrid_scheduler import HybridRun, run_hybrid_workload
-from kvcheck.errors import KVCheckInputError
+from kvcheck.bench.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.workloads import make_workload
+from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
+from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
 # pytester's in-process runs drop the modules they imported when they end, and torch refuses
 # to be imported twice in one process (bench_kernels.py imports it when collected).
@@ -40,9 +43,9 @@ TINY_SCALE = 0.25
 
 
 def _replay(manager: Any, scenario: str = "hybrid_shared_prompt", seed: int = 0,
-            scale: float = TINY_SCALE) -> HybridRun:
+            scale: float = TINY_SCALE) -> SchedulerRun:
     hybrid = make_hybrid_workload.__wrapped__(scenario, seed, scale)  # a fresh build
-    return run_hybrid_workload(manager, hybrid.workload, len(hybrid.groups))
+    return run_workload(manager, hybrid.workload, observe=hybrid_spec(hybrid))
 
 
 def _reference(scenario: str = "hybrid_shared_prompt", seed: int = 0,
@@ -135,12 +138,59 @@ def test_workload_is_deterministic_and_the_pool_fits_the_largest_request() -> No
         assert max(len(r.prompt_token_ids) for r in w.requests) > 4096
 
 
-def test_unknown_scenario_and_bad_group_count_are_input_errors() -> None:
+def test_unknown_scenario_is_an_input_error() -> None:
     with pytest.raises(KVCheckInputError, match="hybrid_shared_prompt"):
         make_hybrid_workload("nope")
+
+
+def test_tables_not_one_list_per_group_are_reported() -> None:
+    """An adapter whose ``get_block_ids`` drops a group fails the observed replay, naming the
+    request and both counts."""
+
+    class DropsAGroup:
+        def __init__(self, manager: Any) -> None:
+            self.manager = manager
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.manager, name)
+
+        def get_block_ids(self, request_id: str) -> Any:
+            return self.manager.get_block_ids(request_id)[1:]
+
     hybrid = make_hybrid_workload("hybrid_shared_prompt", 0, TINY_SCALE)
-    with pytest.raises(KVCheckInputError, match="num_groups"):
-        run_hybrid_workload(_reference(), hybrid.workload, 0)
+    with pytest.raises(KVCheckFailure, match=r"get_block_ids\('hssp-00000'\) returned 5 lists "
+                                             r"on a spec of 6 KV-cache groups"):
+        run_workload(DropsAGroup(_reference()), hybrid.workload, observe=hybrid_spec(hybrid))
+
+
+def test_one_group_is_the_one_entry_case_of_the_observation() -> None:
+    """A single-group spec (flat tables) observed gives one entry per count, and the same
+    replay as a one-group grouped spec (per-group tables) of the same pool: the same calls'
+    counts and the same entry. Full attention never has a null entry, so never a window
+    free. Unobserved, the run has no entries and the
+    same scheduler counts. Entries count a shared prefix block once per table holding it,
+    read before the step's frees: never fewer than the blocks in use after the step."""
+    workload = make_workload("shared_system_prompt", seed=0, scale=0.05)
+    flat = KVCacheSpec(num_blocks=workload.num_blocks, block_size=workload.block_size)
+    grouped = KVCacheSpec(num_blocks=workload.num_blocks, block_size=workload.block_size,
+                          kv_cache_groups=(KVCacheGroupSpec("full_attention"),))
+    make = kvcheck.adapters.reference.make_kv_cache_manager
+    runs = [run_workload(make(spec), workload, observe=spec) for spec in (flat, grouped)]
+    plain = run_workload(make(flat), workload)
+
+    def counts(run: SchedulerRun) -> tuple[object, ...]:
+        return (run.steps, run.finished, run.preemptions, run.hit_tokens,
+                run.scheduled_tokens, run.peak_used_blocks, len(run.allocate_ns))
+
+    assert counts(runs[0]) == counts(runs[1]) == counts(plain)
+    for run in runs:
+        assert run.null_block_steps == [0] and run.window_freed_blocks == [0]
+        assert run.hit_null_blocks == [0] and run.null_fractions == [0.0]
+        assert run.live_block_steps[0] > 0
+        assert run.peak_live_blocks[0] >= run.peak_used_blocks > 0
+    assert runs[0].live_block_steps == runs[1].live_block_steps
+    assert runs[0].peak_live_blocks == runs[1].peak_live_blocks
+    assert (plain.live_block_steps, plain.null_fractions) == ([], [])
 
 
 # ---------------------------------------------------------------------------- command line

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from kvcheck.adapters import reference_native
+from kvcheck.adapters import reference as reference_adapter
 from kvcheck.bench import native
 from kvcheck.bench.allocator import workload_spec
 from kvcheck.bench.harness import record_answers
@@ -29,7 +29,7 @@ def _hooked_reference(reference):
     """The reference handle with the hook on its module (whether or not the coordinator has
     re-exported it from kvcheck.adapters.reference yet)."""
     module = types.SimpleNamespace(**vars(reference.module))
-    module.make_native_manager = reference_native.make_native_manager
+    module.make_native_manager = reference_adapter.make_native_manager
     return types.SimpleNamespace(name=reference.name, module=module, info=reference.info)
 
 
@@ -40,7 +40,7 @@ def test_native_replay_makes_the_protocol_levels_calls(reference, scenario: str)
     workload = make_workload(scenario, seed=0, scale=0.15)
     spec = workload_spec(workload)
     protocol = record_answers(lambda s: reference.make_manager(s, guard=False), spec, workload)
-    run = native.run_native_workload(reference_native.make_native_manager(spec), workload,
+    run = native.run_native_workload(reference_adapter.make_native_manager(spec), workload,
                                      record=True)
     assert len(run.answers) == len(protocol)
     assert run.answers == [tuple(a) if isinstance(a, tuple) else a for a in protocol]
@@ -59,13 +59,13 @@ def test_native_replay_makes_the_protocol_levels_calls(reference, scenario: str)
 def test_eviction_pressure_preempts_at_the_manager_level_too(reference) -> None:
     workload = make_workload("eviction_pressure", seed=0, scale=0.25)
     run = native.run_native_workload(
-        reference_native.make_native_manager(workload_spec(workload)), workload)
+        reference_adapter.make_native_manager(workload_spec(workload)), workload)
     assert run.preemptions > 0
     assert 0 < run.request_ns < run.impl_ns
 
 
 def test_native_factory_lookup(reference) -> None:
-    assert native.native_factory(reference_native) is reference_native.make_native_manager
+    assert native.native_factory(reference_adapter) is reference_adapter.make_native_manager
     assert native.native_factory(types.SimpleNamespace()) is None
     with pytest.raises(KVCheckInputError, match="not a function"):
         native.native_factory(types.SimpleNamespace(make_native_manager=3))
@@ -88,7 +88,7 @@ def test_paired_manager_level_ratio(reference) -> None:
     workload = make_workload("burst_short", seed=0, scale=0.1)
     hooked = _hooked_reference(reference)
     other = types.SimpleNamespace(name="copy", module=types.SimpleNamespace(
-        make_native_manager=reference_native.make_native_manager), info=reference.info)
+        make_native_manager=reference_adapter.make_native_manager), info=reference.info)
     metrics, info = native.manager_level_metrics(other, hooked, workload, rounds=3, warmup=1)
     names = [m.name for m in metrics]
     assert names == ["manager_scheduled_tokens_per_s", "manager_allocate_slots_calls_per_s"]
@@ -111,7 +111,7 @@ def test_hook_declines_multi_group_specs() -> None:
     spec = KVCacheSpec(num_blocks=16, block_size=4,
                        kv_cache_groups=(KVCacheGroupSpec("full_attention"),))
     with pytest.raises(UnsupportedSpec):
-        reference_native.make_native_manager(spec)
+        reference_adapter.make_native_manager(spec)
 
 
 @pytest.mark.parametrize("scenario", ["shared_system_prompt", "eviction_pressure"])
@@ -162,9 +162,9 @@ def test_kv_bench_scheduler_results_carry_the_manager_level(reference, monkeypat
     from kvcheck.results.schema import validate_record
 
     monkeypatch.setattr(reference.module, native.NATIVE_HOOK,
-                        reference_native.make_native_manager, raising=False)
+                        reference_adapter.make_native_manager, raising=False)
     impl = types.SimpleNamespace(
-        module=types.SimpleNamespace(make_native_manager=reference_native.make_native_manager),
+        module=types.SimpleNamespace(make_native_manager=reference_adapter.make_native_manager),
         name="copy", info=reference.info, make_manager=reference.make_manager)
     result, record = _kv_bench_scheduler(impl, reference)
     validate_record(record)
@@ -193,7 +193,7 @@ def test_stability_both_levels(reference, monkeypatch, capsys) -> None:
     from kvcheck.bench import stability
 
     monkeypatch.setattr(reference.module, native.NATIVE_HOOK,
-                        reference_native.make_native_manager, raising=False)
+                        reference_adapter.make_native_manager, raising=False)
     assert stability.main(["--level", "both", "--scenarios", "burst_short", "--hash-algos",
                            "sha256", "--rounds", "2", "--warmup", "0", "--runs", "1",
                            "--scale", "0.05"]) == 0
@@ -213,7 +213,7 @@ def test_stability_manager_level_without_hook(monkeypatch, capsys) -> None:
 
 
 def test_level_agreement() -> None:
-    from kvcheck.bench.paired import PairedRatio
+    from kvcheck.bench.metrics import PairedRatio
     from kvcheck.bench.stability import CaseRatio, level_agreement
 
     def ratio(value: float) -> PairedRatio:

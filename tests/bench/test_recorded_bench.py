@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from kvcheck.bench.allocator import measure_rounds
-from kvcheck.bench.paired import PairedBench, PairedRatio
+from kvcheck.bench.metrics import PairedRatio
+from kvcheck.bench.paired import PairedBench
 from kvcheck.bench.recorded_bench import (
     RecordedBench,
     RecordedRun,

@@ -284,8 +284,7 @@ def test_swapping_in_a_list_and_appending_is_reported(impl_module: Any) -> None:
 
 def test_a_hybrid_groups_field_written_in_place_is_reported(impl_module: Any) -> None:
     impl = load_impl(impl_module("mutates_window", adapter("mutw", MUTATES_LATER.replace(
-        "ReferenceManager", "_ref.ReferenceGroupedManager").replace("M(spec)", (
-            "M(spec) if spec.kv_cache_groups else ReferenceManager(spec)")).format(
+        "M(spec)", "M(spec) if spec.kv_cache_groups else ReferenceManager(spec)").format(
         write='object.__setattr__(self.given.kv_cache_groups[1], "sliding_window", 64)'))))
     spec = KVCacheSpec(num_blocks=16, block_size=4, kv_cache_groups=(
         KVCacheGroupSpec("full_attention"), KVCacheGroupSpec("sliding_window",

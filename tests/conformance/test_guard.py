@@ -94,6 +94,34 @@ def test_well_behaved_fake_passes_every_method() -> None:
     assert m.get_block_ids("a") == [] and m.reset_prefix_cache() is True
 
 
+def test_single_group_answers_are_the_one_group_case_per_group() -> None:
+    """The per-group methods (the driver's) wrap a flat answer as one group and pass the
+    adapter its own flat form; the protocol methods hand the flat answer back."""
+    fake = Fake()
+    seen: list[Any] = []
+    allocate = fake.allocate_slots
+
+    def recording(request: RequestView, n: int, k: int = 0, hits: Any = (), la: int = 0) -> Any:
+        seen.append(hits)
+        return allocate(request, n, k, hits, la)
+
+    fake.allocate_slots = recording  # type: ignore[method-assign]
+    m = guarded(fake)
+    a = view("a")
+    assert m.get_computed_blocks_per_group(a) == ([[]], 0)
+    assert m.allocate_slots_per_group(a, 9, 0, [[]]) == [[1, 2, 3]]
+    assert seen == [[]], "the adapter gets flat hits"
+    assert m.get_block_ids_per_group("a") == [[1, 2, 3]] and m.get_block_ids("a") == [1, 2, 3]
+    assert m.allocate_slots_per_group(a, 0, 0, []) == [[]], "a running request passes no hits"
+    assert m.allocate_slots_per_group(view("b", 40), 40, 0, [[]]) is None
+    assert not m.grouped
+    # The flat rules name the answer as the adapter wrote it (no group in the message).
+    bad = _allocate_returning([1, 1])
+    with pytest.raises(ProtocolViolation, match=re.escape(
+            "the new block ids lists block id(s) [1] more than once")):
+        guarded(bad).allocate_slots_per_group(a, 9, 0, [[]])
+
+
 def _allocate_returning(value: Any) -> Fake:
     fake = Fake()
     fake.allocate_slots = lambda *args: value  # type: ignore[method-assign]
@@ -321,3 +349,13 @@ def test_unwritable_repro_directory_keeps_the_failure(tmp_path: Any, monkeypatch
     assert "protocol violation: reference.allocate_slots(" in message
     assert "trace not written (.kvcheck/repro: " in message
     assert "runnable repro of the calls made" in message
+
+
+def test_a_memory_stop_names_a_per_group_call_by_its_protocol_method() -> None:
+    """The driver calls the ``*_per_group`` methods; a memory-limit stop during one names
+    the adapter method it checks."""
+    from kvcheck.conformance.memory_limit import _GUARD_CODES
+
+    for method in ("get_computed_blocks", "allocate_slots", "get_block_ids"):
+        assert _GUARD_CODES[getattr(GuardedManager, f"{method}_per_group").__code__] == method
+        assert _GUARD_CODES[getattr(GuardedManager, method).__code__] == method

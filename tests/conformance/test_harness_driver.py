@@ -33,7 +33,8 @@ def test_prefill_in_chunks_then_decode_then_free() -> None:
     d = driver()
     answers = d.run([add("a", range(1, 7)), schedule("a", 4), schedule("a"), decode("a", 2),
                      free("a")])
-    assert answers == [{}, {"hits": ([], 0), "new": [0]}, {"new": [1]}, {"new": []}, {}]
+    # Block ids one list per group (one group here); the log shows the adapter's flat lists.
+    assert answers == [{}, {"hits": ([[]], 0), "new": [[0]]}, {"new": [[1]]}, {"new": [[]]}, {}]
     assert d.lines == [
         "views['a'] = RequestView('a', (1, 2, 3, 4, 5, 6))",
         "m.get_computed_blocks(views['a'])  # -> ([], 0)",
@@ -56,8 +57,8 @@ def test_schedule_after_the_prompt_decodes() -> None:
     """Once the prompt is computed, ``schedule`` samples n tokens (1 when n is None)."""
     d = driver()
     d.run([add("a", [1, 2, 3, 4]), schedule("a")])
-    assert d.apply(schedule("a")) == {"new": [1]}
-    assert d.apply(schedule("a", 3)) == {"new": []}
+    assert d.apply(schedule("a")) == {"new": [[1]]}
+    assert d.apply(schedule("a", 3)) == {"new": [[]]}
     view = d.views["a"]
     assert view.output_token_ids == (A0, A1, output_token("a", 2), output_token("a", 3))
     assert view.num_computed_tokens == 8
@@ -78,17 +79,17 @@ def test_request_extras_reach_the_view_and_the_log() -> None:
 def test_hits_are_passed_back_and_count_as_computed() -> None:
     d = driver()
     d.run([add("a", PROMPT), schedule("a"), add("b", PROMPT)])
-    assert d.apply(schedule("b")) == {"hits": ([0, 1], 8), "new": [3]}
+    assert d.apply(schedule("b")) == {"hits": ([[0, 1]], 8), "new": [[3]]}
     assert d.lines[-3:] == ["m.get_computed_blocks(views['b'])  # -> ([0, 1], 8)",
                             "m.allocate_slots(views['b'], 1, 8, [0, 1])  # -> [3]",
                             "views['b'] = replace(views['b'], num_computed_tokens=9)"]
-    assert d.tables() == {"a": [0, 1, 2], "b": [0, 1, 3]}
+    assert d.tables() == {"a": [[0, 1, 2]], "b": [[0, 1, 3]]}
 
 
 def test_failed_allocation_changes_nothing_on_the_driver_side() -> None:
     d = driver()
     d.apply(add("a", range(40)))  # 10 blocks of an 8-block pool
-    assert d.apply(schedule("a")) == {"hits": ([], 0), "new": None}
+    assert d.apply(schedule("a")) == {"hits": ([[]], 0), "new": None}
     assert d.running == set() and d.views["a"].num_computed_tokens == 0
     assert d.lines[-1] == "m.allocate_slots(views['a'], 40, 0, [])  # -> None"
 
@@ -97,7 +98,7 @@ def test_preempted_request_is_looked_up_again_with_its_sampled_tokens() -> None:
     d = driver()
     d.run([add("a", PROMPT), schedule("a"), decode("a"), free("a")])
     # 10 tokens now; blocks 0 and 1 are cached, and 8 <= 10 - 1.
-    assert d.apply(schedule("a")) == {"hits": ([0, 1], 8), "new": [3]}
+    assert d.apply(schedule("a")) == {"hits": ([[0, 1]], 8), "new": [[3]]}
     assert d.lines[-3:-1] == ["m.get_computed_blocks(views['a'])  # -> ([0, 1], 8)",
                               "m.allocate_slots(views['a'], 2, 8, [0, 1])  # -> [3]"]
     assert d.views["a"].num_computed_tokens == 10

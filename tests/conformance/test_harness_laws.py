@@ -59,11 +59,11 @@ def test_correct_fake_keeps_every_law_over_every_op() -> None:
         answers.append(driver.apply(op))
         assert check_laws(driver) == [], f"after op #{number} {op}"
     # The workload did what it is meant to exercise: a shared hit, eviction, a reset.
-    assert answers[5] == {"hits": ([0, 1], 8), "new": [3]}
-    assert answers[8] == {"hits": ([], 0), "new": [4, 5, 6, 7, 2]}
+    assert answers[5] == {"hits": ([[0, 1]], 8), "new": [[3]]}
+    assert answers[8] == {"hits": ([[]], 0), "new": [[4, 5, 6, 7, 2]]}
     assert answers[11] == {"reset": True}
     # Nothing cached after the reset; the free queue is b's blocks then c's, last first.
-    assert answers[13] == {"hits": ([], 0), "new": [3, 1, 0]}
+    assert answers[13] == {"hits": ([[]], 0), "new": [[3, 1, 0]]}
 
 
 def test_leaked_block_breaks_conservation() -> None:
@@ -199,7 +199,7 @@ def test_same_workload_on_the_correct_fake_has_no_stale_hit() -> None:
     driver = Driver(handle(FakeManager), SPEC)
     driver.run([add("a", PROMPT), schedule("a"), free("a"), add("c", range(100, 128)),
                 schedule("c"), add("d", PROMPT)])
-    assert driver.apply(schedule("d")) == {"hits": ([0], 4), "new": None}
+    assert driver.apply(schedule("d")) == {"hits": ([[0]], 4), "new": None}
     assert check_laws(driver) == []
 
 
@@ -229,4 +229,4 @@ def test_conservation_counts_from_the_fresh_pool_not_num_blocks() -> None:
     for op in [add("a", PROMPT), schedule("a"), add("b", PROMPT), schedule("b"), free("a")]:
         driver.apply(op)
         assert check_laws(driver) == []
-    assert driver.tables() == {"b": [1, 2, 4]}
+    assert driver.tables() == {"b": [[1, 2, 4]]}

@@ -29,7 +29,7 @@ def mismatch(impl: type[FakeManager], ops: list[dict[str, Any]],
 def test_identical_designs_agree_and_the_answer_is_the_implementations() -> None:
     pair = Pair(handle(FakeManager, name="mine"), handle(FakeManager), SPEC)
     pair.run([add("a", PROMPT), schedule("a"), add("b", PROMPT)])
-    assert pair.apply(schedule("b")) == {"hits": ([0, 1], 8), "new": [3]}
+    assert pair.apply(schedule("b")) == {"hits": ([[0, 1]], 8), "new": [[3]]}
     assert len(pair.ops) == 4
 
 
@@ -89,7 +89,7 @@ def test_a_broken_law_is_reported_before_any_difference() -> None:
 def test_laws_alone_without_an_oracle() -> None:
     pair = Pair(handle(LeakOnFree), None, SPEC)
     assert pair.apply(add("a", PROMPT)) == {}
-    assert pair.apply(schedule("a")) == {"hits": ([], 0), "new": [0, 1, 2]}
+    assert pair.apply(schedule("a")) == {"hits": ([[]], 0), "new": [[0, 1, 2]]}
     with pytest.raises(ConformanceMismatch, match=r"^after op #3 .*: conservation: "):
         pair.apply(free("a"))
 

@@ -1,6 +1,6 @@
 """The multi-group harness on small fakes: the guard's per-group rules
-(``GuardedHybridManager``), the hybrid laws (``hybrid_laws``), the layouts drawn by
-``hybrid_workloads`` and multi-group traces (``trace_check``, ``write_trace`` /
+(``GuardedManager`` for a multi-group spec), the laws' group rules (``laws``), the layouts drawn by
+``layouts`` and multi-group traces (``trace_check``, ``write_trace`` /
 ``load_trace``).
 
 ``FakeHybrid`` is a tiny correct two-group manager (full attention + sliding window, no
@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from kvcheck.conformance.differential import load_trace, write_trace
-from kvcheck.conformance.guard import GuardedHybridManager, ProtocolViolation
-from kvcheck.conformance.hybrid_driver import HybridDriver
-from kvcheck.conformance.hybrid_laws import check_hybrid_laws, skipped_tokens
-from kvcheck.conformance.hybrid_workloads import hybrid_layouts, layout_for
+from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.groups import skipped_tokens
+from kvcheck.conformance.guard import GuardedManager, ProtocolViolation
+from kvcheck.conformance.laws import check_laws
+from kvcheck.conformance.layouts import hybrid_layouts, layout_for
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import add, decode, free, schedule
 from kvcheck.conformance.protocol import (
@@ -157,11 +158,11 @@ OPS = [add("a", range(100, 110)), schedule("a", 6), schedule("a"), decode("a", 1
 
 def run(cls: type[FakeHybrid]) -> tuple[int, list[str]]:
     """The 1-based op after which a law (or the guard) first broke, and the problems."""
-    driver = HybridDriver(handle(cls), SPEC)
+    driver = Driver(handle(cls), SPEC)
     for number, op in enumerate(OPS, 1):
         try:
             driver.apply(op)
-            problems = check_hybrid_laws(driver)
+            problems = check_laws(driver)
         except ProtocolViolation as exc:
             return number, [f"guard: {exc}"]
         if problems:
@@ -194,7 +195,7 @@ def test_guard_names_the_per_group_shape() -> None:
             return [], 0
 
     mgr = handle(Flat).make_manager(SPEC)
-    assert isinstance(mgr, GuardedHybridManager)
+    assert isinstance(mgr, GuardedManager) and mgr.grouped
     with pytest.raises(ProtocolViolation, match=r"get_computed_blocks.*must be a list of 2 "
                                                 r"lists of int \(one per KV-cache group"):
         mgr.get_computed_blocks(RequestView("a", (1, 2, 3)))
@@ -213,7 +214,7 @@ def test_guard_checks_tables_against_the_answers() -> None:
 
 def test_single_group_specs_keep_the_flat_guard() -> None:
     mgr = handle(FakeHybrid).make_manager(KVCacheSpec(num_blocks=8, block_size=2))
-    assert not isinstance(mgr, GuardedHybridManager)
+    assert isinstance(mgr, GuardedManager) and not mgr.grouped
 
 
 @pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10", "generic"])

@@ -128,7 +128,7 @@ def test_the_design_passes_the_same_scenario(load: Any) -> None:
     pair = _pair(load("pinning_kv"), num_blocks=6, block_size=4)
     _cached(pair, list(range(9)))
     pair.apply(add("big", [*range(8), *[7] * 40]))
-    assert pair.apply(schedule("big")) == {"hits": ([0, 1], 8), "new": None}
+    assert pair.apply(schedule("big")) == {"hits": ([[0, 1]], 8), "new": None}
     assert pair.impl.manager.num_free_blocks() == 6
 
 
@@ -232,8 +232,8 @@ def test_ledger_counts_pins_and_remembers_how_they_ended() -> None:
 
 
 def test_grouped_lookups_pin_every_real_block() -> None:
-    assert pinned_ids([3, 0, 5], grouped=False) == [3, 0, 5]  # block 0 is ordinary here
-    assert pinned_ids([[1, 2], [0, 0, 7]], grouped=True) == [1, 2, 7]  # 0: the null block
+    assert pinned_ids([[3, 0, 5]], null=None) == [3, 0, 5]  # block 0 is ordinary here
+    assert pinned_ids([[1, 2], [0, 0, 7]], null=0) == [1, 2, 7]  # 0: the null block
 
 
 # ---------------------------------------------------------------- ref-count conventions
@@ -245,7 +245,7 @@ def test_hybrid_blocks_may_be_cached_in_any_group(load: Any) -> None:
                                                      kv_cache_groups=groups))
     pair.run([add("a", list(range(9))), schedule("a")])
     tables = pair.impl.tables()["a"]
-    assert len(pair.impl.written_records()) == 2
+    assert len(pair.impl.written) == 2
     assert may_be_cached(pair.impl) == {*tables[0][:2], *tables[1][:2]}, tables
 
 

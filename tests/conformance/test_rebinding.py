@@ -17,12 +17,12 @@ import pytest
 from harness_fakes import ALL_CAPS, FakeManager, handle
 
 from kvcheck.conformance.differential import ConformanceMismatch, Pair
-from kvcheck.conformance.laws import WrittenBlocks
 from kvcheck.conformance.ops import Op, add, decode, free, schedule
 from kvcheck.conformance.pinning import PinLedger
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.conformance.rebinding import Rebindings
 from kvcheck.conformance.shared_writes import WriteLog, check_shared_writes
+from kvcheck.conformance.written import WrittenBlocks
 
 SPEC = KVCacheSpec(num_blocks=16, block_size=4, profile="generic")
 DEDUP = ALL_CAPS | {"dedup_on_insert"}
@@ -161,10 +161,10 @@ def test_valid_rebinding_is_followed_as_a_release_and_a_share() -> None:
     accepts it, every law holds after every op, and the pool counts it free again."""
     pair = _pair(Dedup)
     pair.run(DUPLICATE)
-    assert pair.impl.tables() == {"a": [0, 1], "b": [0, 2]}
+    assert pair.impl.tables() == {"a": [[0, 1]], "b": [[0, 2]]}
     free_before = pair.impl.manager.num_free_blocks()
     pair.apply(decode("b", 1))  # b's block 2 is computed: rebound to 1, a new block 3
-    assert pair.impl.tables() == {"a": [0, 1], "b": [0, 1, 3]}
+    assert pair.impl.tables() == {"a": [[0, 1]], "b": [[0, 1, 3]]}
     assert pair.impl.manager.num_free_blocks() == free_before  # 2 freed, 3 taken
     assert 2 in pair.impl.manager.free_block_ids()
     assert pair.impl.manager.ref_cnt(1) == 2 and pair.impl.manager.ref_cnt(2) == 0
@@ -179,9 +179,9 @@ def test_released_copy_may_be_handed_out_by_the_same_call() -> None:
     queue): not a block handed out while held."""
     pair = _pair(DedupLifo)
     pair.run(DUPLICATE)
-    a, (_, copy) = pair.impl.tables()["a"], pair.impl.tables()["b"]
-    assert pair.apply(decode("b", 1))["new"] == [copy]
-    assert pair.impl.tables()["b"] == [*a, copy]
+    [a], [(_, copy)] = pair.impl.tables()["a"], pair.impl.tables()["b"]
+    assert pair.apply(decode("b", 1))["new"] == [[copy]]
+    assert pair.impl.tables()["b"] == [[*a, copy]]
 
 
 def test_another_requests_released_copy_may_be_handed_out() -> None:
@@ -189,9 +189,9 @@ def test_another_requests_released_copy_may_be_handed_out() -> None:
     guard reads b's table before calling it a block handed out while held."""
     pair = _pair(DedupEveryone)
     pair.run(DUPLICATE)
-    a, (_, copy) = pair.impl.tables()["a"], pair.impl.tables()["b"]
-    assert pair.apply(decode("a", 1))["new"] == [copy]
-    assert pair.impl.tables() == {"a": [*a, copy], "b": a}
+    [a], [(_, copy)] = pair.impl.tables()["a"], pair.impl.tables()["b"]
+    assert pair.apply(decode("a", 1))["new"] == [[copy]]
+    assert pair.impl.tables() == {"a": [[*a, copy]], "b": [a]}
 
 
 # ---------------------------------------------------------------------- refused rebindings

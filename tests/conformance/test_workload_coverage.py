@@ -24,17 +24,20 @@ from kvcheck.adapters.reference import IMPL_INFO as REFERENCE_INFO
 from kvcheck.adapters.reference import ReferenceManager
 from kvcheck.conformance.differential import ConformanceMismatch, Pair
 from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.groups import null_of
 from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.ops import Op, add, decode, schedule
 from kvcheck.conformance.protocol import (
     DESIGN_CAPABILITIES,
     HASH_ALGOS,
     ImplInfo,
+    KVCacheGroupSpec,
     KVCacheSpec,
     RequestView,
 )
 from kvcheck.conformance.workload_machine import (
     FEATURES,
+    answer_block_ids,
     run_workload_machine,
     workload_hash_algos,
 )
@@ -50,15 +53,22 @@ def _settings(max_examples: int, shrink: bool = True) -> settings:
 
 
 def _run(impl: ImplHandle, oracle: ImplHandle | None, profile: str, *, examples: int,
-         extras: bool = True, random_roots: bool = False, shrink: bool = True) -> Counter[str]:
-    """Run the machine on ``impl`` (against ``oracle``) under ``profile``; the features."""
+         extras: bool = True, random_roots: bool = False, shrink: bool = True,
+         group_kinds: Sequence[str] = (), specs: list[KVCacheSpec] | None = None,
+         ) -> Counter[str]:
+    """Run the machine on ``impl`` (against ``oracle``) under ``profile`` (multi-group
+    layouts of ``group_kinds``; each engine's spec appended to ``specs``); the features."""
     stats: Counter[str] = Counter()
 
     def make(**fields: Any) -> Pair:
-        return Pair(impl, oracle, KVCacheSpec(profile=profile, **fields))
+        spec = KVCacheSpec(profile=profile, **fields)
+        if specs is not None:
+            specs.append(spec)
+        return Pair(impl, oracle, spec)
 
     run_workload_machine(make, _settings(examples, shrink), None, extras=extras, events=True,
-                         impl=impl, profile=profile, stats=stats, random_roots=random_roots)
+                         impl=impl, profile=profile, stats=stats, random_roots=random_roots,
+                         group_kinds=group_kinds)
     return stats
 
 
@@ -74,6 +84,37 @@ def test_a_short_derandomized_run_reaches_every_feature(profile: str) -> None:
     missing = [f for f in FEATURES if f not in absent and not stats[f]]
     assert not missing, f"{profile}: features never reached: {missing}; counts {dict(stats)}"
     assert not [f for f in absent if stats[f]], f"{profile}: reached what it lacks: {stats}"
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10"])
+def test_multi_group_layouts_reach_the_block_level_features(profile: str) -> None:
+    """The same machine over multi-group layouts (every kind the reference declares), against
+    the reference: every engine has ``kv_cache_groups``, several groups in most, and the
+    machine's per-group reading of the answers still sees hits, blocks shared and evicted,
+    a full pool, refusals, preemption and hits on evicted-and-reused blocks."""
+    reference = load_impl("reference")
+    specs: list[KVCacheSpec] = []
+    stats = _run(reference, reference, profile, examples=40, shrink=False, specs=specs,
+                 group_kinds=("full_attention", "sliding_window", "chunked_local_attention"))
+    assert specs and all(s.kv_cache_groups for s in specs)
+    assert sum(len(s.kv_cache_groups) > 1 for s in specs) > len(specs) // 2
+    reached = ("prefix_hit", "shared_block_hit", "full_pool", "allocation_refused",
+               "cached_block_evicted", "touch_free_queue_tail", "preempt_resume",
+               "hit_on_evicted_and_reused_block")
+    missing = [f for f in reached if not stats[f]]
+    assert not missing, (missing, dict(stats))
+
+
+def test_answers_are_read_per_group() -> None:
+    """``answer_block_ids``: the groups' lists joined in group order; the null block (0) left
+    out on a multi-group spec only (a single-group spec's block 0 may be real, under
+    ``generic``): its one list is the answer as it is."""
+    grouped = KVCacheSpec(16, 4, kv_cache_groups=(
+        KVCacheGroupSpec(), KVCacheGroupSpec("sliding_window", sliding_window=4)))
+    single = KVCacheSpec(16, 4, profile="generic")
+    assert answer_block_ids([[3, 0, 5], [0, 0], [7]], null_of(grouped)) == [3, 5, 7]
+    assert answer_block_ids([[0, 1, 2]], null_of(single)) == [0, 1, 2]
+    assert answer_block_ids([[]], null_of(single)) == answer_block_ids([], None) == []
 
 
 def test_laws_only_runs_leave_the_hash_seed_unset_where_the_root_is_random() -> None:
@@ -195,15 +236,17 @@ class _LookaheadCachingManager(KVCacheManager):
 
     def allocate_slots(self, request: Request, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
-                       new_computed_blocks: Sequence[KVCacheBlock] | None = None,
+                       new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None = None,
                        num_lookahead_tokens: int = 0,
-                       delay_cache_blocks: bool = False) -> list[KVCacheBlock] | None:
+                       delay_cache_blocks: bool = False,
+                       ) -> tuple[list[KVCacheBlock], ...] | None:
         new = super().allocate_slots(request, num_new_tokens, num_new_computed_tokens,
                                      new_computed_blocks, num_lookahead_tokens,
                                      delay_cache_blocks)
         if new is not None and self.enable_caching:
             computed = request.num_computed_tokens + num_new_computed_tokens + num_new_tokens
-            self.cache_blocks(request, min(computed + num_lookahead_tokens, request.num_tokens))
+            self.coordinator.cache_blocks(
+                request, min(computed + num_lookahead_tokens, request.num_tokens))
         return new
 
 

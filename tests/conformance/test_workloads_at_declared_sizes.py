@@ -27,18 +27,22 @@ from inner_runs import NoShrinkProfile
 from kv_helpers import reference_capabilities_source
 
 import kvcheck.conformance
-import kvcheck.conformance.hybrid_workloads as hybrid
 import kvcheck.conformance.scaled_workloads as scaled
 import kvcheck.conformance.test_slot_mapping as slot_test
 import kvcheck.conformance.workload_machine as machine
 from kvcheck.conformance.differential import Pair
 from kvcheck.conformance.driver import Driver, StepResult
-from kvcheck.conformance.hybrid_workloads import WINDOWS, declared_kinds, hybrid_pair_factory
+from kvcheck.conformance.groups import null_of
+from kvcheck.conformance.layouts import WINDOWS, declared_kinds
 from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.ops import Op, add, decode, schedule
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, effective_capabilities
 from kvcheck.conformance.scaled_workloads import ScaledDriver, scaled_tokens, workload_scale
-from kvcheck.conformance.workload_machine import run_workload_machine
+from kvcheck.conformance.workload_machine import (
+    answer_block_ids,
+    run_workload_machine,
+    spec_fields,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -91,11 +95,10 @@ def _run(impl: ImplHandle, *, extras: bool = False, profile: str = "generic",
         pairs.append(_RecordingPair(impl, KVCacheSpec(profile=profile, **fields)))
         return pairs[-1]
 
-    if hybrid_layouts:
-        kinds = declared_kinds(effective_capabilities(impl.info, profile))
-        make = hybrid_pair_factory(make, profile, kinds, impl.info)
+    kinds = declared_kinds(effective_capabilities(impl.info, profile)) if hybrid_layouts else ()
     run_workload_machine(make, _settings(examples), None, extras=extras, events=False,
-                         impl=impl, profile=profile, stats=stats, random_roots=True)
+                         impl=impl, profile=profile, stats=stats, random_roots=True,
+                         group_kinds=kinds)
     return pairs, stats
 
 
@@ -122,7 +125,7 @@ def _slot_test_tables(impl: ImplHandle, profile: str, examples: int = 40,
 
 def _unscaled(patch: pytest.MonkeyPatch) -> None:
     """Every random workload run as written (scale 1), whatever the design declares."""
-    for module in (machine, hybrid, scaled):
+    for module in (machine, scaled):
         patch.setattr(module, "workload_scale", lambda *args: 1)
 
 
@@ -132,11 +135,13 @@ def _most_blocks(pairs: list[_RecordingPair]) -> int:
     most = 0
     for pair in pairs:
         held.clear()
+        null = null_of(pair.spec)
         for kind, rid, _, hits, new in pair.answers:
             if kind == "free":
                 held.pop(str(rid), None)
             elif kind in ("schedule", "decode") and new is not None:
-                held[str(rid)] += len(hits or ()) + len(new)
+                held[str(rid)] += (len(answer_block_ids(hits or (), null))
+                                   + len(answer_block_ids(new, null)))
                 most = max(most, held[str(rid)])
     return most
 
@@ -235,6 +240,10 @@ def test_hybrid_workloads_at_256_share_hit_and_evict_blocks() -> None:
     pairs, stats = _run(_reference_at((256,)), examples=20, hybrid_layouts=True)
     assert {p.spec.block_size for p in pairs} == {256}
     assert any(len(p.spec.kv_cache_groups) > 1 for p in pairs)
+    # The machine's scale reaches the layouts: windows of as many blocks as at 4.
+    drawn = {g.sliding_window for p in pairs for g in p.spec.kv_cache_groups
+             if g.sliding_window is not None}
+    assert drawn and drawn <= {64 * w for w in WINDOWS}, drawn
     # Drawn prompts (not fill_pool's, whose lengths are in blocks already: token ids from
     # 100_000) of several full blocks.
     full_blocks = max(len(op["prompt"]) // 256 for p in pairs for op in p.ops
@@ -302,7 +311,7 @@ class LeakyManager(_ref.ReferenceManager):
     # BUG: freeing a request that held 3 blocks or more keeps a reference on its last block,
     # which is then never free again.
     def free(self, request_id):
-        ids = self.manager.get_block_ids(request_id)
+        ids = self.manager.get_block_ids(request_id)[0]  # the one group's table
         if len(ids) >= {threshold}:
             self.manager.block_pool.blocks[ids[-1]].ref_cnt += 1
         super().free(request_id)
@@ -358,14 +367,11 @@ def test_hybrid_windows_scale_with_the_workloads() -> None:
     """A hybrid design declaring only 256 gets sliding windows 64 times ``WINDOWS`` (as many
     blocks as at 4); under the vLLM profiles, or without declared sizes, the windows drawn."""
     kinds = ("full_attention", "sliding_window")
-    fields = {"hash_algo": "sha256", "enable_caching": True, "enable_kv_cache_events": False,
-              "max_model_len": None, "pythonhashseed": "0"}
 
     def windows(block_size: int, info: ImplInfo, profile: str) -> set[int]:
-        made: list[dict[str, Any]] = []
-        make = hybrid_pair_factory(lambda **f: made.append(f), profile, kinds, info)
-        for num_blocks in range(4, 40):
-            make(num_blocks=num_blocks, block_size=block_size, **fields)
+        scale = workload_scale(block_size, info, profile)
+        made = [spec_fields(num_blocks, block_size, group_kinds=kinds, profile=profile,
+                            scale=scale) for num_blocks in range(4, 40)]
         return {g.sliding_window for f in made for g in f["kv_cache_groups"]
                 if g.sliding_window is not None}
 

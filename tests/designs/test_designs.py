@@ -141,13 +141,13 @@ def test_radix_rebinds_pins_and_caches_running_requests(designs: Callable[[str],
     pair = _pair(designs, "radix_kv", num_blocks=16, block_size=4)
     prompt = list(range(1, 9))  # two full pages
     pair.run([add("a", prompt), schedule("a"), add("b", prompt)])
-    a = pair.impl.tables()["a"]
+    [a] = pair.impl.tables()["a"]  # one KV-cache group
     got = pair.apply(schedule("b"))
-    assert got["hits"] == (a[:1], 4), "a running request's page hits (capped at 7 tokens)"
-    copy = got["new"][0]
+    assert got["hits"] == ([a[:1]], 4), "a running request's page hits (capped at 7 tokens)"
+    [[copy]] = got["new"]
     assert copy != a[1], "b recomputes its last page into a copy"
     pair.apply(decode("b"))
-    b = pair.impl.tables()["b"]
+    [b] = pair.impl.tables()["b"]
     assert b[:2] == a[:2] and copy not in b, f"the copy is rebound to a's page: {b}"
 
     manager = pair.impl.manager
@@ -168,10 +168,10 @@ def test_finish_caches_only_at_free_and_only_its_sizes(designs: Callable[[str], 
     pair = _pair(designs, "finish_kv", num_blocks=8, block_size=256)
     prompt = list(range(1, 2 * 256 + 2))  # two full blocks and one token
     pair.run([add("a", prompt), schedule("a"), add("b", prompt)])
-    a = pair.impl.tables()["a"]
-    assert pair.apply(schedule("b"))["hits"] == ([], 0), "a running request's blocks hit"
+    [a] = pair.impl.tables()["a"]  # one KV-cache group
+    assert pair.apply(schedule("b"))["hits"] == ([[]], 0), "a running request's blocks hit"
     pair.run([free("a"), free("b"), add("c", prompt)])
-    assert pair.apply(schedule("c"))["hits"] == (a[:2], 512)
+    assert pair.apply(schedule("c"))["hits"] == ([a[:2]], 512)
     with pytest.raises(UnsupportedSpec, match="block sizes"):
         designs("finish_kv").module.make_kv_cache_manager(
             KVCacheSpec(profile="generic", num_blocks=8, block_size=16))

@@ -101,17 +101,17 @@ def test_shared_prefix_workload_round_trip(device, form):
     # -- r0: prefill (no hit), stored with a padded slot mapping.
     r0 = Request("r0", prompt0, block_hasher=mgr.block_hasher)
     blocks, num_hit = mgr.get_computed_blocks(r0)
-    assert (blocks, num_hit) == ([], 0)
+    assert (blocks, num_hit) == (([],), 0)  # one list per KV-cache group
     assert mgr.allocate_slots(r0, num_new_tokens=len(prompt0), num_new_computed_tokens=0,
                               new_computed_blocks=blocks) is not None
-    ids0 = mgr.get_block_ids("r0")
+    (ids0,) = mgr.get_block_ids("r0")
     _store(model, cache, ids0, prompt0, 0, len(prompt0), pad_to=64)
     r0.num_computed_tokens = len(prompt0)
 
     # -- r0 decodes one token (a new slot in its last block).
     r0.append_output_token_ids(999)
     assert mgr.allocate_slots(r0, num_new_tokens=1) is not None
-    ids0 = mgr.get_block_ids("r0")
+    (ids0,) = mgr.get_block_ids("r0")
     tokens0 = r0.all_token_ids
     _store(model, cache, ids0, tokens0, len(prompt0), len(tokens0))
     r0.num_computed_tokens = len(tokens0)
@@ -123,7 +123,7 @@ def test_shared_prefix_workload_round_trip(device, form):
     assert mgr.allocate_slots(r1, num_new_tokens=len(prompt1) - num_hit,
                               num_new_computed_tokens=num_hit,
                               new_computed_blocks=blocks) is not None
-    ids1 = mgr.get_block_ids("r1")
+    (ids1,) = mgr.get_block_ids("r1")
     assert ids1[:2] == ids0[:2] and not set(ids1[2:]) & set(ids0)
     _store(model, cache, ids1, prompt1, num_hit, len(prompt1))  # only r1's own tokens
 

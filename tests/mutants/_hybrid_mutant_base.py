@@ -1,5 +1,5 @@
 """Shared wiring for the hybrid mutants (``hybrid_*.py``): the reference adapter whose
-multi-group manager (``ReferenceGroupedManager``) runs one mutated class.
+manager runs one mutated class on grouped specs (``kv_cache_groups``).
 
 A hybrid mutant states its one bug as a subclass of a reference per-group manager
 (``SlidingWindowManager``...) or coordinator and calls ``build_hybrid``; right after the
@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from _mutant_base import build
+from _mutant_base import build, swap_classes
 
 from kvcheck.adapters.reference import IMPL_INFO as REFERENCE_INFO
-from kvcheck.adapters.reference import ReferenceGroupedManager
+from kvcheck.adapters.reference import ReferenceManager
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec
 
 __all__ = ["build_hybrid"]
@@ -39,16 +39,10 @@ def build_hybrid(
     info = replace(info, capabilities=info.capabilities | hybrid_caps)
     swaps = dict(managers or {})
 
-    class MutantGroupedManager(ReferenceGroupedManager):
+    class MutantGroupedManager(ReferenceManager):
         def __init__(self, spec: KVCacheSpec) -> None:
             super().__init__(spec)
-            coord = self.grouped.coordinator
-            if coordinator is not None and type(coord) is coordinator.__mro__[1]:
-                coord.__class__ = coordinator
-            for manager in coord.single_type_managers:
-                mutant = swaps.get(type(manager))
-                if mutant is not None:
-                    manager.__class__ = mutant
+            swap_classes(self.manager, swaps, coordinator)
 
     def make_kv_cache_manager(spec: KVCacheSpec) -> Any:
         if spec.kv_cache_groups:

@@ -1,11 +1,13 @@
 """Shared wiring for the mutant adapters: the reference adapter rebuilt around mutant classes.
 
 A mutant module states its one bug as a subclass of a reference class (``BlockPool``,
-``KVCacheManager``, ``RequestBlockHasher``, ``Request``, or the adapters ``ReferenceManager`` /
+``KVCacheManager``, a per-group manager such as ``FullAttentionManager``, a coordinator,
+``RequestBlockHasher``, ``Request``, or the adapters ``ReferenceManager`` /
 ``ReferenceBlockPool``) and calls ``build``, which returns the module-level names the
 ``--kv-impl`` contract asks for::
 
     IMPL_INFO, make_kv_cache_manager, make_block_pool = build("mut_x", pool_cls=BuggyPool)
+    build("mut_y", managers={FullAttentionManager: BuggyFullAttention})
 
 Everything not named is the reference, so each mutant differs from it by exactly one bug.
 A bug in a module-level helper (``get_block_hash``, ``to_event_extra_keys``, a hash function)
@@ -37,11 +39,13 @@ from kvcheck.adapters.reference import (
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.block_pool import BlockPool
+from kvcheck.reference_impl.kv_cache_coordinator import UnitaryKVCacheCoordinator
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.profiles import ProfileBehaviour
 from kvcheck.reference_impl.request import Request
 
-__all__ = ["MutantBlockPool", "MutantManager", "build", "rebind", "rebind_function"]
+__all__ = ["MutantBlockPool", "MutantManager", "build", "rebind", "rebind_function",
+           "swap_classes"]
 
 NoneHashFn = Callable[[KVCacheSpec], bytes]
 ProfileFn = Callable[[KVCacheSpec], "str | ProfileBehaviour"]
@@ -95,11 +99,33 @@ def rebind(cls: _C, /, **overrides: object) -> _C:
     return type(cls.__name__, (cls,), names)  # type: ignore[return-value]
 
 
+def swap_classes(manager: KVCacheManager, managers: dict[type, type],
+                 coordinator: type | None = None, pool: BlockPool | None = None) -> None:
+    """Switch, right after ``manager`` was built, every per-group manager of a class named in
+    ``managers`` (exactly that class) to its mutant subclass, the coordinator to
+    ``coordinator`` if its class is that one's base, and every part to ``pool``."""
+    coord = manager.coordinator
+    if coordinator is not None and type(coord) is coordinator.__mro__[1]:
+        coord.__class__ = coordinator
+    if pool is not None:
+        manager.block_pool = coord.block_pool = pool
+    for group in coord.single_type_managers:
+        mutant = managers.get(type(group))
+        if mutant is not None:
+            group.__class__ = mutant
+        if pool is not None:
+            group.block_pool, group.null_block = pool, pool.null_block
+    if isinstance(coord, UnitaryKVCacheCoordinator):
+        coord.use_manager(coord.manager)  # re-bind its steps to the (mutant) methods
+
+
 class MutantManager(ReferenceManager):
-    """``ReferenceManager`` whose manager, pool, hasher and request classes, profile and
-    NONE_HASH are pluggable."""
+    """``ReferenceManager`` whose manager, per-group manager, coordinator, pool, hasher and
+    request classes, profile and NONE_HASH are pluggable."""
 
     manager_cls: type[KVCacheManager] = KVCacheManager
+    managers: dict[type, type] = {}  # noqa: RUF012 (replaced, never mutated)
+    coordinator_cls: type | None = None
     pool_cls: type[BlockPool] = BlockPool
     hasher_cls: type[RequestBlockHasher] = RequestBlockHasher
     request_cls: type[Request] = Request
@@ -107,7 +133,6 @@ class MutantManager(ReferenceManager):
     profile_of: ProfileFn = staticmethod(reference_profile)  # type: ignore[assignment]
 
     def __init__(self, spec: KVCacheSpec) -> None:
-        self.spec = spec
         profile = self.profile_of(spec)
         mgr = self.manager_cls(
             spec.num_blocks, spec.block_size, max_model_len=spec.max_model_len,
@@ -115,12 +140,14 @@ class MutantManager(ReferenceManager):
             enable_kv_cache_events=spec.enable_kv_cache_events,
             pythonhashseed=spec.pythonhashseed,
         )
+        pool = None
         if self.pool_cls is not BlockPool:
-            mgr.block_pool = self.pool_cls(spec.num_blocks, spec.enable_caching,
-                                           spec.enable_kv_cache_events, profile=profile)
+            pool = self.pool_cls(spec.num_blocks, spec.enable_caching,
+                                 spec.enable_kv_cache_events, profile=profile)
+        swap_classes(mgr, self.managers, self.coordinator_cls, pool)
         mgr.block_hasher = self.hasher_cls(spec.block_size, spec.hash_algo, profile=profile,
                                            none_hash=self.none_hash(spec))
-        self.manager = mgr
+        self._wrap(spec, mgr)
         self._requests = _request_sync(self.request_cls, mgr.block_hasher)
 
 
@@ -157,6 +184,8 @@ def build(
     name: str,
     *,
     manager_cls: type[KVCacheManager] = KVCacheManager,
+    managers: dict[type, type] | None = None,
+    coordinator: type | None = None,
     pool_cls: type[BlockPool] = BlockPool,
     hasher_cls: type[RequestBlockHasher] = RequestBlockHasher,
     request_cls: type[Request] = Request,
@@ -169,23 +198,28 @@ def build(
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for a mutant named ``name``.
 
     ``adapter_cls`` / ``pool_adapter_cls`` may already be subclasses (adapter-level bugs); the
-    class arguments are layered on top of them. ``profile_of(spec)`` replaces the adapter's
+    class arguments are layered on top of them. ``managers`` maps a reference per-group
+    manager class to its mutant subclass; ``coordinator`` is a mutant subclass of one
+    reference coordinator class (see ``swap_classes``). ``profile_of(spec)`` replaces the adapter's
     ``reference_profile`` (the profile name or ``ProfileBehaviour`` the reference objects get).
     ``drop`` removes capabilities besides ``kernels``.
     """
     parts: dict[str, Any] = {"manager_cls": manager_cls, "pool_cls": pool_cls,
-                             "hasher_cls": hasher_cls, "request_cls": request_cls}
+                             "hasher_cls": hasher_cls, "request_cls": request_cls,
+                             "managers": dict(managers or {}), "coordinator_cls": coordinator}
     if none_hash is not None:
         parts["none_hash"] = staticmethod(none_hash)
     if profile_of is not None:
         parts["profile_of"] = staticmethod(profile_of)
     manager_type = type(f"{name}_manager", (adapter_cls,), dict(parts))
-    pool_parts = {k: v for k, v in parts.items() if k != "manager_cls"}
+    pool_parts = {k: v for k, v in parts.items()
+                  if k not in ("manager_cls", "managers", "coordinator_cls")}
     pool_type = type(f"{name}_pool", (pool_adapter_cls,), pool_parts)
     info = ImplInfo(
         name=name,
         version=__version__,
-        # The mutants wrap the single-group manager: no grouped specs, no sizing functions.
+        # The mutants are served on single-group specs (hybrid ones: _hybrid_mutant_base): no
+        # grouped specs, no sizing functions.
         # Spelled out here, not taken from tests/kv_helpers.py (MODULE_LEVEL_CAPABILITIES): a
         # mutant must import with only tests/mutants on the path (README's replay commands).
         capabilities=REFERENCE_INFO.capabilities - {

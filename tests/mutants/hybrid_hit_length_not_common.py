@@ -15,8 +15,7 @@ from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec
 
 class UntruncatedHits(HybridKVCacheCoordinator):
     def find_longest_cache_hit(self, request, max_cache_hit_length):
-        out, hit_length, uncached = super().find_longest_cache_hit(
-            request, max_cache_hit_length)
+        out, hit_length = super().find_longest_cache_hit(request, max_cache_hit_length)
         out = list(out)
         specs = (self.spec_groups if self.v033 else
                  [(self.full_spec, self.full_ids)])
@@ -25,7 +24,7 @@ class UntruncatedHits(HybridKVCacheCoordinator):
                 own, _ = self._search(spec, ids, request, max_cache_hit_length)
                 for gid, blocks in zip(ids, own, strict=True):
                     out[gid] = blocks  # BUG: not truncated to hit_length
-        return tuple(out), hit_length, uncached
+        return tuple(out), hit_length
 
 
 IMPL_INFO, make_kv_cache_manager, make_block_pool = build_hybrid(

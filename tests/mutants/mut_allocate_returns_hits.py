@@ -15,9 +15,11 @@ class HitsInAnswerManager(KVCacheManager):
                        new_computed_blocks=None, *args, **kwargs):
         new = super().allocate_slots(request, num_new_tokens, num_new_computed_tokens,
                                      new_computed_blocks, *args, **kwargs)
-        if new is None:
-            return None
-        return list(new_computed_blocks or ()) + new  # BUG: hits are not new
+        if new is None or not new_computed_blocks:
+            return new
+        # BUG: hits are not new
+        return tuple(list(hits) + blocks for hits, blocks in zip(new_computed_blocks, new,
+                                                                     strict=True))
 
 
 IMPL_INFO, make_kv_cache_manager, make_block_pool = build(

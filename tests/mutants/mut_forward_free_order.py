@@ -8,16 +8,15 @@ LMCache#443 evicted the middle of a chain first).
 
 from _mutant_base import build
 
-from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+from kvcheck.reference_impl.single_type_kv_cache_manager import FullAttentionManager
 
 
-class ForwardFreeManager(KVCacheManager):
-    def free(self, request):
-        request_id = request if isinstance(request, str) else request.request_id
+class ForwardFreeFullAttention(FullAttentionManager):
+    def free(self, request_id):
         blocks = self.req_to_blocks.pop(request_id, [])
         self.num_cached_block.pop(request_id, None)
         self.block_pool.free_blocks(blocks)  # BUG: not reversed
 
 
 IMPL_INFO, make_kv_cache_manager, make_block_pool = build(
-    "mut_forward_free_order", manager_cls=ForwardFreeManager)
+    "mut_forward_free_order", managers={FullAttentionManager: ForwardFreeFullAttention})

@@ -13,15 +13,9 @@ from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 class HitCapManager(KVCacheManager):
     def get_computed_blocks(self, request):
         if not self.enable_caching or request.skip_reading_prefix_cache:
-            return [], 0
-        max_num_blocks = request.num_tokens // self.block_size  # BUG: not num_tokens - 1
-        computed = []
-        for block_hash in request.block_hashes[:max_num_blocks]:
-            hit = self.block_pool.get_cached_block(block_hash, (0,))
-            if hit is None:
-                break
-            computed.append(hit[0])
-        return computed, len(computed) * self.block_size
+            return self.coordinator.empty_blocks(), 0
+        # BUG: the cap is request.num_tokens - 1
+        return self.coordinator.find_longest_cache_hit(request, request.num_tokens)
 
 
 IMPL_INFO, make_kv_cache_manager, make_block_pool = build(

@@ -24,17 +24,18 @@ from kvcheck.reference_impl.request import Request
 class LookaheadCachingManager(KVCacheManager):
     def allocate_slots(self, request: Request, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
-                       new_computed_blocks: Sequence[KVCacheBlock] | None = None,
+                       new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None = None,
                        num_lookahead_tokens: int = 0,
-                       delay_cache_blocks: bool = False) -> list[KVCacheBlock] | None:
+                       delay_cache_blocks: bool = False,
+                       ) -> tuple[list[KVCacheBlock], ...] | None:
         new = super().allocate_slots(request, num_new_tokens, num_new_computed_tokens,
                                      new_computed_blocks, num_lookahead_tokens,
                                      delay_cache_blocks=True)
         if new is not None and self.enable_caching and not delay_cache_blocks:
             num_computed = request.num_computed_tokens + num_new_computed_tokens
             # BUG: the lookahead slots are counted as computed tokens
-            self.cache_blocks(request, min(num_computed + num_new_tokens + num_lookahead_tokens,
-                                           request.num_tokens))
+            self.coordinator.cache_blocks(request, min(
+                num_computed + num_new_tokens + num_lookahead_tokens, request.num_tokens))
         return new
 
 

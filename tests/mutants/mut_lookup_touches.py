@@ -14,7 +14,8 @@ from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 class TouchingLookupManager(KVCacheManager):
     def get_computed_blocks(self, request):
         blocks, num_tokens = super().get_computed_blocks(request)
-        self.block_pool.touch(blocks)  # BUG: a lookup must not pin
+        for group in blocks:
+            self.block_pool.touch(group)  # BUG: a lookup must not pin
         return blocks, num_tokens
 
 

@@ -11,10 +11,10 @@ from _mutant_base import build
 
 from kvcheck.reference_impl.block import make_block_hash_with_group_id
 from kvcheck.reference_impl.block_hasher import hash_block_tokens
-from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+from kvcheck.reference_impl.single_type_kv_cache_manager import FullAttentionManager
 
 
-class PartialCachingManager(KVCacheManager):
+class PartialCachingFullAttention(FullAttentionManager):
     def cache_blocks(self, request, num_tokens):
         super().cache_blocks(request, num_tokens)
         # BUG: the partial block after the full ones is cached too (a cdiv instead of a //).
@@ -23,15 +23,16 @@ class PartialCachingManager(KVCacheManager):
         end = min(num_tokens, request.num_tokens)
         blocks = self.req_to_blocks[rid]
         if idx * bs < end < (idx + 1) * bs and idx < len(blocks) and not blocks[idx].is_null:
+            hasher = request.block_hasher  # the manager's RequestBlockHasher
             parent = request.block_hashes[idx - 1] if idx else None
-            partial = hash_block_tokens(self.block_hasher.hash_fn, parent,
+            partial = hash_block_tokens(hasher.hash_fn, parent,
                                         request.all_token_ids[idx * bs:end],
-                                        none_hash=self.block_hasher.none_hash)
-            key = make_block_hash_with_group_id(partial, 0)
+                                        none_hash=hasher.none_hash)
+            key = make_block_hash_with_group_id(partial, self.kv_cache_group_id)
             blocks[idx].block_hash = key
             self.block_pool.cached_block_hash_to_block.insert(key, blocks[idx])
             self.num_cached_block[rid] = idx + 1
 
 
 IMPL_INFO, make_kv_cache_manager, make_block_pool = build(
-    "mut_partial_block_cached", manager_cls=PartialCachingManager)
+    "mut_partial_block_cached", managers={FullAttentionManager: PartialCachingFullAttention})

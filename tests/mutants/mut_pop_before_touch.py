@@ -22,9 +22,10 @@ from kvcheck.reference_impl.request import Request
 class PopFirstManager(KVCacheManager):
     def allocate_slots(self, request: Request, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
-                       new_computed_blocks: Sequence[KVCacheBlock] | None = None,
+                       new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None = None,
                        num_lookahead_tokens: int = 0,
-                       delay_cache_blocks: bool = False) -> list[KVCacheBlock] | None:
+                       delay_cache_blocks: bool = False,
+                       ) -> tuple[list[KVCacheBlock], ...] | None:
         # The reference's own allocate_slots, with its touch moved after get_new_blocks.
         pool = self.block_pool
         deferred: list[KVCacheBlock] = []

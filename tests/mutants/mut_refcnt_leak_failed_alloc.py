@@ -16,7 +16,8 @@ class TouchFirstManager(KVCacheManager):
     def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0,
                        new_computed_blocks=None, *args, **kwargs):
         if self.enable_caching and new_computed_blocks:
-            self.block_pool.touch(new_computed_blocks)  # BUG: before the capacity check
+            for hits in new_computed_blocks:
+                self.block_pool.touch(hits)  # BUG: before the capacity check
         self.block_pool.touch = lambda blocks: None  # (the reference's own touch: done above)
         try:
             return super().allocate_slots(request, num_new_tokens, num_new_computed_tokens,

@@ -16,17 +16,11 @@ from kvcheck.reference_impl.request import Request
 
 
 class ReadsAnywayManager(KVCacheManager):
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
+    def get_computed_blocks(self, request: Request,
+                            ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         if not self.enable_caching:  # BUG: or request.skip_reading_prefix_cache
-            return [], 0
-        max_num_blocks = (request.num_tokens - 1) // self.block_size
-        computed: list[KVCacheBlock] = []
-        for block_hash in request.block_hashes[:max_num_blocks]:
-            hit = self.block_pool.get_cached_block(block_hash, (0,))
-            if hit is None:
-                break
-            computed.append(hit[0])
-        return computed, len(computed) * self.block_size
+            return self.coordinator.empty_blocks(), 0
+        return self.coordinator.find_longest_cache_hit(request, request.num_tokens - 1)
 
 
 IMPL_INFO, make_kv_cache_manager, make_block_pool = build(

@@ -94,11 +94,11 @@ def test_nano_differs_from_vllm_where_generic_allows(nano) -> None:
     pair = _pair(nano, "nano_kv", num_blocks=8, block_size=4)
     pair.apply(add("a", range(8)))
     got = pair.apply(schedule("a", 3))
-    assert got["new"] == [0, 1], got  # 8 tokens -> 2 blocks at admission, from block 0
+    assert got["new"] == [[0, 1]], got  # 8 tokens -> 2 blocks at admission, from block 0
     pair.run([schedule("a"), add("b", range(8)), schedule("b")])  # b recomputes block 1
-    b = pair.impl.tables()["b"]
+    [b] = pair.impl.tables()["b"]  # one KV-cache group
     pair.apply(add("c", range(9)))
-    assert pair.apply(schedule("c"))["hits"] == ([0, b[1]], 8), "last writer wins"
+    assert pair.apply(schedule("c"))["hits"] == ([[0, b[1]]], 8), "last writer wins"
 
 
 def test_hit_law_names_block_position_holder_and_need(nano) -> None:

@@ -23,8 +23,9 @@ from kvcheck.conformance.protocol import ImplInfo
 IMPL_INFO = ImplInfo("forward", "0", {_CAPS})
 class M(ReferenceManager):
     def free(self, request_id):
-        blocks = self.manager.req_to_blocks.pop(request_id, [])
-        self.manager.num_cached_block.pop(request_id, None)
+        group = self.manager.coordinator.single_type_managers[0]
+        blocks = group.req_to_blocks.pop(request_id, [])
+        group.num_cached_block.pop(request_id, None)
         self.manager.block_pool.free_blocks(blocks)
 def make_kv_cache_manager(spec):
     return M(spec)

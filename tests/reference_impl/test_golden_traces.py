@@ -145,7 +145,7 @@ def _schedule_prefill(mgr: KVCacheManager, req: Request) -> tuple[list[int], int
     new = mgr.allocate_slots(req, req.num_tokens - num_hit_tokens, num_hit_tokens, hits)
     assert new is not None
     req.num_computed_tokens = req.num_tokens
-    return [b.block_id for b in hits], num_hit_tokens, [b.block_id for b in new]
+    return [b.block_id for b in hits[0]], num_hit_tokens, [b.block_id for b in new[0]]
 
 
 @pytest.mark.parametrize(
@@ -197,7 +197,7 @@ def test_prefill_golden(profile: str, final_queue: list[int]) -> None:
     common = list(range(3 * 16))
     r0 = mgr.make_request("0", common + [1000 + i for i in range(7)])
     assert _schedule_prefill(mgr, r0) == ([], 0, [1, 2, 3, 4])
-    for i, block in enumerate(mgr.get_blocks("0")):
+    for i, block in enumerate(mgr.get_blocks("0")[0]):
         # Full blocks are hashed with group 0; the partial last block is not.
         if i < 3:
             assert block.block_hash == r0.block_hashes[i] + b"\x00\x00\x00\x00"

@@ -1,5 +1,6 @@
 """The reference adapter's grouped form (``SupportsKVCacheGroups``): per-group lists, event
-group fields per profile, declined layouts, and the single-group path left as it was."""
+group fields per profile, declined layouts, and the single-group form: the same adapter and
+engine, with group 0 unwrapped to flat lists."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import pytest
 
 from kvcheck.adapters.reference import (
     IMPL_INFO,
-    ReferenceGroupedManager,
     ReferenceManager,
     make_kv_cache_manager,
 )
@@ -18,6 +18,10 @@ from kvcheck.conformance.protocol import (
     UnsupportedSpec,
 )
 from kvcheck.errors import KVCheckInputError
+from kvcheck.reference_impl.kv_cache_coordinator import (
+    HybridKVCacheCoordinator,
+    UnitaryKVCacheCoordinator,
+)
 
 FULL = KVCacheGroupSpec("full_attention")
 SWA4 = KVCacheGroupSpec("sliding_window", sliding_window=4)
@@ -34,19 +38,27 @@ def test_capabilities_declared() -> None:
         IMPL_INFO.capabilities)
 
 
-def test_single_group_spec_keeps_the_single_group_manager() -> None:
+def test_single_group_spec_unwraps_group_0() -> None:
     m = make_kv_cache_manager(KVCacheSpec(num_blocks=8, block_size=2))
     assert type(m) is ReferenceManager
+    assert type(m.manager.coordinator) is UnitaryKVCacheCoordinator
     view = RequestView("A", (1, 2, 3))
     assert m.get_computed_blocks(view) == ([], 0)
     assert m.allocate_slots(view, 3) == [1, 2]
     assert m.get_block_ids("A") == [1, 2]
+    assert m.manager.get_block_ids("A") == ([1, 2],)  # the engine answers per group
+    m.allocate_slots(RequestView("B", (1, 2, 3, 4, 5)), 5)
+    view = RequestView("C", (1, 2, 3, 4, 5))
+    assert m.get_computed_blocks(view) == ([1, 4], 4)  # A's [1, 2], then B's [3, 4]
+    assert m.allocate_slots(view, 1, 4, [1, 4]) == [6]  # flat hits in, flat blocks out
+    assert m.get_block_ids("C") == [1, 4, 6]
 
 
 def test_grouped_lists_g1_rows_1_to_3() -> None:
     """G1 (0.33): prefill 10, then one decode step, through the protocol."""
     m = make_kv_cache_manager(spec(FULL, SWA4))
-    assert isinstance(m, ReferenceGroupedManager)
+    assert type(m) is ReferenceManager  # one adapter class for every spec
+    assert type(m.manager.coordinator) is HybridKVCacheCoordinator
     prompt = tuple(range(100, 110))
     view = RequestView("A", prompt)
     hits, num = m.get_computed_blocks(view)

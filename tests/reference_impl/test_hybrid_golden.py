@@ -1,6 +1,6 @@
 """The hybrid golden scenarios (docs/semantics.md#kv-cache-groups-hybrid-models,
 ``kvcheck.conformance.hybrid_golden``)
-replayed on ``HybridKVCacheManager``: every recorded column after every row.
+replayed on ``KVCacheManager``: every recorded column after every row.
 
 Columns: the call's result, every request's block tables, the free queue, the prefix-cache map
 (hash number and group -> block ids, in lookup order), the row's events (type, group, hash
@@ -15,13 +15,13 @@ from kvcheck.conformance.hybrid_golden import SCENARIOS, GoldenRow, GoldenScenar
 from kvcheck.reference_impl.block import KVCacheBlock, get_block_hash, get_group_id
 from kvcheck.reference_impl.block_hasher import hash_request_tokens
 from kvcheck.reference_impl.events import BlockRemoved, BlockStored
-from kvcheck.reference_impl.hybrid_kv_cache_manager import HybridKVCacheManager
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     SlidingWindowSpec,
 )
+from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
 
 Groups = tuple[tuple[int, ...], ...]
@@ -42,16 +42,16 @@ def reference_specs(sc: GoldenScenario) -> list[KVCacheSpec]:
     return out
 
 
-def make_manager(sc: GoldenScenario) -> HybridKVCacheManager:
+def make_manager(sc: GoldenScenario) -> KVCacheManager:
     spec = sc.spec
-    return HybridKVCacheManager(
-        spec.num_blocks, reference_specs(sc), enable_caching=spec.enable_caching,
+    return KVCacheManager(
+        spec.num_blocks, kv_cache_specs=reference_specs(sc), enable_caching=spec.enable_caching,
         profile=sc.profile, enable_kv_cache_events=spec.enable_kv_cache_events,
         pythonhashseed=spec.pythonhashseed,
         prefix_cache_retention_interval=spec.prefix_cache_retention_interval)
 
 
-def hash_numbers(sc: GoldenScenario, manager: HybridKVCacheManager) -> dict[bytes, int]:
+def hash_numbers(sc: GoldenScenario, manager: KVCacheManager) -> dict[bytes, int]:
     """Each request's hashes (whole token list, hash block size) named by the scenario's
     numbers; one number per distinct hash."""
     by_bytes: dict[bytes, int] = {}
@@ -74,7 +74,7 @@ def ids(groups: tuple[list[KVCacheBlock], ...] | None) -> Groups | None:
     return tuple(tuple(b.block_id for b in g) for g in groups)
 
 
-def cache_map(manager: HybridKVCacheManager, names: dict[bytes, int]) -> dict:
+def cache_map(manager: KVCacheManager, names: dict[bytes, int]) -> dict:
     out = {}
     for key, blocks in manager.block_pool.cached_block_hash_to_block.items():
         number = names[get_block_hash(key)]
@@ -82,7 +82,7 @@ def cache_map(manager: HybridKVCacheManager, names: dict[bytes, int]) -> dict:
     return out
 
 
-def event_view(manager: HybridKVCacheManager, names: dict[bytes, int], profile: str,
+def event_view(manager: KVCacheManager, names: dict[bytes, int], profile: str,
                ) -> list[tuple[str, int | None, tuple[int, ...]]]:
     out = []
     for e in manager.take_events():
@@ -96,7 +96,7 @@ def event_view(manager: HybridKVCacheManager, names: dict[bytes, int], profile: 
     return out
 
 
-def check_row(sc: GoldenScenario, row: GoldenRow, manager: HybridKVCacheManager,
+def check_row(sc: GoldenScenario, row: GoldenRow, manager: KVCacheManager,
               names: dict[bytes, int], result: object) -> None:
     where = f"{sc.profile} {sc.name} row {row.index} {row.op}({row.request_id})"
     if row.op == "get_computed_blocks":

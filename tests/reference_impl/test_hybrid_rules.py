@@ -8,10 +8,6 @@ import pytest
 
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.errors import KVCacheMisuseError
-from kvcheck.reference_impl.hybrid_kv_cache_manager import (
-    HybridKVCacheManager,
-    resolve_kv_cache_block_sizes,
-)
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -19,6 +15,10 @@ from kvcheck.reference_impl.kv_cache_interface import (
     SlidingWindowSpec,
     get_kv_cache_spec_kind,
     get_kv_cache_spec_sliding_window,
+)
+from kvcheck.reference_impl.kv_cache_manager import (
+    KVCacheManager,
+    resolve_kv_cache_block_sizes,
 )
 from kvcheck.reference_impl.profiles import get_profile
 from kvcheck.reference_impl.request import Request
@@ -29,16 +29,16 @@ SWA4 = SlidingWindowSpec(2, 4)
 
 
 def manager(specs: list[KVCacheSpec], profile: str = V033, num_blocks: int = 32,
-            **kwargs: object) -> HybridKVCacheManager:
-    return HybridKVCacheManager(num_blocks, specs, profile=profile, pythonhashseed="0",
-                                **kwargs)  # type: ignore[arg-type]
+            **kwargs: object) -> KVCacheManager:
+    return KVCacheManager(num_blocks, kv_cache_specs=specs, profile=profile,
+                          pythonhashseed="0", **kwargs)  # type: ignore[arg-type]
 
 
 def ids(groups: tuple[list[KVCacheBlock], ...]) -> list[list[int]]:
     return [[b.block_id for b in g] for g in groups]
 
 
-def prefill(m: HybridKVCacheManager, rid: str, n: int) -> Request:
+def prefill(m: KVCacheManager, rid: str, n: int) -> Request:
     req = m.make_request(rid, list(range(100, 100 + n)))
     hits, num = m.get_computed_blocks(req)
     assert m.allocate_slots(req, n - num, num, hits) is not None

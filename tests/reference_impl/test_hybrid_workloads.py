@@ -11,13 +11,13 @@ import random
 import pytest
 
 from kvcheck.reference_impl.block import get_block_hash, get_group_id
-from kvcheck.reference_impl.hybrid_kv_cache_manager import HybridKVCacheManager
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     SlidingWindowSpec,
 )
+from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
 from kvcheck.reference_impl.single_type_kv_cache_manager import resolve_block_hashes
 
@@ -41,7 +41,7 @@ CASES = [(name, profile, retention)
          for retention in ((None, 0) if profile == "vllm-0.33" and "swa" in name else (None,))]
 
 
-def check_hits(m: HybridKVCacheManager, req: Request, hits: tuple[list, ...]) -> None:
+def check_hits(m: KVCacheManager, req: Request, hits: tuple[list, ...]) -> None:
     for gid, blocks in enumerate(hits):
         if not blocks:
             continue
@@ -58,9 +58,9 @@ def check_hits(m: HybridKVCacheManager, req: Request, hits: tuple[list, ...]) ->
 def run(name: str, profile: str, retention: int | None, seed: int) -> None:
     specs = LAYOUTS[name][0]
     rng = random.Random(seed)
-    m = HybridKVCacheManager(rng.randint(10, 40), specs, profile=profile,
-                             pythonhashseed="0", prefix_cache_retention_interval=retention,
-                             enable_caching=rng.random() < 0.85)
+    m = KVCacheManager(rng.randint(10, 40), kv_cache_specs=specs, profile=profile,
+                       pythonhashseed="0", prefix_cache_retention_interval=retention,
+                       enable_caching=rng.random() < 0.85)
     prefixes = [[rng.randint(0, 3) for _ in range(rng.randint(0, 16))] for _ in range(3)]
     live: dict[str, Request] = {}
     for step in range(80):

@@ -16,6 +16,7 @@ from kvcheck.reference_impl.invariants import (
     check_invariants,
     check_manager_invariants,
 )
+from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
 
 
@@ -77,6 +78,35 @@ def test_manager_ref_cnt_must_match_block_tables() -> None:
         check_manager_invariants(mgr)
 
 
+def test_manager_tables_keep_the_group_laws() -> None:
+    """Over every group's tables: no null block in a full-attention table, one group per
+    block, a block's cache key names its group, and (0.33) the null block's ref_cnt is 0."""
+    from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    mgr = make_manager("vllm-0.33", 8)
+    req = mgr.make_request("r", list(range(20)))
+    mgr.allocate_slots(req, 20)
+    (full,) = mgr.coordinator.single_type_managers
+    full.req_to_blocks["r"].append(mgr.block_pool.null_block)
+    with pytest.raises(InvariantViolation, match="holds the null block in full-attention"):
+        mgr.check_invariants()
+    full.req_to_blocks["r"].pop()
+    mgr.block_pool.null_block.ref_cnt = 1
+    with pytest.raises(InvariantViolation, match="null block ref_cnt 1"):
+        mgr.check_invariants()
+    mgr.block_pool.null_block.ref_cnt = 0
+    mgr.check_invariants()
+
+    grouped = KVCacheManager(16, kv_cache_specs=[FullAttentionSpec(4), SlidingWindowSpec(4, 8)],
+                             pythonhashseed="0")
+    req = grouped.make_request("r", list(range(8)))
+    grouped.allocate_slots(req, 8)
+    full, swa = grouped.coordinator.single_type_managers
+    swa.req_to_blocks["r"][0] = full.req_to_blocks["r"][0]  # one block in two groups
+    with pytest.raises(InvariantViolation, match="one group per block: block 1"):
+        grouped.check_invariants()
+
+
 # ------------------------------------------------------------------ random operation sequences
 BLOCK_SIZE = 4
 # A few shared "system prompts" so random requests actually share cached prefixes.
@@ -105,7 +135,7 @@ class ManagerMachine(RuleBasedStateMachine):
         self.next_id += 1
         hits, num_hit = self.mgr.get_computed_blocks(req)
         assert num_hit <= req.num_tokens - 1 and num_hit % BLOCK_SIZE == 0
-        assert all(not b.is_null for b in hits)
+        assert all(not b.is_null for b in hits[0])
         num_new = min(chunk, req.num_tokens - num_hit)
         if num_new == 0 and self.profile == "vllm-0.10":
             return
@@ -113,7 +143,8 @@ class ManagerMachine(RuleBasedStateMachine):
         new = self.mgr.allocate_slots(req, num_new, num_hit, hits)
         if new is None:
             assert self.mgr.num_free_blocks == free_before
-            assert req.request_id not in self.mgr.req_to_blocks
+            assert self.mgr.get_blocks(req.request_id) == ([],)
+            assert not self.mgr.coordinator.is_running(req.request_id)
             return
         req.num_computed_tokens = num_hit + num_new
         self.running[req.request_id] = req
@@ -141,13 +172,13 @@ class ManagerMachine(RuleBasedStateMachine):
     def reset(self) -> None:
         ok = self.mgr.reset_prefix_cache()
         assert ok == (not self.running or all(
-            not self.mgr.req_to_blocks.get(r) for r in self.running))
+            not self.mgr.get_blocks(r)[0] for r in self.running))
 
     @invariant()
     def laws_hold(self) -> None:
         check_manager_invariants(self.mgr)
         for rid in self.running:
-            assert 0 not in self.mgr.get_block_ids(rid)
+            assert 0 not in self.mgr.get_block_ids(rid)[0]
 
 
 _settings = settings(

@@ -7,6 +7,8 @@ from kv_helpers import make_manager, schedule
 
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.invariants import check_manager_invariants
+from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec
+from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
 
 def queue_ids(mgr) -> list[int]:  # type: ignore[no-untyped-def]
@@ -19,11 +21,11 @@ def test_hit_cap_is_num_tokens_minus_one(profile: str) -> None:
     r0 = mgr.make_request("0", list(range(48)))
     assert schedule(mgr, r0) == [1, 2, 3]
     r1 = mgr.make_request("1", list(range(48)))
-    hits, num = mgr.get_computed_blocks(r1)
+    (hits,), num = mgr.get_computed_blocks(r1)
     assert [b.block_id for b in hits] == [1, 2] and num == 32
     # 49 tokens: the cap is 48, so all three blocks hit.
     r2 = mgr.make_request("2", [*range(48), 7])
-    hits, num = mgr.get_computed_blocks(r2)
+    (hits,), num = mgr.get_computed_blocks(r2)
     assert [b.block_id for b in hits] == [1, 2, 3] and num == 48
 
 
@@ -34,7 +36,7 @@ def test_block_aligned_prompt_recaches_its_last_block(profile: str) -> None:
     schedule(mgr, r0)
     r1 = mgr.make_request("1", list(range(32)))
     assert schedule(mgr, r1) == [3]
-    assert mgr.get_block_ids("1") == [1, 3]
+    assert mgr.get_block_ids("1") == ([1, 3],)
     key = mgr.block_pool.blocks[2].block_hash
     assert key is not None and mgr.block_pool.blocks[3].block_hash == key
     assert [b.block_id for b in mgr.block_pool.cached_block_hash_to_block.blocks_of(key)] == [2, 3]
@@ -48,7 +50,7 @@ def test_get_computed_blocks_has_no_side_effects(profile: str) -> None:
     schedule(mgr, r0)
     mgr.free(r0)
     before = (queue_ids(mgr), [b.ref_cnt for b in mgr.block_pool.blocks])
-    hits, _ = mgr.get_computed_blocks(mgr.make_request("1", list(range(40))))
+    (hits,), _ = mgr.get_computed_blocks(mgr.make_request("1", list(range(40))))
     assert [b.block_id for b in hits] == [1, 2]
     assert (queue_ids(mgr), [b.ref_cnt for b in mgr.block_pool.blocks]) == before
 
@@ -62,7 +64,7 @@ def test_lazy_removal_hit_on_free_block_leaves_queue(profile: str) -> None:
     assert mgr.num_free_blocks == 9
     r1 = mgr.make_request("1", list(range(40)))
     schedule(mgr, r1)
-    assert mgr.get_block_ids("1")[:2] == [1, 2]
+    assert mgr.get_block_ids("1")[0][:2] == [1, 2]
     assert 1 not in queue_ids(mgr) and 2 not in queue_ids(mgr)
     assert mgr.num_free_blocks == len(queue_ids(mgr)) == 6
     check_manager_invariants(mgr)
@@ -93,10 +95,10 @@ def test_own_hits_are_not_evicted_by_own_allocation(profile: str) -> None:
     assert queue_ids(mgr) == [1, 2]
     r2 = mgr.make_request("2", list(range(32)))
     hits, num = mgr.get_computed_blocks(r2)
-    assert [b.block_id for b in hits] == [1] and num == 16
+    assert [b.block_id for b in hits[0]] == [1] and num == 16
     new = mgr.allocate_slots(r2, 16, num, hits)
-    assert new is not None and [b.block_id for b in new] == [2]
-    assert mgr.get_block_ids("2") == [1, 2]
+    assert new is not None and [b.block_id for b in new[0]] == [2]
+    assert mgr.get_block_ids("2") == ([1, 2],)
 
 
 def test_caching_disabled_no_hits_and_none_when_short(profile: str) -> None:
@@ -105,9 +107,9 @@ def test_caching_disabled_no_hits_and_none_when_short(profile: str) -> None:
     assert schedule(mgr, r0) == [1, 2, 3]
     assert all(b.block_hash is None for b in mgr.block_pool.blocks)
     r1 = mgr.make_request("1", list(range(40)))
-    assert mgr.get_computed_blocks(r1) == ([], 0)
+    assert mgr.get_computed_blocks(r1) == (([],), 0)
     assert mgr.allocate_slots(r1, 40) is None
-    assert "1" not in mgr.req_to_blocks
+    assert mgr.get_blocks("1") == ([],) and not mgr.coordinator.is_running("1")
     check_manager_invariants(mgr)
 
 
@@ -126,7 +128,8 @@ def test_failed_allocation_changes_nothing(profile: str) -> None:
     assert mgr.allocate_slots(r1, r1.num_tokens - num, num, hits) is None
     assert (queue_ids(mgr), [b.ref_cnt for b in mgr.block_pool.blocks],
             len(mgr.block_pool.cached_block_hash_to_block)) == state
-    assert "1" not in mgr.req_to_blocks and "1" not in mgr.num_cached_block
+    group = mgr.coordinator.single_type_managers[0]
+    assert "1" not in group.req_to_blocks and "1" not in group.num_cached_block
     check_manager_invariants(mgr)
 
 
@@ -149,14 +152,14 @@ def test_skip_reading_prefix_cache_still_writes(profile: str) -> None:
     r0 = mgr.make_request("0", list(range(40)))
     schedule(mgr, r0)
     r1 = mgr.make_request("1", list(range(40)), skip_reading_prefix_cache=True)
-    assert mgr.get_computed_blocks(r1) == ([], 0)
+    assert mgr.get_computed_blocks(r1) == (([],), 0)
     assert schedule(mgr, r1) == [4, 5, 6]
     assert r1.block_hashes == r0.block_hashes
     pool = mgr.block_pool
     assert pool.blocks[4].block_hash == pool.blocks[1].block_hash
     assert pool.blocks[5].block_hash == pool.blocks[2].block_hash
     # A normal request still hits the first-inserted blocks.
-    hits, _ = mgr.get_computed_blocks(mgr.make_request("2", list(range(40))))
+    (hits,), _ = mgr.get_computed_blocks(mgr.make_request("2", list(range(40))))
     assert [b.block_id for b in hits] == [1, 2]
     check_manager_invariants(mgr)
 
@@ -198,7 +201,7 @@ def test_lookahead_slots_are_allocated_but_never_cached(profile: str) -> None:
     mgr = make_manager(profile, 10)
     req = mgr.make_request("0", list(range(16)))
     new = mgr.allocate_slots(req, 16, num_lookahead_tokens=4)
-    assert new is not None and [b.block_id for b in new] == [1, 2]
+    assert new is not None and [b.block_id for b in new[0]] == [1, 2]
     assert mgr.block_pool.blocks[1].block_hash is not None
     assert mgr.block_pool.blocks[2].block_hash is None
 
@@ -207,7 +210,7 @@ def test_max_model_len_caps_slots(profile: str) -> None:
     mgr = make_manager(profile, 10, max_model_len=20)
     req = mgr.make_request("0", list(range(16)))
     new = mgr.allocate_slots(req, 16, num_lookahead_tokens=10)
-    assert new is not None and len(new) == 2  # 20 slots, not 26
+    assert new is not None and len(new[0]) == 2  # 20 slots, not 26
 
 
 def test_zero_new_tokens(profile: str) -> None:
@@ -225,7 +228,7 @@ def test_zero_new_tokens_with_hits_allowed_only_in_033() -> None:
         r1 = mgr.make_request("1", list(range(33)))
         hits, num = mgr.get_computed_blocks(r1)
         if allowed:
-            assert mgr.allocate_slots(r1, 0, num, hits) == []
+            assert mgr.allocate_slots(r1, 0, num, hits) == ([],)
         else:
             with pytest.raises(ValueError, match="num_new_tokens must be greater than 0"):
                 mgr.allocate_slots(r1, 0, num, hits)
@@ -268,7 +271,7 @@ def test_reset_prefix_cache(profile: str) -> None:
     assert len(mgr.block_pool.cached_block_hash_to_block) == 0
     assert all(b.block_hash is None for b in mgr.block_pool.blocks)
     assert queue_ids(mgr) == order
-    assert mgr.get_computed_blocks(mgr.make_request("1", list(range(40)))) == ([], 0)
+    assert mgr.get_computed_blocks(mgr.make_request("1", list(range(40)))) == (([],), 0)
 
 
 def test_num_common_prefix_blocks_per_profile() -> None:
@@ -278,7 +281,7 @@ def test_num_common_prefix_blocks_per_profile() -> None:
         b = mgr.make_request("b", list(range(40)))
         schedule(mgr, a)
         schedule(mgr, b)
-        assert mgr.get_num_common_prefix_blocks("a", 2) == expected
+        assert mgr.get_num_common_prefix_blocks("a", 2) == [expected]
 
 
 def test_preempted_request_is_reallocated_from_hits(profile: str) -> None:
@@ -289,5 +292,39 @@ def test_preempted_request_is_reallocated_from_hits(profile: str) -> None:
     mgr.free(req)
     req.num_computed_tokens = 0
     assert schedule(mgr, req) is not None
-    assert mgr.get_block_ids("0")[:2] == [1, 2]
+    assert mgr.get_block_ids("0")[0][:2] == [1, 2]
+    check_manager_invariants(mgr)
+
+
+def test_constructor_takes_block_size_or_specs() -> None:
+    """One full-attention group from block_size, or one spec per group; never both/neither."""
+    with pytest.raises(KVCacheMisuseError, match="exactly one of block_size"):
+        KVCacheManager(8)
+    with pytest.raises(KVCacheMisuseError, match="exactly one of block_size"):
+        KVCacheManager(8, 4, kv_cache_specs=[FullAttentionSpec(4)])
+    with pytest.raises(KVCacheMisuseError, match="block_size must be an int >= 1"):
+        KVCacheManager(8, 0)
+    one = KVCacheManager(8, 4)
+    assert one.kv_cache_specs == (FullAttentionSpec(4),) and one.num_kv_cache_groups == 1
+    assert (one.scheduler_block_size, one.hash_block_size, one.block_size) == (4, 4, 4)
+
+
+def test_hits_must_come_one_list_per_group(profile: str) -> None:
+    """A flat list of hit blocks, hit tokens without hit blocks, and hits for a request that
+    already holds blocks (even with none cached yet) are refused with the fix named."""
+    mgr = make_manager(profile, 10)
+    r0 = mgr.make_request("0", list(range(40)))
+    schedule(mgr, r0)
+    r1 = mgr.make_request("1", list(range(40)))
+    (hits,), num = mgr.get_computed_blocks(r1)
+    with pytest.raises(KVCacheMisuseError, match="one list of blocks per KV-cache group"):
+        mgr.allocate_slots(r1, 8, num, hits)  # flat, not (hits,)
+    with pytest.raises(KVCacheMisuseError, match="2 hit lists for 1 groups"):
+        mgr.allocate_slots(r1, 8, num, [hits, hits])
+    with pytest.raises(KVCacheMisuseError, match="num_new_computed_tokens=16 but group 0"):
+        mgr.allocate_slots(r1, 8, 16)
+    short = mgr.make_request("2", list(range(5)))  # holds one partial block, caches none
+    assert schedule(mgr, short) == [4]
+    with pytest.raises(KVCacheMisuseError, match="holds no blocks yet"):
+        mgr.allocate_slots(short, 1, num, (hits,))
     check_manager_invariants(mgr)

@@ -1,0 +1,237 @@
+"""kvcheck's ``KVCacheSpec`` as vLLM's own ``KVCacheConfig`` and ``KVCacheManager``, for
+``kvcheck.adapters.vllm`` (the protocol adapter) and ``kvcheck.adapters.vllm_native`` (the
+benchmark hook): both build their manager here.
+
+The spec's groups (``spec.groups``: ``kv_cache_groups``, or for a spec without them one
+full-attention group of ``spec.block_size``) become one ``KVCacheGroupSpec(["layer.<i>"],
+spec)`` each, in the spec's order, with ``FullAttentionSpec`` / ``SlidingWindowSpec`` /
+``ChunkedLocalAttentionSpec`` of the group's block size, window or chunk (dummy
+``num_kv_heads=1, head_size=1, float32``: the manager never reads the page layout), as vLLM's
+unit tests build them. vLLM's ``KVCacheManager`` then picks its own coordinator (unitary,
+hybrid or no-prefix-cache) over one ``BlockPool`` shared by every group.
+
+Releases with ``scheduler_block_size`` / ``hash_block_size`` (0.33) get them as the engine core
+derives them, by vLLM's ``resolve_kv_cache_block_sizes`` (one group: its block size; several:
+the LCM of the group block sizes, hashes at their GCD with prefix caching on), and the spec's
+``prefix_cache_retention_interval`` in the ``KVCacheConfig``. Requests are hashed at the hash
+block size, so ``block_hashes`` is at that size.
+
+Configurations the installed release refuses raise ``UnsupportedSpec`` naming the release and
+the rule (``unsupported_reason``), so the suite skips them: 0.10.2's hybrid coordinator takes
+one full-attention spec and one other spec, not interleaved, all of one block size with prefix
+caching on, and crashes on KV events when a chunked-local or ``w - 1 < bs`` sliding-window
+group caches a block after a null one; 0.33 rejects chunked-local groups whose block size is
+not the scheduler block size. A malformed group (unknown kind, missing window / chunk) is a
+``KVCheckInputError``. One full-attention group is never refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any, NamedTuple
+
+from kvcheck.adapters.vllm_runtime import (
+    MANAGER_PARAMS,
+    VERSION,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheManager,
+    SlidingWindowSpec,
+    accepting,
+    torch,
+)
+from kvcheck.adapters.vllm_runtime import KVCacheGroupSpec as VLLMKVCacheGroupSpec
+from kvcheck.conformance.protocol import (
+    ATTENTION_KINDS,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    UnsupportedSpec,
+)
+from kvcheck.errors import KVCheckInputError
+
+__all__ = ["LEGACY_HYBRID", "VLLMCache", "block_sizes", "make_vllm_cache", "unsupported_reason"]
+
+#: True for releases whose ``KVCacheManager`` has no ``hash_block_size`` (0.10.x): one block
+#: size with caching, the one-full-one-other hybrid coordinator, the KV-event null-parent bug.
+LEGACY_HYBRID: bool = "hash_block_size" not in MANAGER_PARAMS
+# max_model_len when the spec sets none: far above anything a pool in the suite can hold.
+_UNCAPPED_MODEL_LEN = 1 << 20
+
+
+# ------------------------------------------------------------------------------ translation
+def _check_group(where: str, group: KVCacheGroupSpec, block_size: int) -> None:
+    """``KVCheckInputError`` for a group no model could have."""
+    if group.kind not in ATTENTION_KINDS:
+        raise KVCheckInputError(f"{where}: kind {group.kind!r} is not one of {ATTENTION_KINDS}")
+    if block_size < 1:
+        raise KVCheckInputError(f"{where}: block_size {block_size} < 1")
+    if group.kind == "sliding_window" and (group.sliding_window or 0) < 1:
+        raise KVCheckInputError(f"{where}: a sliding_window group needs sliding_window >= 1, "
+                                f"got {group.sliding_window!r}")
+    if group.kind == "chunked_local_attention" and (group.attention_chunk_size or 0) < 1:
+        raise KVCheckInputError(f"{where}: a chunked_local_attention group needs "
+                                f"attention_chunk_size >= 1, got {group.attention_chunk_size!r}")
+
+
+def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> Any:
+    """vLLM's spec for one group (dummy heads and dtype)."""
+    common: dict[str, Any] = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1,
+                              "dtype": torch.float32, "use_mla": False}
+    if group.kind == "sliding_window":
+        cls: Any = SlidingWindowSpec
+        common["sliding_window"] = group.sliding_window
+    elif group.kind == "chunked_local_attention":
+        cls = ChunkedLocalAttentionSpec
+        common["attention_chunk_size"] = group.attention_chunk_size
+    else:
+        cls = FullAttentionSpec
+    return cls(**accepting(cls, **common))
+
+
+def _group_sizes(spec: KVCacheSpec) -> list[int]:
+    return [spec.group_block_size(i) for i in range(len(spec.groups))]
+
+
+def _vllm_groups(spec: KVCacheSpec, sizes: Sequence[int]) -> list[Any]:
+    return [VLLMKVCacheGroupSpec([f"layer.{i}"], _attention_spec(g, s))
+            for i, (g, s) in enumerate(zip(spec.groups, sizes, strict=True))]
+
+
+def _vllm_config(spec: KVCacheSpec, groups: Sequence[Any]) -> Any:
+    """The few ``VllmConfig`` fields vLLM's block-size resolution reads (no connector, no
+    DCP, no ``prefix_match_unit``)."""
+    first = groups[0].kv_cache_spec.block_size
+    return SimpleNamespace(
+        cache_config=SimpleNamespace(block_size=first,
+                                     enable_prefix_caching=spec.enable_caching,
+                                     prefix_match_unit=None),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+        kv_transfer_config=None)
+
+
+def block_sizes(spec: KVCacheSpec) -> tuple[int, int]:
+    """``(scheduler_block_size, hash_block_size)`` for ``spec`` on this release.
+
+    0.33: vLLM's ``resolve_kv_cache_block_sizes`` on the translated groups. 0.10.x has neither
+    (one hash size: the common block size; ``spec.block_size`` when sizes differ, which only
+    caching off allows, where hashes are unused)."""
+    sizes = _group_sizes(spec)
+    if LEGACY_HYBRID:
+        size = sizes[0] if len(set(sizes)) == 1 else spec.block_size
+        return size, size
+    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+
+    groups = _vllm_groups(spec, sizes)
+    config = KVCacheConfig(num_blocks=spec.num_blocks, kv_cache_tensors=[],
+                           kv_cache_groups=groups)
+    scheduler, hashed = resolve_kv_cache_block_sizes(config, _vllm_config(spec, groups))
+    return int(scheduler), int(hashed)
+
+
+def unsupported_reason(spec: KVCacheSpec) -> str | None:
+    """Why the installed vLLM refuses ``spec``'s groups (a sentence naming the release and
+    its rule), or None when it takes them."""
+    groups = spec.groups
+    sizes = _group_sizes(spec)
+    if LEGACY_HYBRID:
+        return _legacy_reason(spec, groups, sizes)
+    if not spec.enable_caching:
+        return None
+    scheduler = math.lcm(*sizes)
+    for i, (group, size) in enumerate(zip(groups, sizes, strict=True)):
+        if group.kind == "chunked_local_attention" and size != scheduler:
+            return (f"vLLM {VERSION}'s ChunkedLocalAttentionManager asserts that its block "
+                    f"size equals the cache-hit alignment (the scheduler block size, "
+                    f"lcm{tuple(sizes)} = {scheduler}); group {i} has block size {size}")
+    return None
+
+
+def _legacy_reason(spec: KVCacheSpec, groups: Sequence[KVCacheGroupSpec],
+                   sizes: Sequence[int]) -> str | None:
+    if not spec.enable_caching:
+        return None  # KVCacheCoordinatorNoPrefixCache: any groups, any sizes
+    if len(set(sizes)) != 1:
+        return (f"vLLM {VERSION}'s KVCacheManager asserts one block size for all KV-cache "
+                f"groups with prefix caching on (got {list(sizes)})")
+    if len(groups) > 1:
+        specs = [(g.kind, g.sliding_window if g.kind == "sliding_window" else None,
+                  g.attention_chunk_size if g.kind == "chunked_local_attention" else None)
+                 for g in groups]
+        full = {s for s in specs if s[0] == "full_attention"}
+        other = {s for s in specs if s[0] != "full_attention"}
+        if len(full) != 1 or len(other) != 1:
+            return (f"vLLM {VERSION}'s HybridKVCacheCoordinator takes exactly one "
+                    "full-attention spec and one other spec with prefix caching on (got "
+                    f"{len(full)} full and {len(other)} other distinct specs)")
+        is_full = [s[0] == "full_attention" for s in specs]
+        if is_full != sorted(is_full, reverse=is_full[0]):
+            return (f"vLLM {VERSION}'s HybridKVCacheCoordinator raises ValueError when "
+                    "full-attention group ids and other group ids interleave")
+    if spec.enable_kv_cache_events:
+        for i, (group, size) in enumerate(zip(groups, sizes, strict=True)):
+            crashes = (group.kind == "chunked_local_attention"
+                       or (group.kind == "sliding_window"
+                           and (group.sliding_window or 0) - 1 < size))
+            if crashes:
+                return (f"vLLM {VERSION} raises AssertionError in BlockPool.cache_full_blocks "
+                        "with KV events on when the parent of a newly cached block is a null "
+                        f"block (group {i}: {group.kind}, block size {size}; chunked-local and "
+                        "sliding windows with w - 1 < block size)")
+    return None
+
+
+def _check_groups(spec: KVCacheSpec) -> None:
+    for i, (group, size) in enumerate(zip(spec.groups, _group_sizes(spec), strict=True)):
+        _check_group(f"kv_cache_groups[{i}]" if spec.kv_cache_groups else "spec", group, size)
+
+
+def _kv_cache_config(spec: KVCacheSpec, scheduler: int, hashed: int) -> Any:
+    """vLLM's ``KVCacheConfig`` for ``spec``'s groups at these block sizes."""
+    extra: dict[str, Any] = {}
+    if not LEGACY_HYBRID:
+        extra = accepting(
+            KVCacheConfig, prefix_cache_retention_interval=spec.prefix_cache_retention_interval,
+            hash_block_size=hashed, cache_hit_alignment_tokens=scheduler)
+    return KVCacheConfig(num_blocks=spec.num_blocks, kv_cache_tensors=[],
+                         kv_cache_groups=_vllm_groups(spec, _group_sizes(spec)), **extra)
+
+
+# ------------------------------------------------------------------------------ the manager
+class VLLMCache(NamedTuple):
+    """vLLM's ``KVCacheManager`` for a spec, with the block sizes it was built with."""
+
+    manager: Any
+    scheduler_block_size: int
+    hash_block_size: int
+
+
+def make_vllm_cache(spec: KVCacheSpec) -> VLLMCache:
+    """vLLM's ``KVCacheManager`` for ``spec`` with the arguments this release accepts (the
+    ``KVCacheConfig`` above, ``max_model_len``, the block sizes, caching and events).
+
+    Raises:
+        UnsupportedSpec: this release refuses the spec's groups (``unsupported_reason``, or an
+            ``AssertionError`` of vLLM's own constructor the checks missed).
+        KVCheckInputError: a malformed group.
+    """
+    reason = unsupported_reason(spec)
+    if reason is not None:
+        raise UnsupportedSpec(reason)
+    _check_groups(spec)
+    scheduler, hashed = block_sizes(spec)
+    config = _kv_cache_config(spec, scheduler, hashed)
+    try:
+        manager = KVCacheManager(**accepting(
+            KVCacheManager.__init__,
+            kv_cache_config=config,
+            max_model_len=spec.max_model_len or _UNCAPPED_MODEL_LEN,
+            scheduler_block_size=scheduler, hash_block_size=hashed,
+            enable_caching=spec.enable_caching, log_stats=False,
+            enable_kv_cache_events=spec.enable_kv_cache_events))
+    except AssertionError as exc:  # a rule of this release the checks above missed
+        raise UnsupportedSpec(f"vLLM {VERSION} refuses these KV-cache groups: "
+                              f"AssertionError: {exc}") from exc
+    return VLLMCache(manager, scheduler, hashed)

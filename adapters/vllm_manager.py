@@ -1,0 +1,291 @@
+"""kvcheck's protocol over vLLM's ``KVCacheManager`` and ``BlockPool``, for
+``kvcheck.adapters.vllm``.
+
+``VLLMManager`` drives the manager ``kvcheck.adapters.vllm_kv_config`` builds: one KV-cache
+group per entry of ``spec.groups``, so a spec without ``kv_cache_groups`` is vLLM's one
+full-attention group, built by the same code. vLLM answers one list of blocks per group
+(``KVCacheBlocks``); at the protocol boundary a spec without ``kv_cache_groups`` gets group 0's
+list (the single-group protocol) and a spec with them one list per group
+(``SupportsKVCacheGroups``, even for a single group). ``slot_mapping`` maps group 0's table,
+as the reference does.
+
+KV events are the reference's fields (``event_to_dict``); a spec with ``kv_cache_groups`` also
+keeps vLLM's group fields where the release has them (``group_idx`` on both event types and,
+on ``BlockStored``, ``kv_cache_spec_kind`` and ``kv_cache_spec_sliding_window``: 0.33) and
+carries none of them where it does not (0.10.2). Like vLLM's scheduler, ``get_computed_blocks``
+stores 0.33's ``shared_prefix_boundary`` on the request, where the sliding-window cache mask
+reads it (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import MISSING, fields
+from typing import Any
+
+from kvcheck.adapters.vllm_kv_config import make_vllm_cache
+from kvcheck.adapters.vllm_requests import Hashing, request_sync
+from kvcheck.adapters.vllm_runtime import BlockPool, KVCacheBlocks, accepting
+from kvcheck.adapters.vllm_slots import SlotMapper, build_batch
+from kvcheck.conformance.protocol import KVCacheSpec, RequestView, UnsupportedSpec
+from kvcheck.errors import KVCheckInputError
+from kvcheck.reference_impl import events as _reference_events
+
+__all__ = ["VLLMBlockPool", "VLLMManager", "event_to_dict", "make_block_pool"]
+
+
+# ------------------------------------------------------------------------------ events
+_EVENT_FIELDS: dict[str, list[tuple[str, Any]]] = {
+    cls.__name__: [(f.name, None if f.default is MISSING else f.default) for f in fields(cls)]
+    for cls in (_reference_events.BlockStored, _reference_events.BlockRemoved,
+                _reference_events.AllBlocksCleared)
+}
+_EVENT_GROUP_FIELDS = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+
+
+def _hash_bytes(value: Any) -> Any:
+    if value is None or isinstance(value, (bytes, bytearray)):
+        return None if value is None else bytes(value)
+    raise TypeError(
+        f"vLLM published the block hash {value!r} as {type(value).__name__}, not bytes: "
+        "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES must be 0 before vLLM reads it")
+
+
+def event_to_dict(event: Any, group_fields: bool = False) -> dict[str, Any]:
+    """A vLLM KV event as the protocol's dict: ``"type"`` plus exactly the fields of
+    ``kvcheck.reference_impl.events`` (fields an older vLLM lacks get the reference's
+    default), hashes as bytes. ``group_fields``: vLLM's own group fields instead, present
+    exactly when this release's event class has them (0.33: ``group_idx``, and on
+    ``BlockStored`` the spec kind and window), absent otherwise (0.10.2)."""
+    name = type(event).__name__
+    out: dict[str, Any] = {"type": name}
+    for field_name, default in _EVENT_FIELDS.get(name, []):
+        value = getattr(event, field_name, default)
+        if field_name == "block_hashes":
+            value = [_hash_bytes(h) for h in value]
+        elif field_name == "parent_block_hash":
+            value = _hash_bytes(value)
+        elif field_name == "group_idx" and value is None:
+            value = default
+        out[field_name] = value
+    if group_fields:
+        for field_name in _EVENT_GROUP_FIELDS:
+            if hasattr(event, field_name):
+                out[field_name] = getattr(event, field_name)
+            else:
+                out.pop(field_name, None)
+    return out
+
+
+# ------------------------------------------------------------------------------ the manager
+class VLLMManager:
+    """``KVCacheManagerAdapter`` over vLLM's ``KVCacheManager``, and ``SupportsKVCacheGroups``
+    for a spec with ``kv_cache_groups`` (see the module docstring).
+
+    Raises:
+        UnsupportedSpec: this release refuses the spec's groups (``kvcheck.adapters.
+            vllm_kv_config.unsupported_reason``).
+        KVCheckInputError: a malformed group.
+    """
+
+    def __init__(self, spec: KVCacheSpec) -> None:
+        cache = make_vllm_cache(spec)
+        self.spec = spec
+        self.num_groups = len(spec.groups)
+        #: False: the single-group protocol (group 0's lists, flat).
+        self.grouped = bool(spec.kv_cache_groups)
+        self.scheduler_block_size = cache.scheduler_block_size
+        self.hash_block_size = cache.hash_block_size
+        self.hashing = Hashing(spec, cache.hash_block_size)
+        self.manager = cache.manager
+        self.pool = self.manager.block_pool
+        self._requests = request_sync(self.hashing)
+        self._slots: SlotMapper | None = None
+        self._slot_capacity = 0
+
+    # -- manager
+    def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]:
+        """``(hit block ids, hit tokens)``: one list per group, or group 0's for a spec
+        without ``kv_cache_groups``."""
+        req = self._requests.sync(request)
+        result = self.manager.get_computed_blocks(req)
+        blocks, num_tokens = result[0].blocks, int(result[1])
+        if len(result) > 2:
+            # As the scheduler does with a waiting request's lookup (the only kind it makes):
+            # the shared-prefix boundary feeds the sliding-window cache mask (0.33, with a
+            # retention interval; 0 whenever no group lags behind another).
+            req.shared_prefix_boundary = result[2]
+        if not self.grouped:
+            return [b.block_id for b in blocks[0]], num_tokens
+        return [[b.block_id for b in group] for group in blocks], num_tokens
+
+    def allocate_slots(
+        self,
+        request: RequestView,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_block_ids: Sequence[Any] = (),
+        num_lookahead_tokens: int = 0,
+    ) -> Any:
+        """The newly allocated block ids (one list per group, or group 0's for a spec
+        without ``kv_cache_groups``), or None when the pool cannot hold the request."""
+        req = self._requests.sync(request)
+        hits = None
+        if new_computed_block_ids:
+            per_group = new_computed_block_ids if self.grouped else (new_computed_block_ids,)
+            if len(per_group) != self.num_groups:
+                raise KVCheckInputError(
+                    f"new_computed_block_ids has {len(per_group)} lists for "
+                    f"{self.num_groups} KV-cache groups")
+            blocks = self.pool.blocks
+            hits = KVCacheBlocks(tuple([blocks[i] for i in group] for group in per_group))
+        new = self.manager.allocate_slots(
+            req, num_new_tokens=num_new_tokens, num_new_computed_tokens=num_new_computed_tokens,
+            new_computed_blocks=hits, num_lookahead_tokens=num_lookahead_tokens)
+        if new is None:
+            return None
+        if not self.grouped:
+            return [b.block_id for b in new.blocks[0]]
+        return [[b.block_id for b in group] for group in new.blocks]
+
+    def free(self, request_id: str) -> None:
+        req = self._requests.pop(request_id)
+        if req is not None:  # vLLM never saw a request the adapter has no Request for
+            self.manager.free(req)
+
+    def get_block_ids(self, request_id: str) -> Any:
+        """The request's block table: one list per group, or group 0's."""
+        tables = self.manager.get_block_ids(request_id)
+        if not self.grouped:
+            return list(tables[0])
+        return [list(ids) for ids in tables]
+
+    def reset_prefix_cache(self) -> bool:
+        return bool(self.manager.reset_prefix_cache())
+
+    def num_free_blocks(self) -> int:
+        return self.pool.get_num_free_blocks()
+
+    # -- observations
+    def free_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.pool.free_block_queue.get_all_free_blocks()]
+
+    def ref_cnt(self, block_id: int) -> int:
+        return self.pool.blocks[block_id].ref_cnt
+
+    def block_hashes(self, request_id: str) -> list[bytes]:
+        req = self._requests.get(request_id)
+        return [] if req is None else [bytes(h) for h in req.block_hashes]
+
+    def take_events(self) -> list[dict[str, Any]]:
+        return [event_to_dict(e, self.grouped) for e in self.manager.take_events()]
+
+    def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
+        """Slots of group 0 (its block table and block size), from vLLM's worker
+        ``BlockTable``."""
+        table = self.manager.get_block_ids(request_id)[0]
+        size = self.spec.group_block_size(0)
+        # A window's table (nulls included) may be longer than the pool: grow the worker table.
+        need = max(len(table), -(-end // size), self.spec.num_blocks)
+        if self._slots is None or need > self._slot_capacity:
+            self._slot_capacity = max(need, 2 * self._slot_capacity)
+            self._slots = SlotMapper(self._slot_capacity, size)
+        return self._slots(table, start, end)
+
+    # -- batch metadata: vLLM's worker BlockTable (stateless; the tables are arguments)
+    def build_batch(
+        self,
+        block_tables: Sequence[Sequence[int]],
+        num_computed_tokens: Sequence[int],
+        num_scheduled_tokens: Sequence[int],
+        num_padded_tokens: int,
+        dcp_world_size: int = 1,
+        dcp_rank: int = 0,
+        cp_kv_cache_interleave_size: int = 1,
+    ) -> tuple[list[int], list[int], list[int]]:
+        return build_batch(self.spec.block_size, block_tables, num_computed_tokens,
+                           num_scheduled_tokens, num_padded_tokens, dcp_world_size,
+                           dcp_rank, cp_kv_cache_interleave_size)
+
+    def flashinfer_csr(self, block_tables: Sequence[Sequence[int]],
+                       seq_lens: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        # vLLM builds the CSR inside FlashInferMetadataBuilder, which needs a whole VllmConfig
+        # and the flashinfer package; the adapter does not drive it.
+        raise UnsupportedSpec(
+            "vLLM builds FlashInfer's CSR page table only inside its FlashInfer attention "
+            "backend (a VllmConfig and the flashinfer package); the adapter does not drive it")
+
+    def req_to_token(self, block_tables: Sequence[Sequence[int]],
+                     seq_lens: Sequence[int]) -> list[list[int]]:
+        # SGLang's req_to_token[b, pos] is the slot of every position: vLLM's slot mapping of
+        # a step that schedules each request's whole sequence.
+        lens = [int(n) for n in seq_lens]
+        slots, _, _ = build_batch(self.spec.block_size, block_tables, [0] * len(lens), lens,
+                                  sum(lens))
+        out, start = [], 0
+        for n in lens:
+            out.append(slots[start:start + n])
+            start += n
+        return out
+
+
+# ------------------------------------------------------------------------------ the block pool
+def make_block_pool(num_blocks: int, block_size: int, enable_caching: bool,
+                    enable_kv_cache_events: bool = False) -> Any:
+    """vLLM's ``BlockPool`` with the arguments this release accepts."""
+    return BlockPool(**accepting(
+        BlockPool.__init__, num_gpu_blocks=num_blocks, enable_caching=enable_caching,
+        hash_block_size=block_size, enable_kv_cache_events=enable_kv_cache_events))
+
+
+def _detect_touch_takes_groups() -> bool:
+    """0.10.2's ``BlockPool.touch`` takes a tuple of per-group lists; newer ones a flat list."""
+    pool = make_block_pool(4, 4, True)
+    (block,) = pool.get_new_blocks(1)
+    pool.free_blocks([block])
+    try:
+        pool.touch([block])
+    except (TypeError, AttributeError):
+        return True
+    return False
+
+
+_TOUCH_TAKES_GROUPS = _detect_touch_takes_groups()
+
+
+class VLLMBlockPool:
+    """``BlockPoolAdapter`` over vLLM's ``BlockPool`` (block ids in, block ids out)."""
+
+    def __init__(self, spec: KVCacheSpec) -> None:
+        self.spec = spec
+        self.pool = make_block_pool(spec.num_blocks, spec.block_size, spec.enable_caching,
+                                    spec.enable_kv_cache_events)
+        self._requests = request_sync(Hashing(spec))
+
+    def _blocks(self, block_ids: Sequence[int]) -> list[Any]:
+        return [self.pool.blocks[i] for i in block_ids]
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        return [b.block_id for b in self.pool.get_new_blocks(num_blocks)]
+
+    def free_blocks(self, ordered_block_ids: Sequence[int]) -> None:
+        self.pool.free_blocks(self._blocks(ordered_block_ids))
+
+    def touch(self, block_ids: Sequence[int]) -> None:
+        blocks = self._blocks(block_ids)
+        self.pool.touch((blocks,) if _TOUCH_TAKES_GROUPS else blocks)
+
+    def cache_full_blocks(self, request: RequestView, block_ids: Sequence[int],
+                          num_cached_blocks: int, num_full_blocks: int) -> None:
+        self.pool.cache_full_blocks(self._requests.sync(request), self._blocks(block_ids),
+                                    num_cached_blocks, num_full_blocks, self.spec.block_size, 0)
+
+    def get_cached_block(self, block_hash: bytes) -> int | None:
+        hit = self.pool.get_cached_block(block_hash, [0])
+        return None if hit is None else hit[0].block_id
+
+    def num_free_blocks(self) -> int:
+        return self.pool.get_num_free_blocks()
+
+    def free_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.pool.free_block_queue.get_all_free_blocks()]

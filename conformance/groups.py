@@ -1,0 +1,95 @@
+"""KV-cache groups inside the harness: block ids are always one list per group.
+
+The protocol has two forms (``kvcheck.conformance.protocol``): a single-group adapter
+(``spec.kv_cache_groups`` empty) answers flat lists, a grouped one a list per group. The guard
+(``kvcheck.conformance.guard``) turns a flat answer into the one-group case (``[answer]``) at the
+adapter boundary, so the driver, the laws and the oracle comparison are written once, over
+groups. What a person reads (repro snippets, mismatch reports, recorded answers) shows the
+adapter's own form again: ``adapter_form`` and its helpers.
+
+Block id 0 is vLLM's null block in a grouped spec: the position of a block a sliding window
+(or a finished local chunk) no longer needs (docs/semantics.md#skipped-tokens-and-null-blocks).
+A single-group spec has no null positions (under ``generic`` id 0 is an ordinary block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
+
+__all__ = ["NULL_BLOCK", "adapter_form", "null_floor", "null_of", "one_group",
+           "one_group_tables", "shown_result", "shown_tables", "skipped_tokens", "window_slack"]
+
+NULL_BLOCK = 0
+
+
+def null_of(spec: KVCacheSpec) -> int | None:
+    """The id that marks a skipped position in ``spec``'s tables (None: there is none)."""
+    return NULL_BLOCK if spec.kv_cache_groups else None
+
+
+def skipped_tokens(group: KVCacheGroupSpec, num_tokens: int) -> int:
+    """vLLM 0.33's ``get_num_skipped_tokens`` of ``group`` after ``num_tokens`` computed
+    tokens (docs/semantics.md#skipped-tokens-and-null-blocks)."""
+    if group.kind == "sliding_window" and group.sliding_window is not None:
+        return max(0, num_tokens - group.sliding_window + 1)
+    if group.kind == "chunked_local_attention" and group.attention_chunk_size is not None:
+        return num_tokens // group.attention_chunk_size * group.attention_chunk_size
+    return 0
+
+
+def null_floor(spec: KVCacheSpec, group: int, num_tokens: int) -> int:
+    """The number of leading positions of ``group`` a request with ``num_tokens`` computed
+    tokens no longer needs (its nulls must all lie below it)."""
+    return skipped_tokens(spec.groups[group], num_tokens) // spec.group_block_size(group)
+
+
+def window_slack(spec: KVCacheSpec, group: int) -> int:
+    """Live blocks below the floor a profile keeps: vLLM 0.10.2's chunked-local removal keeps
+    the last cached block (docs/semantics.md#skipped-tokens-and-null-blocks)."""
+    kind = spec.groups[group].kind
+    return 1 if spec.profile == "vllm-0.10" and kind == "chunked_local_attention" else 0
+
+
+def adapter_form(spec: KVCacheSpec, groups: Sequence[Any]) -> Any:
+    """Per-group block ids as the adapter itself answered them: the one list of a
+    single-group spec, the per-group lists otherwise (no lists at all: ``[]``, the empty
+    hits a running request passes)."""
+    if spec.kv_cache_groups or not groups:
+        return groups
+    return groups[0]
+
+
+def shown_result(spec: KVCacheSpec, result: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``StepResult`` with its block ids in the adapter's form (for messages and records)."""
+    out = dict(result)
+    if "hits" in out:
+        ids, num = out["hits"]
+        out["hits"] = (adapter_form(spec, ids), num)
+    if out.get("new") is not None:
+        out["new"] = adapter_form(spec, out["new"])
+    return out
+
+
+def shown_tables(spec: KVCacheSpec, tables: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+    """``Driver.tables()`` in the adapter's form: ``{rid: table}`` for a single-group spec."""
+    return {rid: adapter_form(spec, t) for rid, t in tables.items()}
+
+
+def one_group(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A single-group spec's ``StepResult`` as the adapter answered it (flat lists): what the
+    scripted single-group tests read and print."""
+    out = dict(result)
+    if "hits" in out:
+        (ids,), num = out["hits"]
+        out["hits"] = (ids, num)
+    if out.get("new") is not None:
+        (out["new"],) = out["new"]
+    return out
+
+
+def one_group_tables(tables: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, list[int]]:
+    """A single-group spec's ``Driver.tables()`` as flat tables (``{rid: table}``)."""
+    return {rid: list(table) for rid, (table,) in tables.items()}

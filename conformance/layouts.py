@@ -1,0 +1,121 @@
+"""The KV-cache group layouts random workloads draw
+(docs/semantics.md#kv-cache-groups-hybrid-models): tables of group kinds and block-size multipliers per profile, and the layout of one
+draw (``layout_for``). The workload machine (``kvcheck.conformance.workload_machine``) turns
+its drawn pool size into a draw number, so Hypothesis explores layouts as it explores pools,
+and a failure shrinks to a short op list on one layout like any other. Layouts stay within
+what the profile's vLLM supports:
+
+* ``vllm-0.10``: one group of any kind, or exactly one full-attention spec and one other spec
+  (possibly several groups each, not interleaved), all of one block size;
+* ``vllm-0.33`` and ``generic``: up to four groups, mixed block sizes (every size divides the
+  largest, so the hash block is the smallest and the scheduler block the largest), a
+  chunked-local group only at the scheduler block size, windows 2..32, chunks a multiple of
+  the group's block size, ``prefix_cache_retention_interval`` None, 0 or a multiple of the
+  scheduler block size (with a sliding group).
+
+Only kinds both sides declare are drawn (``declared_kinds``, ``KIND_CAPABILITIES``). vLLM
+0.10.2 crashes when events are on for a chunked-local group or a window ``w - 1 < bs``
+(docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups): such layouts
+run with events off under that profile (``events_crash``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from kvcheck.conformance.protocol import KIND_CAPABILITIES, KVCacheGroupSpec
+
+__all__ = ["WINDOWS", "declared_kinds", "events_crash", "hybrid_layouts", "layout_for"]
+
+#: Sliding windows drawn (tokens).
+WINDOWS: tuple[int, ...] = (4, 2, 3, 5, 8, 16, 32)
+# Chunk sizes, in blocks of the chunked group.
+_CHUNK_BLOCKS: tuple[int, ...] = (2, 1, 3, 4)
+
+# A layout: (kind, block size multiplier) per group; windows and chunks are filled in later.
+_Layout = tuple[tuple[str, int], ...]
+_F, _S, _C = "full_attention", "sliding_window", "chunked_local_attention"
+
+_LAYOUTS_010: tuple[_Layout, ...] = (
+    ((_F, 1), (_S, 1)),
+    ((_S, 1), (_F, 1)),
+    ((_F, 1), (_C, 1)),
+    ((_S, 1),),
+    ((_F, 1), (_F, 1), (_S, 1), (_S, 1)),
+    ((_C, 1),),
+    ((_F, 1),),
+)
+_LAYOUTS_033: tuple[_Layout, ...] = (
+    ((_F, 1), (_S, 1)),
+    ((_F, 1), (_S, 2)),
+    ((_F, 2), (_S, 1)),
+    ((_F, 1), (_S, 1), (_S, 1)),
+    ((_F, 1), (_C, 1)),
+    ((_S, 1),),
+    ((_F, 1), (_S, 1), (_C, 1)),
+    ((_S, 1), (_C, 1)),
+    ((_F, 1), (_F, 1), (_S, 1), (_S, 1)),
+    ((_C, 1),),
+    ((_F, 1), (_F, 2)),
+    ((_S, 2), (_F, 1), (_C, 2)),
+    ((_F, 2), (_S, 4)),
+    # A sliding group finer than the scheduler block: its hits must end on aligned boundaries.
+    ((_F, 1), (_S, 1), (_S, 2)),
+)
+
+
+def hybrid_layouts(profile: str, kinds: Iterable[str]) -> tuple[_Layout, ...]:
+    """The layouts drawn under ``profile`` using only ``kinds``."""
+    allowed = set(kinds)
+    table = _LAYOUTS_010 if profile == "vllm-0.10" else _LAYOUTS_033
+    return tuple(lay for lay in table if all(kind in allowed for kind, _ in lay))
+
+
+def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
+               scale: int = 1) -> tuple[tuple[KVCacheGroupSpec, ...], int | None]:
+    """The groups and retention interval of draw number ``draw`` (any int >= 0); sliding
+    windows are ``scale`` times ``WINDOWS`` (the machine's ``workload_scale``: at a declared
+    256-token block a window spans as many blocks as at 4)."""
+    layouts = hybrid_layouts(profile, kinds)
+    layout = layouts[draw % len(layouts)]
+    draw //= len(layouts)
+    groups = []
+    for i, (kind, mult) in enumerate(layout):
+        bs = block_size * mult
+        if kind == _S:
+            # Groups of one spec in 0.10.2 share it: the same window for every SWA group.
+            window = scale * WINDOWS[(draw + (0 if profile == "vllm-0.10" else i))
+                                     % len(WINDOWS)]
+            groups.append(KVCacheGroupSpec(kind, bs, sliding_window=window))
+        elif kind == _C:
+            chunk = bs * _CHUNK_BLOCKS[(draw // 3) % len(_CHUNK_BLOCKS)]
+            groups.append(KVCacheGroupSpec(kind, bs, attention_chunk_size=chunk))
+        else:
+            groups.append(KVCacheGroupSpec(kind, bs))
+    # 0.33's prefix_cache_retention_interval: None, 0, or (with a sliding group) a multiple of
+    # the scheduler block size (the lcm of the groups' sizes).
+    choice = (draw + 1) % 4
+    has_swa = any(kind == _S for kind, _ in layout)
+    retention: int | None = None
+    if profile != "vllm-0.10" and choice and (choice == 1 or has_swa):
+        retention = 0 if choice == 1 else math.lcm(*(g.block_size or block_size
+                                                     for g in groups)) * (choice - 1)
+    return tuple(groups), retention
+
+
+def declared_kinds(capabilities: Iterable[str]) -> tuple[str, ...]:
+    """The attention kinds a set of capabilities covers (none without ``kv_cache_groups``)."""
+    caps = set(capabilities)
+    if "kv_cache_groups" not in caps:
+        return ()
+    return tuple(kind for kind, cap in KIND_CAPABILITIES.items() if cap in caps)
+
+
+def events_crash(profile: str, groups: Iterable[KVCacheGroupSpec], block_size: int) -> bool:
+    """Whether ``profile``'s vLLM crashes with KV events on for ``groups`` (``block_size``:
+    the spec's, for a group without its own): 0.10.2 with a chunked-local group or a sliding
+    window ``w - 1`` shorter than its block."""
+    return profile == "vllm-0.10" and any(
+        g.kind == _C or (g.kind == _S and (g.sliding_window or 0) - 1
+                         < (g.block_size or block_size)) for g in groups)

@@ -1,0 +1,182 @@
+"""``WrittenBlocks``: kvcheck's shadow record of which tokens the suite's scheduler computed
+into which block, the ground truth of the hit-correctness law (``kvcheck.conformance.laws``)
+and of the rebinding judge (``kvcheck.conformance.rebinding``). One record per KV-cache group,
+at that group's block size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from kvcheck.conformance.protocol import RequestView
+
+__all__ = ["WrittenBlocks"]
+
+# WrittenBlocks' interned keys: a request's root context (LoRA, cache salt), and one full
+# block (the parent prefix id, the block's tokens, its multimodal items as (id, offset)).
+_RootKey = tuple[Literal["root"], tuple[str, int, str] | None, str | None]
+_BlockKey = tuple[int, tuple[int, ...], tuple[tuple[str, int], ...]]
+_Key = _RootKey | _BlockKey
+
+
+class _Write:
+    """What one block holds: written by ``rid`` as its block ``index``, ``filled`` tokens from
+    the block start, and once full the id of the prefix it holds (``None`` until then)."""
+
+    __slots__ = ("filled", "index", "prefix", "rid")
+
+    def __init__(self, rid: str, index: int, filled: int, prefix: int | None) -> None:
+        self.rid, self.index, self.filled, self.prefix = rid, index, filled, prefix
+
+
+class WrittenBlocks:
+    """The shadow record of what the scheduler wrote into each block.
+
+    A *prefix id* names one (context, tokens ``[0, (i + 1) * block_size)``) identity: the root
+    is the request's LoRA and cache salt; each full block adds its tokens and the multimodal
+    items overlapping it (identifier and offset in the block, as vLLM keys them). Equal ids
+    mean the KV computed for that block is the same, so ids are interned integers and the
+    law is one comparison per hit block.
+    """
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._ids: dict[_Key, int] = {}
+        self._parts: list[_Key] = []  # prefix id -> its key (for messages)
+        self._chains: dict[str, list[int]] = {}  # request id -> prefix ids of its blocks
+        self._blocks: dict[int, _Write] = {}
+
+    # ------------------------------------------------------------------ request identities
+    def forget(self, rid: str) -> None:
+        """A new request under ``rid`` (its tokens may differ from the old one's)."""
+        self._chains.pop(rid, None)
+
+    def _intern(self, key: _Key) -> int:
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = len(self._parts)
+            self._parts.append(key)
+        return found
+
+    def prefix_id(self, view: RequestView, index: int) -> int:
+        """The prefix id of ``view``'s block ``index`` (its tokens must all be known)."""
+        chain = self._chains.get(view.request_id)
+        if chain is None:
+            root: _RootKey = ("root", view.lora, view.cache_salt or None)
+            chain = self._chains[view.request_id] = [self._intern(root)]
+        bs = self.block_size
+        tokens = view.token_ids
+        while len(chain) <= index + 1:
+            start = (len(chain) - 1) * bs
+            end = start + bs
+            mm = tuple((ident, offset - start) for ident, offset, length in view.mm_features
+                       if offset < end and offset + length > start)
+            chain.append(self._intern((chain[-1], tokens[start:end], mm)))
+        return chain[index + 1]
+
+    # ------------------------------------------------------------------ writes
+    def clear(self, block_ids: Sequence[int]) -> None:
+        """Blocks just handed out as new: whatever they held is being overwritten."""
+        for block_id in block_ids:
+            self._blocks.pop(block_id, None)
+
+    def write(self, view: RequestView, table: Sequence[int], start: int, end: int) -> None:
+        """``view`` computed its positions ``[start, end)`` into the blocks of ``table``."""
+        bs = self.block_size
+        rid = view.request_id
+        for index in range(start // bs, min(len(table), -(-end // bs))):
+            block_id = table[index]
+            lo = max(start, index * bs) - index * bs
+            hi = min(end, (index + 1) * bs) - index * bs
+            old = self._blocks.get(block_id)
+            if lo == 0:
+                write = self._blocks[block_id] = _Write(rid, index, hi, None)
+            elif (old is not None and old.rid == rid and old.index == index
+                  and old.filled == lo and old.prefix is None):
+                write = old
+                write.filled = hi
+            else:  # a write continuing someone else's (or nobody's) tokens: mixed content
+                self._blocks[block_id] = _Write(rid, index, -1, None)
+                continue
+            if write.filled == bs:
+                write.prefix = self.prefix_id(view, index)
+
+    def full_blocks(self) -> list[int]:
+        """The blocks that hold a full block of computed tokens (a cache may keep them)."""
+        return [b for b, write in self._blocks.items() if write.prefix is not None]
+
+    # ------------------------------------------------------------------ the law
+    def mismatch(self, block_id: int, view: RequestView, index: int) -> str | None:
+        """Why ``block_id`` does not hold ``view``'s prefix through block ``index`` (None if
+        it does)."""
+        need = self.prefix_id(view, index)
+        write = self._blocks.get(block_id)
+        if write is not None and write.prefix == need:
+            return None
+        bs = self.block_size
+        wanted = list(view.token_ids[index * bs:(index + 1) * bs])
+        held = self.holds(block_id, need)
+        return f"it holds {held}; request {view.request_id!r} needs tokens {wanted}{_ctx(view)}"
+
+    def holds(self, block_id: int, need: int | None = None) -> str:
+        """What ``block_id`` holds, in words (its prefix described relative to the prefix id
+        ``need`` when given)."""
+        write = self._blocks.get(block_id)
+        if write is None:
+            return "nothing computed since it was last handed out as a new block"
+        if write.filled < 0:
+            return (f"a mix of tokens from more than one write (last by request "
+                    f"{write.rid!r} as its block {write.index})")
+        if write.prefix is None:
+            return (f"only {write.filled} of {self.block_size} tokens (request {write.rid!r}'s "
+                    f"block {write.index}, not full)")
+        what = self._describe(write.prefix, write.prefix if need is None else need)
+        return f"{what} written by request {write.rid!r} as its block {write.index}"
+
+    def held_prefix(self, block_id: int) -> int | None:
+        """The prefix id ``block_id`` holds (None: nothing, a partial block or mixed writes)."""
+        write = self._blocks.get(block_id)
+        return None if write is None else write.prefix
+
+    def chain_prefix(self, request_id: str, index: int) -> int | None:
+        """The prefix id of request ``request_id``'s block ``index`` if the record knows it
+        (it does for every full block the request wrote or hit)."""
+        chain = self._chains.get(request_id)
+        return chain[index + 1] if chain is not None and index + 1 < len(chain) else None
+
+    def _describe(self, held: int, need: int) -> str:
+        """What prefix ``held`` is, relative to the one needed."""
+        (held_root, held_blocks), (need_root, need_blocks) = self._unroll(held), self._unroll(need)
+        tokens = list(held_blocks[-1][1])
+        if held_root != need_root:
+            _, lora, salt = held_root
+            return f"tokens {tokens} under another context (lora={lora!r}, cache_salt={salt!r})"
+        if len(held_blocks) != len(need_blocks):
+            return f"tokens {tokens} at another position in the sequence"
+        for i, (mine, theirs) in enumerate(zip(held_blocks, need_blocks, strict=True)):
+            if mine != theirs:
+                if i == len(held_blocks) - 1:
+                    what = "tokens" if mine[1] != theirs[1] else "multimodal items"
+                    return f"tokens {tokens} (different {what}: {list(mine[1])}, mm {mine[2]})"
+                return (f"tokens {tokens} after a different prefix (block {i} held "
+                        f"{list(mine[1])}, mm {mine[2]}; needed {list(theirs[1])}, "
+                        f"mm {theirs[2]})")
+        return f"tokens {tokens}"  # the prefix needed (``holds`` describes any block)
+
+    def _unroll(self, prefix: int) -> tuple[_RootKey, list[_BlockKey]]:
+        """The root key, and the key of each block from the first on."""
+        blocks: list[_BlockKey] = []
+        while True:
+            key = self._parts[prefix]
+            if key[0] == "root":
+                return key, blocks[::-1]
+            blocks.append(key)
+            prefix = key[0]
+
+
+def _ctx(view: RequestView) -> str:
+    extras = [f"{name}={value!r}" for name, value in (
+        ("lora", view.lora), ("cache_salt", view.cache_salt),
+        ("mm_features", view.mm_features)) if value]
+    return f" ({', '.join(extras)})" if extras else ""
