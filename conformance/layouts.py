@@ -1,9 +1,9 @@
-"""The KV-cache group layouts random workloads draw (docs/semantics.md#kv-cache-groups-hybrid-
-models): tables of group kinds and block-size multipliers per profile, and the layout of one
-draw (``layout_for``). The workload machine (``kvcheck.conformance.workload_machine``) turns its
-drawn pool size into a draw number, so Hypothesis explores layouts as it explores pools, and a
-failure shrinks to a short op list on one layout like any other. Layouts stay within what the
-profile's vLLM supports:
+"""The KV-cache group layouts random workloads draw
+(docs/semantics.md#kv-cache-groups-hybrid-models): tables of group kinds and block-size
+multipliers per profile, and the layout of one draw (``layout_for``). The workload machine
+(``kvcheck.conformance.workload_machine``) turns its drawn pool size into a draw number, so
+Hypothesis explores layouts as it explores pools, and a failure shrinks to a short op list on
+one layout like any other. Layouts stay within what the profile's vLLM supports:
 
 * ``vllm-0.10``: one group of any kind, or exactly one full-attention spec and one other spec
   (possibly several groups each, not interleaved), all of one block size;
