@@ -41,7 +41,16 @@ def _slot_device() -> Any:
 
 
 class SlotMapper:
-    """vLLM's worker ``BlockTable`` with one row, used to map a request's positions to slots."""
+    """vLLM's worker ``BlockTable`` with one row, used to map a request's positions to slots.
+
+    vLLM's slot mapping is a pure function of the row and the range, and the differential asks
+    for every running request's slots after every op, mostly for rows and ranges it asked
+    before: each distinct ``(block_ids, start, end)`` is computed by vLLM once and its answer
+    reused (up to ``MAX_ANSWERS`` of them), since on a CPU vLLM 0.33's Triton kernel runs in
+    Triton's interpreter at tens of milliseconds a call.
+    """
+
+    MAX_ANSWERS = 1 << 16
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.table = BlockTable(**accepting(
@@ -50,13 +59,23 @@ class SlotMapper:
             max_num_batched_tokens=max(num_blocks * block_size, 1), pin_memory=False,
             device=_slot_device(), cp_kv_cache_interleave_size=1,
             kernel_block_size=block_size))
+        self._answers: dict[tuple[tuple[int, ...], int, int], list[int]] = {}
 
     def __call__(self, block_ids: Sequence[int], start: int, end: int) -> list[int]:
-        n = end - start
-        if n <= 0:
+        if end - start <= 0:
             return []
+        key = (tuple(block_ids), start, end)
+        answer = self._answers.get(key)
+        if answer is None:
+            if len(self._answers) >= self.MAX_ANSWERS:
+                self._answers.clear()
+            answer = self._answers[key] = self._compute(list(block_ids), start, end)
+        return list(answer)
+
+    def _compute(self, block_ids: list[int], start: int, end: int) -> list[int]:
+        n = end - start
         table = self.table
-        table.add_row(list(block_ids), 0)  # resets the row; entries past it are never read
+        table.add_row(block_ids, 0)  # resets the row; entries past it are never read
         if _SLOT_KIND == "numpy":
             import numpy as np
 

@@ -12,7 +12,10 @@ profile, replayed row by row;
 * the differential: the same random workloads on the implementation and on the oracle
   (``--kv-oracle``, the reference by default), every answer and observable compared after
   every op; a failure is shrunk to a short op list, written as a trace under
-  ``.kvcheck/repro/`` with a runnable repro.
+  ``.kvcheck/repro/`` with a runnable repro;
+* admission at the free-block boundary: a sliding-window group's prefix hits that sit in the
+  free queue consume free blocks (docs/semantics.md#kv-cache-groups-hybrid-models), so a
+  request fits a pool of exactly its count and is refused by one block fewer.
 """
 
 from __future__ import annotations
@@ -21,10 +24,20 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kvcheck.conformance.groups import NULL_BLOCK
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
 from kvcheck.conformance.layouts import declared_kinds
-from kvcheck.conformance.protocol import VLLM_PROFILES, effective_capabilities, extra_key_kinds
+from kvcheck.conformance.pinning import CAPABILITY as PINNING
+from kvcheck.conformance.pinning import release_after_lookup
+from kvcheck.conformance.protocol import (
+    VLLM_PROFILES,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    RequestView,
+    effective_capabilities,
+    extra_key_kinds,
+)
 from kvcheck.conformance.workload_machine import run_workload_machine
 
 if TYPE_CHECKING:
@@ -93,3 +106,86 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
                          group_kinds=kinds)
+
+
+# --- admission at the free-block boundary ----------------------------------------------------
+# Full attention + a 4-token sliding window at block size 2 (the golden scenarios' layout). A
+# 4-token prompt fills 2 blocks per group, and the window needs cdiv(4 - 1, 2) = 2 blocks, so
+# a later request hits both blocks of both groups and its window skips nothing.
+_FULL_SWA = (KVCacheGroupSpec("full_attention", 2),
+             KVCacheGroupSpec("sliding_window", 2, sliding_window=4))
+_PREFIX = (100, 101, 102, 103)
+#: What B (the prefix + 1 token, hitting the 4 cached prefix tokens) consumes per group, by
+#: docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups under both
+#: rule sets: T = cdiv(5, 2) = 3 slots' blocks, 2 hits, 0 held, 2 hits in the free queue
+#: (0.10.2: 3 - 2 - 0 + 2; 0.33: skip = max(0, 4 - 4 + 1) // 2 = 0, max(3 - max(0, 2 + 0), 0)
+#: + the 2 free hits after the first max(0, 0 - 0)): 3 in each group.
+_NEED = 6
+
+
+def _admit_after_freed_prefix(kv_impl: ImplHandle, kv_profile: str,
+                              num_free: int) -> tuple[list[list[int]] | None, int, list[str]]:
+    """Prefill A (``_PREFIX``) and free it (its 2 blocks per group stay cached in the free
+    queue), then look B (``_PREFIX`` + 1 token) up and allocate its 1 new token, in a pool of
+    ``num_free`` free blocks (``num_free + 1`` blocks with the null block). Returns B's
+    ``allocate_slots`` answer, the free count after it, and the calls made (for messages)."""
+    spec = KVCacheSpec(num_blocks=num_free + 1, block_size=2, profile=kv_profile,
+                       kv_cache_groups=_FULL_SWA)
+    if not kv_impl.info.supports(spec):
+        pytest.skip(f"{kv_impl.name} does not support a {spec.num_blocks}-block pool of "
+                    "2-token blocks (IMPL_INFO.block_sizes, num_blocks_range)")
+    mgr: Any = kv_impl.make_manager(spec)
+    a = RequestView("a", _PREFIX)
+    assert mgr.allocate_slots(a, len(_PREFIX), 0, [[], []]) is not None, (
+        f"A's 4-token prefill (4 blocks) must fit a pool of {num_free} free blocks")
+    mgr.free("a")
+    b = RequestView("b", (*_PREFIX, 200))
+    hits, num_hit = mgr.get_computed_blocks(b)
+    calls = ["allocate_slots(a, 4)", "free(a)",
+             f"get_computed_blocks(b) -> {[list(g) for g in hits]}, {num_hit}"]
+    assert num_hit == len(_PREFIX) and all(len(g) == 2 and NULL_BLOCK not in g for g in hits), (
+        "B should hit A's 2 cached blocks in both groups (the window of 4 tokens needs 2 "
+        f"blocks, so nothing is skipped): got {[list(g) for g in hits]}, {num_hit}")
+    new = mgr.allocate_slots(b, 1, num_hit, hits)
+    calls.append(f"allocate_slots(b, 1, {num_hit}, hits) -> {new}")
+    if new is None:  # a refusal ends the lookup; a pinning design releases its pins here
+        release_after_lookup(mgr, "b", pinning=PINNING in kv_impl.info.capabilities)
+    answer = None if new is None else [list(g) for g in new]
+    return answer, mgr.num_free_blocks(), calls
+
+
+def _check_boundary(kv_impl: ImplHandle, kv_profile: str, rule: str) -> None:
+    """B fits a pool of exactly ``_NEED`` free blocks (one new block per group, nothing left
+    free) and is refused, with nothing taken, by a pool of one block fewer."""
+    __tracebackhide__ = True
+    fit, left, calls = _admit_after_freed_prefix(kv_impl, kv_profile, _NEED)
+    assert fit is not None and [len(g) for g in fit] == [1, 1] and left == 0, (
+        f"{rule}: B needs exactly {_NEED} free blocks and the pool has {_NEED}, so it fits "
+        f"with one new block per group and no free block left; got {fit}, {left} free\n  "
+        + "\n  ".join(calls))
+    short, left, calls = _admit_after_freed_prefix(kv_impl, kv_profile, _NEED - 1)
+    assert short is None and left == _NEED - 1, (
+        f"{rule}: B needs {_NEED} free blocks and the pool has {_NEED - 1}, so allocate_slots "
+        f"must return None and take nothing; got {short}, {left} free\n  "
+        + "\n  ".join(calls))
+
+
+@pytest.mark.kv_profiles("vllm-0.10")
+@pytest.mark.kv_capability("prefix_caching", "sliding_window")
+def test_v010_window_hits_in_the_free_queue_consume_free_blocks(kv_impl: ImplHandle,
+                                                                 kv_profile: str) -> None:
+    """vLLM 0.10.2 counts per group ``T - hits - held + free hits``: a sliding-window hit
+    that sits in the free queue leaves it when adopted, so it consumes a free block like a new
+    block does (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)."""
+    _check_boundary(kv_impl, kv_profile, "0.10.2's per-group count T - hits - held + free hits")
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("prefix_caching", "sliding_window")
+def test_v033_window_hits_inside_the_window_consume_free_blocks(kv_impl: ImplHandle,
+                                                                 kv_profile: str) -> None:
+    """vLLM 0.33 counts only the hits after the first ``max(0, skip - held)`` (those before are
+    dropped, not adopted): when the window skips nothing, every free-queue hit, the first
+    included, consumes a free block
+    (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)."""
+    _check_boundary(kv_impl, kv_profile, "0.33's skip-aware count (skip 0: every free hit)")

@@ -169,6 +169,10 @@ LAW_FAMILIES: dict[str, Checks] = {
     "test_hybrid.py::test_hybrid_golden": _CO,
     "test_hybrid.py::test_hybrid_laws_hold_under_random_workloads": _WORKLOAD,
     "test_hybrid.py::test_hybrid_differential": _ALL,
+    "test_hybrid.py::test_v010_window_hits_in_the_free_queue_consume_free_blocks":
+        Checks((CONSERVATION, OWNERSHIP, HITS)),
+    "test_hybrid.py::test_v033_window_hits_inside_the_window_consume_free_blocks":
+        Checks((CONSERVATION, OWNERSHIP, HITS)),
     # invariants
     "test_invariants.py::test_laws_hold_under_random_workloads": _WORKLOAD,
     "test_invariants.py::test_laws_hold_through_a_full_drain": _CO,

@@ -104,128 +104,59 @@ class BlockPool:
         num_full_blocks: int,
         block_size: int,
         kv_cache_group_id: int = 0,
+        block_mask: Sequence[bool] | None = None,
+        block_hashes: Sequence[bytes] | None = None,
     ) -> None:
         """Key blocks ``[num_cached_blocks, num_full_blocks)`` of ``blocks`` by
-        ``request.block_hashes[i] ‖ group_id`` and insert them into the map.
+        ``block_hashes[i] ‖ group id`` and insert them into the map
+        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups).
 
-        Duplicates are not merged (a key may hold several blocks). Emits one
-        ``BlockStored`` for the call when at least one block is cached.
+        ``block_hashes`` is the request's hash list viewed at this group's block size
+        (default: ``request.block_hashes``, the hash block size). Null blocks and blocks whose
+        ``block_mask`` entry (aligned with the range) is False are skipped; a block already
+        keyed so is left as it is (0.33's idempotent insert). Duplicates are not merged (a
+        key may hold several blocks).
 
-        Raises:
-            KVCacheMisuseError: if the request has fewer than ``num_full_blocks`` hashes.
-        """
-        if num_cached_blocks >= num_full_blocks:
-            return
-        if len(request.block_hashes) < num_full_blocks:
-            raise KVCacheMisuseError(
-                f"request {request.request_id!r} has {len(request.block_hashes)} block hashes, "
-                f"cannot cache {num_full_blocks} full blocks"
-            )
-        new_hashes: list[bytes] = []
-        new_extra_keys: list[object] = []
-        suffix = group_id_suffix(kv_cache_group_id)  # once: this loop runs per full block
-        block_hashes = request.block_hashes
-        for i in range(num_cached_blocks, num_full_blocks):
-            block = blocks[i]
-            if block.is_null:
-                continue
-            block_hash = block_hashes[i]
-            key = BlockHashWithGroupId(block_hash + suffix)
-            if block.block_hash == key:
-                continue  # already cached under this key: 0.33's idempotent insert
-            block.block_hash = key  # raises if the block holds another key
-            self.cached_block_hash_to_block.insert(key, block)
-            new_hashes.append(block_hash)
-            if self.enable_kv_cache_events and self.profile.extra_key_format == "tagged":
-                # 0.10.2's BlockStored has no extra_keys field.
-                new_extra_keys.append(self._event_extra_keys(request, i, block_size))
-        if self.enable_kv_cache_events and new_hashes:
-            self.kv_event_queue.append(
-                self._block_stored_event(
-                    request, blocks, num_cached_blocks, num_full_blocks, block_size,
-                    kv_cache_group_id, new_hashes, new_extra_keys,
-                )
-            )
-
-    def cache_full_blocks_grouped(
-        self,
-        request: Request,
-        blocks: Sequence[KVCacheBlock],
-        block_hashes: Sequence[bytes],
-        num_cached_blocks: int,
-        num_full_blocks: int,
-        block_size: int,
-        kv_cache_group_id: int,
-        block_mask: Sequence[bool] | None = None,
-    ) -> None:
-        """``cache_full_blocks`` for one group of a hybrid model
-        (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups):
-        blocks ``[num_cached_blocks, num_full_blocks)`` are keyed by ``block_hashes[i] ‖
-        group id``, where ``block_hashes`` is the request's hash list viewed at this group's
-        block size. Null blocks and blocks whose ``block_mask`` entry (aligned with the range)
-        is False are skipped.
-
-        Events (``vllm-0.33``): one ``BlockStored`` per call with a non-empty range, even when
-        every block was skipped (``block_hashes == ()``, ``token_ids`` still the whole range);
-        the parent is the logical hash ``block_hashes[num_cached_blocks - 1]``. ``vllm-0.10``:
-        a ``BlockStored`` when at least one block was cached, parent taken from the physical
-        previous block; a null parent is refused (vLLM 0.10.2 fails an assertion there).
+        Events: ``vllm-0.33``, one ``BlockStored`` per call that caches a block or skips a
+        null or masked one (then ``block_hashes == ()`` while ``token_ids`` still spans the
+        whole range); ``vllm-0.10``, one per call that caches a block.
 
         Raises:
             KVCacheMisuseError: fewer hashes than ``num_full_blocks``; a 0.10 event whose
-                parent is the null block.
+                parent is the null block or an uncached block.
         """
         if num_cached_blocks >= num_full_blocks:
             return
+        if block_hashes is None:
+            block_hashes = request.block_hashes
         if len(block_hashes) < num_full_blocks:
             raise KVCacheMisuseError(
                 f"request {request.request_id!r} has {len(block_hashes)} block hashes at block "
                 f"size {block_size}, cannot cache {num_full_blocks} full blocks")
         events = self.enable_kv_cache_events
-        tagged = self.profile.extra_key_format == "tagged"
+        extra_keys = events and self.profile.extra_key_format == "tagged"
         new_hashes: list[bytes] = []
         new_extra_keys: list[object] = []
+        sparse = False  # a null or masked block was skipped
+        suffix = group_id_suffix(kv_cache_group_id)  # once: this loop runs per full block
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
+                sparse = True
                 continue
             block_hash = block_hashes[i]
-            key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+            key = BlockHashWithGroupId(block_hash + suffix)
             if block.block_hash == key:
-                continue
+                continue  # already cached under this key
             block.block_hash = key  # raises if the block holds another key
             self.cached_block_hash_to_block.insert(key, block)
             new_hashes.append(block_hash)
-            if events and tagged:
+            if extra_keys:  # 0.10.2's BlockStored has no extra_keys field
                 new_extra_keys.append(self._event_extra_keys(request, i, block_size))
-        if not events or (not new_hashes and self.profile.event_parent_from_physical):
-            return
-        parent: bytes | None = None
-        if num_cached_blocks > 0:
-            if self.profile.event_parent_from_physical:
-                prev = blocks[num_cached_blocks - 1]
-                if prev.is_null or prev.block_hash is None:
-                    raise KVCacheMisuseError(
-                        "vLLM 0.10.2 fails an assertion here (block_pool.py:150-154): the "
-                        f"parent of block {num_cached_blocks} of request "
-                        f"{request.request_id!r} (group {kv_cache_group_id}) is the null block; "
-                        "run this layout with KV events off")
-                parent = get_block_hash(prev.block_hash)
-            else:
-                parent = block_hashes[num_cached_blocks - 1]
-        lora = request.lora_request
-        self.kv_event_queue.append(BlockStored(
-            block_hashes=tuple(new_hashes),
-            parent_block_hash=parent,
-            token_ids=tuple(
-                request.all_token_ids[num_cached_blocks * block_size:num_full_blocks * block_size]),
-            block_size=block_size,
-            lora_id=None if lora is None else lora.lora_int_id,
-            medium="GPU",
-            lora_name=(None if lora is None else lora.lora_name) if tagged else None,
-            extra_keys=(tuple(new_extra_keys) or None) if tagged else None,
-            group_idx=kv_cache_group_id,
-        ))
+        if events and (new_hashes or (sparse and not self.profile.event_parent_from_physical)):
+            self.kv_event_queue.append(self._block_stored_event(
+                request, blocks, num_cached_blocks, num_full_blocks, block_size,
+                kv_cache_group_id, new_hashes, new_extra_keys, block_hashes))
 
     def _block_stored_event(
         self,
@@ -237,17 +168,24 @@ class BlockPool:
         group_id: int,
         new_hashes: list[bytes],
         new_extra_keys: list[object],
+        block_hashes: Sequence[bytes],
     ) -> BlockStored:
         parent: bytes | None = None
         if num_cached_blocks > 0:
             if self.profile.event_parent_from_physical:
-                # 0.10.2 reads the physical previous block, which may be the null block.
-                prev_key = blocks[num_cached_blocks - 1].block_hash
-                parent = None if prev_key is None else get_block_hash(prev_key)
+                prev = blocks[num_cached_blocks - 1]
+                if prev.is_null or prev.block_hash is None:
+                    raise KVCacheMisuseError(
+                        "vLLM 0.10.2 fails an assertion here (block_pool.py:150-154): the "
+                        f"parent of block {num_cached_blocks} of request "
+                        f"{request.request_id!r} (group {group_id}) is "
+                        f"{'the null block' if prev.is_null else 'not cached'}; run this "
+                        "layout with KV events off")
+                parent = get_block_hash(prev.block_hash)
             else:
                 # 0.33 uses the logical parent even when the physical one is the null block
                 # (test_null_parent_block_hash).
-                parent = request.block_hashes[num_cached_blocks - 1]
+                parent = block_hashes[num_cached_blocks - 1]
         lora = request.lora_request
         tagged = self.profile.extra_key_format == "tagged"
         return BlockStored(
@@ -260,7 +198,7 @@ class BlockPool:
             lora_id=None if lora is None else lora.lora_int_id,
             medium="GPU",
             lora_name=(None if lora is None else lora.lora_name) if tagged else None,
-            extra_keys=tuple(new_extra_keys) if tagged else None,
+            extra_keys=(tuple(new_extra_keys) or None) if tagged else None,
             group_idx=group_id,
         )
 

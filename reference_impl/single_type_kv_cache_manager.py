@@ -240,9 +240,9 @@ class SingleTypeKVCacheManager:
         if num_cached >= num_full:
             return
         mask = self.reachable_block_mask(request, num_cached, num_full) if self.v033 else None
-        self.block_pool.cache_full_blocks_grouped(
-            request, self.req_to_blocks[request.request_id], block_hashes, num_cached,
-            num_full, self.block_size, self.kv_cache_group_id, mask)
+        self.block_pool.cache_full_blocks(
+            request, self.req_to_blocks[request.request_id], num_cached, num_full,
+            self.block_size, self.kv_cache_group_id, mask, block_hashes)
         self.num_cached_block[request.request_id] = num_full
 
     def get_num_common_prefix_blocks(self, request_id: str, num_running_requests: int) -> int:
@@ -349,9 +349,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         # KVCacheManager only models full attention at the hash block size (it refuses a
-        # coarser full-attention group), so the keys are the request's own hashes: the pool's
-        # loop that appends the group suffix itself. A full-attention table has no null block
-        # and no mask, so its events are those of cache_full_blocks_grouped.
+        # coarser full-attention group), so the keys are the request's own hashes and there
+        # is no null block and no mask: no hash view to build.
         rid = request.request_id
         num_cached = self.num_cached_block.get(rid, 0)
         bs = self.block_size

@@ -64,9 +64,6 @@ UNREACHABLE: dict[str, str] = {
         "0.10.2 cascade attention, hash-lookahead version check, helpers for tests",
     r"class BlockTable\b": "vLLM's persistent worker block table (row operations): no "
                           "protocol method reaches it",
-    r"block = blocks\[i\]\n\s+if block\.is_null:": (
-        "the single-group cache_full_blocks skipping a null block: only KV-cache groups put "
-        "null blocks in a table, and they cache through cache_full_blocks_grouped"),
     r"if self\.profile\.touch_null_ref_cnt:": (
         "0.10.2's null-block ref count in touch / free_blocks: its false side (a 0.33 null "
         "reaching them) cannot happen, 0.33 drops skipped hits and trims leading nulls first"),

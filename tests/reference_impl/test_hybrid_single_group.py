@@ -1,9 +1,9 @@
 """One full-attention group: the fast paths (``UnitaryKVCacheCoordinator``,
 ``FullAttentionManager``'s overrides, ``BlockPool.cache_full_blocks``) behave exactly like the
 generic per-group code (``KVCacheCoordinator``'s loops, ``SingleTypeKVCacheManager``'s
-methods, ``BlockPool.get_cached_block`` and ``cache_full_blocks_grouped``): same hits, same new
-block ids, same tables, same free queue, same events, on random scheduler-like workloads (both
-profiles, caching on and off)."""
+methods, ``BlockPool.get_cached_block`` and ``cache_full_blocks`` given a hash view): same hits,
+same new block ids, same tables, same free queue, same events, on random scheduler-like
+workloads (both profiles, caching on and off)."""
 
 from __future__ import annotations
 
