@@ -8,6 +8,7 @@ subpackages must be one the layering allows:
     reference_impl                   a leaf: the reference depends on nothing else
     gpu_kernels                      may use reference_impl
     results                          takes what it needs as arguments: core only
+    events                           the KV-event wire format: the reference's events only
     conformance                      uses reference_impl and gpu_kernels
     adapters                         third-party managers behind the protocol
     plugin, bench                    on top; bench may use plugin's hook specs and the
@@ -36,13 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Folder of each subpackage (pyproject.toml's package-dir); "kvcheck" is the core.
 FOLDERS = {"kvcheck": "kvcheck", "reference_impl": "reference_impl",
            "gpu_kernels": "gpu_kernels", "results": "results", "conformance": "conformance",
-           "adapters": "adapters", "plugin": "plugin", "bench": "bench"}
+           "adapters": "adapters", "plugin": "plugin", "bench": "bench", "events": "events"}
 _BASE = {"kvcheck"}
 ALLOWED: dict[str, set[str]] = {
     "kvcheck": set(),
     "reference_impl": _BASE,
     "gpu_kernels": _BASE | {"reference_impl"},
     "results": _BASE,
+    "events": _BASE | {"reference_impl"},
     "conformance": _BASE | {"reference_impl", "gpu_kernels"},
     "adapters": _BASE | {"reference_impl", "gpu_kernels", "conformance"},
     "plugin": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results"},

@@ -1,0 +1,307 @@
+"""Encode and decode KV event batches in the exact bytes of a vLLM release.
+
+``encode_batch`` turns the reference's events (``kvcheck.reference_impl.events``) into the
+payload vLLM's ``ZmqEventPublisher`` sends (its third frame): msgspec's msgpack of the
+release's ``KVEventBatch`` (``vllm_033`` / ``vllm_010``). ``decode_batch`` reads such a
+payload back, checking it is that release's form; every problem is a ``WireFormatError``
+naming the event and field, never a bare msgspec error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Final, Literal
+
+import msgspec
+
+from kvcheck.events import vllm_010, vllm_033
+from kvcheck.events.diagnose import explain_decode_error, explain_validation_error
+from kvcheck.events.errors import WireFormatError
+from kvcheck.events.hashes import from_wire_hash, to_wire_hash
+from kvcheck.reference_impl.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheEvent,
+)
+
+__all__ = ["RELEASES", "DecodedBatch", "GroupMetadata", "Release", "decode_batch",
+           "encode_batch"]
+
+Release = Literal["vllm-0.33", "vllm-0.10"]
+#: Per KV-cache group, the ``(kv_cache_spec_kind, kv_cache_spec_sliding_window)`` 0.33's
+#: ``KVCacheManager.take_events`` puts on each ``BlockStored`` (the reference manager's
+#: ``kv_cache_event_metadata``).
+GroupMetadata = Sequence[tuple[str, int | None]] | Mapping[int, tuple[str, int | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Form:
+    structs: ModuleType
+    map_form: bool
+    decoder: msgspec.msgpack.Decoder[Any]
+    event_fields: dict[str, tuple[str, ...]]
+
+
+def _form(structs: ModuleType, map_form: bool) -> _Form:
+    classes = (structs.BlockStored, structs.BlockRemoved, structs.AllBlocksCleared)
+    return _Form(structs, map_form, msgspec.msgpack.Decoder(structs.KVEventBatch),
+                 {c.__name__: c.__struct_fields__ for c in classes})
+
+
+_FORMS: Final[dict[str, _Form]] = {"vllm-0.33": _form(vllm_033, True),
+                                   "vllm-0.10": _form(vllm_010, False)}
+#: The releases whose wire form this module writes, newest first.
+RELEASES: Final = tuple(_FORMS)
+# vLLM's publisher: a default Encoder (``ZmqEventPublisher._pack``).
+_ENCODER: Final = msgspec.msgpack.Encoder()
+
+
+def _get_form(release: str) -> _Form:
+    try:
+        return _FORMS[release]
+    except (KeyError, TypeError):
+        raise WireFormatError(f"unknown release {release!r}: one of {list(RELEASES)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    """One decoded payload.
+
+    ``events`` are the reference's event objects (hashes as ``bytes``: the digest in the
+    bytes form, its last 8 bytes in the int form); ``wire`` is the release's ``KVEventBatch``
+    as decoded, with the fields the reference does not model (0.33's spec kind, sliding
+    window, locality, ownership, session id, lookahead tokens).
+    """
+
+    ts: float
+    events: tuple[KVCacheEvent, ...]
+    data_parallel_rank: int | None
+    wire: Any
+
+    def group_metadata(self) -> dict[int, tuple[str, int | None]]:
+        """Per group, the ``(kind, sliding_window)`` its ``BlockStored`` events carry (0.33;
+        groups whose stores carry no kind are absent), as ``encode_batch`` takes it.
+
+        Raises:
+            WireFormatError: two stores of one group disagree.
+        """
+        found: dict[int, tuple[str, int | None]] = {}
+        for index, event in enumerate(self.wire.events):
+            kind = getattr(event, "kv_cache_spec_kind", None)
+            if kind is None or event.group_idx is None:
+                continue
+            meta = (kind, event.kv_cache_spec_sliding_window)
+            if found.setdefault(event.group_idx, meta) != meta:
+                raise WireFormatError(
+                    f"group {event.group_idx} is {meta} here but {found[event.group_idx]} in "
+                    "an earlier store of the batch", event_index=index,
+                    field="kv_cache_spec_kind")
+        return found
+
+
+# ------------------------------------------------------------------------------- encode
+def encode_batch(events: Iterable[KVCacheEvent], *, ts: float,
+                 data_parallel_rank: int | None = None, release: Release = "vllm-0.33",
+                 int_hashes: bool = True,
+                 group_metadata: GroupMetadata | None = None) -> bytes:
+    """The payload vLLM ``release`` publishes for ``events`` (one scheduler step's batch).
+
+    Args:
+        events: the reference's events, in order.
+        ts: the batch's timestamp (vLLM: ``time.time()`` when the step published).
+        data_parallel_rank: the publisher's DP rank (vLLM's publisher always sets it; None is
+            written as nil).
+        release: ``"vllm-0.33"`` (tagged maps) or ``"vllm-0.10"`` (tagged arrays).
+        int_hashes: ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``: hashes as the u64 of their last
+            8 bytes (vLLM's default) or as raw bytes.
+        group_metadata: 0.33 only: per group ``(kind, sliding_window)`` to annotate each
+            ``BlockStored`` with, as vLLM's ``take_events`` does (the reference manager's
+            ``kv_cache_event_metadata``); None leaves both fields out.
+
+    Raises:
+        WireFormatError: an unknown release; an object that is not a reference event; a hash
+            that cannot take the form; a field 0.10.2 cannot carry (``lora_name``,
+            ``extra_keys``, a ``group_idx`` other than 0); group metadata for 0.10 or missing
+            a group.
+    """
+    form = _get_form(release)
+    if group_metadata is not None and not form.map_form:
+        raise WireFormatError("vLLM 0.10.2's events carry no KV-cache spec metadata: pass "
+                              "group_metadata=None with release='vllm-0.10'")
+    meta = (dict(enumerate(group_metadata)) if isinstance(group_metadata, Sequence)
+            else group_metadata)
+    convert = _event_to_033 if form.map_form else _event_to_010
+    wire = [convert(event, index, int_hashes, meta) for index, event in enumerate(events)]
+    batch = form.structs.KVEventBatch(ts=ts, events=wire, data_parallel_rank=data_parallel_rank)
+    return _ENCODER.encode(batch)
+
+
+def _hashes(hashes: Sequence[bytes], int_hashes: bool, index: int) -> list[int | bytes]:
+    if not isinstance(hashes, (tuple, list)):
+        raise WireFormatError(f"block_hashes must be a sequence of bytes, got "
+                              f"{type(hashes).__name__}", event_index=index,
+                              field="block_hashes")
+    return [to_wire_hash(h, int_hashes, event_index=index, field=f"block_hashes[{i}]")
+            for i, h in enumerate(hashes)]
+
+
+def _parent(event: BlockStored, int_hashes: bool, index: int) -> int | bytes | None:
+    if event.parent_block_hash is None:
+        return None
+    return to_wire_hash(event.parent_block_hash, int_hashes, event_index=index,
+                        field="parent_block_hash")
+
+
+def _not_an_event(event: object, index: int) -> WireFormatError:
+    return WireFormatError(f"not a reference KV event: {event!r} (BlockStored, BlockRemoved "
+                           "or AllBlocksCleared of kvcheck.reference_impl.events)",
+                           event_index=index)
+
+
+def _event_to_033(event: KVCacheEvent, index: int, int_hashes: bool,
+                  meta: Mapping[int, tuple[str, int | None]] | None) -> Any:
+    if isinstance(event, BlockStored):
+        kind: str | None = None
+        window: int | None = None
+        if meta is not None:
+            if event.group_idx not in meta:
+                raise WireFormatError(f"group_metadata has no entry for group {event.group_idx}",
+                                      event_index=index, field="group_idx")
+            kind, window = meta[event.group_idx]
+        return vllm_033.BlockStored(
+            block_hashes=_hashes(event.block_hashes, int_hashes, index),
+            parent_block_hash=_parent(event, int_hashes, index),
+            token_ids=list(event.token_ids), block_size=event.block_size,
+            lora_id=event.lora_id, medium=event.medium, lora_name=event.lora_name,
+            extra_keys=None if event.extra_keys is None else list(event.extra_keys),
+            group_idx=event.group_idx, kv_cache_spec_kind=kind,
+            kv_cache_spec_sliding_window=window)
+    if isinstance(event, BlockRemoved):
+        return vllm_033.BlockRemoved(block_hashes=_hashes(event.block_hashes, int_hashes, index),
+                                     medium=event.medium, group_idx=event.group_idx)
+    if isinstance(event, AllBlocksCleared):
+        return vllm_033.AllBlocksCleared()
+    raise _not_an_event(event, index)
+
+
+def _only_010_fields(event: BlockStored | BlockRemoved, index: int) -> None:
+    """0.10.2 has no place for these: refuse rather than drop them silently."""
+    if event.group_idx != 0:
+        raise WireFormatError(
+            "vLLM 0.10.2's events have no group_idx (it turns the hybrid KV-cache manager off "
+            "when KV events are configured, so there is one group), got group "
+            f"{event.group_idx}", event_index=index, field="group_idx")
+    if isinstance(event, BlockStored):
+        for name in ("lora_name", "extra_keys"):
+            if getattr(event, name) is not None:
+                raise WireFormatError(f"vLLM 0.10.2's BlockStored has no {name} field, got "
+                                      f"{getattr(event, name)!r}", event_index=index,
+                                      field=name)
+
+
+def _event_to_010(event: KVCacheEvent, index: int, int_hashes: bool,
+                  meta: Mapping[int, tuple[str, int | None]] | None) -> Any:
+    del meta  # refused above for 0.10
+    if isinstance(event, BlockStored):
+        _only_010_fields(event, index)
+        return vllm_010.BlockStored(
+            block_hashes=_hashes(event.block_hashes, int_hashes, index),
+            parent_block_hash=_parent(event, int_hashes, index),
+            token_ids=list(event.token_ids), block_size=event.block_size,
+            lora_id=event.lora_id, medium=event.medium)
+    if isinstance(event, BlockRemoved):
+        _only_010_fields(event, index)
+        return vllm_010.BlockRemoved(block_hashes=_hashes(event.block_hashes, int_hashes, index),
+                                     medium=event.medium)
+    if isinstance(event, AllBlocksCleared):
+        return vllm_010.AllBlocksCleared()
+    raise _not_an_event(event, index)
+
+
+# ------------------------------------------------------------------------------- decode
+def decode_batch(payload: bytes | bytearray | memoryview, *, release: Release = "vllm-0.33",
+                 int_hashes: bool | None = None) -> DecodedBatch:
+    """Read one payload of vLLM ``release`` back into the reference's events.
+
+    ``int_hashes``: True or False requires that hash form, None accepts either (vLLM's own
+    decoder takes ``bytes | int``), but not both in one batch. Like vLLM's decoder, map keys
+    and trailing array elements a newer release may add are ignored.
+
+    Raises:
+        WireFormatError: not bytes; not exactly one msgpack value (truncated, trailing
+            bytes); not this release's ``KVEventBatch`` (the other release's event form, an
+            unknown tag, a missing field, a field of the wrong type); a hash of the wrong
+            form or width; a ``group_idx`` that is negative. The message names the event
+            index and field.
+    """
+    form = _get_form(release)
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise WireFormatError(f"a payload is bytes (the publisher's third frame), got "
+                              f"{type(payload).__name__}")
+    try:
+        wire = form.decoder.decode(payload)
+    except msgspec.ValidationError as error:
+        try:  # the untyped value names the tag of the event at fault
+            raw: object = msgspec.msgpack.decode(payload)
+        except msgspec.DecodeError:
+            raw = None
+        raise explain_validation_error(error, release, form.event_fields, form.map_form,
+                                       raw) from None
+    except msgspec.DecodeError as error:
+        raise explain_decode_error(error, release) from None
+    forms: set[bool] = set()
+    events = tuple(_event_from_wire(event, index, int_hashes, forms)
+                   for index, event in enumerate(wire.events))
+    return DecodedBatch(ts=wire.ts, events=events,
+                        data_parallel_rank=wire.data_parallel_rank, wire=wire)
+
+
+def _from_hash(value: int | bytes, int_hashes: bool | None, forms: set[bool], index: int,
+               field: str) -> bytes:
+    forms.add(isinstance(value, int))
+    if len(forms) > 1:
+        raise WireFormatError("hashes in both the int and the bytes form in one batch (a "
+                              "publisher uses one: VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)",
+                              event_index=index, field=field)
+    return from_wire_hash(value, int_hashes, event_index=index, field=field)
+
+
+def _group(value: int | None, index: int) -> int:
+    # 0.33 always sets group_idx; absent (None) is 0.10.2's one group.
+    if value is None:
+        return 0
+    if value < 0:
+        raise WireFormatError(f"group_idx {value} is negative", event_index=index,
+                              field="group_idx")
+    return value
+
+
+def _extra_keys(value: list[Any] | None) -> tuple[Any, ...] | None:
+    # msgpack has no tuples: (identifier, offset) pairs come back as lists.
+    def freeze(item: Any) -> Any:
+        return tuple(freeze(x) for x in item) if isinstance(item, (list, tuple)) else item
+    return None if value is None else tuple(None if k is None else freeze(k) for k in value)
+
+
+def _event_from_wire(event: Any, index: int, int_hashes: bool | None,
+                     forms: set[bool]) -> KVCacheEvent:
+    name = type(event).__name__
+    if name == "AllBlocksCleared":
+        return AllBlocksCleared()
+    hashes = tuple(_from_hash(h, int_hashes, forms, index, f"block_hashes[{i}]")
+                   for i, h in enumerate(event.block_hashes))
+    group = _group(getattr(event, "group_idx", None), index)
+    if name == "BlockRemoved":
+        return BlockRemoved(block_hashes=hashes, medium=event.medium, group_idx=group)
+    parent = (None if event.parent_block_hash is None else
+              _from_hash(event.parent_block_hash, int_hashes, forms, index,
+                         "parent_block_hash"))
+    return BlockStored(block_hashes=hashes, parent_block_hash=parent,
+                       token_ids=tuple(event.token_ids), block_size=event.block_size,
+                       lora_id=event.lora_id, medium=event.medium,
+                       lora_name=getattr(event, "lora_name", None),
+                       extra_keys=_extra_keys(getattr(event, "extra_keys", None)),
+                       group_idx=group)
