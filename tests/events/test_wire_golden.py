@@ -2,8 +2,9 @@
 
 The spec's example (section 1 of the project's KV-event wire spec, kv-events-wire.md) and
 payloads computed with vLLM's own encoder (``msgspec.msgpack.Encoder().encode`` of vLLM's
-``KVEventBatch``, hashes through vLLM's ``maybe_convert_block_hash``): vLLM 0.33.0 for the map form, vLLM 0.10.2's
-``distributed/kv_events.py`` structs (read from the 0.10.2 wheel) for the array form.
+``KVEventBatch``, hashes through vLLM's ``maybe_convert_block_hash``): vLLM 0.33.0 for the map
+form, vLLM 0.10.2's ``distributed/kv_events.py`` structs (read from the 0.10.2 wheel) for the
+array form.
 """
 
 from __future__ import annotations
