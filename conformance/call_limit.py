@@ -23,6 +23,15 @@ Mechanism, cheapest first:
   suspended (Ctrl-Z) for longer than ``limit + grace`` in the middle of the run may be ended
   when resumed; pass ``--kv-timeout=0`` when debugging.
 
+Time the garbage collector spends collecting during a call is not the call's: a collection of a
+large heap (a whole pytest session's objects, when suites run in-process) can take longer than a
+tight limit. A ``gc.callbacks`` clock adds those pauses to the call's deadline, and an alarm
+that arrives while a collection is running (its handler would run inside some object's
+``__del__``, where a raised exception is only printed and lost) looks again shortly after.
+A call that is interrupted and yet returns normally (it caught the exception, or the exception
+was raised where Python cannot propagate it) still fails with ``AdapterTimeout``, saying so: an
+interruption is never lost.
+
 A limit of ``0`` or ``None`` turns all of this off (the call is made directly). Either way a
 call that raises a ``BaseException`` of its own (``KeyboardInterrupt`` without a Ctrl-C,
 ``SystemExit``, ``GeneratorExit``, pytest's ``skip()``...) raises ``AdapterRaised`` instead
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import os
 import signal
 import sys
@@ -113,6 +123,40 @@ def arg_text(value: object) -> str:
     return abbreviate(value, 60)
 
 
+class _GCClock:
+    """Seconds the garbage collector has paused this process (``gc.callbacks``), counted from
+    the first ``CallLimit`` with a limit. One collection runs at a time (it holds the GIL)."""
+
+    __slots__ = ("paused", "since", "started")
+
+    def __init__(self) -> None:
+        self.paused = 0.0  # finished collections, seconds in all
+        self.since: float | None = None  # start of the collection running now
+        self.started = False
+
+    def start(self) -> None:
+        if not self.started:
+            self.started = True
+            gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.since = _monotonic()
+        elif self.since is not None:
+            self.paused += _monotonic() - self.since
+            self.since = None
+
+    def paused_until(self, now: float) -> float:
+        """``paused`` plus the part of the running collection before ``now``."""
+        since = self.since
+        return self.paused + (now - since if since is not None and now > since else 0.0)
+
+
+_GC = _GCClock()
+#: Seconds after which an alarm that arrived during a collection looks again.
+_GC_RECHECK_S = 0.005
+
+
 class AdapterTimeout(KVCheckFailure):
     """An adapter call did not return within the per-call limit (``--kv-timeout``)."""
 
@@ -120,7 +164,8 @@ class AdapterTimeout(KVCheckFailure):
 class _Call:
     """One timed call in progress (read by the alarm handler and the watchdog)."""
 
-    __slots__ = ("args", "deadline", "done", "limit", "method", "raised", "start", "thread")
+    __slots__ = ("args", "deadline", "done", "gc_start", "limit", "method", "raised", "start",
+                 "thread")
 
     def __init__(self, limit: CallLimit, method: str, args: tuple[object, ...], start: float,
                  thread: int) -> None:
@@ -129,9 +174,15 @@ class _Call:
         self.args = args
         self.start = start
         self.deadline = start + limit.seconds
+        self.gc_start = _GC.paused  # the collector's pauses so far (see due())
         self.thread = thread
         self.done = False
         self.raised = False
+
+    def due(self, now: float) -> float:
+        """The deadline moved by the time the garbage collector has paused the process since
+        the call started (that time is not the call's)."""
+        return self.deadline + _GC.paused_until(now) - self.gc_start
 
     def describe(self) -> str:
         args = ", ".join(arg_text(a) for a in self.args)
@@ -140,6 +191,11 @@ class _Call:
     def timeout_message(self) -> str:
         return (f"{self.describe()} did not return within {self.limit.seconds:g} s "
                 f"(--kv-timeout={self.limit.seconds:g}; 0 = no limit)")
+
+    def swallowed_message(self, now: float) -> str:
+        return (f"{self.timeout_message()}: it was interrupted at the limit, yet returned "
+                f"normally after {now - self.start:.3g} s (it caught the interruption, or the "
+                "interruption was raised where Python cannot propagate it)")
 
 
 class CallLimit:
@@ -161,6 +217,8 @@ class CallLimit:
         self.seconds = float(seconds) if seconds else 0.0
         self.impl = impl
         self.grace = grace
+        if self.seconds:
+            _GC.start()
 
     def __repr__(self) -> str:
         return f"CallLimit({self.seconds:g}, impl={self.impl!r})"
@@ -228,7 +286,7 @@ class _Alarm:
             if left < limit.seconds:
                 _setitimer(_REAL, left)
         try:
-            return fn(*args)
+            result = fn(*args)
         finally:
             call.done = True
             self.call = None
@@ -243,6 +301,9 @@ class _Alarm:
                 _setitimer(_REAL, 0)
             if swapped:
                 signal.signal(signal.SIGALRM, self.previous)
+        if call.raised:  # interrupted, and yet it returned: the timeout is not lost
+            raise AdapterTimeout(call.swallowed_message(_monotonic()))
+        return result
 
     def delegate(self, signum: int, frame: FrameType | None) -> object:
         """The alarm is not ours: do what the replaced handler would have done."""
@@ -272,7 +333,7 @@ def _on_alarm(signum: int, frame: FrameType | None) -> object:
     if theirs is not None and now >= theirs - 1e-3:
         alarm.their_deadline = None
         if call is not None and not call.done:  # ours is still pending: re-arm it
-            signal.setitimer(signal.ITIMER_REAL, max(call.deadline - now, 1e-4))
+            signal.setitimer(signal.ITIMER_REAL, max(call.due(now) - now, 1e-4))
         return alarm.delegate(signum, frame)
     if call is None or call.done:
         # Our own alarm can race our disarm (the call returned just at its deadline): that
@@ -280,10 +341,16 @@ def _on_alarm(signum: int, frame: FrameType | None) -> object:
         if theirs is None and abs(now - alarm.last_deadline) > 0.5:
             return alarm.delegate(signum, frame)
         return None
-    if now >= call.deadline - 1e-3:
+    if _GC.since is not None:
+        # A collection is running: the handler runs inside some __del__ (where an exception
+        # is lost), and the pause is not the call's. Look again once it is over.
+        signal.setitimer(signal.ITIMER_REAL, _GC_RECHECK_S)
+        return None
+    due = call.due(now)
+    if now >= due - 1e-3:
         call.raised = True
         raise AdapterTimeout(call.timeout_message())
-    signal.setitimer(signal.ITIMER_REAL, call.deadline - now)  # woke early
+    signal.setitimer(signal.ITIMER_REAL, due - now)  # woke early, or the collector paused it
     return None
 
 
@@ -325,12 +392,15 @@ class _Watchdog:
         self._start(limit)
         self.calls[thread] = call
         try:
-            return fn(*args)
+            result = fn(*args)
         except _AsyncTimeout:
             raise AdapterTimeout(call.timeout_message()) from None
         finally:
             call.done = True
             self.calls.pop(thread, None)
+        if call.raised:  # interrupted, and yet it returned: the timeout is not lost
+            raise AdapterTimeout(call.swallowed_message(time.monotonic()))
+        return result
 
     def _arm_last_resort(self, seconds: float) -> None:
         with self.lock:
@@ -353,14 +423,18 @@ class _Watchdog:
             now = time.monotonic()
             active = [c for c in [self.main, *list(self.calls.values())]
                       if c is not None and not c.done]
+            collecting = _GC.since is not None
             for call in active:
-                if now >= call.deadline + call.limit.grace and not call.done:
+                due = call.due(now)
+                if now >= due + call.limit.grace and not call.done:
                     _end_session(call)
+                if collecting:  # an exception raised now would land in some __del__
+                    continue
                 if call.thread != _MAIN_IDENT:
-                    if now >= call.deadline and not call.raised:
+                    if now >= due and not call.raised:
                         call.raised = True
                         _async_raise(call.thread)
-                elif (_HAVE_TIMER and now >= call.deadline + self.period and not call.raised
+                elif (_HAVE_TIMER and now >= due + self.period and not call.raised
                       and _getsignal(_SIGALRM) is _on_alarm):
                     # The alarm went to another thread (one of the process's threads that
                     # does not block SIGALRM): send it to the main thread itself, which
@@ -380,7 +454,7 @@ class _Watchdog:
                        if c is not None and not c.done]
             try:
                 if pending:
-                    soonest = min(c.deadline + c.limit.grace for c in pending)
+                    soonest = min(c.due(now) + c.limit.grace for c in pending)
                     faulthandler.dump_traceback_later(
                         max(soonest - now, 0) + 2 * self.period, exit=True,
                         file=_STDERR_FD if _STDERR_FD >= 0 else 2)

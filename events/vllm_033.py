@@ -13,17 +13,10 @@ from typing import Any
 
 import msgspec
 
+from kvcheck.events.batch import EventBatch, ExternalBlockHash
+
 __all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "EventBatch", "KVCacheEvent",
            "KVEventBatch"]
-
-#: ``v1/core/kv_cache_utils.py``: the raw hash, or its last 8 bytes as a u64.
-ExternalBlockHash = bytes | int
-
-
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
 
 
 class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):

@@ -4,13 +4,16 @@ a call that cannot be interrupted ends the process with a clear message."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -96,12 +99,13 @@ def test_their_earlier_deadline_reaches_their_handler_during_our_call() -> None:
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_call_off_the_main_thread_times_out() -> None:
+def _raised_off_the_main_thread(method: str, fn: Callable[[], object]) -> BaseException:
+    """What ``CallLimit(0.2, "threaded").call(method, fn)`` raises in a worker thread."""
     got: list[BaseException] = []
 
     def worker() -> None:
         try:
-            CallLimit(0.2, "threaded").call("ref_cnt", spin)
+            CallLimit(0.2, "threaded").call(method, fn)
         except BaseException as exc:  # noqa: BLE001 - handed to the test, whatever it is
             got.append(exc)
 
@@ -109,8 +113,76 @@ def test_call_off_the_main_thread_times_out() -> None:
     thread.start()
     thread.join(10)
     assert not thread.is_alive()
-    assert isinstance(got[0], AdapterTimeout)
-    assert "threaded.ref_cnt() did not return within 0.2 s" in str(got[0])
+    assert got, f"{method} returned normally off the main thread"
+    return got[0]
+
+
+def test_call_off_the_main_thread_times_out() -> None:
+    raised = _raised_off_the_main_thread("ref_cnt", spin)
+    assert isinstance(raised, AdapterTimeout)
+    assert "threaded.ref_cnt() did not return within 0.2 s" in str(raised)
+
+
+class SlowFinalizer:
+    """Garbage only the collector frees (it is its own cycle); its ``__del__`` takes
+    ``seconds``: a collection pause longer than the call's limit."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.me = self
+
+    def __del__(self) -> None:
+        time.sleep(self.seconds)
+
+
+def collect_slow_garbage(seconds: float) -> None:
+    SlowFinalizer(seconds)
+    gc.collect()
+
+
+def test_a_garbage_collector_pause_is_not_the_calls_time() -> None:
+    """A collection of 0.5 s inside a call limited to 0.2 s: the call returns, and no
+    exception was raised (and lost) inside the finalizer the collector was running."""
+    lost: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lost.append
+    try:
+        result = CallLimit(0.2, "gcimpl").call(
+            "allocate_slots", lambda: collect_slow_garbage(0.5) or "returned")
+    finally:
+        sys.unraisablehook = hook
+    assert result == "returned"
+    assert lost == []
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_hang_after_a_collection_still_times_out_later_by_the_pause() -> None:
+    start = time.monotonic()
+    with pytest.raises(AdapterTimeout, match=r"gcimpl\.f\(\) did not return within 0\.2 s"):
+        CallLimit(0.2, "gcimpl").call("f", lambda: collect_slow_garbage(0.4) or spin())
+    assert 0.6 - 0.05 < time.monotonic() - start < 5  # 0.2 s of the call's own + 0.4 s of pause
+
+
+def test_an_interruption_the_call_catches_still_fails_it() -> None:
+    def catching() -> str:
+        with contextlib.suppress(BaseException):  # what a careless adapter does
+            time.sleep(30)
+        return "carried on"
+
+    with pytest.raises(AdapterTimeout, match=(
+            r"catcher\.free\(\) did not return within 0\.2 s .*: it was interrupted at the "
+            r"limit, yet returned normally after 0\.2\d* s \(it caught the interruption")):
+        CallLimit(0.2, "catcher").call("free", catching)
+
+
+def test_an_interruption_a_threaded_call_catches_still_fails_it() -> None:
+    def catching() -> str:
+        with contextlib.suppress(BaseException):  # what a careless adapter does
+            spin()
+        return "carried on"
+
+    raised = _raised_off_the_main_thread("free", catching)
+    assert isinstance(raised, AdapterTimeout)
+    assert "yet returned normally" in str(raised)
 
 
 def test_factory_hang_times_out_through_the_handle() -> None:
