@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["WireFormatError"]
+__all__ = ["StreamError", "WireFormatError"]
 
 
 class WireFormatError(KVCheckInputError):
@@ -25,3 +25,8 @@ class WireFormatError(KVCheckInputError):
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
         self.event_index = event_index
         self.field = field
+
+
+class StreamError(KVCheckInputError):
+    """A ZMQ endpoint that cannot be used (in use, malformed, silent) or a capture file that
+    is not one; the message names the fix."""

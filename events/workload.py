@@ -10,6 +10,7 @@ the hybrid KV-cache manager off when KV events are configured.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.profiles import get_profile
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
 
-__all__ = ["LAYOUTS", "StepBatch", "random_batches"]
+__all__ = ["LAYOUTS", "StepBatch", "manager_streams", "random_batches"]
 
 LAYOUTS: Final[dict[str, tuple[tuple[KVCacheSpec, ...], ...]]] = {
     "vllm-0.33": (
@@ -75,10 +76,26 @@ def _schedule(mgr: KVCacheManager, req: Request) -> bool:
 def random_batches(release: str, seed: int, count: int) -> Iterator[StepBatch]:
     """``count`` batches of release ``release``'s reference events, reproducible by ``seed``
     (managers of random layouts and pool sizes, one after another, 60 steps each)."""
+    made = 0
+    for stream in manager_streams(release, seed):
+        for batch in stream:
+            yield batch
+            made += 1
+            if made == count:
+                return
+
+
+def manager_streams(release: str, seed: int,
+                    steps: int | None = 60) -> Iterator[Iterator[StepBatch]]:
+    """Endless, reproducible by ``seed``: per fresh manager of a random layout and pool size,
+    the batches of its ``steps`` random scheduler steps (None: endless), in order: each one
+    complete stream of one engine (from an empty cache), as a subscriber from sequence 0
+    sees it. Consume each stream before asking for the next (they share one random
+    generator)."""
     rng = random.Random(seed)
     profile = get_profile(release)
-    made = number = 0
-    while made < count:
+    number = 0
+    while True:
         layout = rng.choice(LAYOUTS[release])
         # 0.33's retention interval masks blocks out of a window's cache: sparse stores.
         retention = (layout[0].block_size * rng.choice((0, 1, 2))
@@ -88,32 +105,38 @@ def random_batches(release: str, seed: int, count: int) -> Iterator[StepBatch]:
             enable_kv_cache_events=True, hash_algo=rng.choice(profile.hash_algos),
             pythonhashseed=str(rng.randrange(9)), prefix_cache_retention_interval=retention)
         prefixes = [[rng.randrange(50) for _ in range(rng.randrange(0, 40))] for _ in range(3)]
-        running: list[Request] = []
-        for _ in range(60):
-            roll = rng.random()
-            if roll < 0.35 or not running:
-                number += 1
-                req = _new_request(rng, mgr, prefixes, number,
-                                   profile.extra_key_format == "tagged")
-                if _schedule(mgr, req):
-                    running.append(req)
-            elif roll < 0.75:
-                req = rng.choice(running)
-                req.append_output_token_ids([rng.randrange(50)
-                                             for _ in range(rng.randrange(1, 9))])
-                if not _schedule(mgr, req):
-                    running.remove(req)
-                    mgr.free(req)
-            elif roll < 0.97:
-                mgr.free(running.pop(rng.randrange(len(running))))
-            else:  # finish everything, then reset: AllBlocksCleared
-                for req in running:
-                    mgr.free(req)
-                running.clear()
-                mgr.reset_prefix_cache()
-            events = mgr.take_events()
-            if events:
-                made += 1
-                yield StepBatch(tuple(events), mgr.kv_cache_event_metadata)
-                if made == count:
-                    return
+        stream = _steps(rng, mgr, prefixes, number, profile.extra_key_format == "tagged",
+                        steps)
+        yield stream
+        for _ in stream:  # drain what the caller left, so the generator stays reproducible
+            pass
+        number += 1000
+
+
+def _steps(rng: random.Random, mgr: KVCacheManager, prefixes: list[list[int]], number: int,
+           tagged: bool, steps: int | None) -> Iterator[StepBatch]:
+    running: list[Request] = []
+    for _ in itertools.count() if steps is None else range(steps):
+        roll = rng.random()
+        if roll < 0.35 or not running:
+            number += 1
+            req = _new_request(rng, mgr, prefixes, number, tagged)
+            if _schedule(mgr, req):
+                running.append(req)
+        elif roll < 0.75:
+            req = rng.choice(running)
+            req.append_output_token_ids([rng.randrange(50)
+                                         for _ in range(rng.randrange(1, 9))])
+            if not _schedule(mgr, req):
+                running.remove(req)
+                mgr.free(req)
+        elif roll < 0.97:
+            mgr.free(running.pop(rng.randrange(len(running))))
+        else:  # finish everything, then reset: AllBlocksCleared
+            for req in running:
+                mgr.free(req)
+            running.clear()
+            mgr.reset_prefix_cache()
+        events = mgr.take_events()
+        if events:
+            yield StepBatch(tuple(events), mgr.kv_cache_event_metadata)

@@ -8,6 +8,8 @@
     kvcheck new-adapter myengine_adapter       (writes myengine_adapter.py and pytest.ini)
     kvcheck record --kv-impl=vllm --kv-profile=vllm-0.33 -o vllm-0.33.cbor.xz
     kvcheck record --check conformance/corpus/vllm-0.33.cbor.xz
+    kvcheck events capture tcp://127.0.0.1:5557 -o stream.kvcap   (kvcheck[events])
+    kvcheck events check stream.kvcap --format vllm-0.33
     kvcheck --version
 
 Exit codes: 0 success, 1 a check failed (a divergence, a gated regression, a stale corpus), 2
@@ -487,6 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="show only metrics whose key or name matches ('*' wildcard); "
                             "repeatable")
     board.set_defaults(func=_cmd_leaderboard)
+
+    from kvcheck.plugin.events_cli import add_events_parser  # imports nothing heavy
+    add_events_parser(sub)
     return parser
 
 

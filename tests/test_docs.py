@@ -138,11 +138,17 @@ def kv_options(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 
 
 def kvcheck_options() -> dict[str, set[str]]:
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    table = {"": {s for a in parser._actions for s in a.option_strings}}
-    for name, p in sub.choices.items():
-        table[name] = {s for a in p._actions for s in a.option_strings}
+    """Options per subcommand, nested ones spelled ``"events check"``."""
+    table: dict[str, set[str]] = {}
+
+    def walk(prefix: str, parser: argparse.ArgumentParser) -> None:
+        table[prefix] = {s for a in parser._actions for s in a.option_strings}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(f"{prefix} {name}".strip(), child)
+
+    walk("", build_parser())
     return table
 
 
@@ -168,10 +174,13 @@ def check_command(cmd: list[str], kv_options: set[str]) -> list[str]:
                     problems.append(f"--kv-profile={value}: not one of {list(PROFILES)}")
     elif prog == "kvcheck":
         table = kvcheck_options()
-        sub = args[0] if args and not args[0].startswith("-") else ""
-        if sub not in table:
-            return [f"kvcheck has no subcommand {sub!r}"]
-        for arg in args[1 if sub else 0:]:
+        sub, used = "", 0
+        while used < len(args) and f"{sub} {args[used]}".strip() in table:
+            sub, used = f"{sub} {args[used]}".strip(), used + 1
+        nested = any(name.startswith(f"{sub} ") for name in table) or not sub
+        if used < len(args) and nested and not args[used].startswith("-"):
+            return [f"kvcheck {sub + ' ' if sub else ''}has no subcommand {args[used]!r}"]
+        for arg in args[used:]:
             if arg == "--":
                 break
             if arg.startswith("-") and arg not in ("-", "..."):

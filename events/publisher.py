@@ -1,0 +1,160 @@
+"""A KV-event publisher with the wire behaviour of vLLM's ``ZmqEventPublisher`` (0.33.0 and
+0.10.2 alike): the frames, sequence numbers, bind / connect rule and replay protocol a router
+author's consumer meets in production.
+
+* PUB socket on ``endpoint``, bound when it has ``*`` or ``::`` or is ``ipc://`` /
+  ``inproc://``, connected otherwise (vLLM's ``_is_bind_endpoint``);
+* each ``publish`` sends ``[topic, seq, payload]`` with ``seq`` from 0, 8 bytes big-endian;
+* a replay ROUTER socket on ``replay_endpoint`` (always bound, as vLLM does) answers
+  ``[b"", start_seq]`` with ``[b"", topic, seq, payload]`` per buffered batch with
+  ``seq >= start_seq``, then ``[b"", b"", END_SEQ, b""]``; the buffer keeps the last
+  ``buffer_steps`` batches, and a request older than it silently gets what is left (vLLM's
+  behaviour); a request of any other shape is ignored.
+
+The replay socket is served by a background thread; the buffer is shared under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from kvcheck.events.capture import import_zmq
+from kvcheck.events.errors import StreamError
+from kvcheck.events.frames import END_SEQ, SEQ_BYTES, pack_seq
+
+__all__ = ["EventPublisher", "is_bind_endpoint"]
+
+
+def is_bind_endpoint(endpoint: str) -> bool:
+    """vLLM's rule: bind for a wildcard host or a local transport, connect otherwise."""
+    return ("*" in endpoint or "::" in endpoint
+            or endpoint.startswith(("ipc://", "inproc://")))
+
+
+def _reachable(sock: Any, endpoint: str) -> str:
+    import zmq
+
+    if not endpoint.startswith("tcp://") or not is_bind_endpoint(endpoint):
+        return endpoint
+    bound = str(sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+    return bound.replace("tcp://0.0.0.0:", "tcp://127.0.0.1:").replace("tcp://[::]:",
+                                                                         "tcp://[::1]:")
+
+
+class EventPublisher:
+    """Publish payloads (``kvcheck.events.encode_batch``'s bytes) as vLLM does.
+
+    Args:
+        endpoint: the PUB endpoint (default vLLM's ``tcp://*:5557``).
+        replay_endpoint: the replay ROUTER endpoint, bound; None: no replay.
+        buffer_steps: batches kept for replay (vLLM's default 10 000).
+        hwm: the PUB socket's send high-water mark (vLLM's default 100 000): past it, PUB
+            drops messages for a slow subscriber without telling anyone.
+        topic: the topic frame (vLLM's default ``""``).
+
+    Raises:
+        StreamError: an endpoint that cannot be bound or connected (in use, malformed).
+    """
+
+    def __init__(self, endpoint: str = "tcp://*:5557", *, replay_endpoint: str | None = None,
+                 buffer_steps: int = 10_000, hwm: int = 100_000, topic: str = "") -> None:
+        zmq = import_zmq()
+        if buffer_steps < 1:
+            raise StreamError(f"buffer_steps {buffer_steps}: must be at least 1")
+        self._ctx = zmq.Context.instance()
+        self._topic = topic.encode("utf-8")
+        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._stop = threading.Event()
+        self._pub = self._socket(zmq.PUB, endpoint, is_bind_endpoint(endpoint), hwm)
+        self._replay_thread: threading.Thread | None = None
+        #: Where a local subscriber reaches the sockets (the bound port, for ``:0``; a
+        #: wildcard host as loopback).
+        self.endpoint = _reachable(self._pub, endpoint)
+        self.replay_endpoint: str | None = None
+        if replay_endpoint is not None:
+            router = self._socket(zmq.ROUTER, replay_endpoint, True, hwm)
+            self.replay_endpoint = _reachable(router, replay_endpoint)
+            self._replay_thread = threading.Thread(target=self._serve_replay, args=(router,),
+                                                   name="kvcheck-replay", daemon=True)
+            self._replay_thread.start()
+
+    def _socket(self, kind: int, endpoint: str, bind: bool, hwm: int) -> Any:
+        import zmq
+
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, hwm)
+        try:
+            (sock.bind if bind else sock.connect)(endpoint)
+        except zmq.ZMQError as error:
+            sock.close(0)
+            self.close()
+            hint = ("another process holds it: stop it or pick another port"
+                    if error.errno == zmq.EADDRINUSE else "endpoints look like "
+                    "tcp://*:5557, tcp://127.0.0.1:5557 or ipc:///tmp/kv.sock")
+            raise StreamError(f"endpoint {endpoint!r}: cannot {'bind' if bind else 'connect'}"
+                               f" ({error}); {hint}") from None
+        return sock
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next ``publish`` sends."""
+        return self._seq
+
+    def publish(self, payload: bytes, *, copies: int = 1) -> int:
+        """Buffer one batch for replay and send it ``copies`` times on the PUB socket (1, as
+        vLLM; 0 or 2 for ``kvcheck events serve``'s drop and duplicate faults). Returns
+        its sequence number."""
+        with self._lock:
+            seq = self._seq
+            self._seq += 1
+            self._buffer.append((seq, payload))
+            for _ in range(copies):
+                self._pub.send_multipart([self._topic, pack_seq(seq), payload])
+        return seq
+
+    def restart(self) -> None:
+        """Behave as a new publisher process: sequence numbers from 0, an empty replay
+        buffer (the sockets stay, so subscribers keep their connection)."""
+        with self._lock:
+            self._seq = 0
+            self._buffer.clear()
+
+    def _serve_replay(self, router: Any) -> None:
+        try:
+            while not self._stop.is_set():
+                if not router.poll(50):
+                    continue
+                parts = router.recv_multipart()
+                # [client_id, b"", start_seq]; vLLM warns about and ignores anything else.
+                if len(parts) != 3 or parts[1] != b"" or len(parts[2]) != SEQ_BYTES:
+                    continue
+                client, start = parts[0], int.from_bytes(parts[2], "big")
+                with self._lock:
+                    buffered = [entry for entry in self._buffer if entry[0] >= start]
+                for seq, payload in buffered:
+                    router.send_multipart([client, b"", self._topic, pack_seq(seq), payload])
+                router.send_multipart([client, b"", b"", pack_seq(END_SEQ), b""])
+        finally:
+            router.close(0)
+
+    def close(self) -> None:
+        """Stop the replay thread and close the sockets (idempotent)."""
+        self._stop.set()
+        if getattr(self, "_replay_thread", None) is not None:
+            self._replay_thread.join(5)  # type: ignore[union-attr]
+            self._replay_thread = None
+        pub = getattr(self, "_pub", None)
+        if pub is not None:
+            pub.close(0)
+            self._pub = None
+
+    def __enter__(self) -> EventPublisher:  # noqa: PYI034 (Self is Python 3.11+)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
