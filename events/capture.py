@@ -2,7 +2,8 @@
 
 ``capture`` subscribes to a publisher's PUB endpoint (vLLM's ``ZmqEventPublisher``, or any
 engine publishing its frames) and, when a replay endpoint is given, first asks its ROUTER for
-every buffered batch from ``seq`` 0 on (vLLM's replay protocol: ``kvcheck.events.frames``).
+every buffered batch from ``seq`` 0 on (vLLM's replay protocol, either release's replies:
+``kvcheck.events.frames``).
 The SUB socket is connected *before* the replay request, so nothing published meanwhile is
 missed; live messages the replay already delivered (same ``seq``) are dropped once.
 
@@ -28,7 +29,7 @@ import msgspec
 
 from kvcheck.atomic import write_atomic_bytes
 from kvcheck.events.errors import StreamError
-from kvcheck.events.frames import END_SEQ, SEQ_BYTES, replay_request
+from kvcheck.events.frames import SEQ_BYTES, is_replay_end, replay_body, replay_request
 
 __all__ = ["CAPTURE_FORMAT", "Capture", "capture", "read_capture", "write_capture"]
 
@@ -188,14 +189,13 @@ def _replay(ctx: Any, endpoint: str, timeout_s: float, cap: Capture, replayed: s
                     f"the replay endpoint {endpoint!r} sent no end marker within {timeout_s} s "
                     f"({len(replayed)} batches replayed): is it the publisher's "
                     "replay_endpoint (a ROUTER socket), and is the publisher running?")
-            parts = dealer.recv_multipart()
-            body = parts[1:] if parts and parts[0] == b"" else parts
-            if len(body) == 3 and body[1] == END_SEQ.to_bytes(SEQ_BYTES, "big"):
+            body = replay_body(dealer.recv_multipart())
+            if is_replay_end(body):
                 return
             cap.messages.append(body)
             cap.sources.append("replay")
-            if len(body) == 3 and len(body[1]) == SEQ_BYTES:
-                replayed.add(int.from_bytes(body[1], "big"))
+            if len(body) >= 2 and len(body[-2]) == SEQ_BYTES:  # 0.33 [topic, seq, payload]
+                replayed.add(int.from_bytes(body[-2], "big"))  # 0.10.2 [seq, payload]
             if on_message is not None:
                 on_message("replay", body)
     finally:

@@ -16,17 +16,24 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import os
 import random
+import socket
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.codec import Release, decode_batch, encode_batch
-from kvcheck.events.workload import StepBatch, random_batches
+from kvcheck.events.capture import Capture, capture
+from kvcheck.events.publisher import EventPublisher, offset_endpoint_port
+from kvcheck.events.stream_check import check_stream
+from kvcheck.events.workload import StepBatch, manager_streams, random_batches
 from kvcheck.reference_impl.events import BlockRemoved, BlockStored, KVCacheEvent
 
 __all__ = ["NoVLLMError", "compare_batch", "installed_release", "main"]
@@ -146,11 +153,116 @@ def compare_batch(batch: StepBatch, release: Release, *, ts: float,
     return None
 
 
+# ------------------------------------------------------------------- the publishers
+_OFFSET_CASES = (("tcp://*:5557", 0), ("tcp://*:5557", 3), ("tcp://127.0.0.1:6000", 1),
+                 ("tcp://*:0", 2), ("inproc://kv", 2), ("ipc:///tmp/kv.sock", 0),
+                 ("ipc:///tmp/kv.sock", 1))
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free right now (plain sockets: closing one frees its port at once, where a ZMQ
+    socket unbinds later, in its I/O thread)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _observe(publish: Callable[[], None], endpoint: str,
+             replay_endpoint: str) -> tuple[Capture, Capture]:
+    """What a live subscriber (connected before ``publish``) and then a replay from 0 get."""
+    live: list[Capture] = []
+    thread = threading.Thread(target=lambda: live.append(capture(endpoint, idle_s=1.5)),
+                              daemon=True)
+    thread.start()
+    time.sleep(0.5)  # the subscription reaches the PUB socket
+    publish()
+    thread.join(60)
+    replayed = capture(endpoint, replay_endpoint=replay_endpoint, idle_s=0.3)
+    return live[0], replayed
+
+
+def compare_publishers(release: Release, seed: int, count: int = 60) -> str | None:
+    """None when ``EventPublisher`` and vLLM's ``ZmqEventPublisher`` send the same frames
+    (live and replayed) for one reference engine's stream, the checker passes vLLM's stream,
+    and both offset endpoints alike per data-parallel rank; else what differs."""
+    from vllm.distributed import kv_events as kv
+
+    os.environ[_ENV] = "1"
+    batches = list(itertools.islice(next(manager_streams(release, seed, steps=None)), count))
+    meta = [b.group_metadata for b in batches]
+    payloads = [encode_batch(b.events, ts=float(n), data_parallel_rank=0, release=release,
+                             group_metadata=m if release == "vllm-0.33" else None)
+                for n, (b, m) in enumerate(zip(batches, meta, strict=True))]
+    structs = [kv.KVEventBatch(ts=float(n), events=[_vllm_event(e, release, m)
+                                                    for e in b.events], data_parallel_rank=0)
+               for n, (b, m) in enumerate(zip(batches, meta, strict=True))]
+    pub_port, replay_port = _free_ports(2)
+    endpoint, replay = f"tcp://*:{pub_port}", f"tcp://*:{replay_port}"
+    reach = (f"tcp://127.0.0.1:{pub_port}", f"tcp://127.0.0.1:{replay_port}")
+    theirs_pub = kv.ZmqEventPublisher(0, endpoint=endpoint, replay_endpoint=replay,
+                                      buffer_steps=count, topic="kv@pod")
+    try:
+        def publish_theirs() -> None:
+            for struct in structs:
+                theirs_pub.publish(struct)
+            deadline = time.monotonic() + 30
+            while theirs_pub._event_queue.qsize() and time.monotonic() < deadline:
+                time.sleep(0.05)  # its thread sends asynchronously
+        theirs = _observe(publish_theirs, *reach)
+    finally:
+        theirs_pub.shutdown()
+    # Fresh ports: vLLM's sockets unbind later, in ZMQ's I/O thread.
+    pub_port, replay_port = _free_ports(2)
+    endpoint, replay = f"tcp://*:{pub_port}", f"tcp://*:{replay_port}"
+    reach = (f"tcp://127.0.0.1:{pub_port}", f"tcp://127.0.0.1:{replay_port}")
+    with EventPublisher(endpoint, replay_endpoint=replay, buffer_steps=count,
+                        topic="kv@pod", release=release) as ours_pub:
+        def publish_ours() -> None:
+            for payload in payloads:
+                ours_pub.publish(payload)
+        ours = _observe(publish_ours, *reach)
+    for what, a, b in (("live", ours[0], theirs[0]), ("replayed", ours[1], theirs[1])):
+        if a.messages != b.messages:
+            at = next((i for i, (x, y) in enumerate(zip(a.messages, b.messages,
+                                                        strict=False)) if x != y),
+                      min(len(a.messages), len(b.messages)))
+            return (f"{what} messages differ at message {at} of {len(b.messages)} (vLLM) / "
+                    f"{len(a.messages)} (kvcheck): vLLM {b.messages[at:at + 1]!r:.200} kvcheck "
+                    f"{a.messages[at:at + 1]!r:.200}")
+    if len(theirs[0].messages) != count or len(theirs[1].messages) != count:
+        return (f"vLLM's publisher delivered {len(theirs[0].messages)} live and "
+                f"{len(theirs[1].messages)} replayed messages, not {count}")
+    for what, cap in (("live", theirs[0]), ("replayed", theirs[1])):
+        report = check_stream(cap.messages, release, sources=cap.sources)
+        if not report.ok:
+            return f"the checker rejects vLLM's {what} stream:\n{report.render()}"
+    for case, rank in _OFFSET_CASES:
+        mine = _outcome(lambda e, r: offset_endpoint_port(e, r, release), case, rank)
+        vllm = _outcome(kv.ZmqEventPublisher.offset_endpoint_port, case, rank)
+        if mine != vllm:
+            return f"offset_endpoint_port({case!r}, {rank}): kvcheck {mine}, vLLM {vllm}"
+    return None
+
+
+def _outcome(fn: Callable[[str, int], str | None], endpoint: str, rank: int) -> str:
+    try:
+        return repr(fn(endpoint, rank))
+    except (ValueError, KVCheckInputError):
+        return "an error"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvcheck.events.crosscheck",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--publisher-batches", type=int, default=60,
+                        help="batches sent through both publishers on loopback (default 60)")
     args = parser.parse_args(argv)
     try:
         release, version = installed_release()
@@ -189,6 +301,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"crosscheck {release} (vLLM {version}): {args.batches} batches x 2 hash forms "
           f"identical to vLLM's encoder and read back by its decoder ({counts}; groups "
           f"{sorted(groups)}; {sparse} sparse stores; seed {args.seed})")
+    saved = os.environ.get(_ENV)
+    try:
+        problem = compare_publishers(release, args.seed, args.publisher_batches)
+    finally:
+        if saved is None:
+            os.environ.pop(_ENV, None)
+        else:
+            os.environ[_ENV] = saved
+    if problem:
+        print(f"crosscheck {release} (vLLM {version}): publishers: {problem}")
+        return 1
+    print(f"crosscheck {release} (vLLM {version}): kvcheck's EventPublisher sends vLLM's "
+          f"ZmqEventPublisher's frames, live and replayed, for {args.publisher_batches} "
+          "batches of one engine; kvcheck events check passes vLLM's stream; DP port offsets "
+          f"agree on {len(_OFFSET_CASES)} endpoints")
     return 0
 
 

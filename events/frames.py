@@ -1,11 +1,16 @@
-"""vLLM's ZMQ framing of KV-event batches (``ZmqEventPublisher``, 0.33.0 and 0.10.2 alike).
+"""vLLM's ZMQ framing of KV-event batches (``ZmqEventPublisher``).
 
-Live PUB messages are three frames ``[topic, seq, payload]``: the topic as UTF-8 (default
-``""``), the sequence number as 8 bytes big-endian unsigned (from 0 per publisher process, one
-per published batch) and the batch's msgpack (``kvcheck.events.codec``). The replay socket
-(ROUTER) answers a DEALER's ``[b"", start_seq]`` with ``[b"", topic, seq, payload]`` per
-buffered batch of ``seq >= start_seq``, then the end marker ``[b"", b"", END_SEQ, b""]``
-(the ROUTER adds the client id in front; the DEALER does not see it).
+Live PUB messages are three frames ``[topic, seq, payload]`` in 0.33.0 and 0.10.2 alike: the
+topic as UTF-8 (default ``""``), the sequence number as 8 bytes big-endian unsigned (from 0
+per publisher process, one per published batch) and the batch's msgpack
+(``kvcheck.events.codec``). The replay socket (ROUTER) answers a DEALER's
+``[b"", start_seq]`` with one reply per buffered batch of ``seq >= start_seq``, then an end
+marker whose sequence frame is ``END_SEQ`` (the ROUTER adds the client id in front; the
+DEALER does not see it). The replies differ by release (read in each release's code):
+
+* 0.33.0: ``[b"", topic, seq, payload]``, end ``[b"", b"", END_SEQ, b""]``;
+* 0.10.2: ``[b"", seq, payload]``, end ``[b"", END_SEQ, b""]``: no topic frame (the bug
+  vLLM #45174 reported, fixed before 0.33).
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Final
 
 from kvcheck.events.errors import WireFormatError
 
-__all__ = ["END_SEQ", "SEQ_BYTES", "Frame", "pack_frame", "pack_seq", "replay_request",
-           "unpack_frame", "unpack_seq"]
+__all__ = ["END_SEQ", "SEQ_BYTES", "Frame", "is_replay_end", "pack_frame", "pack_seq",
+           "replay_body", "replay_request", "unpack_frame", "unpack_seq"]
 
 #: Width of the sequence frame, bytes.
 SEQ_BYTES: Final = 8
@@ -68,6 +73,18 @@ def unpack_frame(parts: Sequence[bytes], where: str = "message") -> Frame:
             "msgpack payload)")
     topic, seq, payload = (bytes(p) for p in parts)
     return Frame(topic, unpack_seq(seq, where), payload)
+
+
+def replay_body(parts: Sequence[bytes]) -> list[bytes]:
+    """A replay reply as the DEALER receives it, without its empty delimiter frame."""
+    return list(parts[1:]) if parts and parts[0] == b"" else list(parts)
+
+
+def is_replay_end(body: Sequence[bytes]) -> bool:
+    """Whether ``body`` (``replay_body``) is the end marker, in either release's form."""
+    end = pack_seq(END_SEQ)
+    return ((len(body) == 3 and body[0] == b"" and body[1] == end)  # 0.33
+            or (len(body) == 2 and body[0] == end))                  # 0.10.2
 
 
 def replay_request(start_seq: int) -> list[bytes]:

@@ -1,15 +1,22 @@
-"""A KV-event publisher with the wire behaviour of vLLM's ``ZmqEventPublisher`` (0.33.0 and
-0.10.2 alike): the frames, sequence numbers, bind / connect rule and replay protocol a router
-author's consumer meets in production.
+"""A KV-event publisher with the wire behaviour of vLLM's ``ZmqEventPublisher`` (0.33.0, or
+0.10.2 with ``release="vllm-0.10"``): the frames, sequence numbers, bind / connect rule and
+replay protocol a router author's consumer meets in production.
 
 * PUB socket on ``endpoint``, bound when it has ``*`` or ``::`` or is ``ipc://`` /
   ``inproc://``, connected otherwise (vLLM's ``_is_bind_endpoint``);
 * each ``publish`` sends ``[topic, seq, payload]`` with ``seq`` from 0, 8 bytes big-endian;
-* a replay ROUTER socket on ``replay_endpoint`` (always bound, as vLLM does) answers
+* with a data-parallel rank, both ports are offset by it (``offset_endpoint_port``);
+* a replay ROUTER socket on ``replay_endpoint`` (always bound, as vLLM does; 0.33's send HWM
+  ``2 * (buffer_steps + 1)``, so a whole replay and its end marker fit) answers
   ``[b"", start_seq]`` with ``[b"", topic, seq, payload]`` per buffered batch with
-  ``seq >= start_seq``, then ``[b"", b"", END_SEQ, b""]``; the buffer keeps the last
+  ``seq >= start_seq``, then ``[b"", b"", END_SEQ, b""]`` (0.10.2: no topic frame, in the
+  replies and the marker; ``kvcheck.events.frames``); the buffer keeps the last
   ``buffer_steps`` batches, and a request older than it silently gets what is left (vLLM's
-  behaviour); a request of any other shape is ignored.
+  behaviour); a request of any other frame count is ignored.
+
+Read from vLLM 0.33.0's ``ZmqEventPublisher`` and compared with it on loopback by
+``python -m kvcheck.events.crosscheck``. One difference: vLLM binds ``tcp://*:0`` on the
+node's IP (``VLLM_HOST_IP``); here it binds every interface.
 
 The replay socket is served by a background thread; the buffer is shared under a lock.
 """
@@ -22,15 +29,40 @@ from typing import Any
 
 from kvcheck.events.capture import import_zmq
 from kvcheck.events.errors import StreamError
-from kvcheck.events.frames import END_SEQ, SEQ_BYTES, pack_seq
+from kvcheck.events.frames import END_SEQ, pack_seq
 
-__all__ = ["EventPublisher", "is_bind_endpoint"]
+__all__ = ["EventPublisher", "is_bind_endpoint", "offset_endpoint_port"]
 
 
 def is_bind_endpoint(endpoint: str) -> bool:
     """vLLM's rule: bind for a wildcard host or a local transport, connect otherwise."""
     return ("*" in endpoint or "::" in endpoint
             or endpoint.startswith(("ipc://", "inproc://")))
+
+
+def offset_endpoint_port(endpoint: str | None, data_parallel_rank: int,
+                         release: str = "vllm-0.33") -> str | None:
+    """vLLM's rule for a data-parallel rank's endpoint: ``inproc://x`` gets ``_dp{rank}``, a
+    tcp port is offset by the rank; rank 0 changes nothing. 0.33 leaves port 0 to the OS;
+    0.10.2 offsets it too (``tcp://*:0`` at rank 2 binds port 2).
+
+    Raises:
+        StreamError: an endpoint neither inproc nor tcp with a rank > 0 (vLLM: ValueError).
+    """
+    if not endpoint or data_parallel_rank == 0:
+        return endpoint
+    if "inproc" in endpoint:
+        return f"{endpoint}_dp{data_parallel_rank}"
+    if "tcp" not in endpoint:
+        raise StreamError(f"endpoint {endpoint!r}: with data-parallel rank "
+                          f"{data_parallel_rank} it must be tcp:// or inproc:// (the port, or "
+                          "the name, is offset by the rank)")
+    base, colon, port = endpoint.rpartition(":")
+    if not colon or not port.isdigit():
+        return endpoint
+    if int(port) == 0 and release == "vllm-0.33":
+        return endpoint
+    return f"{base}:{int(port) + data_parallel_rank}"
 
 
 def _reachable(sock: Any, endpoint: str) -> str:
@@ -53,22 +85,30 @@ class EventPublisher:
         hwm: the PUB socket's send high-water mark (vLLM's default 100 000): past it, PUB
             drops messages for a slow subscriber without telling anyone.
         topic: the topic frame (vLLM's default ``""``).
+        data_parallel_rank: offsets both endpoints as vLLM does (``offset_endpoint_port``).
+        release: whose replay replies to send (``"vllm-0.33"`` or ``"vllm-0.10"``).
 
     Raises:
         StreamError: an endpoint that cannot be bound or connected (in use, malformed).
     """
 
     def __init__(self, endpoint: str = "tcp://*:5557", *, replay_endpoint: str | None = None,
-                 buffer_steps: int = 10_000, hwm: int = 100_000, topic: str = "") -> None:
+                 buffer_steps: int = 10_000, hwm: int = 100_000, topic: str = "",
+                 data_parallel_rank: int = 0, release: str = "vllm-0.33") -> None:
         zmq = import_zmq()
         if buffer_steps < 1:
             raise StreamError(f"buffer_steps {buffer_steps}: must be at least 1")
+        if release not in ("vllm-0.33", "vllm-0.10"):
+            raise StreamError(f"unknown release {release!r}: 'vllm-0.33' or 'vllm-0.10'")
+        self._topic_in_replay = release == "vllm-0.33"
         self._ctx = zmq.Context.instance()
         self._topic = topic.encode("utf-8")
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
         self._lock = threading.Lock()
         self._seq = 0
         self._stop = threading.Event()
+        endpoint = offset_endpoint_port(endpoint, data_parallel_rank, release) or endpoint
+        replay_endpoint = offset_endpoint_port(replay_endpoint, data_parallel_rank, release)
         self._pub = self._socket(zmq.PUB, endpoint, is_bind_endpoint(endpoint), hwm)
         self._replay_thread: threading.Thread | None = None
         #: Where a local subscriber reaches the sockets (the bound port, for ``:0``; a
@@ -76,7 +116,9 @@ class EventPublisher:
         self.endpoint = _reachable(self._pub, endpoint)
         self.replay_endpoint: str | None = None
         if replay_endpoint is not None:
-            router = self._socket(zmq.ROUTER, replay_endpoint, True, hwm)
+            # 0.10.2 leaves the ROUTER's send HWM at ZMQ's default (1000).
+            router = self._socket(zmq.ROUTER, replay_endpoint, True,
+                                  2 * (buffer_steps + 1) if self._topic_in_replay else 1000)
             self.replay_endpoint = _reachable(router, replay_endpoint)
             self._replay_thread = threading.Thread(target=self._serve_replay, args=(router,),
                                                    name="kvcheck-replay", daemon=True)
@@ -130,15 +172,17 @@ class EventPublisher:
                 if not router.poll(50):
                     continue
                 parts = router.recv_multipart()
-                # [client_id, b"", start_seq]; vLLM warns about and ignores anything else.
-                if len(parts) != 3 or parts[1] != b"" or len(parts[2]) != SEQ_BYTES:
+                # [client_id, b"", start_seq]; vLLM warns about and ignores any other count.
+                if len(parts) != 3:
                     continue
                 client, start = parts[0], int.from_bytes(parts[2], "big")
                 with self._lock:
                     buffered = [entry for entry in self._buffer if entry[0] >= start]
+                topic = [self._topic] if self._topic_in_replay else []
                 for seq, payload in buffered:
-                    router.send_multipart([client, b"", self._topic, pack_seq(seq), payload])
-                router.send_multipart([client, b"", b"", pack_seq(END_SEQ), b""])
+                    router.send_multipart([client, b"", *topic, pack_seq(seq), payload])
+                end = [b""] if self._topic_in_replay else []
+                router.send_multipart([client, b"", *end, pack_seq(END_SEQ), b""])
         finally:
             router.close(0)
 

@@ -39,7 +39,7 @@ from typing import Final
 
 from kvcheck.events.codec import Release, decode_batch
 from kvcheck.events.errors import WireFormatError
-from kvcheck.events.frames import unpack_frame
+from kvcheck.events.frames import unpack_frame, unpack_seq
 from kvcheck.reference_impl.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["DENSE_KINDS", "Finding", "StreamChecker", "StreamReport", "check_stream"]
@@ -166,26 +166,38 @@ class StreamChecker:
         self._exact = False
 
     # ------------------------------------------------------------------ messages
-    def feed(self, parts: Sequence[bytes]) -> None:
-        """Check one message (its frames as received)."""
+    def feed(self, parts: Sequence[bytes], source: str = "live") -> None:
+        """Check one message (its frames as received; ``source`` ``"replay"`` for a replay
+        reply without its empty delimiter, as ``kvcheck events capture`` keeps it)."""
         report = self.report
         number = report.messages
         report.messages += 1
+        topic: bytes | None
         try:
-            frame = unpack_frame(parts, where="message")
+            if source == "replay" and len(parts) == 2 and self._release == "vllm-0.10":
+                # 0.10.2's replay replies carry no topic (vLLM #45174): [seq, payload].
+                topic, seq, payload = None, unpack_seq(parts[0], "message"), bytes(parts[1])
+            else:
+                frame = unpack_frame(parts, where="message")
+                topic, seq, payload = frame.topic, frame.seq, frame.payload
         except WireFormatError as error:
-            self._find(number, None, "frame", str(error).removeprefix("message: "))
+            detail = str(error).removeprefix("message: ")
+            if source == "replay" and len(parts) == 2:
+                detail += (" (a replay reply without its topic frame: vLLM 0.10.2's form, "
+                           "vLLM #45174; check it with --format vllm-0.10)")
+            self._find(number, None, "frame", detail)
             return
-        seq = frame.seq
-        if self._topic is None:
-            self._topic = frame.topic
-        elif frame.topic != self._topic:
-            self._find(number, seq, "topic", f"topic {frame.topic!r}, but the stream's first "
+        if topic is None:
+            pass
+        elif self._topic is None:
+            self._topic = topic
+        elif topic != self._topic:
+            self._find(number, seq, "topic", f"topic {topic!r}, but the stream's first "
                        f"message had {self._topic!r}")
         if not self._sequence(number, seq):
             return
         try:
-            batch = decode_batch(frame.payload, release=self._release,
+            batch = decode_batch(payload, release=self._release,
                                  int_hashes=self._int_hashes)
         except WireFormatError as error:
             self._find(number, seq, "payload", str(error), error.event_index, error.field)
@@ -338,11 +350,12 @@ class StreamChecker:
 
 
 def check_stream(messages: Iterable[Sequence[bytes]], release: Release, *,
-                 int_hashes: bool | None = None,
+                 sources: Sequence[str] | None = None, int_hashes: bool | None = None,
                  data_parallel_rank: int | None = None) -> StreamReport:
-    """Check every message (its frames, in arrival order) and return the report."""
+    """Check every message (its frames, in arrival order; ``sources[i]`` ``"replay"`` or
+    ``"live"``, all live when None) and return the report."""
     checker = StreamChecker(release, int_hashes=int_hashes,
                             data_parallel_rank=data_parallel_rank)
-    for parts in messages:
-        checker.feed(parts)
+    for number, parts in enumerate(messages):
+        checker.feed(parts, "live" if sources is None else sources[number])
     return checker.report

@@ -82,7 +82,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return _fail("check", f"{args.source}: no message to check (nothing was published "
                               "within --idle, or an empty capture): no verdict")
     int_hashes = {"int": True, "bytes": False, "any": None}[args.hashes]
-    report = check_stream(cap.messages, args.format, int_hashes=int_hashes,
+    report = check_stream(cap.messages, args.format, sources=cap.sources, int_hashes=int_hashes,
                           data_parallel_rank=args.dp_rank)
     sys.stdout.write(report.render(args.source))
     return 0 if report.ok else 1
@@ -105,12 +105,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         publisher = EventPublisher(args.endpoint, replay_endpoint=args.replay_endpoint,
                                    buffer_steps=args.buffer_steps, hwm=args.hwm,
-                                   topic=args.topic)
+                                   topic=args.topic, data_parallel_rank=args.dp_rank,
+                                   release=args.format)
     except StreamError as error:
         return _fail("serve", error)
     with publisher:
-        replay = (f", replay on {args.replay_endpoint}" if args.replay_endpoint else "")
-        print(f"kvcheck events serve: {args.format} on {args.endpoint}{replay}; first batch "
+        replay = (f", replay on {publisher.replay_endpoint}" if args.replay_endpoint else "")
+        print(f"kvcheck events serve: {args.format} on {publisher.endpoint}{replay}; first batch "
               f"in {args.wait} s", flush=True)
         time.sleep(args.wait)  # subscribers connect (a PUB socket drops what nobody hears)
         summary = serve(publisher, release=args.format, batches=args.batches, seed=args.seed,
@@ -180,7 +181,8 @@ def add_events_parser(sub: Any) -> None:
     srv.add_argument("--seed", type=int, default=0, help="the workload's seed (default 0)")
     srv.add_argument("--topic", default="", help="the topic frame (vLLM's default \"\")")
     srv.add_argument("--dp-rank", type=int, default=0, metavar="N",
-                     help="the data_parallel_rank in every batch (default 0)")
+                     help="the data_parallel_rank in every batch; as vLLM, both ports are "
+                          "offset by it (default 0)")
     srv.add_argument("--buffer-steps", type=_positive_int, default=10_000, metavar="N",
                      help="batches kept for replay (vLLM's default 10000; a small value "
                           "makes a replay from 0 start later, silently, as vLLM's does)")

@@ -85,7 +85,7 @@ def test_live_frames_and_the_replay_protocol_are_vllms_bytes() -> None:
 
         dealer = zmq.Context.instance().socket(zmq.DEALER)
         dealer.connect(pub.replay_endpoint)
-        dealer.send_multipart([b"not", b"a request"])  # ignored, as vLLM does
+        dealer.send_multipart([b"", b"not", b"a request"])  # 4 frames: ignored, as vLLM does
         dealer.send_multipart(replay_request(0))  # older than the 3-batch buffer
         replies = []
         while not replies or replies[-1][2] != b"\xff" * 8:
@@ -98,6 +98,23 @@ def test_live_frames_and_the_replay_protocol_are_vllms_bytes() -> None:
     assert END_SEQ.to_bytes(8, "big") == b"\xff" * 8
 
 
+def test_vllm_010s_replay_replies_carry_no_topic() -> None:
+    # Read in vLLM 0.10.2's ZmqEventPublisher._service_replay: [id, b"", seq, payload], then
+    # [id, b"", END_SEQ, b""]; live messages keep their topic.
+    with EventPublisher("tcp://*:0", replay_endpoint="tcp://*:0", topic="kv@pod",
+                        release="vllm-0.10") as pub:
+        pub.publish(b"p0")
+        dealer = zmq.Context.instance().socket(zmq.DEALER)
+        dealer.connect(pub.replay_endpoint)
+        dealer.send_multipart(replay_request(0))
+        replies = []
+        for _ in range(2):
+            assert dealer.poll(5000), "the replay socket did not answer"
+            replies.append(dealer.recv_multipart())
+        dealer.close(0)
+    assert replies == [[b"", b"\x00" * 8, b"p0"], [b"", b"\xff" * 8, b""]]
+
+
 def test_capture_with_replay_gets_the_whole_stream_once(publisher: EventPublisher,
                                                         payloads: list[bytes]) -> None:
     for payload in payloads[:10]:  # published before anyone subscribed: only replay has them
@@ -108,7 +125,7 @@ def test_capture_with_replay_gets_the_whole_stream_once(publisher: EventPublishe
     assert cap.sources.count("replay") == 10
     seqs = [int.from_bytes(parts[1], "big") for parts in cap.messages]
     assert seqs == list(range(len(payloads)))
-    report = check_stream(cap.messages, "vllm-0.33")
+    report = check_stream(cap.messages, "vllm-0.33", sources=cap.sources)
     assert report.ok and report.not_checkable == 0, report.render()
 
 
@@ -119,7 +136,7 @@ def test_a_capture_joined_late_without_replay_is_checked_without_blame(
     thread = _publish_later(publisher, payloads[5:])
     cap = capture(publisher.endpoint, idle_s=1.5)
     thread.join()
-    report = check_stream(cap.messages, "vllm-0.33")
+    report = check_stream(cap.messages, "vllm-0.33", sources=cap.sources)
     assert report.first_seq is not None and report.first_seq >= 5  # 0-4 were never seen
     assert report.last_seq == len(payloads) - 1
     assert report.ok and report.not_checkable > 0, report.render()
@@ -214,3 +231,19 @@ def test_a_missing_events_extra_names_the_install(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "pip install 'kvcheck[events]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_data_parallel_rank_offsets_the_ports_as_vllm_does() -> None:
+    from kvcheck.events.publisher import offset_endpoint_port
+
+    assert offset_endpoint_port("tcp://*:5557", 0) == "tcp://*:5557"
+    assert offset_endpoint_port("tcp://*:5557", 3) == "tcp://*:5560"
+    assert offset_endpoint_port("tcp://[::1]:5557", 1) == "tcp://[::1]:5558"
+    assert offset_endpoint_port("tcp://*:0", 2) == "tcp://*:0"  # 0.33: left to the OS
+    assert offset_endpoint_port("tcp://*:0", 2, "vllm-0.10") == "tcp://*:2"  # 0.10.2's code
+    assert offset_endpoint_port("inproc://kv", 2) == "inproc://kv_dp2"
+    assert offset_endpoint_port(None, 2) is None
+    with pytest.raises(KVCheckInputError, match="must be tcp:// or inproc://"):
+        offset_endpoint_port("ipc:///tmp/kv.sock", 1)
+    with EventPublisher("inproc://kv-offset", data_parallel_rank=2) as pub:
+        assert pub.endpoint == "inproc://kv-offset_dp2"

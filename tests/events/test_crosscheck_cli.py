@@ -13,7 +13,8 @@ pytest.importorskip("msgspec")
 from kvcheck.events import crosscheck
 
 
-def _fake_vllm(monkeypatch: pytest.MonkeyPatch, bad_call: int | None) -> list[bool]:
+def _fake_vllm(monkeypatch: pytest.MonkeyPatch, bad_call: int | None,
+               publishers: str | None = None) -> list[bool]:
     calls: list[bool] = []
 
     def compare(batch: object, release: str, *, ts: float, data_parallel_rank: int | None,
@@ -23,6 +24,7 @@ def _fake_vllm(monkeypatch: pytest.MonkeyPatch, bad_call: int | None) -> list[bo
 
     monkeypatch.setattr(crosscheck, "installed_release", lambda: ("vllm-0.33", "0.33.0"))
     monkeypatch.setattr(crosscheck, "compare_batch", compare)
+    monkeypatch.setattr(crosscheck, "compare_publishers", lambda *args: publishers)
     return calls
 
 
@@ -34,6 +36,16 @@ def test_summary_counts_batches_and_both_hash_forms(monkeypatch: pytest.MonkeyPa
     out = capsys.readouterr().out
     assert out.startswith("crosscheck vllm-0.33 (vLLM 0.33.0): 40 batches x 2 hash forms")
     assert "BlockStored" in out and "seed 2" in out
+    assert "kvcheck's EventPublisher sends vLLM's ZmqEventPublisher's frames" in out
+
+
+def test_a_publisher_difference_fails_the_crosscheck(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    _fake_vllm(monkeypatch, None, publishers="live messages differ at message 3")
+    assert crosscheck.main(["--batches", "5"]) == 1
+    out = capsys.readouterr().out
+    assert "publishers: live messages differ at message 3" in out
+    assert "sends vLLM's ZmqEventPublisher's frames" not in out
 
 
 def test_the_first_differing_batch_is_named(monkeypatch: pytest.MonkeyPatch,

@@ -30,8 +30,8 @@ def _serve_and_capture(release: str = "vllm-0.33", faults: Faults | None = None,
                        int_hashes: bool = True) -> tuple[Capture, StreamReport]:
     """Serve ``BATCHES`` batches while a subscriber captures live; with ``replay``, capture
     only afterwards, by replay from 0 (what a consumer restarting late sees)."""
-    with EventPublisher("tcp://*:0", replay_endpoint="tcp://*:0",
-                        buffer_steps=buffer_steps) as pub:
+    with EventPublisher("tcp://*:0", replay_endpoint="tcp://*:0", buffer_steps=buffer_steps,
+                        release=release, topic="kv@pod") as pub:
         def run() -> None:
             time.sleep(0.5)  # the subscriber connects first
             serve(pub, release=release, batches=BATCHES,  # type: ignore[arg-type]
@@ -44,7 +44,8 @@ def _serve_and_capture(release: str = "vllm-0.33", faults: Faults | None = None,
         else:
             cap = capture(pub.endpoint, idle_s=1.5)
             thread.join()
-    return cap, check_stream(cap.messages, release)  # type: ignore[arg-type]
+    return cap, check_stream(cap.messages, release,  # type: ignore[arg-type]
+                             sources=cap.sources)
 
 
 def _rules(report: StreamReport) -> list[str]:
@@ -79,6 +80,16 @@ def test_a_restart_is_a_new_engine_with_an_empty_cache() -> None:
     # Only the restart: the new engine's removals are all of blocks it stored itself.
     assert _rules(report) == ["sequence-restart"], report.render()
     assert report.runs == [[0, 24], [0, BATCHES - 26]]
+
+
+def test_vllm_010s_replay_has_no_topic_frame_and_is_checked_as_such() -> None:
+    cap, report = _serve_and_capture("vllm-0.10", replay=True)
+    assert all(len(parts) == 2 for parts in cap.messages)  # [seq, payload] (vLLM #45174)
+    assert report.ok and report.runs == [[0, BATCHES - 1]], report.render()
+    wrong = check_stream(cap.messages, "vllm-0.33", sources=cap.sources)
+    assert set(_rules(wrong)) == {"frame"}
+    assert ("without its topic frame: vLLM 0.10.2's form, vLLM #45174; check it with "
+            "--format vllm-0.10") in wrong.findings[0].detail
 
 
 def test_a_replay_from_0_older_than_the_buffer_starts_late_without_blame() -> None:
