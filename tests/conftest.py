@@ -26,3 +26,10 @@ def impl_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) \
     yield make
     for name in made:
         sys.modules.pop(name, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Our own suite lists its slowest tests unless asked otherwise (`--durations=N`): CI's log
+    # then shows where its minutes go (docs/ci.md), with no extra run.
+    if getattr(config.option, "durations", None) is None:
+        config.option.durations = 30
