@@ -11,7 +11,8 @@ subpackages must be one the layering allows:
     events                           the KV-event wire format: the reference's events only
     conformance                      uses reference_impl and gpu_kernels
     adapters                         third-party managers behind the protocol
-    plugin, bench                    on top; bench may use plugin's hook specs and the
+    plugin, bench                    on top (plugin's `kvcheck events` uses events); bench
+                                     may use plugin's hook specs and the
                                      adapters (to time the reference and vLLM directly), not
                                      the reverse
 
@@ -47,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "events": _BASE | {"reference_impl"},
     "conformance": _BASE | {"reference_impl", "gpu_kernels"},
     "adapters": _BASE | {"reference_impl", "gpu_kernels", "conformance"},
-    "plugin": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results"},
+    "plugin": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "events"},
     "bench": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "plugin",
                       "adapters"},
 }
