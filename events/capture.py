@@ -169,7 +169,7 @@ def _attach(sock: Any, endpoint: str, bind: bool, what: str) -> None:
     except zmq.ZMQError as error:
         hint = ("another process holds it: stop it or pick another port" if
                 error.errno == zmq.EADDRINUSE else
-                "endpoints look like tcp://127.0.0.1:5557, ipc:///tmp/kv.sock or inproc://kv")
+                "endpoints look like tcp://127.0.0.1:5557, ipc://kv.sock or inproc://kv")
         raise StreamError(f"{what} {endpoint!r}: cannot {'bind' if bind else 'connect'} "
                            f"({error}); {hint}") from None
 

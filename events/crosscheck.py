@@ -155,8 +155,8 @@ def compare_batch(batch: StepBatch, release: Release, *, ts: float,
 
 # ------------------------------------------------------------------- the publishers
 _OFFSET_CASES = (("tcp://*:5557", 0), ("tcp://*:5557", 3), ("tcp://127.0.0.1:6000", 1),
-                 ("tcp://*:0", 2), ("inproc://kv", 2), ("ipc:///tmp/kv.sock", 0),
-                 ("ipc:///tmp/kv.sock", 1))
+                 ("tcp://*:0", 2), ("inproc://kv", 2), ("ipc://kv.sock", 0),
+                 ("ipc://kv.sock", 1))
 
 
 def _free_ports(count: int) -> list[int]:

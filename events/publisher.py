@@ -137,7 +137,7 @@ class EventPublisher:
             self.close()
             hint = ("another process holds it: stop it or pick another port"
                     if error.errno == zmq.EADDRINUSE else "endpoints look like "
-                    "tcp://*:5557, tcp://127.0.0.1:5557 or ipc:///tmp/kv.sock")
+                    "tcp://*:5557, tcp://127.0.0.1:5557 or ipc://kv.sock")
             raise StreamError(f"endpoint {endpoint!r}: cannot {'bind' if bind else 'connect'}"
                                f" ({error}); {hint}") from None
         return sock

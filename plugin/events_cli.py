@@ -227,24 +227,22 @@ def add_events_parser(sub: Any) -> None:
     check.set_defaults(func=_cmd_check)
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(text: str, minimum: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value}: {what} must be at least {minimum}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "an integer")
 
 
 def _batch_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a batch number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: batch numbers start at 0")
-    return value
+    return _int_at_least(text, 0, "a batch number")
 
 
 def _seconds(text: str, *, zero_ok: bool) -> float:

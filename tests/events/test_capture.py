@@ -61,7 +61,7 @@ def _publish_later(pub: EventPublisher, payloads: list[bytes], delay: float = 0.
 def test_the_bind_rule_is_vllms() -> None:
     assert is_bind_endpoint("tcp://*:5557")
     assert is_bind_endpoint("tcp://[::]:5557")
-    assert is_bind_endpoint("ipc:///tmp/kv.sock") and is_bind_endpoint("inproc://kv")
+    assert is_bind_endpoint("ipc://kv.sock") and is_bind_endpoint("inproc://kv")
     assert not is_bind_endpoint("tcp://127.0.0.1:5557")  # vLLM's publisher connects here
     assert not is_bind_endpoint("tcp://router.local:5557")
 
@@ -244,6 +244,6 @@ def test_a_data_parallel_rank_offsets_the_ports_as_vllm_does() -> None:
     assert offset_endpoint_port("inproc://kv", 2) == "inproc://kv_dp2"
     assert offset_endpoint_port(None, 2) is None
     with pytest.raises(KVCheckInputError, match="must be tcp:// or inproc://"):
-        offset_endpoint_port("ipc:///tmp/kv.sock", 1)
+        offset_endpoint_port("ipc://kv.sock", 1)
     with EventPublisher("inproc://kv-offset", data_parallel_rank=2) as pub:
         assert pub.endpoint == "inproc://kv-offset_dp2"
