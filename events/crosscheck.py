@@ -29,8 +29,8 @@ from typing import Any
 import msgspec
 
 from kvcheck.errors import KVCheckInputError
-from kvcheck.events.codec import Release, decode_batch, encode_batch
 from kvcheck.events.capture import Capture, capture
+from kvcheck.events.codec import Release, decode_batch, encode_batch
 from kvcheck.events.publisher import EventPublisher, offset_endpoint_port
 from kvcheck.events.stream_check import check_stream
 from kvcheck.events.workload import StepBatch, manager_streams, random_batches
