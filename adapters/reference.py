@@ -72,8 +72,8 @@ IMPL_INFO = ImplInfo(
     version=__version__,
     capabilities=frozenset(
         {"manager", "block_pool", "prefix_caching", "extra_keys", "free_queue_order",
-         "ref_counts", "block_hashes", "events", "slot_mapping", "invariants", "kernels",
-         "batch_metadata",
+         "ref_counts", "block_hashes", "events", "event_wire", "slot_mapping", "invariants",
+         "kernels", "batch_metadata",
          # Hybrid models: several KV-cache groups over one pool (ReferenceManager).
          "kv_cache_groups", "sliding_window", "chunked_local_attention",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
@@ -363,6 +363,19 @@ class ReferenceManager:
                     metadata[d["group_idx"]])
             out.append(d)
         return out
+
+    def take_event_batch(self, ts: float) -> bytes:
+        """The events as vLLM's publisher sends them (``event_wire``): 0.33's tagged maps,
+        every ``BlockStored`` annotated with its group's kind and window as 0.33's
+        ``KVCacheManager.take_events`` does, or 0.10.2's tagged arrays; full hash bytes (the
+        adapter's ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``, as vLLM's adapter runs)."""
+        from kvcheck.events.codec import encode_batch  # msgspec: only when asked for
+
+        events = self.manager.take_events()
+        if self._v033:
+            return encode_batch(events, ts=ts, release="vllm-0.33", int_hashes=False,
+                                group_metadata=self.manager.kv_cache_event_metadata)
+        return encode_batch(events, ts=ts, release="vllm-0.10", int_hashes=False)
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         """Slots of group 0 (its block table and block size)."""

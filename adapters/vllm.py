@@ -132,6 +132,9 @@ _SLOT_PROBLEM = slot_mapping_problem()
 
 _capabilities = {"manager", "block_pool", "prefix_caching", "free_queue_order", "ref_counts",
                  "block_hashes", "events",
+                 # KVEventBatch encoded by msgspec's encoder, as vLLM's ZmqEventPublisher
+                 # does (VLLMManager.take_event_batch).
+                 "event_wire",
                  # vLLM's design features: implied by the vLLM profiles, declared so that
                  # --kv-profile=generic tests them too.
                  "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache",

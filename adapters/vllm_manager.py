@@ -180,6 +180,17 @@ class VLLMManager:
     def take_events(self) -> list[dict[str, Any]]:
         return [event_to_dict(e, self.grouped) for e in self.manager.take_events()]
 
+    def take_event_batch(self, ts: float) -> bytes:
+        """vLLM's own bytes: its ``KVCacheManager.take_events()`` (0.33 annotates each
+        ``BlockStored`` with its group's kind and window there) in its ``KVEventBatch``,
+        encoded by msgspec's msgpack encoder as ``ZmqEventPublisher`` does
+        (``data_parallel_rank`` left nil: the publisher fills it in)."""
+        import msgspec
+        from vllm.distributed.kv_events import KVEventBatch
+
+        batch = KVEventBatch(ts=ts, events=self.manager.take_events())
+        return msgspec.msgpack.Encoder().encode(batch)
+
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         """Slots of group 0 (its block table and block size), from vLLM's worker
         ``BlockTable``."""

@@ -851,6 +851,24 @@ class GuardedManager(_Guard):
             self._event_sizes(value, event, self._pool_tokens)
         return list(value)
 
+    def take_event_batch(self, ts: float) -> bytes:
+        """The encoded batch: bytes, at most what the events since the last drain can take
+        (the events bound of ``take_events``, each at most the pool's tokens and hashes at
+        9 bytes apiece, the widest msgpack int, plus 1 KiB of fields)."""
+        __tracebackhide__ = True
+        value: object = self._call("take_event_batch", self._raw.take_event_batch, ts)
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            self._violation("take_event_batch", (ts,), value,
+                            f"must be bytes (the msgpack payload), not a {_type_name(value)}")
+        payload = bytes(value)
+        ops, self._drained = self._ops - self._drained, self._ops
+        most = (ops + 1) * self._events_per_op * (2 * 9 * self._pool_tokens + 1024)
+        if len(payload) > most:
+            self._violation("take_event_batch", (ts,), f"<{len(payload)} bytes>",
+                            f"{len(payload)} bytes, more than the {most} the events of "
+                            f"{ops} state-changing calls can take")
+        return payload
+
     def _event_sizes(self, value: object, event: dict[Any, Any], tokens: int) -> None:
         """One event of a ``take_events`` answer: at most ``_EVENT_FIELDS`` fields, each list
         field at most ``tokens`` (the pool's) entries."""

@@ -46,6 +46,7 @@ __all__ = [
     "RequestView",
     "SupportsBatchMetadata",
     "SupportsBlockHashes",
+    "SupportsEventWire",
     "SupportsEvents",
     "SupportsFreeQueueOrder",
     "SupportsInvariants",
@@ -81,6 +82,8 @@ CAPABILITIES: dict[str, str] = {
     "ref_counts": "manager.ref_cnt(block_id)",
     "block_hashes": "manager.block_hashes(request_id): the implementation's own hashes",
     "events": "manager.take_events(): KV events as dicts (see SupportsEvents)",
+    "event_wire": "manager.take_event_batch(ts): the step's KV events as the msgpack payload "
+                  "vLLM's ZMQ publisher sends (see SupportsEventWire)",
     "slot_mapping": "manager.slot_mapping(request_id, start, end): its own slot arithmetic",
     "invariants": "manager.check_invariants(): raises AssertionError naming a broken law",
     "kernels": "a module-level kernels() returning a kvcheck.gpu_kernels.conformance.KernelSet",
@@ -476,6 +479,19 @@ class SupportsEvents(Protocol):
 
 
 @runtime_checkable
+class SupportsEventWire(Protocol):
+    def take_event_batch(self, ts: float) -> bytes:
+        """Drain the KV events since the last drain and return them encoded as one
+        ``KVEventBatch``: the payload frame (the third) vLLM's ``ZmqEventPublisher`` sends for
+        one scheduler step, in the wire format of ``spec.profile`` (``vllm-0.33``: tagged
+        maps; ``vllm-0.10``: tagged arrays; ``generic``: 0.33's), with timestamp ``ts``
+        (seconds) and ``data_parallel_rank`` nil. Hashes in either form of vLLM's
+        ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (full bytes, or the u64 of their last 8
+        bytes), the same form in every batch. docs/events.md has the bytes."""
+        ...
+
+
+@runtime_checkable
 class SupportsSlotMapping(Protocol):
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]: ...
 
@@ -590,7 +606,7 @@ class SupportsKernels(Protocol):
 
 class ManagerWithCapabilities(
     KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
-    SupportsBlockHashes, SupportsEvents, SupportsSlotMapping, SupportsInvariants,
+    SupportsBlockHashes, SupportsEvents, SupportsEventWire, SupportsSlotMapping, SupportsInvariants,
     SupportsBatchMetadata, SupportsReleaseComputed, Protocol,
 ):
     """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
@@ -611,6 +627,7 @@ CAPABILITY_PROTOCOLS: dict[str, type] = {
     "ref_counts": SupportsRefCounts,
     "block_hashes": SupportsBlockHashes,
     "events": SupportsEvents,
+    "event_wire": SupportsEventWire,
     "slot_mapping": SupportsSlotMapping,
     "invariants": SupportsInvariants,
     "batch_metadata": SupportsBatchMetadata,

@@ -20,6 +20,7 @@ from kvcheck.events import vllm_010, vllm_033
 from kvcheck.events.diagnose import explain_decode_error, explain_validation_error
 from kvcheck.events.errors import WireFormatError
 from kvcheck.events.hashes import from_wire_hash, to_wire_hash
+from kvcheck.events.strict import StrictDecoder, strict_decoders
 from kvcheck.reference_impl.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -41,14 +42,18 @@ GroupMetadata = Sequence[tuple[str, int | None]] | Mapping[int, tuple[str, int |
 class _Form:
     structs: ModuleType
     map_form: bool
+    #: vLLM's own decoder (either hash form, no constraints): the general path.
     decoder: msgspec.msgpack.Decoder[Any]
     event_fields: dict[str, tuple[str, ...]]
+    #: One validating decoder per hash form (``kvcheck.events.strict``): the fast path.
+    strict: tuple[StrictDecoder, ...]
 
 
 def _form(structs: ModuleType, map_form: bool) -> _Form:
     classes = (structs.BlockStored, structs.BlockRemoved, structs.AllBlocksCleared)
     return _Form(structs, map_form, msgspec.msgpack.Decoder(structs.KVEventBatch),
-                 {c.__name__: c.__struct_fields__ for c in classes})
+                 {c.__name__: c.__struct_fields__ for c in classes},
+                 tuple(strict_decoders(structs)))
 
 
 _FORMS: Final[dict[str, _Form]] = {"vllm-0.33": _form(vllm_033, True),
@@ -66,20 +71,35 @@ def _get_form(release: str) -> _Form:
         raise WireFormatError(f"unknown release {release!r}: one of {list(RELEASES)}") from None
 
 
-@dataclass(frozen=True, slots=True)
 class DecodedBatch:
     """One decoded payload.
 
     ``events`` are the reference's event objects (hashes as ``bytes``: the digest in the
-    bytes form, its last 8 bytes in the int form); ``wire`` is the release's ``KVEventBatch``
-    as decoded, with the fields the reference does not model (0.33's spec kind, sliding
-    window, locality, ownership, session id, lookahead tokens).
+    bytes form, its last 8 bytes in the int form), built on first access; ``wire`` is the
+    release's ``KVEventBatch`` as decoded (the release's field names and tags), with the
+    fields the reference does not model (0.33's spec kind, sliding window, locality,
+    ownership, session id, lookahead tokens). Read-only by contract.
     """
 
-    ts: float
-    events: tuple[KVCacheEvent, ...]
-    data_parallel_rank: int | None
-    wire: Any
+    __slots__ = ("_events", "data_parallel_rank", "ts", "wire")
+
+    def __init__(self, ts: float, data_parallel_rank: int | None, wire: Any,
+                 events: tuple[KVCacheEvent, ...] | None = None) -> None:
+        self.ts = ts
+        self.data_parallel_rank = data_parallel_rank
+        self.wire = wire
+        self._events = events
+
+    @property
+    def events(self) -> tuple[KVCacheEvent, ...]:
+        if self._events is None:
+            # The fast path validated everything already: a plain conversion.
+            self._events = tuple(_event_from_valid_wire(e) for e in self.wire.events)
+        return self._events
+
+    def __repr__(self) -> str:
+        return (f"DecodedBatch(ts={self.ts!r}, data_parallel_rank="
+                f"{self.data_parallel_rank!r}, {len(self.wire.events)} events)")
 
     def group_metadata(self) -> dict[int, tuple[str, int | None]]:
         """Per group, the ``(kind, sliding_window)`` its ``BlockStored`` events carry (0.33;
@@ -237,10 +257,47 @@ def decode_batch(payload: bytes | bytearray | memoryview, *, release: Release = 
             form or width; a ``group_idx`` that is negative. The message names the event
             index and field.
     """
+    # Fast path: the strict decoder that took this release's last payload (a stream keeps
+    # one hash form) validates as it decodes; a batch is a few microseconds, so this path
+    # does nothing else.
+    order = _STRICT_ORDER.get(release)
+    if order is not None:
+        head = order[0]
+        if int_hashes is None or head.int_hashes is int_hashes:
+            try:
+                wire = head.decoder.decode(payload)
+            except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+                pass
+            else:
+                return DecodedBatch(wire.ts, wire.data_parallel_rank, wire)
     form = _get_form(release)
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise WireFormatError(f"a payload is bytes (the publisher's third frame), got "
                               f"{type(payload).__name__}")
+    order = _STRICT_ORDER[release]
+    for candidate in order[1:]:
+        if int_hashes is not None and candidate.int_hashes is not int_hashes:
+            continue
+        try:
+            wire = candidate.decoder.decode(payload)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            continue
+        order.remove(candidate)  # serves first from now on
+        order.insert(0, candidate)
+        return DecodedBatch(wire.ts, wire.data_parallel_rank, wire)
+    return _decode_general(payload, form, release, int_hashes)
+
+
+#: Release -> its strict decoders, the one that last accepted a payload first (reordered in
+#: place; a race between threads only costs a retry).
+_STRICT_ORDER: Final[dict[str, list[StrictDecoder]]] = {
+    release: list(form.strict) for release, form in _FORMS.items()}
+
+
+def _decode_general(payload: bytes | bytearray | memoryview, form: _Form, release: Release,
+                    int_hashes: bool | None) -> DecodedBatch:
+    """vLLM's own (unconstrained) decoder, then a check hash by hash: raises the error that
+    names the fault (a payload no strict decoder took), or returns the batch."""
     try:
         wire = form.decoder.decode(payload)
     except msgspec.ValidationError as error:
@@ -255,8 +312,30 @@ def decode_batch(payload: bytes | bytearray | memoryview, *, release: Release = 
     forms: set[bool] = set()
     events = tuple(_event_from_wire(event, index, int_hashes, forms)
                    for index, event in enumerate(wire.events))
-    return DecodedBatch(ts=wire.ts, events=events,
-                        data_parallel_rank=wire.data_parallel_rank, wire=wire)
+    return DecodedBatch(wire.ts, wire.data_parallel_rank, wire, events)
+
+
+def _valid_hash(value: int | bytes) -> bytes:
+    return value.to_bytes(8, "big") if isinstance(value, int) else value
+
+
+def _event_from_valid_wire(event: Any) -> KVCacheEvent:
+    """``_event_from_wire`` for an event a strict decoder accepted (nothing to check)."""
+    name = type(event).__name__
+    if name == "AllBlocksCleared":
+        return AllBlocksCleared()
+    hashes = tuple(map(_valid_hash, event.block_hashes))
+    group = getattr(event, "group_idx", None) or 0
+    if name == "BlockRemoved":
+        return BlockRemoved(block_hashes=hashes, medium=event.medium, group_idx=group)
+    parent = event.parent_block_hash
+    return BlockStored(block_hashes=hashes,
+                       parent_block_hash=None if parent is None else _valid_hash(parent),
+                       token_ids=tuple(event.token_ids), block_size=event.block_size,
+                       lora_id=event.lora_id, medium=event.medium,
+                       lora_name=getattr(event, "lora_name", None),
+                       extra_keys=_extra_keys(getattr(event, "extra_keys", None)),
+                       group_idx=group)
 
 
 def _from_hash(value: int | bytes, int_hashes: bool | None, forms: set[bool], index: int,

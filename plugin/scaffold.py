@@ -281,6 +281,16 @@ class Manager:
         raise NotImplementedError(
             "{name}.Manager.take_events: return and clear the KV events since the last call")
 
+    # ------------------------------------------------------------ capability "event_wire"
+
+    def take_event_batch(self, ts: float) -> bytes:
+        """Drain KV events as the bytes your publisher sends: one msgpack KVEventBatch (the
+        payload frame), in vLLM's format for the spec's profile, timestamp ts, dp rank nil
+        (docs/events.md; kvcheck.events.encode_batch writes it from reference events)."""
+        raise NotImplementedError(
+            "{name}.Manager.take_event_batch: return the encoded batch of the KV events "
+            "since the last call")
+
     # ------------------------------------------------------------ capability "slot_mapping"
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:

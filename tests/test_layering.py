@@ -9,9 +9,12 @@ subpackages must be one the layering allows:
     gpu_kernels                      may use reference_impl
     results                          takes what it needs as arguments: core only
     events                           the KV-event wire format: the reference's events only
-    conformance                      uses reference_impl and gpu_kernels
-    adapters                         third-party managers behind the protocol
-    plugin, bench                    on top (plugin's `kvcheck events` uses events); bench
+    conformance                      uses reference_impl, gpu_kernels and events (the
+                                     events_wire area decodes an implementation's bytes)
+    adapters                         third-party managers behind the protocol (the
+                                     reference's event_wire encodes with events)
+    plugin, bench                    on top (plugin's `kvcheck events` uses events, and
+                                     bench's event_codec times it); bench
                                      may use plugin's hook specs and the
                                      adapters (to time the reference and vLLM directly), not
                                      the reverse
@@ -46,11 +49,11 @@ ALLOWED: dict[str, set[str]] = {
     "gpu_kernels": _BASE | {"reference_impl"},
     "results": _BASE,
     "events": _BASE | {"reference_impl"},
-    "conformance": _BASE | {"reference_impl", "gpu_kernels"},
-    "adapters": _BASE | {"reference_impl", "gpu_kernels", "conformance"},
+    "conformance": _BASE | {"reference_impl", "gpu_kernels", "events"},
+    "adapters": _BASE | {"reference_impl", "gpu_kernels", "conformance", "events"},
     "plugin": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "events"},
     "bench": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "plugin",
-                      "adapters"},
+                      "adapters", "events"},
 }
 
 

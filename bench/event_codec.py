@@ -1,0 +1,164 @@
+"""kvcheck's event codec against vLLM's own, on the same batches: paired, interleaved ratios.
+
+    python -m kvcheck.bench.event_codec [--batches N] [--pairs P] [--seed S]
+
+Needs vLLM installed (CI's vLLM stages; ``scripts/vllm-cpu-env.sh``). The batches are the
+reference's (``kvcheck.events.workload.random_batches``) in the installed release's form, in
+both hash forms. Four figures, each the median of per-pair time ratios kvcheck / vLLM
+(below 1: kvcheck is faster) with a 95% interval (``kvcheck.bench.paired``), the two sides of
+a pair run back to back in the order A B B A A B ..., the collector off:
+
+* ``decode``: ``decode_batch(payload)`` (validating: one hash form, u64 ints, digest widths,
+  ``group_idx >= 0``) against vLLM's ``msgspec.msgpack.Decoder(KVEventBatch).decode``
+  (which validates none of that);
+* ``encode``: ``encode_batch(reference events)`` against vLLM's publisher step,
+  ``Encoder.encode(KVEventBatch(events))`` of vLLM's structs (already built: vLLM's block
+  pool builds them as it caches, so this side is the encoder alone);
+* ``encode+build``: the same, with vLLM's side also building its structs from the events
+  (what a port of vLLM's event path pays);
+* ``publish rate``: batches per second ``EventPublisher`` would have to encode to keep up with
+  the reference engine's own rate on the same steps: the reference's time per step (the
+  scheduler calls that made the batch) over ``encode_batch``'s time per batch.
+
+Exit 0 after printing the table; 2 when vLLM is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from kvcheck.events.codec import decode_batch, encode_batch
+
+__all__ = ["main", "measure"]
+
+_ENV = "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
+
+
+def _paired(mine: Callable[[], Any], theirs: Callable[[], Any], pairs: int) -> Any:
+    from kvcheck.bench.paired import abba_first, paired_ratio
+
+    a: list[float] = []
+    b: list[float] = []
+    mine()
+    theirs()  # warm both
+    for i in range(pairs):
+        if abba_first(i) == "impl":
+            a.append(_timed(mine))
+            b.append(_timed(theirs))
+        else:
+            b.append(_timed(theirs))
+            a.append(_timed(mine))
+    return paired_ratio(a, b)
+
+
+def measure(batches: int, pairs: int, seed: int) -> list[tuple[str, str, Any]]:
+    """``(figure, hash form, PairedRatio)`` rows (see the module doc)."""
+    from vllm.distributed import kv_events as kv
+
+    from kvcheck.events.crosscheck import _vllm_event, installed_release
+    from kvcheck.events.workload import random_batches
+
+    release, _ = installed_release()
+    steps = list(random_batches(release, seed, batches))
+    rows = []
+    for int_hashes in (True, False):
+        os.environ[_ENV] = "1" if int_hashes else "0"
+        form = "int" if int_hashes else "bytes"
+
+        def meta(step: Any) -> Any:
+            return step.group_metadata if release == "vllm-0.33" else None
+
+        payloads = [encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
+                                 group_metadata=meta(s)) for s in steps]
+        structs = [[_vllm_event(e, release, s.group_metadata) for e in s.events]
+                   for s in steps]
+        decoder = msgspec.msgpack.Decoder(kv.KVEventBatch)
+        encoder = msgspec.msgpack.Encoder()
+
+        def ours_decode() -> None:
+            for p in payloads:
+                decode_batch(p, release=release)
+
+        def vllm_decode() -> None:
+            for p in payloads:
+                decoder.decode(p)
+
+        def ours_encode() -> None:
+            for s in steps:
+                encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
+                             group_metadata=meta(s))
+
+        def vllm_encode() -> None:
+            for events in structs:
+                encoder.encode(kv.KVEventBatch(ts=1.0, events=events))
+
+        def vllm_build_encode() -> None:
+            for s in steps:
+                events = [_vllm_event(e, release, s.group_metadata) for e in s.events]
+                encoder.encode(kv.KVEventBatch(ts=1.0, events=events))
+
+        rows.append(("decode", form, _paired(ours_decode, vllm_decode, pairs)))
+        rows.append(("encode", form, _paired(ours_encode, vllm_encode, pairs)))
+        rows.append(("encode+build", form, _paired(ours_encode, vllm_build_encode, pairs)))
+    return rows
+
+
+def _engine_rate(batches: int, seed: int) -> tuple[float, float]:
+    """(reference steps per second with events on, encode_batch batches per second), on the
+    same steps."""
+    from kvcheck.events.workload import random_batches
+
+    start = time.perf_counter()
+    steps = list(random_batches("vllm-0.33", seed, batches))
+    engine = time.perf_counter() - start
+    encode = _timed(lambda: [encode_batch(s.events, ts=1.0, group_metadata=s.group_metadata)
+                             for s in steps])
+    return len(steps) / engine, len(steps) / encode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.event_codec",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=2000, help="batches per round")
+    parser.add_argument("--pairs", type=int, default=12, help="interleaved pairs per figure")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.batches < 1 or args.pairs < 2:
+        parser.error("--batches must be >= 1 and --pairs >= 2")
+    try:
+        rows = measure(args.batches, args.pairs, args.seed)
+    except ImportError as error:
+        print(f"kvcheck.bench.event_codec: needs vLLM installed ({error})", file=sys.stderr)
+        return 2
+    print(f"kvcheck / vLLM time per {args.batches} batches, median of {args.pairs} "
+          "interleaved pairs (below 1: kvcheck faster)")
+    for figure, form, ratio in rows:
+        print(f"  {figure:13} {form:5} {ratio.ratio:6.3f}  "
+              f"[{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] at {ratio.confidence:.0%}")
+    engine, encode = _engine_rate(args.batches, args.seed)
+    print(f"  publish rate: the reference makes {engine:,.0f} steps/s with events on; "
+          f"encode_batch encodes {encode:,.0f} batches/s ({encode / engine:.0f}x headroom)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""KV events on the wire (capability ``event_wire``): stream = cache.
+
+An implementation with ``event_wire`` hands kvcheck each step's events as the msgpack payload
+vLLM's ``ZmqEventPublisher`` sends (``take_event_batch(ts)``). The suite then checks what a
+KV-aware router depends on (docs/events.md):
+
+* the stream's own laws (``kvcheck.events.stream_check``): the payload decodes in the
+  profile's wire format (0.33's tagged maps; 0.10.2's tagged arrays), one hash form
+  throughout, every ``BlockRemoved`` of a hash the stream holds, parents known, token and
+  hash counts per the group's kind;
+* the router's index (``WireIndex``: copies counted per physical block, as vLLM emits them)
+  against the engine's own answers after every step: every hit the engine returns is a
+  prefix the stream announced; the stream never claims more cached blocks than the pool has;
+  and where the design hits whatever it holds (the vLLM profiles; ``caches_running_requests``
+  under generic) every announced prefix is hit, up to vLLM's cap of ``num_tokens - 1``;
+* under the vLLM profiles, the bytes equal the oracle's for the same calls (``--kv-oracle``:
+  the reference, or real vLLM, whose adapter hands over vLLM's own encoder's bytes), up to
+  the hash form the implementation chose.
+
+Known consumer bugs each have a mutant that fails this area (tests/mutants/mut_wire_*.py).
+The replay socket's topic frame (vLLM #45174) is a publisher property, not a payload one:
+``kvcheck events check`` judges it on a live stream.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+
+# A dependency of kvcheck; absent only from an install without its dependencies.
+pytest.importorskip("msgspec", reason="the events_wire area decodes the implementation's "
+                    "bytes with msgspec: pip install msgspec")
+
+from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.ops import Op, add, decode, free, reset, schedule
+from kvcheck.conformance.protocol import DESIGN_CAPABILITIES, KVCacheGroupSpec, KVCacheSpec
+from kvcheck.conformance.wire_index import WireIndex
+from kvcheck.events.codec import Release, decode_batch, encode_batch
+from kvcheck.events.errors import WireFormatError
+from kvcheck.events.frames import Frame, pack_frame
+from kvcheck.events.stream_check import StreamChecker
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.loader import ImplHandle
+
+pytestmark = pytest.mark.kv_capability("manager", "event_wire")
+
+_TOPIC = b"kv-events"
+#: Seeds of the random workloads (each ~60 ops over a pool small enough to evict).
+_SEEDS = (0, 1, 2)
+
+
+#: The byte tests run under the vLLM profiles only, which imply vLLM's whole design.
+_DESIGN = DESIGN_CAPABILITIES
+
+
+def _release(profile: str) -> Release:
+    return "vllm-0.10" if profile == "vllm-0.10" else "vllm-0.33"
+
+
+def _random_ops(seed: int, block_size: int, caps: frozenset[str], steps: int = 60) -> list[Op]:
+    """Plain requests over 3 shared prefixes: chunked prefills, decodes, frees, and where
+    ``caps`` (the driver's capabilities) has them, skip-read requests (a second physical copy
+    of cached content), multi-token decodes and a rare reset once everything is freed."""
+    skip_read = "skip_reading_prefix_cache" in caps
+    most_decoded = 3 if "multi_token_decode" in caps else 1
+    resets = "reset_prefix_cache" in caps
+    rng = random.Random(seed * 7919 + block_size)
+    prefixes = [[rng.randrange(1, 40) for _ in range(rng.randrange(block_size, 4 * block_size))]
+                for _ in range(3)]
+    ops: list[Op] = []
+    running: list[str] = []
+    for n in range(steps):
+        roll = rng.random()
+        if roll < 0.35 or not running:
+            rid = f"r{n}"
+            prompt = rng.choice(prefixes) + [rng.randrange(1, 40)
+                                             for _ in range(rng.randrange(1, 2 * block_size))]
+            ops.append(add(rid, prompt, skip_read=skip_read and rng.random() < 0.2))
+            ops.append(schedule(rid, rng.choice((None, None, block_size + 1))))
+            running.append(rid)
+        elif roll < 0.75:
+            rid = rng.choice(running)
+            ops.append(schedule(rid) if rng.random() < 0.3
+                       else decode(rid, rng.randrange(1, most_decoded + 1)))
+        elif roll < 0.97 or len(running) > 1 or not resets:
+            ops.append(free(running.pop(rng.randrange(len(running)))))
+        else:
+            ops.extend([free(running.pop()), reset()])
+    return ops
+
+
+class _Wire:
+    """One driver's stream: drains a batch after every op, checks the stream's laws and keeps
+    the router's index."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.release = _release(driver.spec.profile)
+        self.checker = StreamChecker(self.release)
+        self.index = WireIndex()
+        self.seq = 0
+
+    def drain(self) -> bytes:
+        payload = self.driver.manager.take_event_batch(float(self.seq))
+        self.checker.feed(pack_frame(Frame(_TOPIC, self.seq, payload)))
+        self.seq += 1
+        findings = self.checker.report.findings
+        assert not findings, (f"the event stream breaks a law: {findings[0]}\n"
+                              + self.driver.snippet())
+        self.index.feed(decode_batch(payload, release=self.release))
+        return payload
+
+
+def _check_hits(wire: _Wire, view_tokens: list[int], num_hit: int, announced: int,
+                exact: bool) -> None:
+    driver, bs = wire.driver, wire.driver.spec.block_size
+    where = (f"the router's index held {announced} leading block(s) of the prompt "
+             f"({len(view_tokens)} tokens, block size {bs}); the engine hit {num_hit} "
+             "token(s)\n" + driver.snippet())
+    assert num_hit <= announced * bs, (
+        "a hit the stream never announced (or announced removed): a router scores this "
+        "worker too low; " + where)
+    if exact:
+        want = min(announced, (len(view_tokens) - 1) // bs) * bs
+        assert num_hit >= want, (
+            "the stream holds blocks the engine does not hit (a removal missing, or a store "
+            "of blocks that are not cached): a router sends requests here for nothing; "
+            + where)
+
+
+def _run_checked(driver: Driver, ops: list[Op], exact: bool) -> _Wire:
+    wire = _Wire(driver)
+    usable = len(driver.ordinary_block_ids)
+    for op in ops:
+        announced, tokens = None, []
+        if op["op"] == "schedule" and op["rid"] not in driver.running:
+            view = driver.views[op["rid"]]
+            if not view.skip_reading_prefix_cache:
+                tokens = list(view.prompt_token_ids) + list(view.output_token_ids)
+                announced = wire.index.cached_prefix_blocks(tokens, driver.spec.block_size)
+        result = driver.apply(op)
+        if announced is not None and "hits" in result:
+            _check_hits(wire, tokens, result["hits"][1], announced, exact)
+        wire.drain()
+        held = sum(wire.index.cached_hashes().values())
+        assert held <= usable, (
+            f"the stream holds {held} cached blocks, more than the pool's {usable}: stores "
+            "without their removals\n" + driver.snippet())
+    return wire
+
+
+def _spec(profile: str, block_size: int, num_blocks: int = 14,
+          groups: tuple[KVCacheGroupSpec, ...] = ()) -> KVCacheSpec:
+    return KVCacheSpec(num_blocks=num_blocks, block_size=block_size, profile=profile,
+                       enable_kv_cache_events=True, kv_cache_groups=groups)
+
+
+# ------------------------------------------------------------------------ stream = cache
+@pytest.mark.kv_generic
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_router_index_from_the_stream_equals_the_engines_hits(
+        kv_impl: ImplHandle, kv_profile: str, seed: int, block_size: int) -> None:
+    """Random workloads: after every op the batch decodes and keeps the stream's laws, every
+    hit was announced, the stream never holds more blocks than the pool, and (vLLM profiles,
+    ``caches_running_requests``) every announced prefix is hit."""
+    driver = Driver(kv_impl, _spec(kv_profile, block_size))
+    caps = driver.capabilities
+    exact = kv_profile != "generic" or "caches_running_requests" in caps
+    _run_checked(driver, _random_ops(seed, block_size, caps), exact)
+
+
+@pytest.mark.kv_generic
+@pytest.mark.kv_capability("prefix_caching", "skip_reading_prefix_cache")
+def test_a_hash_on_two_blocks_stays_announced_until_both_are_evicted(
+        kv_impl: ImplHandle, kv_profile: str) -> None:
+    """A prompt computed twice (the second time without reading the cache) sits on two
+    physical copies. Evicting one copy leaves the other hitting: the stream must still hold
+    the hash (vLLM sends one BlockStored and one BlockRemoved per copy; a router counts them,
+    vLLM PR #55092). Evicting the other too leaves nothing announced."""
+    driver = Driver(kv_impl, _spec(kv_profile, 4, num_blocks=10))
+    usable = len(driver.ordinary_block_ids)
+    prompt = list(range(1, 10))  # 2 full blocks + 1 token
+    wire = _Wire(driver)
+
+    def run(*ops: Op) -> None:
+        for op in ops:
+            driver.apply(op)
+            wire.drain()
+
+    run(add("a", prompt), schedule("a"), add("b", prompt, skip_read=True), schedule("b"))
+    copies = wire.index.cached_hashes()
+    assert sorted(copies.values()) == [2, 2], (
+        f"two copies of 2 blocks computed, the stream holds {dict(copies)}\n" + driver.snippet())
+    # b's copies go; a's stay in use. The pressure request takes every block but a's 3.
+    run(free("b"), add("c", range(100, 100 + 4 * (usable - 3))), schedule("c"))
+    assert sorted(wire.index.cached_hashes().values())[-2:] == [1, 1], (
+        "one copy of each hash evicted, the other still held by 'a': the stream must still "
+        f"hold each hash once; it holds {dict(wire.index.cached_hashes())}\n" + driver.snippet())
+    announced = wire.index.cached_prefix_blocks(prompt, 4)
+    result = driver.apply(add("d", prompt))
+    result = driver.apply(schedule("d"))
+    wire.drain()
+    _check_hits(wire, prompt, result["hits"][1], announced, exact=True)
+    run(free("a"), free("d"), free("c"),
+        add("e", range(500, 500 + 4 * usable - 1)), schedule("e"))
+    left = wire.index.cached_prefix_blocks(prompt, 4)
+    assert left == 0, (
+        f"every block was taken by 'e', yet the stream still holds {left} block(s) of the "
+        "prompt: a removal is missing\n" + driver.snippet())
+
+
+# ------------------------------------------------------------------------ the bytes
+def _comparable(mine: bytes, theirs: bytes, release: Release) -> bytes:
+    """``theirs`` in ``mine``'s hash form (the protocol allows either; vLLM's default is the
+    int form, kvcheck's adapters send bytes)."""
+    try:
+        mine_batch = decode_batch(mine, release=release)
+        theirs_batch = decode_batch(theirs, release=release)
+    except WireFormatError:
+        return theirs
+    mine_int = any(isinstance(h, int) for e in mine_batch.wire.events
+                   for h in getattr(e, "block_hashes", ()))
+    theirs_int = any(isinstance(h, int) for e in theirs_batch.wire.events
+                     for h in getattr(e, "block_hashes", ()))
+    if mine_int == theirs_int:
+        return theirs
+    meta = theirs_batch.group_metadata() if release == "vllm-0.33" else None
+    return encode_batch(theirs_batch.events, ts=theirs_batch.ts, release=release,
+                        int_hashes=mine_int, group_metadata=meta or None)
+
+
+def _first_difference(mine: bytes, theirs: bytes, release: Release) -> str:
+    try:
+        a = decode_batch(mine, release=release).wire.events
+        b = decode_batch(theirs, release=release).wire.events
+    except WireFormatError as error:
+        return f"the implementation's payload does not decode: {error}"
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"event {i}: implementation {x!r}\n  oracle {y!r}"
+    return f"{len(a)} events, the oracle's {len(b)}"
+
+
+def _check_bytes(kv_impl: ImplHandle, kv_oracle: ImplHandle, spec: KVCacheSpec,
+                 ops: list[Op]) -> None:
+    if not kv_oracle.has("event_wire"):
+        pytest.skip(f"the oracle {kv_oracle.name} does not declare capability 'event_wire' "
+                    "(--kv-oracle)")
+    mine, theirs = _Wire(Driver(kv_impl, spec)), _Wire(Driver(kv_oracle, spec))
+    for step, op in enumerate(ops):
+        mine.driver.apply(op)
+        theirs.driver.apply(op)
+        got, want = mine.drain(), theirs.drain()
+        want = _comparable(got, want, mine.release)
+        assert got == want, (
+            f"after op {step} ({op}) the payload differs from the oracle's "
+            f"({kv_oracle.name}): {_first_difference(got, want, mine.release)}\n"
+            f"implementation {got.hex()}\noracle         {want.hex()}\n"
+            + mine.driver.snippet())
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_payload_bytes_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: ImplHandle,
+                                         kv_profile: str, seed: int, block_size: int) -> None:
+    """Under a vLLM profile every step's payload equals the oracle's byte for byte (timestamp
+    and hash form aside: both are the caller's and the deployment's)."""
+    spec = _spec(kv_profile, block_size)
+    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, block_size, _DESIGN))
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("kv_cache_groups", "sliding_window")
+@pytest.mark.parametrize("retention", [0, 16])
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_sparse_group_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: ImplHandle,
+                                                 kv_profile: str, seed: int,
+                                                 retention: int) -> None:
+    """Full attention beside a sliding window whose cache keeps one block per ``retention``
+    tokens (0.33's ``prefix_cache_retention_interval``): the window's stores span the tokens
+    of the blocks it masks while naming only the blocks it keeps (``len(token_ids) >
+    len(block_hashes) * block_size``, AMD Infera #98, llm-d-router #2363), with the group's
+    kind and window, byte for byte as the oracle sends them."""
+    groups = (KVCacheGroupSpec("full_attention", 4),
+              KVCacheGroupSpec("sliding_window", 4, sliding_window=6))
+    spec = replace(_spec(kv_profile, 4, num_blocks=29, groups=groups),
+                   prefix_cache_retention_interval=retention)
+    if not kv_impl.info.supports(spec):
+        pytest.skip(f"{kv_impl.name} does not support this layout")
+    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))

@@ -1,0 +1,85 @@
+"""The fast path of ``decode_batch`` (``kvcheck.events.strict``: msgspec-constrained twins of
+each release's structs, one hash form each) accepts exactly what the general path accepts,
+and gives the same events: on the reference's workloads in both forms, and on payloads broken
+in each way the strict constraints stand for."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("msgspec")
+
+import msgspec
+
+from kvcheck.events import RELEASES, Release, WireFormatError, decode_batch, encode_batch
+from kvcheck.events.codec import _decode_general, _get_form
+from kvcheck.events.strict import HASH_FORMS
+from kvcheck.events.workload import random_batches
+
+
+def _payloads(release: Release, int_hashes: bool, count: int = 150) -> list[bytes]:
+    return [encode_batch(b.events, ts=float(i), release=release, int_hashes=int_hashes,
+                         group_metadata=b.group_metadata if release == "vllm-0.33" else None)
+            for i, b in enumerate(random_batches(release, 3, count))]
+
+
+@pytest.mark.parametrize("int_hashes", [True, False])
+@pytest.mark.parametrize("release", RELEASES)
+def test_fast_and_general_paths_give_the_same_batches(release: Release,
+                                                      int_hashes: bool) -> None:
+    form = _get_form(release)
+    for payload in _payloads(release, int_hashes):
+        fast = decode_batch(payload, release=release)
+        general = _decode_general(payload, form, release, None)
+        assert fast._events is None, "a valid payload took the general path"
+        assert fast.events == general.events
+        assert (fast.ts, fast.data_parallel_rank) == (general.ts, general.data_parallel_rank)
+        assert msgspec.to_builtins(fast.wire) == msgspec.to_builtins(general.wire)
+
+
+def test_every_hash_form_has_a_strict_decoder_and_forms_can_alternate() -> None:
+    """int, bytes16, bytes32 in turn on one release: each is served (the decoder that took
+    the last payload is tried first, the others after it)."""
+    assert HASH_FORMS == ("int", "bytes16", "bytes32")
+    batch = next(iter(random_batches("vllm-0.33", 5, 40)))
+    for events in ([e for e in batch.events],) * 2:
+        for int_hashes in (True, False, True):
+            payload = encode_batch(events, ts=0.0, int_hashes=int_hashes,
+                                   group_metadata=batch.group_metadata)
+            assert decode_batch(payload).events == decode_batch(
+                payload, int_hashes=int_hashes).events
+
+
+def _stored(hashes: list[object], group: int = 0) -> bytes:
+    from kvcheck.events import vllm_033 as v
+
+    event = v.BlockStored(block_hashes=hashes, parent_block_hash=None,
+                          token_ids=list(range(4 * len(hashes))), block_size=4, lora_id=None,
+                          medium="GPU", lora_name=None, group_idx=group)
+    return msgspec.msgpack.encode(v.KVEventBatch(ts=0.0, events=[event]))
+
+
+@pytest.mark.parametrize(("hashes", "group", "words"), [
+    ([b"\x01" * 32, 7], 0, "both the int and the bytes form"),
+    ([b"\x01" * 20], 0, "20-byte hash"),
+    ([b"\x01" * 32, b"\x02" * 16], 0, "16-byte"),  # widths mixed: no strict decoder takes it
+    ([-3], 0, "not a u64"),
+    ([b"\x01" * 32], -1, "negative"),
+])
+def test_what_no_strict_decoder_takes_the_general_path_names(
+        hashes: list[object], group: int, words: str) -> None:
+    payload = _stored(hashes, group)
+    if words == "16-byte":
+        # Two digest widths in one store: each is valid alone, so the general path (which
+        # checks hash by hash) accepts it; the strict ones (one width per batch) do not.
+        assert decode_batch(payload).events[0].block_hashes == (b"\x01" * 32, b"\x02" * 16)
+        return
+    with pytest.raises(WireFormatError, match=words):
+        decode_batch(payload)
+
+
+def test_a_required_form_is_required_on_the_fast_path_too() -> None:
+    (payload,) = _payloads("vllm-0.33", True, 1)
+    decode_batch(payload)  # the int decoder now serves first
+    with pytest.raises(WireFormatError, match="int hash where the bytes form was required"):
+        decode_batch(payload, int_hashes=False)
