@@ -70,11 +70,54 @@ def _paired(mine: Callable[[], Any], theirs: Callable[[], Any], pairs: int) -> A
     return paired_ratio(a, b)
 
 
+def _figures(kv: Any, release: Any, steps: list[Any], int_hashes: bool,
+             pairs: int) -> list[tuple[str, str, Any]]:
+    """The three paired figures of one hash form (vLLM's environment variable already set)."""
+    from kvcheck.events.crosscheck import _vllm_event
+
+    form = "int" if int_hashes else "bytes"
+
+    def meta(step: Any) -> Any:
+        return step.group_metadata if release == "vllm-0.33" else None
+
+    payloads = [encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
+                             group_metadata=meta(s)) for s in steps]
+    structs = [[_vllm_event(e, release, s.group_metadata) for e in s.events] for s in steps]
+    decoder = msgspec.msgpack.Decoder(kv.KVEventBatch)
+    encoder = msgspec.msgpack.Encoder()
+
+    def ours_decode() -> None:
+        for p in payloads:
+            decode_batch(p, release=release)
+
+    def vllm_decode() -> None:
+        for p in payloads:
+            decoder.decode(p)
+
+    def ours_encode() -> None:
+        for s in steps:
+            encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
+                         group_metadata=meta(s))
+
+    def vllm_encode() -> None:
+        for events in structs:
+            encoder.encode(kv.KVEventBatch(ts=1.0, events=events))
+
+    def vllm_build_encode() -> None:
+        for s in steps:
+            events = [_vllm_event(e, release, s.group_metadata) for e in s.events]
+            encoder.encode(kv.KVEventBatch(ts=1.0, events=events))
+
+    return [("decode", form, _paired(ours_decode, vllm_decode, pairs)),
+            ("encode", form, _paired(ours_encode, vllm_encode, pairs)),
+            ("encode+build", form, _paired(ours_encode, vllm_build_encode, pairs))]
+
+
 def measure(batches: int, pairs: int, seed: int) -> list[tuple[str, str, Any]]:
     """``(figure, hash form, PairedRatio)`` rows (see the module doc)."""
     from vllm.distributed import kv_events as kv
 
-    from kvcheck.events.crosscheck import _vllm_event, installed_release
+    from kvcheck.events.crosscheck import installed_release
     from kvcheck.events.workload import random_batches
 
     release, _ = installed_release()
@@ -82,43 +125,7 @@ def measure(batches: int, pairs: int, seed: int) -> list[tuple[str, str, Any]]:
     rows = []
     for int_hashes in (True, False):
         os.environ[_ENV] = "1" if int_hashes else "0"
-        form = "int" if int_hashes else "bytes"
-
-        def meta(step: Any) -> Any:
-            return step.group_metadata if release == "vllm-0.33" else None
-
-        payloads = [encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
-                                 group_metadata=meta(s)) for s in steps]
-        structs = [[_vllm_event(e, release, s.group_metadata) for e in s.events]
-                   for s in steps]
-        decoder = msgspec.msgpack.Decoder(kv.KVEventBatch)
-        encoder = msgspec.msgpack.Encoder()
-
-        def ours_decode() -> None:
-            for p in payloads:
-                decode_batch(p, release=release)
-
-        def vllm_decode() -> None:
-            for p in payloads:
-                decoder.decode(p)
-
-        def ours_encode() -> None:
-            for s in steps:
-                encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
-                             group_metadata=meta(s))
-
-        def vllm_encode() -> None:
-            for events in structs:
-                encoder.encode(kv.KVEventBatch(ts=1.0, events=events))
-
-        def vllm_build_encode() -> None:
-            for s in steps:
-                events = [_vllm_event(e, release, s.group_metadata) for e in s.events]
-                encoder.encode(kv.KVEventBatch(ts=1.0, events=events))
-
-        rows.append(("decode", form, _paired(ours_decode, vllm_decode, pairs)))
-        rows.append(("encode", form, _paired(ours_encode, vllm_encode, pairs)))
-        rows.append(("encode+build", form, _paired(ours_encode, vllm_build_encode, pairs)))
+        rows.extend(_figures(kv, release, steps, int_hashes, pairs))
     return rows
 
 

@@ -59,16 +59,18 @@ def _substitute(tp: Any, hash_type: Any, field: str) -> Any:
     if origin in (Union, types.UnionType):
         rest = [a for a in args if a not in (bytes, int)]
         if bytes in args and int in args:
-            return Union[tuple([hash_type, *rest])]  # noqa: UP007 (built at run time)
+            members = (hash_type, *rest)
+            return Union[members]  # noqa: UP007 (built at run time)
         if field == "group_idx" and int in args:
-            return Union[tuple([_GROUP_IDX, *rest])]  # noqa: UP007
+            members = (_GROUP_IDX, *rest)
+            return Union[members]  # noqa: UP007
     return tp
 
 
 def _twin(cls: type, hash_type: Any) -> type:
     config = cls.__struct_config__  # type: ignore[attr-defined]
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
-    for info in msgspec.structs.fields(cls):  # type: ignore[arg-type]
+    for info in msgspec.structs.fields(cls):
         tp = _substitute(info.type, hash_type, info.name)
         fields.append((info.name, tp) if info.default is msgspec.NODEFAULT
                       else (info.name, tp, info.default))
@@ -88,9 +90,10 @@ def strict_decoders(structs: types.ModuleType) -> Sequence[StrictDecoder]:
                        for name in ("BlockStored", "BlockRemoved", "AllBlocksCleared"))
         envelope = structs.KVEventBatch
         # The batch's events field names the twins, not the release's classes.
+        event_list: Any = list[Union[events]]  # type: ignore[valid-type]  # noqa: UP007
         batch = msgspec.defstruct(
             "KVEventBatch",
-            [(f.name, list[Union[events]] if f.name == "events" else f.type)  # noqa: UP007
+            [(f.name, event_list if f.name == "events" else f.type)
              if f.default is msgspec.NODEFAULT else (f.name, f.type, f.default)
              for f in msgspec.structs.fields(envelope)],
             array_like=envelope.__struct_config__.array_like,

@@ -42,7 +42,7 @@ def test_every_hash_form_has_a_strict_decoder_and_forms_can_alternate() -> None:
     the last payload is tried first, the others after it)."""
     assert HASH_FORMS == ("int", "bytes16", "bytes32")
     batch = next(iter(random_batches("vllm-0.33", 5, 40)))
-    for events in ([e for e in batch.events],) * 2:
+    for events in (list(batch.events),) * 2:
         for int_hashes in (True, False, True):
             payload = encode_batch(events, ts=0.0, int_hashes=int_hashes,
                                    group_metadata=batch.group_metadata)
