@@ -10,7 +10,7 @@ naming the event and field, never a bare msgspec error.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from types import ModuleType
 from typing import Any, Final, Literal
 
@@ -181,9 +181,30 @@ def _not_an_event(event: object, index: int) -> WireFormatError:
                            event_index=index)
 
 
-def _event_to_033(event: KVCacheEvent, index: int, int_hashes: bool,
+#: Each reference event class's name -> its field names: an event is recognised by both, so
+#: a copy of the reference's classes (scripts/mutate.py serves the reference from a copied
+#: package) or an engine's own dataclasses with the same names and fields encode too.
+_EVENT_FIELD_NAMES: Final[dict[str, tuple[str, ...]]] = {
+    cls.__name__: tuple(f.name for f in fields(cls))
+    for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
+
+
+def _kind(event: object) -> str | None:
+    """``"BlockStored"`` / ``"BlockRemoved"`` / ``"AllBlocksCleared"``, or None when ``event``
+    is none of them (by class name and dataclass fields)."""
+    name = type(event).__name__
+    if isinstance(event, (BlockStored, BlockRemoved, AllBlocksCleared)):
+        return name
+    want = _EVENT_FIELD_NAMES.get(name)
+    if want is None or not is_dataclass(event):
+        return None
+    return name if tuple(f.name for f in fields(event)) == want else None
+
+
+def _event_to_033(event: Any, index: int, int_hashes: bool,
                   meta: Mapping[int, tuple[str, int | None]] | None) -> Any:
-    if isinstance(event, BlockStored):
+    kind_of = _kind(event)
+    if kind_of == "BlockStored":
         kind: str | None = None
         window: int | None = None
         if meta is not None:
@@ -199,22 +220,22 @@ def _event_to_033(event: KVCacheEvent, index: int, int_hashes: bool,
             extra_keys=None if event.extra_keys is None else list(event.extra_keys),
             group_idx=event.group_idx, kv_cache_spec_kind=kind,
             kv_cache_spec_sliding_window=window)
-    if isinstance(event, BlockRemoved):
+    if kind_of == "BlockRemoved":
         return vllm_033.BlockRemoved(block_hashes=_hashes(event.block_hashes, int_hashes, index),
                                      medium=event.medium, group_idx=event.group_idx)
-    if isinstance(event, AllBlocksCleared):
+    if kind_of == "AllBlocksCleared":
         return vllm_033.AllBlocksCleared()
     raise _not_an_event(event, index)
 
 
-def _only_010_fields(event: BlockStored | BlockRemoved, index: int) -> None:
+def _only_010_fields(event: Any, index: int) -> None:
     """0.10.2 has no place for these: refuse rather than drop them silently."""
     if event.group_idx != 0:
         raise WireFormatError(
             "vLLM 0.10.2's events have no group_idx (it turns the hybrid KV-cache manager off "
             "when KV events are configured, so there is one group), got group "
             f"{event.group_idx}", event_index=index, field="group_idx")
-    if isinstance(event, BlockStored):
+    if _kind(event) == "BlockStored":
         for name in ("lora_name", "extra_keys"):
             if getattr(event, name) is not None:
                 raise WireFormatError(f"vLLM 0.10.2's BlockStored has no {name} field, got "
@@ -222,21 +243,22 @@ def _only_010_fields(event: BlockStored | BlockRemoved, index: int) -> None:
                                       field=name)
 
 
-def _event_to_010(event: KVCacheEvent, index: int, int_hashes: bool,
+def _event_to_010(event: Any, index: int, int_hashes: bool,
                   meta: Mapping[int, tuple[str, int | None]] | None) -> Any:
     del meta  # refused above for 0.10
-    if isinstance(event, BlockStored):
+    kind_of = _kind(event)
+    if kind_of == "BlockStored":
         _only_010_fields(event, index)
         return vllm_010.BlockStored(
             block_hashes=_hashes(event.block_hashes, int_hashes, index),
             parent_block_hash=_parent(event, int_hashes, index),
             token_ids=list(event.token_ids), block_size=event.block_size,
             lora_id=event.lora_id, medium=event.medium)
-    if isinstance(event, BlockRemoved):
+    if kind_of == "BlockRemoved":
         _only_010_fields(event, index)
         return vllm_010.BlockRemoved(block_hashes=_hashes(event.block_hashes, int_hashes, index),
                                      medium=event.medium)
-    if isinstance(event, AllBlocksCleared):
+    if kind_of == "AllBlocksCleared":
         return vllm_010.AllBlocksCleared()
     raise _not_an_event(event, index)
 

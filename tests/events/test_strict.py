@@ -5,6 +5,8 @@ in each way the strict constraints stand for."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest.importorskip("msgspec")
@@ -83,3 +85,30 @@ def test_a_required_form_is_required_on_the_fast_path_too() -> None:
     decode_batch(payload)  # the int decoder now serves first
     with pytest.raises(WireFormatError, match="int hash where the bytes form was required"):
         decode_batch(payload, int_hashes=False)
+
+
+def test_a_copy_of_the_reference_event_classes_encodes_like_the_reference() -> None:
+    """Events are recognised by class name and fields, not identity: scripts/mutate.py serves
+    the reference from a copied package, whose event classes are other classes of the same
+    shape; an object of another shape is still refused, naming the event."""
+    import dataclasses
+
+    from kvcheck.reference_impl import events as ref
+
+    batch = next(iter(random_batches("vllm-0.33", 7, 40)))
+    copies = {cls.__name__: dataclasses.make_dataclass(
+        cls.__name__, [(f.name, Any, f.default) if f.default is not dataclasses.MISSING
+                       else (f.name, Any) for f in dataclasses.fields(cls)], frozen=True)
+        for cls in (ref.BlockStored, ref.BlockRemoved, ref.AllBlocksCleared)}
+    copied = [copies[type(e).__name__](**{f.name: getattr(e, f.name)
+                                          for f in dataclasses.fields(e)})
+              for e in batch.events]
+    for release in RELEASES:
+        if release == "vllm-0.10" and any(getattr(e, "group_idx", 0) for e in batch.events):
+            continue
+        meta = batch.group_metadata if release == "vllm-0.33" else None
+        assert encode_batch(copied, ts=1.0, release=release, group_metadata=meta) == (
+            encode_batch(batch.events, ts=1.0, release=release, group_metadata=meta))
+    odd = dataclasses.make_dataclass("BlockStored", [("block_hashes", Any)])(())
+    with pytest.raises(WireFormatError, match="not a reference KV event"):
+        encode_batch([odd], ts=1.0)
