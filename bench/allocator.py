@@ -40,6 +40,7 @@ __all__ = [
     "SchedulerBench",
     "SlotMappingBench",
     "measure_rounds",
+    "per_round",
 ]
 
 
@@ -47,7 +48,8 @@ def _median(samples: list[float]) -> float:
     return percentile(samples, 50)
 
 
-def _per_round(name: str, unit: str, direction: str, samples: list[float]) -> Metric:
+def per_round(name: str, unit: str, direction: str, samples: list[float]) -> Metric:
+    """A figure whose value is the median of its per-round ``samples``."""
     return Metric(name, unit, direction, _median(samples), samples)
 
 
@@ -177,19 +179,19 @@ def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
     p50s = [percentile([ns / 1e3 for ns in r.allocate_ns], 50) for r in runs]
     p99s = [percentile([ns / 1e3 for ns in r.allocate_ns], 99) for r in runs]
     return [
-        _per_round("scheduled_tokens_per_s", "tokens/s", "higher_is_better",
+        per_round("scheduled_tokens_per_s", "tokens/s", "higher_is_better",
                    [per_s(r.scheduled_tokens, r.on_cpu_ns / 1e9) for r in runs]),
-        _per_round("allocate_slots_calls_per_s", "calls/s", "higher_is_better",
+        per_round("allocate_slots_calls_per_s", "calls/s", "higher_is_better",
                    [per_s(len(r.allocate_ns), sum(r.allocate_ns) * r.on_cpu_fraction / 1e9)
                     for r in runs]),
         Metric("allocate_slots_us_p50", "us", "lower_is_better", percentile(pooled_us, 50),
                p50s, stat="p50 of all calls"),
         Metric("allocate_slots_us_p99", "us", "lower_is_better", percentile(pooled_us, 99),
                p99s, stat="p99 of all calls"),
-        _per_round("prefix_hit_rate", "fraction", "higher_is_better",
+        per_round("prefix_hit_rate", "fraction", "higher_is_better",
                    [r.prefix_hit_rate for r in runs]),
-        _per_round("peak_usage", "fraction", "lower_is_better", [r.peak_usage for r in runs]),
-        _per_round("preemptions", "count", "lower_is_better",
+        per_round("peak_usage", "fraction", "lower_is_better", [r.peak_usage for r in runs]),
+        per_round("preemptions", "count", "lower_is_better",
                    [float(r.preemptions) for r in runs]),
     ]
 
@@ -251,7 +253,7 @@ class HashingBench(RoundBench):
                 "seed": self.seed}
 
     def metrics(self, results: list[tuple[int, int]]) -> list[Metric]:
-        return [_per_round("hash_blocks_per_s", "blocks/s", "higher_is_better",
+        return [per_round("hash_blocks_per_s", "blocks/s", "higher_is_better",
                            [per_s(n, ns / 1e9) for n, ns in results])]
 
 
@@ -318,8 +320,8 @@ class SlotMappingBench(RoundBench):
 
     def metrics(self, results: list[tuple[int, int, int]]) -> list[Metric]:
         return [
-            _per_round("slot_mapping_tokens_per_s", "tokens/s", "higher_is_better",
+            per_round("slot_mapping_tokens_per_s", "tokens/s", "higher_is_better",
                        [per_s(n, ns / 1e9) for n, ns, _ in results]),
-            _per_round("vectorized_slot_mapping_tokens_per_s", "tokens/s", "higher_is_better",
+            per_round("vectorized_slot_mapping_tokens_per_s", "tokens/s", "higher_is_better",
                        [per_s(n, ns / 1e9) for n, _, ns in results]),
         ]

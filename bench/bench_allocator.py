@@ -58,6 +58,23 @@ def test_hybrid_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference,
                            lambda impl: HybridBench(impl, hybrid), "scheduler", scenario)
 
 
+@pytest.mark.benchmark(group="event_wire", timer=allocator_time, disable_gc=True)
+def test_event_wire(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+    """take_event_batch after every scheduler step of the eviction-pressure workload (stores
+    and removals): events and payload bytes encoded per second, paired with the reference on
+    the same steps (kvcheck.bench.event_wire_bench; with --kv-impl=vllm: vLLM's encoder)."""
+    _require(kv_impl, "event_wire", "KV-event encoding")
+    pytest.importorskip("msgspec", reason="the event_wire benchmark decodes with msgspec")
+    from kvcheck.bench.event_wire_bench import EventWireBench
+
+    profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
+    profile = next(iter(profiles.values())) if profiles else kv_impl.info.profile
+    workload = kv_bench.workload("eviction_pressure")
+    kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
+                           lambda impl: EventWireBench(impl, workload, profile), "event_wire",
+                           "eviction_pressure")
+
+
 @pytest.mark.benchmark(group="hashing", timer=allocator_time, disable_gc=True)
 @pytest.mark.parametrize("hash_algo", list(HASH_FUNCTIONS))
 def test_hashing(benchmark, request, kv_bench, kv_impl, kv_reference, hash_algo: str) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -68,7 +68,9 @@ __all__ = [
     "RecordedRun",
     "RecordedTrace",
     "decode_trace",
+    "iter_ops",
     "load_recorded_workload",
+    "missing_capabilities",
     "recorded_pair",
     "replay_trace",
 ]
@@ -297,35 +299,42 @@ def _usable_blocks(impl: Any, spec: KVCacheSpec) -> int:
     return max(1, spec.num_blocks - len(reserved_block_ids(impl.info, spec.profile)))
 
 
-def replay_trace(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun,
-                 after_op: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+def iter_ops(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun
+             ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Replay every op of ``trace`` on ``manager`` (fresh, built by ``impl`` for
-    ``trace.spec``), timing its calls and counting into ``run``.
-
-    ``after_op(index, answer)``, when given, is called (untimed) after each op with the op's
-    index and the implementation's answer in the corpus's form (``{"hits": [ids, n], "new":
-    ids | None}``, ``{"reset": bool}`` or ``{}``), to compare with ``trace.answers`` and the
-    recorded state. Untimed too: after each op, the KV events of a trace that enables them
-    are drained (``take_events``, as the recorder did), so an implementation's buffer does
-    not grow over the trace.
-    """
+    ``trace.spec``), timing its calls and counting into ``run``; yields ``(index, answer)``
+    after each op, the answer in the corpus's form (``{"hits": [ids, n], "new": ids |
+    None}``, ``{"reset": bool}`` or ``{}``). Drains no KV events (``kvcheck events serve``
+    takes them per op); ``run``'s trace counters are filled once the last op has run."""
     replay = _Replay(manager, run, _usable_blocks(impl, trace.spec),
                      pinning=declares_pinning(impl))
-    drain = (trace.spec.enable_kv_cache_events and impl.has("events")
-             and hasattr(manager, "take_events"))
     for index, op in enumerate(trace.ops):
-        answer = replay.apply(op)
-        if drain:
-            manager.take_events()
-        if after_op is not None:
-            after_op(index, answer)
+        yield index, replay.apply(op)
     run.steps += len(trace.ops)
     run.traces += 1
     if replay.peak_used * run.usable_blocks >= run.peak_used_blocks * replay.usable_blocks:
         run.peak_used_blocks, run.usable_blocks = replay.peak_used, replay.usable_blocks
 
 
-def _missing(impl: Any, trace: dict[str, Any], spec: KVCacheSpec) -> frozenset[str]:
+def replay_trace(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun,
+                 after_op: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+    """``iter_ops`` to the end.
+
+    ``after_op(index, answer)``, when given, is called (untimed) after each op, to compare
+    with ``trace.answers`` and the recorded state. Untimed too: after each op, the KV events
+    of a trace that enables them are drained (``take_events``, as the recorder did), so an
+    implementation's buffer does not grow over the trace.
+    """
+    drain = (trace.spec.enable_kv_cache_events and impl.has("events")
+             and hasattr(manager, "take_events"))
+    for index, answer in iter_ops(impl, manager, trace, run):
+        if drain:
+            manager.take_events()
+        if after_op is not None:
+            after_op(index, answer)
+
+
+def missing_capabilities(impl: Any, trace: dict[str, Any], spec: KVCacheSpec) -> frozenset[str]:
     """Capabilities the trace needs that ``impl`` lacks under the trace's profile."""
     needed = set(needed_capabilities(trace))
     if spec.kv_cache_groups:
@@ -362,7 +371,7 @@ class RecordedBench(RoundBench):
     def _why_not(self, raw: dict[str, Any], spec: KVCacheSpec,
                  only: Collection[str] | None) -> str:
         """Why the trace is not replayed here ('' when it is); builds one manager to ask."""
-        missing = _missing(self.impl, raw, spec)
+        missing = missing_capabilities(self.impl, raw, spec)
         if missing:
             return f"{self.impl.name} does not declare {sorted(missing)}"
         if not self.impl.info.supports(spec):

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +56,7 @@ from kvcheck.bench.workloads import RequestSpec, Workload
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure
 
-__all__ = ["SchedulerRun", "drive", "run_workload"]
+__all__ = ["SchedulerRun", "drive", "iter_steps", "run_workload"]
 
 
 @dataclass
@@ -397,6 +398,33 @@ def run_workload(manager: Any, workload: Workload, max_steps: int | None = None,
     return run
 
 
+def _step_limit(requests: tuple[RequestSpec, ...] | list[RequestSpec]) -> int:
+    """``drive``'s default ``max_steps`` (see there)."""
+    return (4 * sum(r.num_tokens for r in requests)
+            + max((r.arrival_step for r in requests), default=0)
+            + sum(r.arrival_step for r in requests if r.after is not None) + 1000)
+
+
+def iter_steps(manager: Any, workload: Workload, *, pinning: bool = False) -> Iterator[int]:
+    """Replay ``workload`` on a fresh ``manager`` as ``run_workload`` does, yielding each
+    step's number once the step has run (its frees included), for a caller that reads the
+    manager between steps (``kvcheck events serve`` takes each step's KV events).
+
+    Raises:
+        KVCheckFailure: as ``run_workload`` (a pool too small, no progress).
+    """
+    scheduler = _Scheduler(manager, workload, SchedulerRun(
+        usable_blocks=max(1, workload.num_blocks - 1)), pinning=pinning)
+    limit = _step_limit(workload.requests)
+    step = 0
+    while scheduler.has_work:
+        if step >= limit:
+            raise KVCheckFailure(scheduler.stall_message(step))
+        scheduler.step(step)
+        yield step
+        step += 1
+
+
 def drive(scheduler: _Scheduler, max_steps: int | None = None) -> None:
     """Step ``scheduler`` until every request has finished, and fill its run's ``steps``,
     ``wall_ns`` and ``cpu_ns``. The default ``max_steps`` is 4 steps per trace token, plus
@@ -406,11 +434,7 @@ def drive(scheduler: _Scheduler, max_steps: int | None = None) -> None:
     Raises:
         KVCheckFailure: more than ``max_steps`` steps (no progress).
     """
-    requests = scheduler.workload.requests
-    limit = max_steps if max_steps is not None else (
-        4 * sum(r.num_tokens for r in requests)
-        + max((r.arrival_step for r in requests), default=0)
-        + sum(r.arrival_step for r in requests if r.after is not None) + 1000)
+    limit = max_steps if max_steps is not None else _step_limit(scheduler.workload.requests)
     run = scheduler.run
     step = 0
     wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()

@@ -298,6 +298,12 @@ class Driver:
         self.lines.append(f"{text}  # -> {(result if shown is None else shown(result))!r}")
         return result
 
+    def logged_call(self, text: str, fn: Callable[[Unpack[_Args]], _T], *args: Unpack[_Args],
+                    shown: Callable[[_T], object] | None = None) -> _T:
+        """A call a test makes beside ``apply`` (the ``events_wire`` area's
+        ``take_event_batch``), logged in the repro snippet in order, as the driver's own."""
+        return self._call(text, fn, *args, shown=shown)
+
     # ------------------------------------------------------------------ observation
     def tables(self) -> dict[str, list[list[int]]]:
         """``{rid: per-group block tables}`` of the running requests."""

@@ -93,6 +93,20 @@ def _random_ops(seed: int, block_size: int, caps: frozenset[str], steps: int = 6
     return ops
 
 
+class _PayloadShown:
+    """A payload as its repro comment shows it: its size and first bytes (the snippet replays
+    the call; the whole payload is the implementation's to print)."""
+
+    def __init__(self, payload: object) -> None:
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        if not isinstance(self.payload, (bytes, bytearray)):
+            return repr(self.payload)
+        head = bytes(self.payload[:24]).hex()
+        return f"<{len(self.payload)} bytes {head}{'...' if len(self.payload) > 24 else ''}>"
+
+
 class _Wire:
     """One driver's stream: drains a batch after every op, checks the stream's laws and keeps
     the router's index."""
@@ -105,7 +119,10 @@ class _Wire:
         self.seq = 0
 
     def drain(self) -> bytes:
-        payload = self.driver.manager.take_event_batch(float(self.seq))
+        ts = float(self.seq)
+        payload = self.driver.logged_call(f"m.take_event_batch({ts!r})",
+                                          self.driver.manager.take_event_batch, ts,
+                                          shown=_PayloadShown)
         self.checker.feed(pack_frame(Frame(_TOPIC, self.seq, payload)))
         self.seq += 1
         findings = self.checker.report.findings

@@ -1,6 +1,8 @@
-"""``kvcheck events serve``, ``capture`` and ``check``: the reference's KV events published
-as vLLM publishes them (``kvcheck.events.serve``), and a live stream captured to a file and
-checked against the stream's own laws (``kvcheck.events.stream_check``).
+"""``kvcheck events serve``, ``capture`` and ``check``: the reference's KV events published as
+vLLM publishes them (``kvcheck.events.serve``; any implementation's over a workload:
+``python -m kvcheck.bench.event_serve``, which shares the options and ``run_serve``), and a
+live stream captured to a file and checked against the stream's own laws
+(``kvcheck.events.stream_check``).
 
     kvcheck events serve --endpoint 'tcp://*:5557' --replay-endpoint 'tcp://*:5558' --drop 5
     kvcheck events capture tcp://127.0.0.1:5557 --replay-endpoint tcp://127.0.0.1:5558 \
@@ -21,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["add_events_parser"]
+__all__ = ["add_events_parser", "add_serve_options", "run_serve"]
 
 _ENDPOINT_SCHEMES = ("tcp://", "ipc://", "inproc://")
 _RELEASES = ("vllm-0.33", "vllm-0.10")
@@ -90,36 +92,62 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
+        from kvcheck.events.sources import reference_source
+    except ImportError as error:
+        return _events_missing("serve", error)
+    source = reference_source(args.format, args.seed, int_hashes=args.hashes != "bytes",
+                              data_parallel_rank=args.dp_rank)
+    return run_serve(args, source, f"the reference's random engine, {args.hashes or 'int'} "
+                                   f"hashes, seed {args.seed}", batches=args.batches or 200)
+
+
+def run_serve(args: argparse.Namespace, source: Any, described: str, *,
+              batches: int | None, command: str = "kvcheck events serve") -> int:
+    """Publish ``source``'s batches (``kvcheck.events.sources.BatchSource``) with the
+    options of ``add_serve_options``; ``batches`` None: all the source has. Also the body of
+    ``python -m kvcheck.bench.event_serve`` (an implementation's events over a workload).
+    Returns the exit status (2: unusable input, named on stderr)."""
+    try:
         from kvcheck.events.errors import StreamError
         from kvcheck.events.publisher import EventPublisher
         from kvcheck.events.serve import Faults, serve
     except ImportError as error:
         return _events_missing("serve", error)
+    from kvcheck.errors import KVCheckError
+
+    def fail(message: object) -> int:
+        print(f"{command}: {message}", file=sys.stderr)
+        return 2
 
     faults = Faults(drop=frozenset(args.drop), duplicate=frozenset(args.duplicate),
-                    restart_at=args.restart_at)
-    for number in sorted({*args.drop, *args.duplicate} | {args.restart_at or 0}):
-        if number >= args.batches:
-            return _fail("serve", f"a fault names batch {number}, but only {args.batches} "
-                                  "are published (numbered from 0): raise --batches")
+                    restart_at=args.restart_at, flood_from=args.flood_from)
+    if batches is not None and faults.named() and max(faults.named()) >= batches:
+        return fail(f"a fault names batch {max(faults.named())}, but only {batches} are "
+                    "published (numbered from 0): raise --batches")
     try:
         publisher = EventPublisher(args.endpoint, replay_endpoint=args.replay_endpoint,
                                    buffer_steps=args.buffer_steps, hwm=args.hwm,
                                    topic=args.topic, data_parallel_rank=args.dp_rank,
                                    release=args.format)
     except StreamError as error:
-        return _fail("serve", error)
+        return fail(error)
     with publisher:
         replay = (f", replay on {publisher.replay_endpoint}" if args.replay_endpoint else "")
-        print(f"kvcheck events serve: {args.format} on {publisher.endpoint}{replay}; first batch "
-              f"in {args.wait} s", flush=True)
+        print(f"{command}: {args.format} on {publisher.endpoint}{replay}; first batch in "
+              f"{args.wait} s", flush=True)
         time.sleep(args.wait)  # subscribers connect (a PUB socket drops what nobody hears)
-        summary = serve(publisher, release=args.format, batches=args.batches, seed=args.seed,
-                        int_hashes=args.hashes == "int", data_parallel_rank=args.dp_rank,
-                        interval_s=args.interval, faults=faults)
-        print(f"kvcheck events serve: {summary.batches} batches, {summary.events} events "
-              f"({args.hashes} hashes, seed {args.seed}), {summary.sent} messages sent; "
-              f"faults: {faults.describe()}", flush=True)
+        try:
+            summary = serve(publisher, release=args.format, batches=batches,
+                            data_parallel_rank=args.dp_rank, interval_s=args.interval,
+                            faults=faults, source=source)
+        except KVCheckError as error:  # an implementation's events that cannot be served
+            return fail(error)
+        print(f"{command}: {summary.batches} batches, {summary.events} events ({described}), "
+              f"{summary.sent} messages sent; faults: {faults.describe()}", flush=True)
+        unmet = sorted(n for n in faults.named() if n >= summary.batches)
+        if unmet:
+            return fail(f"the workload had only {summary.batches} batches with events, so "
+                        f"the fault at batch {unmet[0]} never happened: name an earlier batch")
         # Late subscribers can still replay; Ctrl-C (SIGINT) ends the linger early.
         with contextlib.suppress(KeyboardInterrupt):
             time.sleep(args.linger)
@@ -167,43 +195,8 @@ def add_events_parser(sub: Any) -> None:
                     "publish one batch per scheduler step with vLLM's frames, sequence "
                     "numbers and replay socket: a stream to point a router's consumer at. "
                     "Fault options name batch numbers (from 0).")
-    srv.add_argument("--endpoint", default="tcp://*:5557",
-                     help="the PUB endpoint (vLLM's default tcp://*:5557; bound for '*', "
-                          "'::', ipc:// and inproc://, connected otherwise, as vLLM does)")
-    srv.add_argument("--replay-endpoint", metavar="ENDPOINT",
-                     help="the replay ROUTER endpoint, bound (vLLM's replay_endpoint)")
-    srv.add_argument("--format", choices=_RELEASES, default="vllm-0.33",
-                     help="the release whose wire format to publish (default vllm-0.33)")
-    srv.add_argument("--hashes", choices=("int", "bytes"), default="int",
-                     help="the hash form (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES; default int)")
-    srv.add_argument("--batches", type=_positive_int, default=200, metavar="N",
-                     help="how many batches to publish (default 200)")
-    srv.add_argument("--seed", type=int, default=0, help="the workload's seed (default 0)")
-    srv.add_argument("--topic", default="", help="the topic frame (vLLM's default \"\")")
-    srv.add_argument("--dp-rank", type=int, default=0, metavar="N",
-                     help="the data_parallel_rank in every batch; as vLLM, both ports are "
-                          "offset by it (default 0)")
-    srv.add_argument("--buffer-steps", type=_positive_int, default=10_000, metavar="N",
-                     help="batches kept for replay (vLLM's default 10000; a small value "
-                          "makes a replay from 0 start later, silently, as vLLM's does)")
-    srv.add_argument("--hwm", type=_positive_int, default=100_000, metavar="N",
-                     help="the PUB send high-water mark (vLLM's default 100000)")
-    srv.add_argument("--interval", type=_non_negative_float, default=0.0, metavar="S",
-                     help="seconds between batches (default 0)")
-    srv.add_argument("--wait", type=_non_negative_float, default=1.0, metavar="S",
-                     help="seconds before the first batch, for subscribers to connect "
-                          "(default 1)")
-    srv.add_argument("--linger", type=_non_negative_float, default=0.0, metavar="S",
-                     help="seconds to keep answering replay requests after the last batch "
-                          "(Ctrl-C ends it early)")
-    srv.add_argument("--drop", type=_batch_number, action="append", default=[],
-                     metavar="BATCH", help="fault: buffer this batch for replay but never "
-                     "send it live (a sequence gap, as past the high-water mark); repeatable")
-    srv.add_argument("--duplicate", type=_batch_number, action="append", default=[],
-                     metavar="BATCH", help="fault: send this batch twice; repeatable")
-    srv.add_argument("--restart-at", type=_batch_number, metavar="BATCH",
-                     help="fault: from this batch on, a new engine process (an empty cache, "
-                          "sequence numbers from 0, an empty replay buffer)")
+    add_serve_options(srv, hashes_help="the hash form (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES; "
+                      "default int)", batches_help="how many batches to publish (default 200)")
     srv.set_defaults(func=_cmd_serve)
 
     check = commands.add_parser(
@@ -225,6 +218,51 @@ def add_events_parser(sub: Any) -> None:
                             "first batch's)")
     stream_options(check)
     check.set_defaults(func=_cmd_check)
+
+
+def add_serve_options(parser: argparse.ArgumentParser, *, hashes_help: str,
+                      batches_help: str) -> None:
+    """The publisher, format and fault options of ``kvcheck events serve`` (shared with
+    ``python -m kvcheck.bench.event_serve``)."""
+    parser.add_argument("--endpoint", default="tcp://*:5557",
+                        help="the PUB endpoint (vLLM's default tcp://*:5557; bound for '*', "
+                             "'::', ipc:// and inproc://, connected otherwise, as vLLM does)")
+    parser.add_argument("--replay-endpoint", metavar="ENDPOINT",
+                        help="the replay ROUTER endpoint, bound (vLLM's replay_endpoint)")
+    parser.add_argument("--format", choices=_RELEASES, default="vllm-0.33",
+                        help="the release whose wire format to publish (default vllm-0.33)")
+    parser.add_argument("--hashes", choices=("int", "bytes"), help=hashes_help)
+    parser.add_argument("--batches", type=_positive_int, metavar="N", help=batches_help)
+    parser.add_argument("--seed", type=int, default=0, help="the workload's seed (default 0)")
+    parser.add_argument("--topic", default="", help="the topic frame (vLLM's default \"\")")
+    parser.add_argument("--dp-rank", type=int, default=0, metavar="N",
+                        help="the data_parallel_rank in every batch; as vLLM, both ports are "
+                             "offset by it (default 0)")
+    parser.add_argument("--buffer-steps", type=_positive_int, default=10_000, metavar="N",
+                        help="batches kept for replay (vLLM's default 10000; a small value "
+                             "makes a replay from 0 start later, silently, as vLLM's does)")
+    parser.add_argument("--hwm", type=_positive_int, default=100_000, metavar="N",
+                        help="the PUB send high-water mark (vLLM's default 100000)")
+    parser.add_argument("--interval", type=_non_negative_float, default=0.0, metavar="S",
+                        help="seconds between batches (default 0)")
+    parser.add_argument("--wait", type=_non_negative_float, default=1.0, metavar="S",
+                        help="seconds before the first batch, for subscribers to connect "
+                             "(default 1)")
+    parser.add_argument("--linger", type=_non_negative_float, default=0.0, metavar="S",
+                        help="seconds to keep answering replay requests after the last batch "
+                             "(Ctrl-C ends it early)")
+    parser.add_argument("--drop", type=_batch_number, action="append", default=[],
+                        metavar="BATCH", help="fault: buffer this batch for replay but never "
+                        "send it live (a sequence gap, as past the high-water mark); repeatable")
+    parser.add_argument("--duplicate", type=_batch_number, action="append", default=[],
+                        metavar="BATCH", help="fault: send this batch twice; repeatable")
+    parser.add_argument("--restart-at", type=_batch_number, metavar="BATCH",
+                        help="fault: from this batch on, a new engine process (an empty cache, "
+                             "sequence numbers from 0, an empty replay buffer)")
+    parser.add_argument("--flood-from", type=_batch_number, metavar="BATCH",
+                        help="fault: from this batch on, no --interval pause: a subscriber "
+                             "slower than the flood passes the high-water mark (--hwm) and ZMQ "
+                             "drops batches for it, silently (sequence gaps)")
 
 
 def _int_at_least(text: str, minimum: int, what: str) -> int:

@@ -95,14 +95,15 @@ def test_tiny_run_prints_tables_and_writes_records(pytester: pytest.Pytester) ->
     verdict appears, and both result files carry the figures."""
     result = pytester.runpytest(*TINY, "--kv-bench-report=out/records.jsonl",
                                 "--benchmark-json=pb.json", "-k", "not kernels or store_kv_cache")
-    result.assert_outcomes(passed=13, skipped=None if HAS_CUDA else 10)
+    result.assert_outcomes(passed=14, skipped=None if HAS_CUDA else 10)
     out = result.stdout.str()
     result.stdout.fnmatch_lines([
         "*kvcheck bench: scheduler loop through the adapter protocol*",
         "*implementation*scenario*tokens/s*x ref*alloc calls/s*us/call p50*p99*prefix hit*",
         "*reference*shared_system_prompt*1.00x*",
         "*reference*eviction_pressure*",
-        "*kvcheck bench: hashing and slot_mapping throughput*",
+        "*kvcheck bench: hashing, slot_mapping and event_wire throughput*",
+        "*event_wire[[]eviction_pressure[]]*events_encoded_per_s*events/s*1.00x*",
         "*hashing[[]sha256_cbor[]]*hash_blocks_per_s*blocks/s*1.00x*",
         "*slot_mapping*vectorized_slot_mapping_tokens_per_s*",
         "*result records written to out/records.jsonl*",
@@ -122,6 +123,7 @@ def test_tiny_run_prints_tables_and_writes_records(pytester: pytest.Pytester) ->
     assert "kvcheck_commit" in record["environment"]
     names = {(m["case"], m["name"]) for m in record["metrics"]}
     assert ("hashing/xxhash", "hash_blocks_per_s") in names
+    assert ("event_wire/eviction_pressure", "payload_bytes_per_s") in names
     assert record["extra"]["options"]["scale"] == 0.03
 
     data = json.loads((pytester.path / "pb.json").read_text())

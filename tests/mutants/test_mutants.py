@@ -207,6 +207,11 @@ def test_suite_catches_mutant(pytester: pytest.Pytester, mutant: str) -> None:
     missed = sorted(EXPECTED[mutant] - set(failing))
     assert not missed, (
         f"{mutant}: no failed test in area(s) {missed}; failing areas: {failing}")
+    if EXPECTED[mutant] == {"events_wire"} and mutant != "mut_wire_tagged_arrays":
+        # The repro replays each step's drain too, where the stream's batches end (the
+        # tagged-array mutant raises in its first take_event_batch: the traceback shows it).
+        assert any("m.take_event_batch(0.0)  # -> <" in line for line in result.outlines), (
+            "\n".join(result.outlines[-30:]))
 
 
 def test_mutant_wiring_without_a_bug_passes(pytester: pytest.Pytester) -> None:

@@ -1,0 +1,88 @@
+"""``take_event_batch`` as a benchmark (capability ``event_wire``): the time an implementation
+takes to drain and encode each scheduler step's KV events into the payload vLLM's publisher
+sends, on a built-in workload, paired with the reference on the same steps.
+
+A round replays the workload through kvcheck's scheduler loop (``bench.scheduler.iter_steps``)
+on a fresh manager with KV events on and calls ``take_event_batch(ts)`` after every step;
+only those calls are timed (``perf_counter_ns``; the loop and the allocator calls are not),
+scaled by the round's on-CPU fraction as the scheduler benchmark does. The figures are events
+encoded per second and payload bytes per second; the payloads are decoded strictly
+(``kvcheck.events.codec.decode_batch``, untimed) so an implementation cannot win with bytes
+no consumer reads. With ``--kv-impl=vllm`` the implementation side is vLLM's own encoder
+(its ``KVEventBatch`` and msgspec encoder), so the paired ratio compares vLLM with kvcheck's.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from kvcheck.bench.allocator import RoundBench, per_round, workload_spec
+from kvcheck.bench.metrics import Metric, per_s
+from kvcheck.bench.scheduler import iter_steps
+from kvcheck.bench.workloads import Workload
+from kvcheck.conformance.pinning import declares_pinning
+from kvcheck.errors import KVCheckFailure
+
+if TYPE_CHECKING:
+    from kvcheck.events.codec import Release
+
+__all__ = ["EventWireBench"]
+
+
+class EventWireBench(RoundBench):
+    """One workload per round, ``take_event_batch`` timed after every step."""
+
+    def __init__(self, impl: Any, workload: Workload, profile: str) -> None:
+        super().__init__()
+        self.impl = impl
+        self.workload = workload
+        self.spec = replace(workload_spec(workload), enable_kv_cache_events=True,
+                            profile=profile)
+        # generic speaks 0.33's wire form (SupportsEventWire)
+        self.release: Release = "vllm-0.10" if profile == "vllm-0.10" else "vllm-0.33"
+
+    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        gc.collect()
+        return (self.impl.make_manager(self.spec, guard=False),), {}
+
+    def run(self, manager: Any) -> None:
+        from kvcheck.events.codec import decode_batch
+        from kvcheck.events.errors import WireFormatError
+
+        payloads: list[bytes] = []
+        total_ns = 0
+        wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
+        for step in iter_steps(manager, self.workload, pinning=declares_pinning(self.impl)):
+            start = time.perf_counter_ns()
+            payload = manager.take_event_batch(float(step))
+            total_ns += time.perf_counter_ns() - start
+            payloads.append(payload)
+        cpu_ns, wall_ns = time.thread_time_ns() - cpu0, time.perf_counter_ns() - wall0
+        if 0 < cpu_ns < wall_ns:
+            total_ns = round(total_ns * cpu_ns / wall_ns)
+        events = 0
+        for step, payload in enumerate(payloads):
+            try:
+                events += len(decode_batch(payload, release=self.release).events)
+            except WireFormatError as error:
+                raise KVCheckFailure(f"{self.impl.name}: take_event_batch({float(step)!r}) "
+                                     f"after step {step} of {self.workload.scenario} is not "
+                                     f"a {self.release} KVEventBatch: {error}") from None
+        self.results.append((events, sum(map(len, payloads)), total_ns))
+        self.advance(total_ns / 1e9)
+
+    def info(self) -> dict[str, Any]:
+        w = self.workload
+        return {"scenario": w.scenario, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
+                "num_blocks": w.num_blocks, "block_size": w.block_size,
+                "release": self.release, "events_per_round": self.results[0][0]
+                if self.results else None}
+
+    def metrics(self, results: list[tuple[int, int, int]]) -> list[Metric]:
+        return [per_round("events_encoded_per_s", "events/s", "higher_is_better",
+                          [per_s(n, ns / 1e9) for n, _, ns in results]),
+                per_round("payload_bytes_per_s", "B/s", "higher_is_better",
+                          [per_s(b, ns / 1e9) for _, b, ns in results])]
