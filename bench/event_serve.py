@@ -38,9 +38,33 @@ from kvcheck.events.codec import Release
 from kvcheck.events.sources import BatchSource, SourceBatch, encoded_events, with_rank
 from kvcheck.plugin.events_cli import add_serve_options, run_serve
 
-__all__ = ["impl_source", "main"]
+__all__ = ["impl_source", "main", "wire_route"]
 
 _COMMAND = "python -m kvcheck.bench.event_serve"
+
+
+def wire_route(impl: Any, int_hashes: bool | None) -> bool | None:
+    """How ``impl``'s events reach the wire: None, its own ``take_event_batch`` bytes; True
+    or False, its ``take_events()`` dicts encoded by kvcheck in that hash form (asked for, or
+    int, vLLM's default, when it declares only ``events``).
+
+    Raises:
+        KVCheckInputError: it declares neither capability, or a hash form was asked for and
+            it has no ``take_events`` to encode.
+    """
+    if int_hashes is not None:
+        if not impl.has("events"):
+            raise KVCheckInputError(
+                f"{impl.name} does not declare 'events' (take_events), which --hashes "
+                "encodes: drop --hashes to serve its own take_event_batch bytes")
+        return int_hashes
+    if impl.has("event_wire"):
+        return None
+    if impl.has("events"):
+        return True
+    raise KVCheckInputError(f"{impl.name} declares neither 'event_wire' nor 'events': it has "
+                            "no KV events to serve (declare one, see "
+                            "docs/writing-an-adapter.md)")
 
 
 def impl_source(impl: Any, workload: Any, *, release: Release, int_hashes: bool | None,
@@ -48,26 +72,14 @@ def impl_source(impl: Any, workload: Any, *, release: Release, int_hashes: bool 
     """``impl``'s events (a loaded ``--kv-impl``, ``kvcheck.conformance.loader.ImplHandle``)
     over ``workload`` (``kvcheck.bench.trace_workload.resolve_workload``'s answer): a
     scheduled ``Workload`` on the pool it names, or one recorded trace (``trace``, default
-    the corpus's first) replayed op by op on its recorded pool.
-
-    ``int_hashes``: None publishes the implementation's own bytes (``event_wire``); True or
-    False encodes its ``take_events()`` dicts in that hash form.
+    the corpus's first) replayed op by op on its recorded pool. ``int_hashes`` as
+    ``wire_route`` takes it.
 
     Raises:
-        KVCheckInputError: the implementation declares neither capability (or not the one
-            the hash choice needs), a trace name the corpus lacks, a trace recorded under
-            another release or one the implementation cannot run.
+        KVCheckInputError: as ``wire_route``; a trace name the corpus lacks, a trace recorded
+            under another release or one the implementation cannot run.
     """
-    wire = int_hashes is None
-    needed = "event_wire" if wire else "events"
-    if not impl.has(needed) and not (wire and impl.has("events")):
-        raise KVCheckInputError(
-            f"{impl.name} declares neither 'event_wire' nor 'events': it has no KV events to "
-            "serve (declare one, see docs/writing-an-adapter.md)" if wire else
-            f"{impl.name} does not declare 'events' (take_events), which --hashes encodes: "
-            "drop --hashes to serve its own take_event_batch bytes")
-    if wire and not impl.has("event_wire"):
-        wire, int_hashes = False, True  # only dicts: kvcheck encodes them, vLLM's default form
+    route = wire_route(impl, int_hashes)
     spec, steps = _plan(impl, workload, release, trace)
 
     def batches(engine: int) -> Iterator[SourceBatch]:
@@ -75,12 +87,12 @@ def impl_source(impl: Any, workload: Any, *, release: Release, int_hashes: bool 
         manager = impl.make_manager(spec)
         number = 0
         for _ in steps(manager):
-            if wire:
+            if route is None:
                 batch = with_rank(manager.take_event_batch(float(number)), data_parallel_rank,
                                   release, number)
             else:
                 batch = encoded_events(manager.take_events(), spec, ts=float(number),
-                                       release=release, int_hashes=bool(int_hashes),
+                                       release=release, int_hashes=route,
                                        data_parallel_rank=data_parallel_rank, number=number)
             if batch.events:  # vLLM's scheduler publishes only a step that has events
                 yield batch
@@ -91,7 +103,6 @@ def impl_source(impl: Any, workload: Any, *, release: Release, int_hashes: bool 
 def _plan(impl: Any, workload: Any, release: Release, trace: str | None
           ) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
     """The spec to build managers for and ``steps(manager)``, which drives one."""
-
     if not isinstance(workload, RecordedWorkload):
         if trace is not None:
             raise KVCheckInputError(f"--trace names a trace of a recorded corpus, but "
@@ -104,7 +115,6 @@ def _plan(impl: Any, workload: Any, release: Release, trace: str | None
 
 def _recorded_plan(impl: Any, workload: Any, release: Release, trace: str | None
                    ) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
-
     traces = workload.corpus["traces"]
     names = [t["name"] for t in traces]
     raw = traces[0] if trace is None else next((t for t in traces if t["name"] == trace), None)
@@ -128,9 +138,9 @@ def _source(args: argparse.Namespace) -> tuple[BatchSource, str]:
     impl = load_impl(args.kv_impl, call_timeout=None)
     workload = resolve_workload(args.workload, args.seed)
     int_hashes = None if args.hashes is None else args.hashes == "int"
-    own = int_hashes is None and impl.has("event_wire")
-    how = ("its own take_event_batch bytes" if own else
-           f"its take_events encoded by kvcheck, {args.hashes or 'int'} hashes")
+    route = wire_route(impl, int_hashes)
+    how = ("its own take_event_batch bytes" if route is None else
+           f"its take_events encoded by kvcheck, {'int' if route else 'bytes'} hashes")
     trace = f" trace {args.trace}" if args.trace else ""
     source = impl_source(impl, workload, release=args.format, int_hashes=int_hashes,
                          data_parallel_rank=args.dp_rank, trace=args.trace)

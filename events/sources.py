@@ -102,20 +102,18 @@ _EVENT_CLASSES: Final[dict[str, type]] = {
     cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
 _FIELDS: Final[dict[str, frozenset[str]]] = {
     name: frozenset(f.name for f in fields(cls)) for name, cls in _EVENT_CLASSES.items()}
-_METADATA_FIELDS: Final = ("kv_cache_spec_kind", "kv_cache_spec_sliding_window")
 
 
 def event_from_dict(event: Mapping[str, Any], number: int, index: int) -> Any:
     """A protocol event dict (``SupportsEvents.take_events``) as the reference's event, for
     ``encode_batch``; fields the event class lacks (0.33's group metadata) are left out."""
     kind = event.get("type") if isinstance(event, Mapping) else None
-    cls = _EVENT_CLASSES.get(kind) if isinstance(kind, str) else None
-    if cls is None or not isinstance(kind, str):
+    if not isinstance(kind, str) or kind not in _EVENT_CLASSES:
         raise KVCheckInputError(
             f"batch {number}, event {index}: take_events gave {event!r}, not a dict with "
             f"\"type\" in {sorted(_EVENT_CLASSES)}: fix the adapter's take_events")
     try:
-        return cls(**{k: v for k, v in event.items() if k in _FIELDS[kind]})
+        return _EVENT_CLASSES[kind](**{k: v for k, v in event.items() if k in _FIELDS[kind]})
     except TypeError as error:
         raise KVCheckInputError(f"batch {number}, event {index}: {kind} {event!r}: {error}: "
                                 "fix the adapter's take_events") from None
