@@ -314,9 +314,9 @@ class _Guard:
 class GuardedManager(_Guard):
     """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
 
-    __slots__ = ("_drained", "_events_per_op", "_group_bs", "_grouped", "_gtables", "_held",
-                 "_longest", "_lost", "_null", "_ops", "_pins", "_pool_tokens", "_rebinding",
-                 "_spec", "_steps", "_tables")
+    __slots__ = ("_drained", "_events_per_op", "_group_bs", "_grouped", "_held", "_holds",
+                 "_longest", "_lost", "_moving", "_null", "_ops", "_pins", "_pool_tokens",
+                 "_rebinding", "_spec", "_steps", "_tables")
 
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
@@ -326,11 +326,17 @@ class GuardedManager(_Guard):
         self._grouped = bool(spec.kv_cache_groups)
         self._null = null_of(spec)
         self._group_bs = tuple(spec.group_block_size(g) for g in range(len(spec.groups)))
-        # The tables the answers imply: a single-group adapter's (with the holds, _held),
-        # a grouped adapter's per-group ones (entries may become null).
-        self._tables: dict[str, list[int]] = {}
-        self._gtables: dict[str, list[list[int]]] = {}
-        self._held: dict[int, int] = {}  # block id -> number of live requests holding it
+        # The tables the answers imply, one list per group whatever the form (a single-group
+        # adapter's table is the one-group case), and the holds: per request the real block
+        # ids its tables hold, per block id the number of live requests holding it.
+        self._tables: dict[str, list[list[int]]] = {}
+        self._holds: dict[str, set[int]] = {}
+        self._held: dict[int, int] = {}
+        # Whether a table may change without an answer saying so (a grouped spec: entries a
+        # window skips become null, even in a refused call): then it is read back after every
+        # allocate_slots. A single-group table changes only by the answers (and, with
+        # dedup_on_insert, by judged rebindings), so the hot path reads nothing back.
+        self._moving = self._grouped
         self._lost = False  # an adapter call raised: its state is unknown from then on
         # For the length bounds: the most tokens (lookahead included) of any request shown
         # to the adapter, and the state-changing calls since the last take_events.
@@ -359,20 +365,6 @@ class GuardedManager(_Guard):
         guard then follows as a release of the old block and a share of the new one."""
         self._rebinding = judge
 
-    def _rebind(self, table: list[int], got: list[int]) -> None:
-        """``table`` (a request's, as the guard follows it) had entries rebound: it becomes
-        ``got`` (same length), the holds following."""
-        held = self._held
-        for old, new in zip(table, got, strict=True):
-            if old != new:
-                left = held.get(old, 0) - 1
-                if left > 0:
-                    held[old] = left
-                else:
-                    held.pop(old, None)
-                held[new] = held.get(new, 0) + 1
-        table[:] = got
-
     def _judge_table(self, rid: str, expected: list[int], ids: list[int]) -> tuple[bool, str]:
         """``ids``, ``rid``'s table as the adapter shows it, differs from ``expected``:
         ``(True, "")`` when the judge accepts it as rebindings (the guard then follows it),
@@ -385,7 +377,7 @@ class GuardedManager(_Guard):
         ok, note = self._rebinding.judge(rid, expected, ids, computed=end,
                                          fresh=start if ops == self._ops else None)
         if ok:
-            self._rebind(expected, ids)
+            self._set_tables(rid, [list(ids)])
         return ok, note
 
     def _follow_own_rebinding(self, rid: str, table: list[int], tail: list[int]) -> None:
@@ -398,6 +390,52 @@ class GuardedManager(_Guard):
         n = len(table)
         if ids[n:] == tail and ids[:n] != table:
             self._judge_table(rid, table, ids[:n])
+
+    # ---------------------------------------------------------- the tables and the holds
+    def _set_tables(self, rid: str, tables: list[list[int]]) -> None:
+        """``rid``'s tables are now ``tables`` (read back, or rebound): the holds follow."""
+        null = self._null
+        now = {b for t in tables for b in t if b != null}
+        before = self._holds.get(rid, set())
+        held = self._held
+        for b in before - now:
+            left = held[b] - 1
+            if left:
+                held[b] = left
+            else:
+                del held[b]
+        for b in now - before:
+            held[b] = held.get(b, 0) + 1
+        if any(tables):
+            self._tables[rid], self._holds[rid] = tables, now
+        else:
+            self._tables.pop(rid, None)
+            self._holds.pop(rid, None)
+
+    def _extend(self, rid: str, hits: list[list[int]], new: list[list[int]]) -> None:
+        """``rid``'s tables grow by the hits passed and the new ids returned (a table that
+        cannot move, so nothing is read back: the hot path)."""
+        tables = self._tables.get(rid)
+        if tables is None:
+            tables = self._tables[rid] = [[] for _ in self._group_bs]
+            hold = self._holds[rid] = set()
+        else:
+            hold = self._holds[rid]
+        held, null = self._held, self._null
+        for table, part_hits, part_new in zip(tables, hits, new, strict=True):
+            for b in part_hits:
+                if b != null and b not in hold:
+                    hold.add(b)
+                    held[b] = held.get(b, 0) + 1
+            for b in part_new:
+                hold.add(b)
+                held[b] = held.get(b, 0) + 1
+            table.extend(part_hits)
+            table.extend(part_new)
+
+    def _owners(self, block: int, rid: str) -> list[str]:
+        """The live requests other than ``rid`` holding ``block``."""
+        return sorted(r for r, hold in self._holds.items() if r != rid and block in hold)
 
     # ---------------------------------------------------------- pinning_lookup
     def follow_pins(self) -> None:
@@ -587,117 +625,71 @@ class GuardedManager(_Guard):
                                  new_computed_block_ids: Sequence[Sequence[int]],
                                  num_lookahead_tokens: int = 0) -> list[list[int]] | None:
         """``allocate_slots`` checked, the hits passed and the new ids one list per group
-        (the adapter is called with, and violations show, its own form)."""
+        (the adapter is called with, and violations show, its own form): the new ids are no
+        null block, none of the hits and held by no other request; the tables follow (read
+        back where they may move; rebindings judged under ``dedup_on_insert``). A refused
+        admission holds nothing (all-or-nothing): where tables may move, that is read back
+        too; a single-group table a refused call kept breaks conservation instead
+        (``kvcheck.conformance.laws``)."""
         __tracebackhide__ = True
-        if self._grouped:
-            return self._allocate_groups(request, num_new_tokens, num_new_computed_tokens,
-                                         [list(h) for h in new_computed_block_ids],
-                                         num_lookahead_tokens)
-        new = self._allocate_flat(request, num_new_tokens, num_new_computed_tokens,
-                                  list(new_computed_block_ids[0]) if new_computed_block_ids
-                                  else [], num_lookahead_tokens)
-        return None if new is None else [new]
-
-    def _allocate_flat(self, request: RequestView, num_new_tokens: int,
-                       num_new_computed_tokens: int, hits: list[int],
-                       num_lookahead_tokens: int) -> list[int] | None:
-        """A single-group adapter's ``allocate_slots``: the new ids are none of the hits and
-        held by nobody (``_held``), the table follows (rebindings judged)."""
-        __tracebackhide__ = True
-        args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens, hits,
-                                     list(hits), num_lookahead_tokens)
-        if value is None:
-            return None
-        new = self._ids("allocate_slots", args, value, "the new block ids")
+        given = [list(h) for h in new_computed_block_ids]  # [] for a running request
+        args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens,
+                                     adapter_form(self._spec, given),
+                                     adapter_form(self._spec, [list(h) for h in given]),
+                                     num_lookahead_tokens)
+        hits = given + [[] for _ in range(len(self._group_bs) - len(given))]
+        new = None if value is None else self._answer_groups(
+            "allocate_slots", args, value, "the new block ids", nulls=False)
         if self._lost:
             return new
         rid = request.request_id
+        old = self._tables.get(rid)
+        if new is None:
+            if self._moving:  # entries may change even in a refused call
+                self._follow(rid, [list(t) for t in old] if old is not None else
+                             [[] for _ in self._group_bs],
+                             f"allocate_slots({rid!r}) returned None"
+                             + (" for a request holding no blocks" if old is None else "")
+                             + "; then get_block_ids")
+            return None
+        fresh = [b for part in new for b in part]
         if self._pins is not None:
-            self._check_pins(args, value, rid, new)
+            self._check_pins(args, value, rid, fresh)
         dedup = self._rebinding is not None and self._rebinding.declared
         if self._rebinding is not None:
             start = request.num_computed_tokens + num_new_computed_tokens
             self._steps[rid] = (start, start + num_new_tokens, self._ops)
-            if dedup and rid in self._tables:
-                self._follow_own_rebinding(rid, self._tables[rid], hits + new)
+            if dedup and old is not None:
+                self._follow_own_rebinding(rid, old[0], hits[0] + new[0])
+                old = self._tables.get(rid)
+        passed = {b for h in hits for b in h}
+        for b in fresh:
+            if b in passed:
+                self._new_is_a_hit(args, value, b)
+        if self._moving:
+            expected = ([list(t) for t in old] if old is not None
+                        else [[] for _ in self._group_bs])
+            for table, part_hits, part_new in zip(expected, hits, new, strict=False):
+                table.extend(part_hits)
+                table.extend(part_new)
+            self._follow(rid, expected, f"allocate_slots({rid!r}) returned "
+                         f"{abbreviate(value)}; then get_block_ids")
+        else:
+            mine = self._holds.get(rid, ())
+            for b in fresh:
+                if b in mine:
+                    self._new_is_held(args, value, b, [rid])
+            self._extend(rid, hits, new)
         held = self._held
-        clash = [b for b in new if b in held]
+        clash = [b for b in fresh if held.get(b, 0) > 1]
         if clash and dedup:
             # A rebinding since the holders' tables were last read may have released it.
-            for owner in sorted(r for r, t in self._tables.items()
-                                if r != rid and not set(clash).isdisjoint(t)):
+            for owner in sorted({r for b in clash for r in self._owners(b, rid)}):
                 self.get_block_ids(owner)
-            clash = [b for b in new if b in held]
-        if clash or (hits and not set(new).isdisjoint(hits)):
-            self._double_hand_out(args, value, new, hits)
-        table = self._tables.get(rid)
-        if table is None:
-            table = self._tables[rid] = []
-        for b in hits:
-            held[b] = held.get(b, 0) + (b not in table)
-        for b in new:
-            held[b] = 1
-        table += hits
-        table += new
+            clash = [b for b in fresh if held.get(b, 0) > 1]
+        if clash:
+            self._new_is_held(args, value, clash[0], self._owners(clash[0], rid))
         return new
-
-    def _allocate_groups(self, request: RequestView, num_new_tokens: int,
-                         num_new_computed_tokens: int, hits: list[list[int]],
-                         num_lookahead_tokens: int) -> list[list[int]] | None:
-        """A grouped adapter's ``allocate_slots``: no null block and no hit among the new
-        ids, the tables read back (entries may have become null, even in a refused call;
-        a refused admission's are empty), no new id held by another request. (A
-        single-group adapter's tables are not read back: there a block a refused call kept
-        breaks conservation, ``kvcheck.conformance.laws``.)"""
-        __tracebackhide__ = True
-        args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens, hits,
-                                     [list(h) for h in hits], num_lookahead_tokens)
-        new = None if value is None else self._groups("allocate_slots", args, value,
-                                                      "the new block ids", nulls=False)
-        if self._lost:
-            return new
-        rid = request.request_id
-        if self._pins is not None and new is not None:
-            self._check_pins(args, value, rid, [b for part in new for b in part])
-        old = self._gtables.get(rid)
-        if new is None and old is None:
-            # A refused admission holds nothing (all-or-nothing), which the tables must show:
-            # entries may change even in a refused call, so they are always read back.
-            self._follow(rid, [[] for _ in self._group_bs],
-                         f"allocate_slots({rid!r}) returned None for a request holding no "
-                         "blocks; then get_block_ids")
-            return None
-        flat_hits = {b for h in hits for b in h}
-        for part in new or ():
-            for b in part:
-                if b in flat_hits:
-                    self._new_is_a_hit(args, value, b)
-        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
-        if new is not None:
-            for g, part in enumerate(new):
-                if g < len(hits):
-                    expected[g] += hits[g]
-                expected[g] += part
-        self._follow(rid, expected, f"allocate_slots({rid!r}) returned {abbreviate(value)}; "
-                     "then get_block_ids")
-        for part in new or ():
-            for b in part:
-                owners = sorted(r for r, t in self._gtables.items()
-                                if r != rid and any(b in row for row in t))
-                if owners:
-                    self._new_is_held(args, value, b, owners)
-        return new
-
-    def _double_hand_out(self, args: tuple[object, ...], value: object, new: list[int],
-                         hits: list[int]) -> NoReturn:
-        __tracebackhide__ = True
-        for b in new:
-            if b in hits:
-                self._new_is_a_hit(args, value, b)
-            owners = sorted(r for r, t in self._tables.items() if b in t)
-            if owners:
-                self._new_is_held(args, value, b, owners)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _new_is_a_hit(self, args: tuple[object, ...], value: object, block: int) -> NoReturn:
         __tracebackhide__ = True
@@ -725,17 +717,8 @@ class GuardedManager(_Guard):
 
     def _forget(self, request_id: str) -> None:
         """Drop a freed request's tables and its holds."""
-        self._gtables.pop(request_id, None)
-        table = self._tables.pop(request_id, None)
         self._steps.pop(request_id, None)
-        if table:
-            held = self._held
-            for b in set(table):
-                left = held.get(b, 0) - 1
-                if left > 0:
-                    held[b] = left
-                else:
-                    held.pop(b, None)
+        self._set_tables(request_id, [])
 
     def get_block_ids(self, request_id: str) -> Any:
         __tracebackhide__ = True
@@ -745,53 +728,45 @@ class GuardedManager(_Guard):
         """``get_block_ids(request_id)`` checked against the tables the answers imply, one
         table per group."""
         __tracebackhide__ = True
-        if not self._grouped:
-            return [self._flat_table(request_id)]
         if self._lost:
             value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
-            return self._groups("get_block_ids", (request_id,), value, "the block tables",
-                                nulls=True)
-        old = self._gtables.get(request_id)
+            return self._answer_groups("get_block_ids", (request_id,), value,
+                                       self._table_what, nulls=True)
+        old = self._tables.get(request_id)
         expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
-        return self._follow(request_id, expected, "get_block_ids")
+        return self._follow(request_id, expected, "")
 
-    def _flat_table(self, request_id: str) -> list[int]:
-        """A single-group adapter's table: the previous one + the hits + the new ids (or,
-        with a judge, that with rebound entries)."""
-        __tracebackhide__ = True
-        value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
-        # The table holds shared hits, but never a block twice.
-        ids = self._ids("get_block_ids", (request_id,), value, "the block table")
-        if not self._lost:
-            expected = self._tables.get(request_id, [])
-            if ids != expected:
-                rebound, note = self._judge_table(request_id, expected, ids)
-                if not rebound:
-                    self._violation(
-                        "get_block_ids", (request_id,), value,
-                        f"the block table must be {abbreviate(expected)} (the previous table + "
-                        "the hits passed to allocate_slots + the new ids it returned; [] after "
-                        "free or for an unknown request)" + note)
-        return ids
+    @property
+    def _table_what(self) -> str:
+        return "the block tables" if self._grouped else "the block table"
 
     def _follow(self, rid: str, expected: list[list[int]], context: str) -> list[list[int]]:
-        """Read a grouped adapter's tables of ``rid``, check them against ``expected``
-        (entries may have become null), and remember them."""
+        """Read ``rid``'s tables, check them against ``expected`` (the previous tables + the
+        hits + the new ids; entries may have become null where there is a null block, or
+        been rebound under ``dedup_on_insert``), and remember them. ``context`` (the call
+        before, if any) ends the message."""
         __tracebackhide__ = True
         value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
-        tables = self._groups("get_block_ids", (rid,), value, "the block tables", nulls=True)
+        # A table holds shared hits, but never a block twice (nor, grouped, in two groups).
+        tables = self._answer_groups("get_block_ids", (rid,), value, self._table_what,
+                                     nulls=True)
+        null = self._null
         for g, (got, want) in enumerate(zip(tables, expected, strict=True)):
-            if len(got) != len(want) or any(a != b and a != NULL_BLOCK
-                                            for a, b in zip(got, want, strict=True)):
-                self._violation("get_block_ids", (rid,), value,
-                                f"group {g}'s table must be {abbreviate(want)} with some entries "
-                                "possibly replaced by the null block 0 (the previous table + "
-                                "the hits passed to allocate_slots + the new ids it returned; "
-                                f"[] after free or for an unknown request) [{context}]")
-        if any(tables):
-            self._gtables[rid] = tables
-        else:
-            self._gtables.pop(rid, None)
+            if got == want or (null is not None and len(got) == len(want) and all(
+                    a in (b, null) for a, b in zip(got, want, strict=True))):
+                continue
+            rebound, note = (False, "") if self._grouped else self._judge_table(rid, want, got)
+            if rebound:
+                continue
+            where = (f"group {g}'s table must be {abbreviate(want)} with some entries "
+                     "possibly replaced by the null block 0" if self._grouped else
+                     f"the block table must be {abbreviate(want)}")
+            self._violation("get_block_ids", (rid,), value,
+                            f"{where} (the previous table + the hits passed to allocate_slots "
+                            "+ the new ids it returned; [] after free or for an unknown "
+                            "request)" + (f" [{context}]" if context else "") + note)
+        if not self._lost:
+            self._set_tables(rid, tables)
         return tables
 
     def reset_prefix_cache(self) -> bool:
