@@ -75,6 +75,28 @@ def test_event_wire(benchmark, request, kv_bench, kv_impl, kv_reference) -> None
                            "eviction_pressure")
 
 
+@pytest.mark.benchmark(group="indexer", timer=allocator_time, disable_gc=True)
+@pytest.mark.kv_capability("indexer")
+def test_indexer(benchmark, request, kv_bench, kv_impl) -> None:
+    """A router's index (--kv-indexer) on the event streams of the recorded corpus's traces,
+    one worker each, delivered round-robin: events applied and matches answered per second,
+    paired with kvcheck's reference index on the same streams (kvcheck.bench.indexer_bench)."""
+    _require(kv_impl, "indexer", "a router's index")
+    from kvcheck.bench.indexer_bench import IndexerBench, corpus_streams
+    from kvcheck.conformance.loader import load_indexers
+
+    profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
+    profile = (profiles or {}).get(kv_impl.name, kv_impl.info.profile)
+    release = "vllm-0.10" if profile == "vllm-0.10" else "vllm-0.33"
+    int_hashes = kv_impl.has("int_hashes")
+    streams = corpus_streams(release, int_hashes=int_hashes, scale=kv_bench.options.scale)
+    reference = load_indexers("reference", call_timeout=None)[0]
+    kv_bench.run_allocator(benchmark, request, kv_impl, reference,
+                           lambda impl: IndexerBench(impl, streams), "indexer",
+                           f"{len(streams.traces)} corpus traces, "
+                           f"{'int' if int_hashes else 'bytes'} hashes")
+
+
 @pytest.mark.benchmark(group="hashing", timer=allocator_time, disable_gc=True)
 @pytest.mark.parametrize("hash_algo", list(HASH_FUNCTIONS))
 def test_hashing(benchmark, request, kv_bench, kv_impl, kv_reference, hash_algo: str) -> None:

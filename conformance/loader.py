@@ -39,6 +39,13 @@ from kvcheck.conformance.call_limit import (
     CallLimit,
 )
 from kvcheck.conformance.guard import GuardedBlockPool, GuardedManager
+from kvcheck.conformance.indexer_guard import GuardedIndexer
+from kvcheck.conformance.indexer_protocol import (
+    IndexerAdapter,
+    IndexerConfig,
+    SupportsDecodedEvents,
+    SupportsWireBatches,
+)
 from kvcheck.conformance.interrupts import is_adapters_doing
 from kvcheck.conformance.protocol import (
     CAPABILITIES,
@@ -51,6 +58,7 @@ from kvcheck.conformance.protocol import (
     ManagerWithCapabilities,
     UnsupportedSpec,
     effective_capabilities,
+    protocol_methods,
     reserved_block_ids,
 )
 from kvcheck.conformance.sizes import note_spec
@@ -58,14 +66,18 @@ from kvcheck.conformance.sizing_protocol import SIZING_FUNCTIONS
 from kvcheck.conformance.spec_seal import SpecMutated, SpecWatch, check_unchanged, private_copy
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["ALIASES", "DEFAULT_CALL_TIMEOUT", "ImplHandle", "ImplLoadError", "load_impl",
-           "load_impls"]
+__all__ = ["ALIASES", "DEFAULT_CALL_TIMEOUT", "INDEXER_ALIASES", "ImplHandle", "ImplLoadError",
+           "load_impl", "load_impls", "load_indexers"]
 
 #: Short names accepted by --kv-impl.
 ALIASES: dict[str, str] = {
     "reference": "kvcheck.adapters.reference",
     "vllm": "kvcheck.adapters.vllm",
 }
+#: Short names accepted by --kv-indexer.
+INDEXER_ALIASES: dict[str, str] = {"reference": "kvcheck.adapters.reference_indexer"}
+#: The factory an indexer module defines (capability ``indexer``).
+INDEXER_FACTORY = "make_indexer"
 
 # Capabilities whose methods live on the manager object (the others: on the block pool or
 # the module); the method names come from the Protocol classes (CAPABILITY_METHODS).
@@ -104,6 +116,7 @@ class ImplHandle:
     pool_factory: Callable[[KVCacheSpec], object] | None
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT
     factory_name: str = "make_kv_cache_manager"
+    indexer_factory: Callable[[IndexerConfig], object] | None = None
     limit: CallLimit = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +154,20 @@ class ImplHandle:
         if "pinning_lookup" in self.info.capabilities:
             manager.follow_pins()  # its lookups pin their hits (kvcheck.conformance.pinning)
         return manager
+
+    def make_indexer(self, config: IndexerConfig) -> GuardedIndexer:
+        """A fresh indexer for ``config`` (capability ``indexer``), built under the call
+        limit and wrapped in a ``GuardedIndexer`` (``kvcheck.conformance.indexer_guard``).
+
+        Raises:
+            KVCheckInputError: the implementation declares no ``indexer``.
+            AdapterTimeout, AdapterRaised: as for ``make_manager``.
+        """
+        if self.indexer_factory is None:
+            raise KVCheckInputError(f"{self.name} declares no indexer capability")
+        raw = self.limit.call(INDEXER_FACTORY, self.indexer_factory, config)
+        return GuardedIndexer(raw, impl=self.name, config=config, limit=self.limit,
+                              decoded="decoded_events" in self.info.capabilities)
 
     def make_block_pool(self, spec: KVCacheSpec, *, guard: bool = True) -> BlockPoolAdapter:
         """A fresh block pool for ``spec`` (see ``make_manager``)."""
@@ -306,18 +333,29 @@ def _check_ref_cnt_convention(target: str, value: object, caps: set[str]) -> Non
 
 #: Capability -> the capability without which its tests can never run (they are marked with
 #: both, or drive a manager): declaring it alone would look tested and never be.
-_CAPABILITY_NEEDS = {"sliding_window": "kv_cache_groups",
-                     "chunked_local_attention": "kv_cache_groups",
-                     "kv_cache_groups": "manager",
-                     "pinning_lookup": "manager"}
+_CAPABILITY_NEEDS: dict[str, tuple[str, ...]] = {
+    "sliding_window": ("kv_cache_groups",),
+    "chunked_local_attention": ("kv_cache_groups",),
+    "kv_cache_groups": ("manager", "indexer"),
+    "pinning_lookup": ("manager",),
+    "replay": ("indexer",),
+    "decoded_events": ("indexer",),
+    "int_hashes": ("indexer",),
+    "bytes_hashes": ("indexer",)}
 
 
 def _check_capability_needs(target: str, caps: set[str]) -> None:
     for cap, needed in _CAPABILITY_NEEDS.items():
-        if cap in caps and needed not in caps:
-            raise _usage(target, f"IMPL_INFO declares {cap!r} without {needed!r}, so no test "
-                         f"of {cap!r} would ever run (each needs {needed!r} too)",
-                         f"declare {needed!r} as well, or drop {cap!r}")
+        if cap in caps and caps.isdisjoint(needed):
+            need = " or ".join(repr(n) for n in needed)
+            raise _usage(target, f"IMPL_INFO declares {cap!r} without {need}, so no test "
+                         f"of {cap!r} would ever run (each needs {need} too)",
+                         f"declare {need} as well, or drop {cap!r}")
+    if "indexer" in caps and caps.isdisjoint({"int_hashes", "bytes_hashes"}):
+        raise _usage(target, "IMPL_INFO declares 'indexer' but neither 'int_hashes' nor "
+                     "'bytes_hashes': no hash form to feed it",
+                     "declare the forms the index reads: 'int_hashes' (vLLM's default 64-bit "
+                     "integers) and/or 'bytes_hashes' (digests)")
 
 
 def _check_factory(target: str, name: str, factory: object) -> None:
@@ -439,10 +477,12 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     module_name, factory_name = _parse_target(target)
     module = _import(target, module_name, [Path(s) for s in search])
     info = _impl_info(target, module)
-    if not info.capabilities & {"manager", "block_pool"}:
-        raise _usage(target, "IMPL_INFO declares neither 'manager' nor 'block_pool'",
+    if not info.capabilities & {"manager", "block_pool", "indexer"}:
+        raise _usage(target, "IMPL_INFO declares none of 'manager', 'block_pool' and "
+                     "'indexer'",
                      "declare 'manager' (make_kv_cache_manager) and/or 'block_pool' "
-                     "(make_block_pool): the suite needs something to drive")
+                     "(make_block_pool), or 'indexer' (make_indexer) for a router's prefix "
+                     "index: the suite needs something to drive")
     limit = CallLimit(call_timeout, info.name)
     factory = getattr(module, factory_name, None)
     if "manager" in info.capabilities:
@@ -473,12 +513,48 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     if _SIZING_CAPABILITY in info.capabilities:
         _check_module_functions(target, module, SIZING_FUNCTIONS, _SIZING_CAPABILITY,
                                 "kvcheck.conformance.sizing_protocol.SupportsSizing")
+    indexer_factory = _indexer_factory(target, module, info, limit)
     return ImplHandle(
         info.name, target, module, info,
         factory if "manager" in info.capabilities else None,
         pool_factory if "block_pool" in info.capabilities else None,
         call_timeout=call_timeout, factory_name=factory_name,
+        indexer_factory=indexer_factory,
     )
+
+
+def _indexer_factory(target: str, module: ModuleType, info: ImplInfo,
+                     limit: CallLimit) -> Callable[[IndexerConfig], object] | None:
+    """Capability ``indexer``: ``make_indexer`` checked, and the methods of a probe index."""
+    if "indexer" not in info.capabilities:
+        return None
+    factory = getattr(module, INDEXER_FACTORY, None)
+    if factory is None:
+        raise _usage(target, f"capability 'indexer' is declared but the module has no "
+                     f"{INDEXER_FACTORY}",
+                     f"define def {INDEXER_FACTORY}(config: IndexerConfig) returning the index "
+                     "(kvcheck.conformance.indexer_protocol), or drop 'indexer'")
+    _check_factory(target, INDEXER_FACTORY, factory)
+    size = (info.block_sizes or (4,))[0]
+    config = IndexerConfig(block_size=size, release="vllm-0.10" if info.profile == "vllm-0.10"
+                           else "vllm-0.33",
+                           hash_form="int" if "int_hashes" in info.capabilities else "bytes",
+                           hash_algo=(info.hash_algos or ("sha256",))[0])
+    try:
+        probe = limit.call(INDEXER_FACTORY, factory, config)
+    except (AdapterTimeout, AdapterRaised) as exc:
+        raise _usage(target, f"{exc}", f"{INDEXER_FACTORY} must return an index promptly for "
+                     "a small config") from None
+    except Exception as exc:  # noqa: BLE001 - any crash of the factory: a usage error
+        raise _usage(target, f"{INDEXER_FACTORY}({config}) raised {type(exc).__name__}: {exc}",
+                     f"{INDEXER_FACTORY} must build an index for any config it supports"
+                     ) from None
+    protocols: list[type] = [IndexerAdapter, SupportsDecodedEvents if "decoded_events" in
+                             info.capabilities else SupportsWireBatches]
+    for proto in protocols:
+        _check_methods(target, probe, "indexer", protocol_methods(proto),
+                       "decoded_events" if proto is SupportsDecodedEvents else "indexer")
+    return cast("Callable[[IndexerConfig], object]", factory)
 
 
 def _probe_specs(info: ImplInfo) -> list[KVCacheSpec]:
@@ -548,4 +624,36 @@ def load_impls(value: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
             f"kvcheck: --kv-impl={value}: implementations share the name(s) {dup}\n"
             "  Fix: give each IMPL_INFO a distinct name (it is the test-id suffix)"
         )
+    return handles
+
+
+def load_indexers(value: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+                  search: Sequence[Path | str] = (".",)) -> list[ImplHandle]:
+    """``--kv-indexer``: a comma list of indexer modules (``reference``: kvcheck's reference
+    indexer), each loaded as ``load_impl`` does and required to declare ``indexer``.
+
+    Raises:
+        ImplLoadError: naming ``--kv-indexer``, the problem and the fix.
+    """
+    parts = value.split(",")
+    if not value.strip() or any(not p.strip() for p in parts):
+        raise ImplLoadError(
+            f"kvcheck: --kv-indexer={value}: the indexer list is empty or has an empty entry\n"
+            "  Fix: pass --kv-indexer=package.module (or reference), a comma list without "
+            "empty entries")
+    handles = []
+    for part in parts:
+        target = INDEXER_ALIASES.get(part.strip(), part.strip())
+        try:
+            handle = load_impl(target, call_timeout=call_timeout, search=search)
+        except ImplLoadError as exc:
+            raise ImplLoadError(str(exc).replace(f"--kv-impl={target}",
+                                                 f"--kv-indexer={part.strip()}", 1)) from None
+        if "indexer" not in handle.info.capabilities:
+            raise ImplLoadError(
+                f"kvcheck: --kv-indexer={part.strip()}: IMPL_INFO does not declare 'indexer' "
+                f"(it declares {sorted(handle.info.capabilities)})\n"
+                "  Fix: pass a router index module (make_indexer, capability 'indexer'; "
+                "docs/indexers.md) to --kv-indexer, and managers to --kv-impl")
+        handles.append(handle)
     return handles

@@ -20,6 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
+from kvcheck.conformance.indexer_protocol import INDEXER_CAPABILITIES
 from kvcheck.conformance.sizing_protocol import SupportsSizing
 from kvcheck.errors import KVCheckError
 
@@ -32,6 +33,7 @@ __all__ = [
     "EXTRA_KEY_KINDS",
     "HASH_ALGOS",
     "KIND_CAPABILITIES",
+    "MANAGER_CAPABILITIES",
     "PROFILES",
     "VLLM_PROFILES",
     "AttentionKind",
@@ -108,7 +110,14 @@ CAPABILITIES: dict[str, str] = {
                        "once its tokens are computed (radix / trie caches)",
     "pinning_lookup": "get_computed_blocks takes references on its hits; the suite follows "
                       "it with allocate_slots or manager.release_computed(request_id)",
+    # A router's prefix index (issue 27): another kind of implementation than a manager.
+    **INDEXER_CAPABILITIES,
 }
+
+#: The capabilities of a KV-cache manager (its adapter module, ``kvcheck new-adapter``): all
+#: but the indexer-only ones.
+MANAGER_CAPABILITIES: dict[str, str] = {
+    cap: meaning for cap, meaning in CAPABILITIES.items() if cap not in INDEXER_CAPABILITIES}
 
 #: Features of vLLM's design that another design may lack. Every vLLM profile implies them
 #: (an implementation checked against vLLM must have them); under ``generic`` only the

@@ -213,19 +213,24 @@ def assess(impl: str, inventory: SuiteInventory | None, full: SuiteInventory | N
 
 def inventory_subprocess(impl_value: str, profile: str | None,
                          extra_env: dict[str, str] | None = None,
-                         timeout: float = 300.0) -> SuiteInventory | None:
+                         timeout: float = 300.0, *,
+                         indexer_value: str | None = None) -> SuiteInventory | None:
     """Collect the whole suite in a child pytest and return its inventory (None on failure).
 
     The child runs ``python -m pytest --collect-only`` on the suite folder with the same
-    ``--kv-impl`` / ``--kv-profile``, in the current directory, with ``PYTHONPATH``
-    extended by ``extra_env`` (the folders the implementations were imported from).
+    ``--kv-impl`` / ``--kv-indexer`` / ``--kv-profile``, in the current directory, with
+    ``PYTHONPATH`` extended by ``extra_env`` (the folders the implementations were imported
+    from).
     """
     fd, name = tempfile.mkstemp(prefix="kvcheck-inventory-", suffix=".json")
     os.close(fd)
     out = Path(name)
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-           "-p", "no:randomly", str(suite_dir()), f"--kv-impl={impl_value}",
-           f"--kv-inventory={out}"]
+           "-p", "no:randomly", str(suite_dir()), f"--kv-inventory={out}"]
+    if impl_value or indexer_value is None:
+        cmd.append(f"--kv-impl={impl_value}")
+    if indexer_value is not None:
+        cmd.append(f"--kv-indexer={indexer_value}")
     if profile:
         cmd.append(f"--kv-profile={profile}")
     env = dict(os.environ)

@@ -88,7 +88,8 @@ _ALL = Checks((CONSERVATION, OWNERSHIP, HITS, EVICTION))
 _WORKLOAD = Checks((CONSERVATION, OWNERSHIP), (HITS, EVICTION))
 
 #: Suite files whose tests check no law family (kernels, sizing arithmetic, batch metadata).
-NO_LAW_FILES = frozenset({"test_kernels.py", "test_sizing.py", "test_batch_metadata.py"})
+NO_LAW_FILES = frozenset({"test_kernels.py", "test_sizing.py", "test_batch_metadata.py",
+                          "test_indexer.py"})
 
 #: ``file::test`` (``function_key``) -> the law families its workload exercises.
 LAW_FAMILIES: dict[str, Checks] = {
@@ -317,6 +318,8 @@ class TestFacts:
         names, or those a skip by the test itself names ("does not declare capability"; not
         the oracle's, which ``--kv-oracle`` decides)."""
         missing = [c for c in self.needs if c not in capabilities]
+        if "indexer" in missing:
+            missing = ["indexer"]  # the indexer area: another kind of implementation's
         if not missing and self.outcome == "skipped" and "oracle" not in self.skip_reason:
             match = _CAPABILITY_RE.search(self.skip_reason)
             if match:

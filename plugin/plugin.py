@@ -64,6 +64,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "comma list runs each as its own parametrization (env KV_IMPL as fallback)",
     )
     group.addoption(
+        "--kv-indexer", default=None, metavar="MODULE[,...]",
+        help="KV-aware router index(es) under test: a module defining IMPL_INFO (capability "
+             "'indexer') and make_indexer(config), or the alias 'reference'; runs the indexer "
+             "area (docs/indexers.md), beside --kv-impl's implementations if any",
+    )
+    group.addoption(
         "--kv-oracle", default="reference", metavar="MODULE[:FACTORY]",
         help="what differential tests (the kv_pair fixture) compare each implementation with: "
              "'reference' (default), 'vllm' (the installed vLLM, kvcheck.adapters.vllm) or "

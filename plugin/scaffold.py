@@ -26,7 +26,7 @@ import keyword
 import sys
 from pathlib import Path
 
-from kvcheck.conformance.protocol import CAPABILITIES, PROFILES
+from kvcheck.conformance.protocol import MANAGER_CAPABILITIES, PROFILES
 from kvcheck.errors import KVCheckInputError
 from kvcheck.results.io import write_atomic
 
@@ -109,8 +109,8 @@ def _free_name(name: str, folder: Path | None = None) -> str:
 def _capability_lines() -> str:
     """One line per capability, the starting ones declared, the rest commented out."""
     lines = []
-    width = max(len(c) for c in CAPABILITIES) + 4
-    for cap, meaning in CAPABILITIES.items():
+    width = max(len(c) for c in MANAGER_CAPABILITIES) + 4
+    for cap, meaning in MANAGER_CAPABILITIES.items():
         entry = f'"{cap}",'.ljust(width)
         if cap in STARTING_CAPABILITIES:
             lines.append(f"        {entry}# {meaning}")

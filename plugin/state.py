@@ -59,10 +59,13 @@ class KVSessionState:
     def __init__(self, config: pytest.Config, impls: list[ImplHandle], profile: str | None,
                  max_examples: int, seed: int | None, report_path: str | None,
                  oracle: ImplHandle | None = None, impl_value: str = "",
-                 call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
+                 call_timeout: float = DEFAULT_CALL_TIMEOUT,
+                 indexer_value: str | None = None) -> None:
         self.config = config
         self.impls = impls
-        self.impl_value = impl_value  # the --kv-impl text, for the inventory subprocess
+        # The --kv-impl and --kv-indexer texts, for the inventory subprocess.
+        self.impl_value = impl_value
+        self.indexer_value = indexer_value
         # What kv_pair compares the implementation with (--kv-oracle; the reference by
         # default). None until needed when no implementation is selected.
         self.oracle = oracle
@@ -161,7 +164,8 @@ class KVSessionState:
             if self.inventory is not None and self.inventory.known \
                     and self.inventory.partial_files:
                 full = inventory_subprocess(self.impl_value, self.profile_override,
-                                            _import_path_env(self.impls))
+                                            _import_path_env(self.impls),
+                                            indexer_value=self.indexer_value)
             self._completeness = {
                 impl.name: assess(
                     impl.name, self.inventory, full, self.outcomes.reported(impl.name),

@@ -26,6 +26,7 @@ from kvcheck.conformance.loader import (
     ImplLoadError,
     load_impl,
     load_impls,
+    load_indexers,
 )
 from kvcheck.conformance.protocol import (
     KVCacheSpec,
@@ -82,9 +83,20 @@ def configure(config: pytest.Config) -> None:
         search = (Path.cwd(), config.rootpath)
         impls = (load_impls(value, call_timeout=timeout, search=search)
                  if value.strip() or option_value is not None else [])
+        indexer_value = config.getoption("kv_indexer")
+        if indexer_value is not None:
+            impls += load_indexers(indexer_value, call_timeout=timeout, search=search)
+            names = [h.name for h in impls]
+            shared = sorted({n for n in names if names.count(n) > 1})
+            if shared:
+                raise ImplLoadError(
+                    f"kvcheck: --kv-impl / --kv-indexer: implementations share the name(s) "
+                    f"{shared}\n  Fix: give each IMPL_INFO a distinct name (it is the test-id "
+                    "suffix)")
         oracle_value = (config.getoption("kv_oracle") or "reference").strip()
         oracle = (_load_oracle(oracle_value, timeout)
-                  if impls or oracle_value != "reference" else None)
+                  if any(h.indexer_factory is None or h.factory is not None for h in impls)
+                  or oracle_value != "reference" else None)
     except ImplLoadError as exc:
         raise pytest.UsageError(str(exc)) from None
     report_path = config.getoption("kv_report")
@@ -96,7 +108,8 @@ def configure(config: pytest.Config) -> None:
         claim_session_output(config, report_path, "--kv-report", example="kvcheck.jsonl",
                              writes=writes)
     state = KVSessionState(config, impls, config.getoption("kv_profile"), max_examples,
-                           config.getoption("kv_seed"), report_path, oracle, value, timeout)
+                           config.getoption("kv_seed"), report_path, oracle, value, timeout,
+                           indexer_value=config.getoption("kv_indexer"))
     notes: list[str] = config.stash.get(_TIMEOUT_NOTES, [])
     state.selection_warnings.extend(notes)  # said in the summary too
     register(config, state)
@@ -245,9 +258,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _not_applicable(item: pytest.Item, impl: ImplHandle, profile: str) -> str | None:
     """Why ``item`` does not apply to ``impl`` under ``profile`` (None: it applies)."""
     capabilities = effective_capabilities(impl.info, profile)
+    if "indexer" in capabilities and capabilities.isdisjoint({"manager", "block_pool"}) and not any(
+            "indexer" in mark.args for mark in item.iter_markers("kv_capability")):
+        # A router's index, not a manager: only the indexer area is about it.
+        return (f"{impl.name} does not declare capability 'manager' (an indexer: only the "
+                "indexer area applies)")
     for mark in item.iter_markers("kv_capability"):
         missing = [c for c in mark.args if c not in capabilities]
         if missing:
+            if any("indexer" in m.args for m in item.iter_markers("kv_capability")) \
+                    and "indexer" not in capabilities:
+                missing = ["indexer"]  # another kind of implementation's area, whatever else
             return (f"{impl.name} does not declare capability "
                     f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
     if profile == "generic" and item.get_closest_marker("kv_generic") is None:

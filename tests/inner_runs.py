@@ -45,15 +45,15 @@ class AreaOutcome(NamedTuple):
 
 
 def run_area(pytester: pytest.Pytester, area_file: Path, impl: str, *args: str,
-             path: Path | None = None) -> AreaOutcome:
-    """Run one suite module (an area) in-process on ``--kv-impl=impl`` with ``args``, no
-    shrinking, and ``path`` (default: pytester's folder) on ``sys.path`` for the
-    implementation's import. The checkout's pytest settings are not used (an empty ini), nor
-    the terminal reporter (the verdict, and the whole-suite inventory it would collect, are
-    not needed)."""
+             path: Path | None = None, option: str = "--kv-impl") -> AreaOutcome:
+    """Run one suite module (an area) in-process on ``--kv-impl=impl`` (or another
+    ``option``: ``--kv-indexer``) with ``args``, no shrinking, and ``path`` (default:
+    pytester's folder) on ``sys.path`` for the implementation's import. The checkout's
+    pytest settings are not used (an empty ini), nor the terminal reporter (the verdict, and
+    the whole-suite inventory it would collect, are not needed)."""
     ini = pytester.makeini("[pytest]\n")
     pytester.syspathinsert(path)
-    rec = pytester.inline_run(f"--kv-impl={impl}", *args, "-p", "no:cacheprovider",
+    rec = pytester.inline_run(f"{option}={impl}", *args, "-p", "no:cacheprovider",
                               "-p", "no:terminal", "-c", str(ini), str(area_file),
                               plugins=[NoShrinkProfile()])
     passed, skipped, failed = rec.listoutcomes()

@@ -179,7 +179,7 @@ def test_reference_keeps_the_sizes_written_in_the_tests(pytester: pytest.Pyteste
     size it is written for (16 for the hit cap, 4 elsewhere), with no larger size added."""
     rec = pytester.inline_run(
         "--kv-impl=reference", f"--kv-profile={profile}", "-p", "no:cacheprovider",
-        "-k", "hit_cap or partial_block or decode_within_block or slot_mapping_matches")
+        "-k", "hit_cap or partial_block_never or decode_within_block or slot_mapping_matches")
     calls = _calls(rec)
     sizes = {n: dict(r.user_properties)[BLOCK_SIZES_PROPERTY] for n, r in calls.items()
              if r.passed}

@@ -17,7 +17,12 @@ import pytest
 
 from kvcheck.conformance import protocol
 from kvcheck.conformance.loader import load_impl
-from kvcheck.conformance.protocol import CAPABILITIES, ImplInfo, KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import (
+    MANAGER_CAPABILITIES,
+    ImplInfo,
+    KVCacheSpec,
+    RequestView,
+)
 from kvcheck.plugin.cli import main
 
 MANAGER_PROTOCOLS = (protocol.KVCacheManagerAdapter, protocol.SupportsResetPrefixCache,
@@ -82,7 +87,7 @@ def test_impl_info_lists_every_field_and_capability(skeleton: Path) -> None:
     text = (skeleton / "myengine.py").read_text()
     for f in fields(ImplInfo):
         assert re.search(rf"^    {f.name}=", text, re.MULTILINE), f"IMPL_INFO lacks {f.name}"
-    for cap in CAPABILITIES:
+    for cap in MANAGER_CAPABILITIES:
         assert re.search(rf'^        (# )?"{cap}",\s+# \S', text, re.MULTILINE), cap
     info = import_file(skeleton / "myengine.py").IMPL_INFO
     assert info.capabilities == {"manager", "prefix_caching"}
@@ -98,7 +103,7 @@ def test_declaring_every_capability_still_loads(skeleton: Path,
     path.write_text(text)
     monkeypatch.syspath_prepend(str(skeleton))
     handle = load_impl("myengine")
-    assert handle.info.capabilities == set(CAPABILITIES)
+    assert handle.info.capabilities == set(MANAGER_CAPABILITIES)
     sys.modules.pop("myengine", None)
 
 

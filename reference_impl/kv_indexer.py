@@ -1,0 +1,204 @@
+"""``KVIndexer``: the prefix index a KV-aware router keeps per worker, rebuilt from KV events.
+
+A router never sees a worker's block tables. It receives each worker's event batches
+(``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``, numbered by the publisher's sequence)
+and answers, for a new request, how many of its leading blocks each worker holds. This is that
+index, exact wherever the stream allows it (docs/indexers.md, "The truth"):
+
+* **keys**: a worker holds a block when its stream stored ``(group, hash)`` more often than it
+  removed it. vLLM stores a hash once per physical copy and removes it once per copy evicted
+  (a ``BlockRemoved`` of one copy while another is resident, vLLM PR #55092), so the index
+  counts copies; a removal of a hash it does not hold is ignored (a partial block it never
+  indexed, dynamo PR #866), never a negative count (AIBrix PR #2723);
+* **groups**: keys carry the event's ``group_idx``: a sliding-window group removing a hash does
+  not remove the full-attention group's copy of the same hash (vLLM mixes no group into a hash:
+  AMD Infera #98). Matches count in one group (``match_group``, a full-attention group);
+* **full blocks only**: a store's hash counts only where its ``token_ids`` fill that block (a
+  partial tail block is never a prefix block); stores of another medium than the GPU are not
+  the worker's GPU cache; a store in the match group whose ``block_size`` is not the index's
+  is refused (``IndexerInputError``): its hashes are of other blocks (dynamo PR #1233);
+* **order**: a worker's batches apply in sequence order from 0. A batch past a gap waits until
+  the gap is filled by a replayed batch (``replay=True``), so an old ``BlockStored`` never lands
+  after a newer ``BlockRemoved`` (Mooncake PR #4159); a batch already applied (a duplicate
+  delivery, or a replay overlapping the live stream) is ignored (llm-d-kv-cache #691);
+* **restarts**: a live batch whose sequence is below the last live one is a new publisher (a
+  restarted engine, an empty cache): the worker's index is cleared (llm-d-router #1737);
+  ``AllBlocksCleared`` clears it too (AIBrix #2287), and only the sender's keys ever change
+  (AIBrix PR #2723).
+
+Requests are hashed as the workers hash them (``block_size``, ``hash_algo``, the NONE_HASH of
+``pythonhashseed``, the profile's extra-key format), so LoRA, salt and multimodal inputs select
+other keys (dynamo PR #6517). With ``int_hashes`` the stream carries vLLM's default 64-bit form
+of each hash (its last 8 bytes, as ``kvcheck.events`` decodes it): keys are compared in that form.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from kvcheck.reference_impl.kv_cache_manager import make_block_hasher
+from kvcheck.reference_impl.profiles import get_profile
+from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
+
+__all__ = ["IndexerInputError", "KVIndexer", "WorkerIndex"]
+
+#: The medium of the GPU prefix cache in events (None: a release that does not say).
+_GPU_MEDIA = frozenset({"GPU", None})
+#: Bytes of vLLM's default integer event hash (the digest's last 8 bytes).
+_INT_HASH_BYTES = 8
+
+
+class IndexerInputError(KVCacheMisuseError):
+    """A batch the index cannot apply without guessing (a store of blocks of another size
+    than the index's in the group it matches on); the message names the worker, the
+    sequence and the fix."""
+
+
+@dataclass
+class WorkerIndex:
+    """One worker's keys and where its stream stands.
+
+    Attributes:
+        copies: ``(group, hash) -> copies`` stored and not removed (always > 0).
+        applied: the last sequence number applied (-1: none yet).
+        last_live: the last live (not replayed) sequence number seen, or None.
+        pending: batches past a gap, by sequence number, waiting for it to fill.
+    """
+
+    copies: Counter[tuple[int, bytes]] = field(default_factory=Counter)
+    applied: int = -1
+    last_live: int | None = None
+    pending: dict[int, Sequence[KVCacheEvent]] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        """Forget every key (``AllBlocksCleared``, or a restart)."""
+        self.copies.clear()
+
+
+class KVIndexer:
+    """The router's index over every worker that sent a batch and was not removed.
+
+    Args:
+        block_size: tokens per block of the workers (of the match group).
+        hash_algo: the workers' ``hash_algo``; pythonhashseed: their NONE_HASH seed.
+        profile: the workers' release (``vllm-0.33`` / ``vllm-0.10``): its hash and
+            extra-key format.
+        int_hashes: the stream carries 64-bit hashes (the last 8 bytes of each digest).
+        match_group: the KV-cache group whose keys ``match`` counts (a full-attention one).
+    """
+
+    def __init__(self, block_size: int, *, hash_algo: str = "sha256",
+                 profile: str = "vllm-0.33", pythonhashseed: str | None = "0",
+                 int_hashes: bool = False, match_group: int = 0) -> None:
+        if block_size < 1:
+            raise KVCacheMisuseError(f"block_size must be >= 1, got {block_size!r}")
+        self.block_size = block_size
+        self.int_hashes = int_hashes
+        self.match_group = match_group
+        self._hasher = make_block_hasher(block_size, hash_algo, get_profile(profile),
+                                         pythonhashseed)
+        self.workers: dict[str, WorkerIndex] = {}
+
+    # ------------------------------------------------------------------ the stream
+    def apply(self, worker_id: str, seq: int, events: Sequence[KVCacheEvent], *,
+              replay: bool = False) -> None:
+        """One batch of ``worker_id``'s stream: live (``replay=False``, as the subscriber
+        receives it) or replayed (asked for from the publisher's replay socket after a gap).
+
+        Raises:
+            IndexerInputError: a store in the match group with another block size (the
+                worker's index is left as it was).
+        """
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            worker = self.workers[worker_id] = WorkerIndex()
+        if not replay:
+            if worker.last_live is not None and seq < worker.last_live:
+                # A new publisher: its sequence starts again, its engine's cache is empty.
+                worker.clear()
+                worker.applied, worker.pending = -1, {}
+            worker.last_live = seq
+        if seq <= worker.applied or seq in worker.pending:
+            return  # applied already: a duplicate, or a replay overlapping the live stream
+        self._check_block_size(worker_id, seq, events)
+        worker.pending[seq] = events
+        while worker.applied + 1 in worker.pending:
+            worker.applied += 1
+            self._apply_events(worker, worker.pending.pop(worker.applied))
+
+    def _check_block_size(self, worker_id: str, seq: int,
+                          events: Iterable[KVCacheEvent]) -> None:
+        for event in events:
+            if (isinstance(event, BlockStored) and event.group_idx == self.match_group
+                    and event.block_size != self.block_size):
+                raise IndexerInputError(
+                    f"worker {worker_id!r}, batch {seq}: a BlockStored of group "
+                    f"{event.group_idx} has block_size {event.block_size}, but this index "
+                    f"hashes requests in blocks of {self.block_size}: its hashes are of other "
+                    "blocks. Fix: configure the index with the workers' block size")
+
+    def _apply_events(self, worker: WorkerIndex, events: Iterable[KVCacheEvent]) -> None:
+        copies = worker.copies
+        for event in events:
+            if isinstance(event, BlockStored):
+                if event.medium not in _GPU_MEDIA:
+                    continue
+                full = len(event.token_ids) // event.block_size if event.block_size > 0 else 0
+                for block_hash in event.block_hashes[:full]:
+                    copies[event.group_idx, block_hash] += 1
+            elif isinstance(event, BlockRemoved):
+                if event.medium not in _GPU_MEDIA:
+                    continue
+                for block_hash in event.block_hashes:
+                    key = (event.group_idx, block_hash)
+                    left = copies.get(key, 0) - 1
+                    if left > 0:
+                        copies[key] = left
+                    else:
+                        copies.pop(key, None)
+            elif isinstance(event, AllBlocksCleared):
+                worker.clear()
+
+    def remove_worker(self, worker_id: str) -> None:
+        """Forget ``worker_id`` (it left the pool); unknown ids are ignored."""
+        self.workers.pop(worker_id, None)
+
+    # ------------------------------------------------------------------ the answers
+    def request_hashes(self, token_ids: Sequence[int], *,
+                       lora: tuple[str, int, str] | None = None, cache_salt: str | None = None,
+                       mm_features: Sequence[tuple[str, int, int]] = ()) -> list[bytes]:
+        """The hashes of the request's full blocks as the workers compute them (in the
+        stream's form: the last 8 bytes with ``int_hashes``)."""
+        request = Request(
+            "probe", list(token_ids), block_hasher=self._hasher,
+            lora_request=None if lora is None else LoRARequest(*lora),
+            mm_features=[MultiModalFeature(*item) for item in mm_features],
+            cache_salt=cache_salt)
+        hashes = list(request.block_hashes)
+        if self.int_hashes:
+            return [bytes(h)[-_INT_HASH_BYTES:] for h in hashes]
+        return [bytes(h) for h in hashes]
+
+    def match(self, token_ids: Sequence[int], *, lora: tuple[str, int, str] | None = None,
+              cache_salt: str | None = None,
+              mm_features: Sequence[tuple[str, int, int]] = ()) -> dict[str, int]:
+        """Per worker, how many leading full blocks of the request its index holds (in the
+        match group); workers holding none are left out."""
+        hashes = self.request_hashes(token_ids, lora=lora, cache_salt=cache_salt,
+                                     mm_features=mm_features)
+        group = self.match_group
+        out: dict[str, int] = {}
+        for worker_id, worker in self.workers.items():
+            copies = worker.copies
+            count = 0
+            for block_hash in hashes:
+                if (group, block_hash) not in copies:
+                    break
+                count += 1
+            if count:
+                out[worker_id] = count
+        return out
