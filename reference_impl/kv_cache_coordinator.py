@@ -70,8 +70,6 @@ class KVCacheCoordinator:
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None) -> None:
         self.specs = tuple(specs)
-        self.num_groups = len(self.specs)
-        self.profile = profile
         self.v033 = profile.hybrid_rules == "spec_groups"
         self.enable_caching = enable_caching
         self.scheduler_block_size = scheduler_block_size
@@ -302,11 +300,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             raise KVCacheMisuseError(
                 f"vLLM 0.10.2 asserts the other groups' block size ({self.other_spec.block_size}"
                 f") is divisible by the full-attention block size ({self.full_spec.block_size})")
-        if max(self.full_ids) < min(self.other_ids):
-            self.full_attn_first = True
-        elif max(self.other_ids) < min(self.full_ids):
-            self.full_attn_first = False
-        else:
+        if not (max(self.full_ids) < min(self.other_ids)
+                or max(self.other_ids) < min(self.full_ids)):
             raise KVCacheMisuseError(
                 "HybridKVCacheCoordinator assumes the full attention group ids and other "
                 "attention group ids do not interleave (vLLM 0.10.2 raises ValueError)")

@@ -35,9 +35,10 @@ statement, an augmented assignment or an assignment to an attribute or item remo
 ``break`` (``break`` becomes ``continue``), ``minmax`` (``min``/``max``), ``return``
 (``return True``/``False`` swap).
 
-Not mutated: input validation (code under a ``raise``, ``if`` blocks that end by raising,
-``assert``s, helpers named ``_check*``/``_validate*``/``_as_*``/``_non_negative`` and the
-statements calling them), logging, f-strings, docstrings, declaration flags (``repr=False``,
+Not mutated: input validation (code under a ``raise``, ``if`` blocks that end by raising or
+by calling a ``_raise*`` helper, ``assert``s, helpers named
+``_check*``/``_validate*``/``_as_*``/``_non_negative``/``_raise*`` and the statements calling
+them), logging, f-strings, docstrings, declaration flags (``repr=False``,
 ``total=False``): the suite's contract is behaviour on valid calls. ``invariants.py`` is
 mutated only when ``--modules`` names it: it is the implementation's own self-check, and a
 weakened self-check cannot be told apart on a correct pool. Per profile, a mutant runs only
@@ -131,9 +132,23 @@ def _is_docstring(node: ast.AST, parent: ast.AST | None) -> bool:
 
 
 def _error_path(body: Sequence[ast.stmt]) -> bool:
-    """A block that ends by raising: an argument check (what precedes the raise only builds
-    its message)."""
-    return bool(body) and isinstance(body[-1], ast.Raise)
+    """A block that ends by raising, or by calling a helper that only raises (``_raise*``):
+    an argument check (what precedes the raise only builds its message)."""
+    return bool(body) and (isinstance(body[-1], ast.Raise) or _calls_raiser(body[-1]))
+
+
+#: Helpers that only raise, by name (``KVCacheManager._raise_negative``): a call to one ends
+#: an argument check as a ``raise`` does.
+_RAISER = re.compile(r"^_raise(_|$)")
+
+
+def _calls_raiser(node: ast.stmt) -> bool:
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return False
+    func = node.value.func
+    name = func.id if isinstance(func, ast.Name) else \
+        func.attr if isinstance(func, ast.Attribute) else ""
+    return bool(_RAISER.match(name))
 
 
 def _is_logging(node: ast.AST) -> bool:
@@ -144,7 +159,7 @@ def _is_logging(node: ast.AST) -> bool:
 
 
 #: Input-validation helpers (by name): not mutated, nor the statements calling them.
-_VALIDATION = re.compile(r"^_(check|validate|as|non_negative)(_|$)")
+_VALIDATION = re.compile(r"^_(check|validate|as|non_negative|raise)(_|$)")
 
 
 def _is_validation(node: ast.AST) -> bool:

@@ -1,0 +1,48 @@
+"""``scripts/mutate.py`` leaves argument checks alone: a block that ends by raising, or by
+calling a ``_raise*`` helper, and the helpers themselves, are not mutated; the rest is."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mutate.py"
+
+
+def _mutate_module():
+    spec = importlib.util.spec_from_file_location("kvcheck_mutate_script", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+SOURCE = '''
+def allocate(n, free):
+    if n < 0:
+        _raise_negative(n)
+    if n > free:
+        raise ValueError(n)
+    return n + 1
+
+
+def _raise_negative(n):
+    detail = n * 2
+    raise ValueError(detail)
+'''
+
+
+def test_raise_helpers_and_checks_are_not_mutated():
+    mutate = _mutate_module()
+    mutants = mutate.find_mutants("m", SOURCE, frozenset(mutate.OPERATORS))
+    lines = {m.line for m in mutants}
+    assert mutants, "the return's arithmetic must still be mutated"
+    assert lines == {7}, [(m.line, m.change) for m in mutants]
+    assert not any(m.qualname == "_raise_negative" for m in mutants)
+
+
+def test_a_call_that_does_not_raise_is_still_mutated():
+    mutate = _mutate_module()
+    source = SOURCE.replace("_raise_negative(n)\n", "_record_negative(n)\n", 1)
+    mutants = mutate.find_mutants("m", source, frozenset(mutate.OPERATORS))
+    assert any(m.line in (3, 4) for m in mutants), [(m.line, m.change) for m in mutants]
