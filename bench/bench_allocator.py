@@ -97,6 +97,23 @@ def test_indexer(benchmark, request, kv_bench, kv_impl) -> None:
                            f"{'int' if int_hashes else 'bytes'} hashes")
 
 
+@pytest.mark.benchmark(group="wire", timer=allocator_time, disable_gc=True)
+def test_wire_round_trip(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+    """An ``exec:`` implementation's cost per call over the wire (docs/wire-protocol.md): an
+    empty call and a 512-token lookup in microseconds, paired with the same calls on the
+    reference in process (kvcheck.bench.wire_bench)."""
+    _require(kv_impl, "manager", "calls over the wire")
+    if not kv_impl.target.startswith("exec:"):
+        pytest.skip(f"{kv_impl.name} runs in process (--kv-impl=exec:COMMAND runs over the "
+                    "wire)")
+    from kvcheck.bench.wire_bench import WireRoundTripBench
+
+    scale = kv_bench.options.scale
+    kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
+                           lambda impl: WireRoundTripBench(impl, scale), "wire",
+                           "empty call, 512-token lookup")
+
+
 @pytest.mark.benchmark(group="hashing", timer=allocator_time, disable_gc=True)
 @pytest.mark.parametrize("hash_algo", list(HASH_FUNCTIONS))
 def test_hashing(benchmark, request, kv_bench, kv_impl, kv_reference, hash_algo: str) -> None:

@@ -28,6 +28,8 @@ from collections import Counter
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from kvcheck.conformance.guard import read_ref_cnts
+
 if TYPE_CHECKING:
     from kvcheck.conformance.protocol import ImplInfo
     from kvcheck.conformance.subject import Driven
@@ -64,10 +66,8 @@ def ref_count_problems(driver: Driven, holders: Counter[int], pins: Counter[int]
     counts_cache = driver.impl.info.ref_cnt_counts_cache
     cached = may_be_cached(driver) if counts_cache else frozenset()
     problems: list[str] = []
-    for block_id in driver.ordinary_block_ids:
-        if block_id in exempt:
-            continue
-        rc = mgr.ref_cnt(block_id)
+    ids = [b for b in driver.ordinary_block_ids if b not in exempt]
+    for block_id, rc in zip(ids, read_ref_cnts(mgr, ids), strict=True):
         held, pinned = holders[block_id], pins[block_id]
         n = held + pinned
         if rc == n or (rc == n + 1 and block_id in cached):

@@ -20,7 +20,7 @@ from kvcheck.conformance import bounds
 from kvcheck.conformance.call_limit import AdapterRaised, AdapterTimeout
 from kvcheck.conformance.driver import Check, Driver, StepResult
 from kvcheck.conformance.groups import shown_result, shown_tables
-from kvcheck.conformance.guard import ProtocolViolation
+from kvcheck.conformance.guard import ProtocolViolation, read_ref_cnts
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.memory_limit import MemoryLimitExceeded
@@ -130,6 +130,9 @@ class Pair:
         if path is not None and repro is not None:
             message.append(f"trace written to {path} (kvcheck replay {path} "
                            f"--kv-impl={self.impl.impl.target}); repro: python {repro}")
+            wire = _write_wire_transcript(self.impl.manager, path)
+            if wire is not None:
+                message.append(f"wire transcript of the manager: {wire}")
         message.append("runnable repro of the calls made:\n" + snippet)
         raise ConformanceMismatch("\n".join(message))
 
@@ -190,8 +193,8 @@ def observe(impl: Driver, oracle: Driver) -> list[tuple[str, object, object, str
     if "ref_counts" in caps:
         # Every id but the reserved ones (vLLM's null block 0; none under generic).
         ids = [i for i in impl.ordinary_block_ids if i not in oracle.reserved]
-        out.append(("ref counts", [mine.ref_cnt(i) for i in ids],
-                    [theirs.ref_cnt(i) for i in ids], f"[m.ref_cnt(i) for i in {ids!r}]"))
+        out.append(("ref counts", read_ref_cnts(mine, ids), read_ref_cnts(theirs, ids),
+                    f"[m.ref_cnt(i) for i in {ids!r}]"))
     algo = impl.spec.hash_algo
     if ("block_hashes" in caps and algo in impl.impl.info.hash_algos
             and algo in oracle.impl.info.hash_algos):
@@ -241,6 +244,22 @@ def _safe(name: str) -> str:
         return safe
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"{safe[:109]}-{digest}"
+
+
+def _write_wire_transcript(manager: object, trace: Path) -> Path | None:
+    """An ``exec:`` implementation's manager keeps the exact lines exchanged with its engine
+    (``wire_transcript()``, docs/wire-protocol.md): written beside the trace as
+    ``NAME.wire.txt``; None for an in-process manager (or an unwritable folder)."""
+    raw = getattr(manager, "_raw", manager)
+    transcript = getattr(raw, "wire_transcript", None)
+    if not callable(transcript):
+        return None
+    try:
+        lines = transcript()
+        return write_atomic(trace.with_name(trace.stem + ".wire.txt"),
+                            "".join(f"{line}\n" for line in lines))
+    except OSError:
+        return None
 
 
 def write_trace(name: str, target: str, spec: KVCacheSpec, ops: Sequence[Op],

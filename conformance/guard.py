@@ -112,8 +112,18 @@ __all__ = [
     "RebindingJudge",
     "divert_calls",
     "live_guards",
+    "read_ref_cnts",
     "restore_calls",
 ]
+
+
+def read_ref_cnts(manager: object, block_ids: Sequence[int]) -> list[int]:
+    """``manager.ref_cnt`` of each of ``block_ids``: one ``ref_cnts`` call on a
+    ``GuardedManager`` (see ``GuardedManager.ref_cnts``), one call per block otherwise."""
+    bulk = getattr(manager, "ref_cnts", None)
+    if bulk is not None:
+        return cast("list[int]", bulk(block_ids))
+    return [manager.ref_cnt(b) for b in block_ids]  # type: ignore[attr-defined]
 
 
 class ProtocolViolation(KVCheckFailure):
@@ -784,6 +794,25 @@ class GuardedManager(_Guard):
         if type(value) is not int or value < 0:
             self._ref_cnt_violation(block_id, value)
         return value
+
+    def ref_cnts(self, block_ids: Sequence[int]) -> list[int]:
+        """``ref_cnt`` of each of ``block_ids``, in order, each answer checked as
+        ``ref_cnt``'s. An adapter object that has its own ``ref_cnts(block_ids)`` answers them
+        in one call (kvcheck's ``exec:`` proxies do: the requests of a sweep over the pool
+        go down the pipe together instead of one round trip each); otherwise ``ref_cnt`` is
+        asked block by block."""
+        bulk = getattr(self._raw, "ref_cnts", None)
+        if bulk is None:
+            return [self.ref_cnt(b) for b in block_ids]
+        ids = list(block_ids)
+        values: object = self._call("ref_cnt", bulk, ids)
+        if type(values) is not list or len(values) != len(ids):
+            self._violation("ref_cnt", tuple(ids), values,
+                            f"must be one count per block ({len(ids)})")
+        for block_id, value in zip(ids, values, strict=True):
+            if type(value) is not int or value < 0:
+                self._ref_cnt_violation(block_id, value)
+        return values
 
     def _ref_cnt_violation(self, block_id: int, value: object) -> NoReturn:
         __tracebackhide__ = True

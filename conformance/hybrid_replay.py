@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcheck.conformance.groups import NULL_BLOCK
+from kvcheck.conformance.guard import read_ref_cnts
 from kvcheck.conformance.hybrid_golden import GoldenEvent, GoldenRow, GoldenScenario
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
@@ -173,7 +174,7 @@ def _check_state(mgr: Any, sc: GoldenScenario, row: GoldenRow, caps: frozenset[s
     if "ref_counts" in caps:
         ids = range(1, sc.spec.num_blocks)
         want_rc = {b: holders[b] for b in ids}
-        got_rc = {b: mgr.ref_cnt(b) for b in ids}
+        got_rc = dict(zip(ids, read_ref_cnts(mgr, ids), strict=True))
         if got_rc != want_rc:
             diff = {b: (want_rc[b], got_rc[b]) for b in ids if want_rc[b] != got_rc[b]}
             fail(row, "ref_cnt of blocks (expected, got)", "as the tables imply", diff)

@@ -22,6 +22,7 @@ private copy of its spec, compared with the original after the factory and after
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import sys
@@ -74,6 +75,11 @@ ALIASES: dict[str, str] = {
     "reference": "kvcheck.adapters.reference",
     "vllm": "kvcheck.adapters.vllm",
 }
+#: ``exec:COMMAND`` targets: an engine in its own process, any language (docs/wire-protocol.md);
+#: the module that starts it and turns it into a module (``exec_module``), named by string as
+#: the aliases are (the wire layer sits above this one).
+EXEC_PREFIX = "exec:"
+_WIRE_CLIENT = "kvcheck.wire.client"
 #: Short names accepted by --kv-indexer.
 INDEXER_ALIASES: dict[str, str] = {"reference": "kvcheck.adapters.reference_indexer"}
 #: The factory an indexer module defines (capability ``indexer``).
@@ -124,6 +130,16 @@ class ImplHandle:
 
     def has(self, capability: str) -> bool:
         return capability in self.info.capabilities
+
+    def close(self) -> None:
+        """End what the implementation keeps running between tests: the module's optional
+        ``kvcheck_close()`` (an ``exec:`` engine's process; an adapter's own helper processes
+        or threads), called by the plugin once at the end of the session, before it looks for
+        leftover processes. Errors in it are not the session's: they are ignored."""
+        close = getattr(self.module, "kvcheck_close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):  # the session is over either way
+                close()
 
     def make_manager(self, spec: KVCacheSpec, *,
                      guard: bool = True) -> ManagerWithCapabilities:
@@ -474,8 +490,12 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         ImplLoadError: with the problem and the fix, for every contract violation.
     """
     target = target.strip()
-    module_name, factory_name = _parse_target(target)
-    module = _import(target, module_name, [Path(s) for s in search])
+    if target.startswith(EXEC_PREFIX):
+        module_name, factory_name = target, "make_kv_cache_manager"
+        module = _exec_module(target, call_timeout)
+    else:
+        module_name, factory_name = _parse_target(target)
+        module = _import(target, module_name, [Path(s) for s in search])
     info = _impl_info(target, module)
     if not info.capabilities & {"manager", "block_pool", "indexer"}:
         raise _usage(target, "IMPL_INFO declares none of 'manager', 'block_pool' and "
@@ -521,6 +541,23 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         call_timeout=call_timeout, factory_name=factory_name,
         indexer_factory=indexer_factory,
     )
+
+
+def _exec_module(target: str, call_timeout: float | None) -> ModuleType:
+    """The module of an ``exec:COMMAND`` target: the engine started, ``init`` answered within
+    the call limit (``kvcheck.wire.client.exec_module``); any failure is a usage error."""
+    client = importlib.import_module(_WIRE_CLIENT)
+    try:
+        return cast(ModuleType, CallLimit(call_timeout, target).call(
+            "init", client.exec_module, target))
+    except AdapterTimeout as exc:
+        raise _usage(target, f"the engine did not answer init: {exc}",
+                     "answer the init request promptly (docs/wire-protocol.md, Lifecycle), or "
+                     "raise --kv-timeout") from None
+    except (KVCheckInputError, AssertionError, AdapterRaised) as exc:
+        raise _usage(target, str(exc), "make the engine answer init as docs/wire-protocol.md "
+                     "says (run the command by hand and type an init line to see what it "
+                     "does)") from None
 
 
 def _indexer_factory(target: str, module: ModuleType, info: ImplInfo,

@@ -35,6 +35,7 @@ from typing import Any
 from kvcheck.conformance.differential import normalize_events
 from kvcheck.conformance.driver import Driver, StepResult
 from kvcheck.conformance.groups import adapter_form, shown_tables
+from kvcheck.conformance.guard import read_ref_cnts
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op, RequestExtras, add, decode, free, reset, schedule
 from kvcheck.conformance.protocol import (
@@ -168,8 +169,9 @@ def observe_state(driver: Driver, fields: frozenset[str]) -> dict[str, Any]:
         # Blocks in the free queue are unreferenced (a law the invariants area checks): only
         # the others are asked, which halves the cost of a replay.
         queued = set(state.get("queue", ()))
-        counts = ((b, mgr.ref_cnt(b)) for b in driver.ordinary_block_ids if b not in queued)
-        state["refs"] = [[b, n] for b, n in counts if n]
+        ids = [b for b in driver.ordinary_block_ids if b not in queued]
+        state["refs"] = [[b, n] for b, n in zip(ids, read_ref_cnts(mgr, ids), strict=True)
+                         if n]
     if "hashes" in fields:
         state["hashes"] = {rid: [bytes(h) for h in mgr.block_hashes(rid)]
                            for rid in sorted(driver.running)}

@@ -422,7 +422,10 @@ def child_hashes(kv_impl: ImplHandle, kv_profile: str,
         [sys.executable, "-c", _CHILD, kv_impl.target, kv_profile, json.dumps(fixed + random_root),
          json.dumps(search_later)],
         capture_output=True, text=True, env=env, timeout=120, check=False,
-        cwd=tmp_path_factory.mktemp("kvcheck-child"))  # `-c` puts the cwd first on sys.path
+        # `-c` puts the cwd first on sys.path: a fresh folder, so nothing there shadows a
+        # module; an exec: engine's command is relative to this process's folder instead.
+        cwd=os.getcwd() if kv_impl.target.startswith("exec:")
+        else tmp_path_factory.mktemp("kvcheck-child"))
     assert proc.returncode == 0, (
         f"the child process hashing with --kv-impl={kv_impl.target} failed "
         f"(rc {proc.returncode}):\n{proc.stderr[-3000:]}")

@@ -216,6 +216,19 @@ def _record_or_check(args: argparse.Namespace) -> int:
 def _cmd_new_adapter(args: argparse.Namespace) -> int:
     from kvcheck.plugin.scaffold import ScaffoldError, write_skeleton
 
+    if args.lang is not None:
+        from kvcheck.plugin.wire_scaffold import write_wire_skeleton
+
+        try:
+            written, next_step = write_wire_skeleton(args.name, args.dir, args.lang)
+        except ScaffoldError as exc:
+            return _fail_input("new-adapter", exc)
+        for path in written:
+            print(f"kvcheck new-adapter: wrote {path}")
+        print(f"kvcheck new-adapter: next: `{next_step}` runs the suite on {args.name} over "
+              "the wire (every method answers an error naming what to write; see "
+              "docs/wire-protocol.md)")
+        return 0
     try:
         written = write_skeleton(args.name, args.dir, profile=args.profile)
     except ScaffoldError as exc:
@@ -367,6 +380,10 @@ def build_parser() -> argparse.ArgumentParser:
     new_adapter.add_argument("--profile", choices=PROFILES, default="generic",
                              help="profile IMPL_INFO claims (default generic: the laws every "
                                   "design must keep; switch to vllm-0.33 once it conforms)")
+    new_adapter.add_argument("--lang", choices=("rust", "cpp", "js"), default=None,
+                             help="write a shim skeleton in this language instead, speaking "
+                                  "the wire protocol (docs/wire-protocol.md), and a pytest.ini "
+                                  "running the suite on it with --kv-impl=exec:...")
     new_adapter.set_defaults(func=_cmd_new_adapter)
 
     replay = sub.add_parser("replay", help="re-run a JSON trace written by a failing test")

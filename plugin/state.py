@@ -260,6 +260,11 @@ class _RecordWriter:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self) -> None:
         self.state.write_record()
+        # Every test is over: end what the implementations keep running (an exec: engine's
+        # process), before the leftover-process warning looks.
+        for impl in [*self.state.impls, self.state.oracle]:
+            if impl is not None:
+                impl.close()
 
 
 def register(config: pytest.Config, state: KVSessionState) -> None:

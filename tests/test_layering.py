@@ -11,6 +11,8 @@ subpackages must be one the layering allows:
     events                           the KV-event wire format: the reference's events only
     conformance                      uses reference_impl, gpu_kernels and events (the
                                      events_wire area decodes an implementation's bytes)
+    wire                             implementations in other processes (exec:): the
+                                     protocol's types and the loader, nothing above
     adapters                         third-party managers behind the protocol (the
                                      reference's event_wire encodes with events)
     plugin, bench                    on top (plugin's `kvcheck events` uses events, and
@@ -41,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Folder of each subpackage (pyproject.toml's package-dir); "kvcheck" is the core.
 FOLDERS = {"kvcheck": "kvcheck", "reference_impl": "reference_impl",
            "gpu_kernels": "gpu_kernels", "results": "results", "conformance": "conformance",
-           "adapters": "adapters", "plugin": "plugin", "bench": "bench", "events": "events"}
+           "adapters": "adapters", "plugin": "plugin", "bench": "bench", "events": "events",
+           "wire": "wire"}
 _BASE = {"kvcheck"}
 ALLOWED: dict[str, set[str]] = {
     "kvcheck": set(),
@@ -54,6 +57,10 @@ ALLOWED: dict[str, set[str]] = {
     "plugin": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "events"},
     "bench": _BASE | {"reference_impl", "gpu_kernels", "conformance", "results", "plugin",
                       "adapters", "events"},
+    # The process wire (docs/wire-protocol.md): the protocol's types and the loader, for the
+    # client and for serving any implementation; the loader reaches the client by name (as
+    # it reaches adapters by their aliases), plugin and bench drive exec: targets by value.
+    "wire": _BASE | {"conformance"},
 }
 
 
@@ -234,3 +241,15 @@ def test_no_import_cycle_between_files_of_a_subpackage(sub: str) -> None:
         + " -> ".join(f"{a} ({graph[a][b]})" for a, b in itertools.pairwise(cycle))
         + f" -> {cycle[-1]}; lazy and type-only imports count: move what both need into a "
         "lower module")
+
+
+def test_every_subpackage_is_layered() -> None:
+    """A subpackage added to pyproject.toml's package-dir must be given its place here: one
+    left out would have its imports read by nobody."""
+    import tomllib
+
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"]
+    mapped = {name.removeprefix("kvcheck.") if name != "kvcheck" else "kvcheck": folder
+              for name, folder in package_dir.items()}
+    assert mapped == FOLDERS

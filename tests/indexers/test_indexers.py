@@ -1,7 +1,7 @@
 """The ``indexer`` area has teeth and is fair: kvcheck's reference index, an independent
 radix-tree index (``radix_indexer.py``, written from docs/indexers.md alone) and an index in
-JavaScript (``js_index.mjs`` in a Node.js child, through
-``kvcheck.adapters.subprocess_indexer``) pass it under every profile; each mutant of the
+JavaScript (``js_index.mjs``, a Node.js process speaking the wire protocol:
+``--kv-indexer='exec:node js_index.mjs'``) pass it under every profile; each mutant of the
 reference index (``mut_idx_*.py``, one router bug each) fails it, in the scripted test named
 after its bug.
 
@@ -10,6 +10,7 @@ Runs are in-process (``inner_runs.run_area``) on the area's module only, without
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 
@@ -49,8 +50,11 @@ def test_every_mutant_is_listed() -> None:
     assert sorted(p.stem for p in HERE.glob("mut_idx_*.py")) == sorted(EXPECTED)
 
 
-INDEXERS = ["reference", "radix_indexer", pytest.param("js_indexer", marks=pytest.mark.skipif(
-    shutil.which("node") is None, reason="Node.js is not installed (js_index.mjs runs on it)"))]
+#: The JavaScript index over the wire (docs/wire-protocol.md).
+JS_INDEX = f"exec:node {shlex.quote(str(HERE / 'js_index.mjs'))}"
+INDEXERS = ["reference", "radix_indexer", pytest.param(JS_INDEX, id="js_index", marks=(
+    pytest.mark.skipif(shutil.which("node") is None,
+                       reason="Node.js is not installed (js_index.mjs runs on it)")))]
 
 
 @pytest.mark.parametrize("profile", PROFILES)

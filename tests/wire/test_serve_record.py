@@ -1,0 +1,52 @@
+"""The wire path against the in-process path: the whole shipped suite on kvcheck's reference
+served over the wire (``exec:python -m kvcheck.wire.serve``) gives the record the reference
+gives in process (docs/wire-protocol.md, "The Python side"): every test the same outcome, the
+same per-area counts, the same verdict, except the ``kernels`` area, which cannot cross the
+wire (GPU tensors): there every test is skipped as an undeclared capability."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _record(tmp_path: Path, impl: str, name: str) -> dict:
+    report = tmp_path / f"{name}.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(ROOT),
+         str(ROOT / "conformance"), f"--kv-impl={impl}", "--kv-seed=7",
+         f"--kv-report={report}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1500, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "still running" not in run.stdout, run.stdout[-2000:]
+    return json.loads(report.read_text().splitlines()[-1])
+
+
+def test_wire_served_reference_gives_the_in_process_record(tmp_path: Path) -> None:
+    local = _record(tmp_path, "reference", "in-process")
+    wire = _record(tmp_path, f"exec:{sys.executable} -m kvcheck.wire.serve", "wire")
+
+    kernel_tests = {t for t in local["outcomes"] if "/test_kernels.py::" in t}
+    assert kernel_tests and all(wire["outcomes"][t] == "skipped" for t in kernel_tests)
+    same = {t: o for t, o in local["outcomes"].items() if t not in kernel_tests}
+    assert {t: wire["outcomes"][t] for t in same} == same
+    assert set(wire["outcomes"]) == set(local["outcomes"])
+
+    areas = {a: c for a, c in local["areas"].items() if a != "kernels"}
+    assert {a: wire["areas"][a] for a in areas} == areas
+    assert wire["conforms"] is local["conforms"] is True
+    assert wire["complete"] is local["complete"] is True
+    assert wire["implementation"]["capabilities"] == sorted(
+        set(local["implementation"]["capabilities"]) - {"kernels"})
+    # The verdict's words are the same but for the tests the kernels area ran in process.
+    ran = int(re.search(r"\((\d+) tests ran", local["verdict"]).group(1))  # type: ignore[union-attr]
+    local_rest = local["verdict"].split(" tests ran", 1)[1]
+    assert wire["verdict"].startswith(
+        f"reference conforms to {local['profile']} ({ran - len(kernel_tests)} tests ran")
+    assert wire["verdict"].split(" tests ran", 1)[1].split(";")[:2] == \
+        local_rest.split(";")[:2]  # the same block sizes and law counts
