@@ -99,3 +99,22 @@ def assert_mutant_caught(result: pytest.RunResult, mutant: str, law: str) -> Non
         f"{mutant}: exit {result.ret!r}, expected 1 (tests failed)\n" + text[-3000:])
     assert f"{mutant} conforms" not in text, text[-2000:]
     assert law in text, f"{mutant}: no failure names the law {law!r}\n" + text[-4000:]
+
+
+# ------------------------------------------------------------------ a manager with one bug
+#: The reference, but freeing in forward order (the bug vLLM's reversed() prevents), as the
+#: source of a module named "forward" (written out by tests; it may be served over the wire).
+FORWARD_FREE_SOURCE = f"""
+from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
+from kvcheck.conformance.protocol import ImplInfo
+IMPL_INFO = ImplInfo("forward", "0", {reference_capabilities_source("_R.capabilities",
+                                                                     drop={"block_pool"})})
+class M(ReferenceManager):
+    def free(self, request_id):
+        group = self.manager.coordinator.single_type_managers[0]
+        blocks = group.req_to_blocks.pop(request_id, [])
+        group.num_cached_block.pop(request_id, None)
+        self.manager.block_pool.free_blocks(blocks)
+def make_kv_cache_manager(spec):
+    return M(spec)
+"""

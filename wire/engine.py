@@ -154,60 +154,46 @@ class EngineProcess:
         if handle is not None:
             request["handle"] = handle
         request["params"] = params
-        self.next_id += 1
-        line = self._encoder.encode(request)
-        try:
-            self._send(line, handle, what)
-            answer_line = self._read_line(what)
-        except BaseException as exc:
-            self.kill()
-            if isinstance(exc, AdapterTimeout):
-                raise AdapterTimeout(f"{exc}\n  the engine (pid {self.pid}) was killed\n"
-                                     f"{self.stderr_tail()}") from None
-            raise
-        self.transcript.append((handle, False, answer_line))
-        return self._check_answer(answer_line, request["id"], what)
+        return self._exchange([request], handle, what)[0]
 
     def call_many(self, method: str, params: list[dict[str, Any]], *, handle: int | None,
                   what: str) -> list[dict[str, Any]]:
         """``call`` for many requests of one method, written ``PIPELINE`` at a time before
         their answers are read (the engine still reads, answers and reads on, one line at a
         time; a chunk's requests and answers fit the pipes' buffers, so neither side blocks
-        the other). The answers in order; the transcript keeps each request beside its
-        answer."""
+        the other). The answers, in order."""
         answers: list[dict[str, Any]] = []
         for start in range(0, len(params), PIPELINE):
-            chunk = params[start:start + PIPELINE]
-            lines = []
-            for p in chunk:
-                lines.append(self._encoder.encode(
-                    {"id": self.next_id, "method": method, "handle": handle, "params": p}))
-                self.next_id += 1
-            first_id = self.next_id - len(chunk)
-            try:
-                try:
-                    self._stdin.write(b"".join(line + b"\n" for line in lines))
-                except (BrokenPipeError, ConnectionResetError, ValueError):
-                    self._fail(what, "could not be sent: the engine closed its standard input")
-                got = [self._read_line(what) for _ in chunk]
-            except BaseException as exc:
-                self.kill()
-                if isinstance(exc, AdapterTimeout):
-                    raise AdapterTimeout(f"{exc}\n  the engine (pid {self.pid}) was killed\n"
-                                         f"{self.stderr_tail()}") from None
-                raise
-            for i, (sent, answer) in enumerate(zip(lines, got, strict=True)):
-                self.transcript.append((handle, True, sent))
-                self.transcript.append((handle, False, answer))
-                answers.append(self._check_answer(answer, first_id + i, what))
+            requests = [{"id": self.next_id + i, "method": method, "handle": handle,
+                         "params": p} for i, p in enumerate(params[start:start + PIPELINE])]
+            answers += self._exchange(requests, handle, what)
         return answers
 
-    def _send(self, line: bytes, handle: int | None, what: str) -> None:
-        self.transcript.append((handle, True, line))
+    def _exchange(self, requests: list[dict[str, Any]], handle: int | None,
+                  what: str) -> list[dict[str, Any]]:
+        """Write ``requests`` (numbered from ``next_id``) and read one checked answer each.
+        The transcript gets each request beside its answer (a failed exchange: the requests);
+        any failure or interruption kills the process first."""
+        self.next_id += len(requests)
+        lines = [self._encoder.encode(r) for r in requests]
         try:
-            self._stdin.write(line + b"\n")
-        except (BrokenPipeError, ConnectionResetError, ValueError):
-            self._fail(what, "could not be sent: the engine closed its standard input")
+            try:
+                self._stdin.write(b"".join(line + b"\n" for line in lines))
+            except (BrokenPipeError, ConnectionResetError, ValueError):
+                self._fail(what, "could not be sent: the engine closed its standard input")
+            got = [self._read_line(what) for _ in lines]
+        except BaseException as exc:
+            self.transcript.extend((handle, True, line) for line in lines)
+            self.kill()
+            if isinstance(exc, AdapterTimeout):
+                raise AdapterTimeout(f"{exc}\n  the engine (pid {self.pid}) was killed\n"
+                                     f"{self.stderr_tail()}") from None
+            raise
+        for sent, answer in zip(lines, got, strict=True):
+            self.transcript.append((handle, True, sent))
+            self.transcript.append((handle, False, answer))
+        return [self._check_answer(answer, request["id"], what)
+                for request, answer in zip(requests, got, strict=True)]
 
     def _read_line(self, what: str) -> bytes:
         buffer = self._buffer

@@ -4,38 +4,22 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from kv_helpers import reference_capabilities_source
+from kv_helpers import FORWARD_FREE_SOURCE
 
 from kvcheck.conformance.differential import write_trace
 from kvcheck.conformance.ops import add, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.plugin.cli import main
 
-_CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool"})
-# A manager that frees in forward order (the bug vLLM's reversed() prevents).
-FORWARD_FREE = f"""
-from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
-from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("forward", "0", {_CAPS})
-class M(ReferenceManager):
-    def free(self, request_id):
-        group = self.manager.coordinator.single_type_managers[0]
-        blocks = group.req_to_blocks.pop(request_id, [])
-        group.num_cached_block.pop(request_id, None)
-        self.manager.block_pool.free_blocks(blocks)
-def make_kv_cache_manager(spec):
-    return M(spec)
-"""
 OPS = [add("a", range(10)), schedule("a"), free("a"), add("b", [9, 9]), schedule("b")]
 
 
 @pytest.fixture
 def forward_impl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "forward_free_impl.py").write_text(textwrap.dedent(FORWARD_FREE))
+    (tmp_path / "forward_free_impl.py").write_text(FORWARD_FREE_SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "forward_free_impl"
     sys.modules.pop("forward_free_impl", None)
@@ -104,8 +88,7 @@ def test_failing_conformance_test_writes_a_replayable_trace(
         pytester: pytest.Pytester) -> None:
     """A divergence found by the suite leaves .kvcheck/repro/<test>.json behind, and
     `kvcheck replay` on it reproduces the failure."""
-    pytester.makepyfile(forward_free_impl2=textwrap.dedent(FORWARD_FREE).replace(
-        '"forward"', '"forward2"'))
+    pytester.makepyfile(forward_free_impl2=FORWARD_FREE_SOURCE.replace('"forward"', '"forward2"'))
     pytester.syspathinsert()
     result = pytester.runpytest("-p", "no:cacheprovider", "--kv-impl=forward_free_impl2",
                                 "-k", "test_lru_refresh_on_hit")

@@ -5,32 +5,16 @@ engine about the failing manager (``NAME.wire.txt``, docs/wire-protocol.md)."""
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from kv_helpers import reference_capabilities_source
+from kv_helpers import FORWARD_FREE_SOURCE
 
 from kvcheck.conformance.differential import write_trace
 from kvcheck.conformance.ops import add, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.plugin.cli import main
 
-_CAPS = reference_capabilities_source("_R.capabilities", drop={"block_pool", "kernels"})
-# The reference, but freeing in forward order (the bug vLLM's reversed() prevents).
-FORWARD_FREE = f"""
-from kvcheck.adapters.reference import IMPL_INFO as _R, ReferenceManager
-from kvcheck.conformance.protocol import ImplInfo
-IMPL_INFO = ImplInfo("forward", "0", {_CAPS})
-class M(ReferenceManager):
-    def free(self, request_id):
-        group = self.manager.coordinator.single_type_managers[0]
-        blocks = group.req_to_blocks.pop(request_id, [])
-        group.num_cached_block.pop(request_id, None)
-        self.manager.block_pool.free_blocks(blocks)
-def make_kv_cache_manager(spec):
-    return M(spec)
-"""
 OPS = [add("a", range(10)), schedule("a"), free("a"), add("b", [9, 9]), schedule("b")]
 
 
@@ -38,7 +22,7 @@ OPS = [add("a", range(10)), schedule("a"), free("a"), add("b", [9, 9]), schedule
 def served_forward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """``exec:`` target serving the forward-free manager (importable by the served process
     through PYTHONPATH)."""
-    (tmp_path / "forward_free_wire.py").write_text(textwrap.dedent(FORWARD_FREE))
+    (tmp_path / "forward_free_wire.py").write_text(FORWARD_FREE_SOURCE)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     return f"exec:{sys.executable} -m kvcheck.wire.serve --kv-impl forward_free_wire"
 
