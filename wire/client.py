@@ -140,15 +140,7 @@ class EngineSession:
              generation: int | None = None) -> Any:
         """One call's result, or the exception its error code stands for."""
         what = f"{self.name}.{method}"
-        if generation is None:
-            process = self._started()
-        else:
-            current = self.process
-            if current is None or generation != self.generation or current.killed:
-                raise EngineProcessError(
-                    f"{what}: this object lived in an engine process that was killed after "
-                    "an earlier failure (the next factory call starts a fresh process)")
-            process = current
+        process = self._started() if generation is None else self._serving(generation, what)
         answer = process.call(method, params, handle=handle, what=what)
         if "error" in answer:
             raise self._error(what, answer["error"])
@@ -160,16 +152,22 @@ class EngineSession:
         (``EngineProcess.call_many``); the first error answer raises, after every answer was
         read (the stream stays in step)."""
         what = f"{self.name}.{method}"
+        answers = self._serving(generation, what).call_many(method, params, handle=handle,
+                                                            what=what)
+        for answer in answers:
+            if "error" in answer:
+                raise self._error(what, answer["error"])
+        return [answer["result"] for answer in answers]
+
+    def _serving(self, generation: int, what: str) -> EngineProcess:
+        """The process an object of ``generation`` lives in; an object of a killed process is
+        gone (no restart here: only a factory call starts a fresh process)."""
         current = self.process
         if current is None or generation != self.generation or current.killed:
             raise EngineProcessError(
                 f"{what}: this object lived in an engine process that was killed after an "
                 "earlier failure (the next factory call starts a fresh process)")
-        answers = current.call_many(method, params, handle=handle, what=what)
-        for answer in answers:
-            if "error" in answer:
-                raise self._error(what, answer["error"])
-        return [answer["result"] for answer in answers]
+        return current
 
     def _error(self, what: str, error: Any) -> Exception:
         if not isinstance(error, dict):
