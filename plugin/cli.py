@@ -220,7 +220,8 @@ def _cmd_new_adapter(args: argparse.Namespace) -> int:
         from kvcheck.plugin.wire_scaffold import write_wire_skeleton
 
         try:
-            written, next_step = write_wire_skeleton(args.name, args.dir, args.lang)
+            written, next_step = write_wire_skeleton(args.name, args.dir, args.lang,
+                                                     args.profile)
         except ScaffoldError as exc:
             return _fail_input("new-adapter", exc)
         for path in written:

@@ -4,7 +4,8 @@
 The skeletons (``plugin/wire_templates/``) read requests, answer ``init`` for the ``generic``
 profile, make managers, and answer every manager method with an ``internal`` error naming the
 method to write, so the first run fails on the first method, as the Python scaffold's does.
-``{{NAME}}`` in a template becomes NAME. Nothing is ever overwritten.
+``{{NAME}}`` in a template becomes NAME, ``{{PROFILE}}`` the ``--profile`` (default
+``generic``). Nothing is ever overwritten.
 
 =========  =================================  ====================================
 language   files                              build, then run
@@ -44,9 +45,11 @@ def _template(path: str) -> str:
     return (resources.files("kvcheck.plugin") / "wire_templates" / path).read_text("utf-8")
 
 
-def write_wire_skeleton(name: str, directory: str | Path, lang: str) -> tuple[list[Path], str]:
-    """Write the ``lang`` skeleton of engine ``name`` and its ``pytest.ini`` into
-    ``directory``; returns the files written and the next step to print.
+def write_wire_skeleton(name: str, directory: str | Path, lang: str,
+                        profile: str = "generic") -> tuple[list[Path], str]:
+    """Write the ``lang`` skeleton of engine ``name`` (its ``impl_info`` claiming ``profile``)
+    and its ``pytest.ini`` into ``directory``; returns the files written and the next step to
+    print.
 
     Raises:
         ScaffoldError: an unknown language, a name that is not ``[A-Za-z][A-Za-z0-9_]*`` (it
@@ -63,7 +66,8 @@ def write_wire_skeleton(name: str, directory: str | Path, lang: str) -> tuple[li
             "myengine")
     files, ini_dir, command, build = LANGUAGES[lang]
     root = Path(directory)
-    out = {root / target.format(name=name): _template(template).replace("{{NAME}}", name)
+    out = {root / target.format(name=name):
+           _template(template).replace("{{NAME}}", name).replace("{{PROFILE}}", profile)
            for template, target in files}
     ini = root / ini_dir.format(name=name) / "pytest.ini"
     out[ini] = ("[pytest]\n"

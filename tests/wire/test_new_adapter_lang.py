@@ -26,10 +26,18 @@ def test_it_writes_the_shim_and_a_pytest_ini(tmp_path: Path, capsys: pytest.Capt
     for name in files:
         assert (tmp_path / name).is_file(), name
         assert f"wrote {tmp_path / name}" in out
+    sources = "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    assert '"generic"' in sources and "{{PROFILE}}" not in sources
     ini = next(tmp_path.glob("**/pytest.ini")).read_text()
     assert "--kv-impl='exec:" in ini
     assert "{{NAME}}" not in "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
     assert "pytest -x" in out and "next:" in out
+
+
+def test_profile_goes_into_impl_info(tmp_path: Path) -> None:
+    assert main(["new-adapter", "--lang", "js", "eng", "--profile", "vllm-0.33",
+                 "--dir", str(tmp_path)]) == 0
+    assert 'profile: "vllm-0.33",' in (tmp_path / "eng.mjs").read_text()
 
 
 def test_it_never_overwrites_and_refuses_bad_names(tmp_path: Path,

@@ -61,7 +61,8 @@ SAMPLE_PARAMS: dict[str, Any] = {
 
 
 def render(relative: str, name: str = NAME) -> str:
-    return (TEMPLATES / relative).read_text(encoding="utf-8").replace("{{NAME}}", name)
+    return (TEMPLATES / relative).read_text(encoding="utf-8").replace(
+        "{{NAME}}", name).replace("{{PROFILE}}", "generic")
 
 
 def doc_manager_methods() -> dict[str, list[str]]:
@@ -218,12 +219,14 @@ def assert_internal(answer: dict[str, Any], *fragments: str) -> str:
 
 @pytest.mark.parametrize("lang", sorted(TEMPLATE_FILES))
 def test_templates_render_cleanly(lang: str) -> None:
-    """{{NAME}} is the only placeholder (C++'s brace initialisers aside: render by plain
-    replacement, never str.format), a name with underscores leaves none behind, and every
+    """{{NAME}} and {{PROFILE}} are the only placeholders (C++'s brace initialisers aside:
+    render by plain replacement, never str.format), a name with underscores leaves none
+    behind, and every
     manager method of the doc's table has its stub (no toolchain needed)."""
     for relative in TEMPLATE_FILES[lang]:
         raw = (TEMPLATES / relative).read_text(encoding="utf-8")
-        assert set(re.findall(r"\{\{\s*(\w*)\s*\}\}", raw)) == {"NAME"}, relative
+        assert "NAME" in set(re.findall(r"\{\{\s*(\w*)\s*\}\}", raw)) <= {"NAME", "PROFILE"}, \
+            relative
         text = render(relative)
         assert "{{NAME}}" not in text and not re.search(r"\{\{\s*\w*\s*\}\}", text), relative
         assert NAME in text, relative
