@@ -11,6 +11,7 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from kvcheck import __version__
+from kvcheck.adapters.external_blocks import blocks_added
 from kvcheck.adapters.reference_native import ReferenceNativeManager
 from kvcheck.adapters.reference_sizing import (
     kv_block_sizes,
@@ -81,7 +82,9 @@ IMPL_INFO = ImplInfo(
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
          # (the vLLM profiles imply them).
          "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
-         "multi_token_decode"}
+         "multi_token_decode",
+         # KV from outside the pool (issue 29): a connector's tokens, failed loads.
+         "external_kv", "evict_blocks"}
     ),
     profile="vllm-0.33",
     hash_algos=tuple(HASH_FUNCTIONS),
@@ -303,6 +306,10 @@ class ReferenceManager:
         num_new_computed_tokens: int = 0,
         new_computed_block_ids: Sequence[Any] = (),
         num_lookahead_tokens: int = 0,
+        # Keyword-only in the protocol; plain here (the hot path): CPython does not specialize
+        # calls of functions with keyword-only parameters.
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
     ) -> Any:
         req = self._requests.sync(request)
         hits: Any = None
@@ -312,8 +319,29 @@ class ReferenceManager:
                 hits = [[blocks[i] for i in g] for g in new_computed_block_ids]
             else:
                 hits = ([blocks[i] for i in new_computed_block_ids],)
-        new = self.manager.allocate_slots(
-            req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens)
+        if num_external_computed_tokens and self._v033:
+            # 0.33 returns only the blocks after the external ones: answer the whole addition.
+            before = self.manager.get_block_ids(req.request_id)
+            if self.manager.allocate_slots(
+                    req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
+                    delay_cache_blocks,
+                    num_external_computed_tokens=num_external_computed_tokens) is None:
+                return None
+            added = blocks_added(before, [len(g) for g in hits or [[]] * len(before)],
+                                 self.manager.get_block_ids(req.request_id))
+            return added if self._grouped else added[0]
+        # External tokens only when there are some (a subclass of the manager, a mutant,
+        # written without them keeps working); delay_cache_blocks only when asked for.
+        if num_external_computed_tokens:
+            new = self.manager.allocate_slots(
+                req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
+                delay_cache_blocks, num_external_computed_tokens=num_external_computed_tokens)
+        elif delay_cache_blocks:
+            new = self.manager.allocate_slots(
+                req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens, True)
+        else:
+            new = self.manager.allocate_slots(
+                req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens)
         if new is None:
             return None
         if self._grouped:
@@ -321,6 +349,15 @@ class ReferenceManager:
         blocks_0 = new[0]
         # A decode step mostly allocates nothing: skip the comprehension (it costs a call).
         return [b.block_id for b in blocks_0] if blocks_0 else []
+
+    def cache_blocks(self, request: RequestView, num_computed_tokens: int) -> None:
+        self.manager.cache_blocks(self._requests.sync(request), num_computed_tokens)
+
+    def evict_blocks(self, block_ids: Sequence[int]) -> None:
+        if not self._v033:
+            raise UnsupportedSpec("evict_blocks: vLLM 0.10.2 has no evict_blocks (vllm-0.33 "
+                                  "and generic have it)")
+        self.manager.evict_blocks(block_ids)
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)

@@ -53,7 +53,12 @@ from kvcheck.adapters.vllm_features import (
     release_behaviour,
 )
 from kvcheck.adapters.vllm_kv_config import LEGACY_HYBRID
-from kvcheck.adapters.vllm_manager import VLLMBlockPool, VLLMManager, event_to_dict
+from kvcheck.adapters.vllm_manager import (
+    HAS_EVICT_BLOCKS,
+    VLLMBlockPool,
+    VLLMManager,
+    event_to_dict,
+)
 from kvcheck.adapters.vllm_manager import make_block_pool as make_pool
 from kvcheck.adapters.vllm_native import make_native_manager
 from kvcheck.adapters.vllm_requests import HAS_EXTRAS, Hashing, make_request
@@ -140,6 +145,14 @@ _capabilities = {"manager", "block_pool", "prefix_caching", "free_queue_order", 
                  "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache",
                  "lookahead", "multi_token_decode"}
 _notes = []
+# KV from outside the pool: every supported release has allocate_slots' delay_cache_blocks and
+# cache_blocks (0.10.2 takes external tokens as new ones, as its scheduler passes them);
+# evict_blocks only where the manager has it.
+_capabilities.add("external_kv")
+if HAS_EVICT_BLOCKS:
+    _capabilities.add("evict_blocks")
+else:
+    _notes.append("evict_blocks not declared: this release's KVCacheManager has none.")
 # KV-cache groups (kvcheck.adapters.vllm_kv_config): every supported release has vLLM's hybrid
 # coordinator and the sliding-window and chunked-local specs; the configurations a release
 # refuses are declined per spec (UnsupportedSpec).

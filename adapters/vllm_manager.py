@@ -23,15 +23,30 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
+from kvcheck.adapters.external_blocks import blocks_added
 from kvcheck.adapters.vllm_kv_config import make_vllm_cache
 from kvcheck.adapters.vllm_requests import Hashing, request_sync
-from kvcheck.adapters.vllm_runtime import BlockPool, KVCacheBlocks, accepting
+from kvcheck.adapters.vllm_runtime import (
+    VERSION,
+    BlockPool,
+    KVCacheBlocks,
+    KVCacheManager,
+    accepting,
+    params,
+)
 from kvcheck.adapters.vllm_slots import SlotMapper, build_batch
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView, UnsupportedSpec
 from kvcheck.errors import KVCheckInputError
 from kvcheck.reference_impl import events as _reference_events
 
-__all__ = ["VLLMBlockPool", "VLLMManager", "event_to_dict", "make_block_pool"]
+__all__ = ["EXTERNAL_ARGUMENT", "HAS_EVICT_BLOCKS", "VLLMBlockPool", "VLLMManager",
+           "event_to_dict", "make_block_pool"]
+
+#: Whether this release's ``allocate_slots`` takes ``num_external_computed_tokens`` (0.33;
+#: 0.10.2's scheduler adds the external tokens to ``num_new_tokens`` instead).
+EXTERNAL_ARGUMENT: bool = "num_external_computed_tokens" in params(KVCacheManager.allocate_slots)
+#: Whether this release's manager has ``evict_blocks`` (0.33; not 0.10.2).
+HAS_EVICT_BLOCKS: bool = hasattr(KVCacheManager, "evict_blocks")
 
 
 # ------------------------------------------------------------------------------ events
@@ -126,9 +141,17 @@ class VLLMManager:
         num_new_computed_tokens: int = 0,
         new_computed_block_ids: Sequence[Any] = (),
         num_lookahead_tokens: int = 0,
+        *,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
     ) -> Any:
         """The newly allocated block ids (one list per group, or group 0's for a spec
-        without ``kv_cache_groups``), or None when the pool cannot hold the request."""
+        without ``kv_cache_groups``), or None when the pool cannot hold the request.
+
+        External tokens go to vLLM as its own scheduler passes them: 0.33 as
+        ``num_external_computed_tokens`` (its answer omits the external blocks, so the
+        answer is read from the tables, ``blocks_added``), 0.10.2 added to
+        ``num_new_tokens``."""
         req = self._requests.sync(request)
         hits = None
         if new_computed_block_ids:
@@ -139,14 +162,41 @@ class VLLMManager:
                     f"{self.num_groups} KV-cache groups")
             blocks = self.pool.blocks
             hits = KVCacheBlocks(tuple([blocks[i] for i in group] for group in per_group))
+        if num_external_computed_tokens and EXTERNAL_ARGUMENT:
+            before = self.manager.get_block_ids(req.request_id)
+            new = self.manager.allocate_slots(
+                req, num_new_tokens=num_new_tokens,
+                num_new_computed_tokens=num_new_computed_tokens, new_computed_blocks=hits,
+                num_lookahead_tokens=num_lookahead_tokens,
+                num_external_computed_tokens=num_external_computed_tokens,
+                delay_cache_blocks=delay_cache_blocks)
+            if new is None:
+                return None
+            added = blocks_added(
+                before, [len(g) for g in hits.blocks] if hits else [0] * self.num_groups,
+                self.manager.get_block_ids(req.request_id))
+            return added if self.grouped else added[0]
         new = self.manager.allocate_slots(
-            req, num_new_tokens=num_new_tokens, num_new_computed_tokens=num_new_computed_tokens,
-            new_computed_blocks=hits, num_lookahead_tokens=num_lookahead_tokens)
+            req, num_new_tokens=num_new_tokens + num_external_computed_tokens,
+            num_new_computed_tokens=num_new_computed_tokens, new_computed_blocks=hits,
+            num_lookahead_tokens=num_lookahead_tokens,
+            **({"delay_cache_blocks": True} if delay_cache_blocks else {}))
         if new is None:
             return None
         if not self.grouped:
             return [b.block_id for b in new.blocks[0]]
         return [[b.block_id for b in group] for group in new.blocks]
+
+    def cache_blocks(self, request: RequestView, num_computed_tokens: int) -> None:
+        """vLLM's ``KVCacheManager.cache_blocks`` (what its scheduler calls once an
+        asynchronous load arrived)."""
+        self.manager.cache_blocks(self._requests.sync(request), num_computed_tokens)
+
+    def evict_blocks(self, block_ids: Sequence[int]) -> None:
+        """vLLM's ``KVCacheManager.evict_blocks``, given a set as its scheduler gives it."""
+        if not HAS_EVICT_BLOCKS:
+            raise UnsupportedSpec(f"evict_blocks: vLLM {VERSION}'s KVCacheManager has none")
+        self.manager.evict_blocks(set(block_ids))
 
     def free(self, request_id: str) -> None:
         req = self._requests.pop(request_id)

@@ -103,6 +103,9 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+#: ``allocate_slots`` without external-KV arguments (shared, never changed).
+_NO_EXTERNAL: dict[str, object] = {}
+
 __all__ = [
     "AdapterCall",
     "Diversion",
@@ -595,13 +598,16 @@ class GuardedManager(_Guard):
 
     def _allocate(self, request: RequestView, num_new_tokens: int,
                   num_new_computed_tokens: int, hits: object, hits_copy: object,
-                  num_lookahead_tokens: int) -> tuple[tuple[object, ...], object]:
+                  num_lookahead_tokens: int, external: dict[str, object],
+                  ) -> tuple[tuple[object, ...], object]:
         """``(args, answer)`` of the adapter's ``allocate_slots``, given ``hits_copy`` (its own
-        copy of the hits: the caller's ``hits`` stay what they were); the view checked
-        unchanged. ``args`` is what violations show (the lookahead only when non-zero)."""
+        copy of the hits: the caller's ``hits`` stay what they were) and ``external`` (the
+        external-KV keyword arguments not at their default); the view checked unchanged.
+        ``args`` is what violations show (the lookahead only when non-zero, the external
+        arguments as a trailing dict)."""
         __tracebackhide__ = True
         args: tuple[object, ...] = (request, num_new_tokens, num_new_computed_tokens, hits)
-        if num_lookahead_tokens:
+        if num_lookahead_tokens or external:
             args += (num_lookahead_tokens,)
         self._ops += 1
         try:  # the most positions this call may give the request (for the length bounds)
@@ -612,9 +618,15 @@ class GuardedManager(_Guard):
         if tokens > self._longest:
             self._longest = tokens
         before = _view_state(request)
-        value: object = self._raising("allocate_slots", self._raw.allocate_slots, request,
-                                      *((num_new_tokens, num_new_computed_tokens, hits_copy)
-                                        + args[4:]))
+        call_args = (num_new_tokens, num_new_computed_tokens, hits_copy) + args[4:]
+        if external:
+            value: object = self._raising(
+                "allocate_slots", lambda: self._raw.allocate_slots(request, *call_args,
+                                                                    **external))
+            args += (external,)
+        else:
+            value = self._raising("allocate_slots", self._raw.allocate_slots, request,
+                                  *call_args)
         if before is not None:
             self._unchanged("allocate_slots", args, before, _view_state(request), value)
         return args, value
@@ -622,31 +634,44 @@ class GuardedManager(_Guard):
     def allocate_slots(self, request: RequestView, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
                        new_computed_block_ids: Sequence[Any] = (),
-                       num_lookahead_tokens: int = 0) -> Any:
+                       num_lookahead_tokens: int = 0, *,
+                       num_external_computed_tokens: int = 0,
+                       delay_cache_blocks: bool = False) -> Any:
         __tracebackhide__ = True
         hits = ([list(h) for h in new_computed_block_ids] if self._grouped
                 else [list(new_computed_block_ids)])
-        new = self.allocate_slots_per_group(request, num_new_tokens, num_new_computed_tokens,
-                                            hits, num_lookahead_tokens)
+        new = self.allocate_slots_per_group(
+            request, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
+            num_external_computed_tokens=num_external_computed_tokens,
+            delay_cache_blocks=delay_cache_blocks)
         return None if new is None else adapter_form(self._spec, new)
 
     def allocate_slots_per_group(self, request: RequestView, num_new_tokens: int,
                                  num_new_computed_tokens: int,
                                  new_computed_block_ids: Sequence[Sequence[int]],
-                                 num_lookahead_tokens: int = 0) -> list[list[int]] | None:
+                                 num_lookahead_tokens: int = 0, *,
+                                 num_external_computed_tokens: int = 0,
+                                 delay_cache_blocks: bool = False) -> list[list[int]] | None:
         """``allocate_slots`` checked, the hits passed and the new ids one list per group
         (the adapter is called with, and violations show, its own form): the new ids are no
         null block, none of the hits and held by no other request; the tables follow (read
         back where they may move; rebindings judged under ``dedup_on_insert``). A refused
         admission holds nothing (all-or-nothing): where tables may move, that is read back
         too; a single-group table a refused call kept breaks conservation instead
-        (``kvcheck.conformance.laws``)."""
+        (``kvcheck.conformance.laws``). External-KV arguments (``external_kv``) go to the
+        adapter only when not at their default; the answer then also lists the external
+        tokens' blocks (a window may leave nulls before them in a table)."""
         __tracebackhide__ = True
         given = [list(h) for h in new_computed_block_ids]  # [] for a running request
+        external = _NO_EXTERNAL  # the hot path: no dict built
+        if num_external_computed_tokens or delay_cache_blocks:
+            external = {"num_external_computed_tokens": num_external_computed_tokens}
+            if delay_cache_blocks:
+                external["delay_cache_blocks"] = True
         args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens,
                                      adapter_form(self._spec, given),
                                      adapter_form(self._spec, [list(h) for h in given]),
-                                     num_lookahead_tokens)
+                                     num_lookahead_tokens, external)
         hits = given + [[] for _ in range(len(self._group_bs) - len(given))]
         new = None if value is None else self._answer_groups(
             "allocate_slots", args, value, "the new block ids", nulls=False)
@@ -654,8 +679,10 @@ class GuardedManager(_Guard):
             return new
         rid = request.request_id
         old = self._tables.get(rid)
+        # External tokens' blocks are part of the answer: the table is read back to check it.
+        moving = self._moving or bool(num_external_computed_tokens)
         if new is None:
-            if self._moving:  # entries may change even in a refused call
+            if moving:  # entries may change even in a refused call
                 self._follow(rid, [list(t) for t in old] if old is not None else
                              [[] for _ in self._group_bs],
                              f"allocate_slots({rid!r}) returned None"
@@ -672,18 +699,24 @@ class GuardedManager(_Guard):
             if dedup and old is not None:
                 self._follow_own_rebinding(rid, old[0], hits[0] + new[0])
                 old = self._tables.get(rid)
-        passed = {b for h in hits for b in h}
+        # A window may skip a hit passed in with external tokens (vLLM 0.33 does not adopt
+        # it), which may then come back as a fresh block: there the table read back below
+        # (never a block twice) is the check.
+        passed = (set() if num_external_computed_tokens and self._grouped
+                  else {b for h in hits for b in h})
         for b in fresh:
             if b in passed:
                 self._new_is_a_hit(args, value, b)
-        if self._moving:
+        if moving:
             expected = ([list(t) for t in old] if old is not None
                         else [[] for _ in self._group_bs])
             for table, part_hits, part_new in zip(expected, hits, new, strict=False):
                 table.extend(part_hits)
                 table.extend(part_new)
             self._follow(rid, expected, f"allocate_slots({rid!r}) returned "
-                         f"{abbreviate(value)}; then get_block_ids")
+                         f"{abbreviate(value)}; then get_block_ids",
+                         pad_at=([len(t) - len(n) for t, n in zip(expected, new, strict=False)]
+                                 if num_external_computed_tokens else None))
         else:
             mine = self._holds.get(rid, ())
             for b in fresh:
@@ -750,17 +783,23 @@ class GuardedManager(_Guard):
     def _table_what(self) -> str:
         return "the block tables" if self._grouped else "the block table"
 
-    def _follow(self, rid: str, expected: list[list[int]], context: str) -> list[list[int]]:
+    def _follow(self, rid: str, expected: list[list[int]], context: str,
+                pad_at: list[int] | None = None) -> list[list[int]]:
         """Read ``rid``'s tables, check them against ``expected`` (the previous tables + the
         hits + the new ids; entries may have become null where there is a null block, or
-        been rebound under ``dedup_on_insert``), and remember them. ``context`` (the call
-        before, if any) ends the message."""
+        been rebound under ``dedup_on_insert``; with ``pad_at``, per group the position
+        before the new ids where nulls may have been inserted: external tokens a window
+        skipped), and remember them. ``context`` (the call before, if any) ends the
+        message."""
         __tracebackhide__ = True
         value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
         # A table holds shared hits, but never a block twice (nor, grouped, in two groups).
         tables = self._answer_groups("get_block_ids", (rid,), value, self._table_what,
                                      nulls=True)
         null = self._null
+        if pad_at is not None and null is not None:
+            expected = [want[:at] + [null] * max(0, len(got) - len(want)) + want[at:]
+                        for got, want, at in zip(tables, expected, pad_at, strict=False)]
         for g, (got, want) in enumerate(zip(tables, expected, strict=True)):
             if got == want or (null is not None and len(got) == len(want) and all(
                     a in (b, null) for a, b in zip(got, want, strict=True))):
@@ -778,6 +817,18 @@ class GuardedManager(_Guard):
         if not self._lost:
             self._set_tables(rid, tables)
         return tables
+
+    def cache_blocks(self, request: RequestView, num_computed_tokens: int) -> None:
+        """``cache_blocks`` (``external_kv``): its answer passed on as it is."""
+        self._ops += 1
+        fn: Callable[[RequestView, int], None] = self._raw.cache_blocks
+        return self._raising("cache_blocks", fn, request, num_computed_tokens)
+
+    def evict_blocks(self, block_ids: Sequence[int]) -> None:
+        """``evict_blocks`` (``evict_blocks``): tables and holds are unchanged by it."""
+        self._ops += 1
+        fn: Callable[[Sequence[int]], None] = self._raw.evict_blocks
+        return self._raising("evict_blocks", fn, list(block_ids))
 
     def reset_prefix_cache(self) -> bool:
         __tracebackhide__ = True

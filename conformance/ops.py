@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads these annotations
 
 __all__ = [
     "AddOp",
+    "CacheOp",
     "DecodeOp",
+    "EvictOp",
     "FreeOp",
     "LookupOp",
     "Op",
@@ -24,7 +26,9 @@ __all__ = [
     "ResetOp",
     "ScheduleOp",
     "add",
+    "cache",
     "decode",
+    "evict",
     "free",
     "lookup",
     "one_token_decodes",
@@ -59,9 +63,14 @@ class _ScheduleFields(TypedDict):
 class ScheduleOp(_ScheduleFields, total=False):
     """One prefill step of up to ``num_tokens`` prompt tokens (None: the rest);
     ``lookahead``: ``num_lookahead_tokens`` (speculative slots) passed to ``allocate_slots``,
-    absent when 0."""
+    absent when 0. ``external``: for a request holding no blocks, a KV connector has this
+    many tokens after its local hit (``num_external_computed_tokens``, capability
+    ``external_kv``); ``delay``: their load is asynchronous (``delay_cache_blocks``, no new
+    tokens computed in this step). Both absent when 0 / false."""
 
     lookahead: int
+    external: int
+    delay: bool
 
 
 class _DecodeFields(TypedDict):
@@ -82,6 +91,25 @@ class FreeOp(TypedDict):
     rid: str
 
 
+class CacheOp(TypedDict):
+    """An asynchronous external load of ``rid`` ended with its first ``num_tokens`` tokens
+    valid (all of them: the load arrived; fewer: it failed past there): the request's
+    computed tokens become ``num_tokens`` and ``cache_blocks(view, num_tokens)`` caches them,
+    as vLLM's scheduler does (then a whole-prompt hit is rewound by one token)."""
+
+    op: Literal["cache"]
+    rid: str
+    num_tokens: int
+
+
+class EvictOp(TypedDict):
+    """``evict_blocks(block_ids)``: the blocks whose external load failed lose their cache
+    keys (capability ``evict_blocks``)."""
+
+    op: Literal["evict"]
+    block_ids: list[int]
+
+
 class ResetOp(TypedDict):
     op: Literal["reset"]
 
@@ -95,7 +123,7 @@ class LookupOp(TypedDict):
 
 
 #: A workload op of any kind; ``op["op"]`` tells which.
-Op = AddOp | ScheduleOp | DecodeOp | FreeOp | ResetOp | LookupOp
+Op = AddOp | ScheduleOp | DecodeOp | FreeOp | ResetOp | LookupOp | CacheOp | EvictOp
 
 
 class RequestExtras(TypedDict, total=False):
@@ -125,14 +153,30 @@ def add(rid: str, prompt: Sequence[int], **extras: Unpack[RequestExtras]) -> Add
     return op
 
 
-def schedule(rid: str, num_tokens: int | None = None, lookahead: int = 0) -> ScheduleOp:
+def schedule(rid: str, num_tokens: int | None = None, lookahead: int = 0, *,
+             external: int = 0, delay: bool = False) -> ScheduleOp:
     """One prefill step of up to ``num_tokens`` prompt tokens (default: the rest), with
     ``lookahead`` speculative slots (the ``lookahead`` capability; 0: the field is left out, so
-    ops without it read as before)."""
+    ops without it read as before); ``external`` tokens a connector has after the local hit,
+    loaded asynchronously when ``delay`` (``external_kv``; see ``ScheduleOp``)."""
     op: ScheduleOp = {"op": "schedule", "rid": rid, "num_tokens": num_tokens}
     if lookahead:
         op["lookahead"] = lookahead
+    if external:
+        op["external"] = external
+    if delay:
+        op["delay"] = True
     return op
+
+
+def cache(rid: str, num_tokens: int) -> CacheOp:
+    """An asynchronous load of ``rid`` ended with ``num_tokens`` valid tokens (``CacheOp``)."""
+    return {"op": "cache", "rid": rid, "num_tokens": num_tokens}
+
+
+def evict(block_ids: Iterable[int]) -> EvictOp:
+    """``evict_blocks(block_ids)`` (``EvictOp``)."""
+    return {"op": "evict", "block_ids": list(block_ids)}
 
 
 def decode(rid: str, num_tokens: int = 1, lookahead: int = 0) -> DecodeOp:

@@ -50,6 +50,8 @@ __all__ = [
     "SupportsBlockHashes",
     "SupportsEventWire",
     "SupportsEvents",
+    "SupportsEvictBlocks",
+    "SupportsExternalKV",
     "SupportsFreeQueueOrder",
     "SupportsInvariants",
     "SupportsKVCacheGroups",
@@ -105,6 +107,11 @@ CAPABILITIES: dict[str, str] = {
     "multi_token_decode": "a decode step may append several tokens (speculative decoding)",
     "caches_running_requests": "a running request's full computed blocks hit for others "
                                "before it finishes (not only once it is freed)",
+    # KV from outside the pool (issue 29): a KV connector's tokens and failed loads.
+    "external_kv": "allocate_slots(..., num_external_computed_tokens, delay_cache_blocks) and "
+                   "cache_blocks(request, num_computed_tokens) (see SupportsExternalKV)",
+    "evict_blocks": "manager.evict_blocks(block_ids): drop those blocks' cache keys, nothing "
+                    "else (vLLM 0.33; see SupportsEvictBlocks)",
     # Cache designs vLLM does not have (issue 24): declared, under any profile.
     "dedup_on_insert": "a table entry may be rebound to another block of identical content "
                        "once its tokens are computed (radix / trie caches)",
@@ -399,11 +406,18 @@ class KVCacheManagerAdapter(Protocol):
         num_new_computed_tokens: int = 0,
         new_computed_block_ids: Sequence[int] = (),
         num_lookahead_tokens: int = 0,
+        *,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
     ) -> list[int] | None:
         """Slots for ``num_computed + num_new_computed + num_new (+ lookahead)`` tokens.
 
         Returns only the newly allocated block ids in block-table order, or None, with no
-        state change at all, when the pool is short."""
+        state change at all, when the pool is short.
+
+        The keyword-only arguments are passed only to an implementation declaring
+        ``external_kv`` (``SupportsExternalKV``), and only when not at their default: an
+        adapter without them keeps working unchanged."""
         ...
 
     def free(self, request_id: str) -> None:
@@ -590,6 +604,9 @@ class SupportsKVCacheGroups(Protocol):
         num_new_computed_tokens: int = 0,
         new_computed_block_ids: Sequence[Sequence[int]] = (),
         num_lookahead_tokens: int = 0,
+        *,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
     ) -> list[list[int]] | None:
         """Per-group lists of the newly allocated blocks, or None (no state change except
         vLLM's own: blocks a window skips are freed even when the allocation then fails)."""
@@ -597,6 +614,38 @@ class SupportsKVCacheGroups(Protocol):
 
     def get_block_ids(self, request_id: str) -> list[list[int]]:
         """Per-group block tables, nulls included (a list of empty lists if unknown)."""
+        ...
+
+
+@runtime_checkable
+class SupportsExternalKV(Protocol):
+    """Capability ``external_kv``: KV that a connector loads from outside the pool
+    (prefill/decode disaggregation, an offload tier), vLLM's ``allocate_slots(...,
+    num_external_computed_tokens, delay_cache_blocks)`` and ``cache_blocks``
+    (docs/semantics.md#external-kv-connector-tokens).
+
+    ``allocate_slots(..., num_external_computed_tokens=E)``: E tokens after the request's
+    computed tokens and hits are already computed elsewhere; the request needs slots for them
+    (fresh blocks, never a cache hit of its own or another request's block) but no compute.
+    The answer lists every block the call added to the tables, the external tokens' blocks
+    first, in table order (vLLM 0.33 returns only the blocks after them; its adapter reads
+    the rest from the table). ``num_new_tokens`` may be 0 when anything is computed (an
+    asynchronous load). With ``delay_cache_blocks=True`` the call caches nothing: blocks
+    still being loaded must not be hit by anyone until ``cache_blocks``."""
+
+    def cache_blocks(self, request: RequestView, num_computed_tokens: int) -> None:
+        """Cache the request's blocks that are full within its first ``num_computed_tokens``
+        tokens (after an asynchronous load arrived, or the valid prefix of a failed one);
+        blocks already cached are unchanged."""
+        ...
+
+
+@runtime_checkable
+class SupportsEvictBlocks(Protocol):
+    def evict_blocks(self, block_ids: Sequence[int]) -> None:
+        """Capability ``evict_blocks`` (vLLM 0.33, for blocks whose external load failed):
+        drop every cache key of these blocks, one ``BlockRemoved`` per key; reference
+        counts, free-queue order and block tables are unchanged."""
         ...
 
 
@@ -616,7 +665,8 @@ class SupportsKernels(Protocol):
 class ManagerWithCapabilities(
     KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
     SupportsBlockHashes, SupportsEvents, SupportsEventWire, SupportsSlotMapping, SupportsInvariants,
-    SupportsBatchMetadata, SupportsReleaseComputed, Protocol,
+    SupportsBatchMetadata, SupportsReleaseComputed, SupportsExternalKV, SupportsEvictBlocks,
+    Protocol,
 ):
     """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
     manager-level method; a test calls a capability's methods only when the implementation
@@ -643,6 +693,8 @@ CAPABILITY_PROTOCOLS: dict[str, type] = {
     "kv_cache_groups": SupportsKVCacheGroups,
     "sizing": SupportsSizing,
     "pinning_lookup": SupportsReleaseComputed,
+    "external_kv": SupportsExternalKV,
+    "evict_blocks": SupportsEvictBlocks,
 }
 
 

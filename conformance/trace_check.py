@@ -54,11 +54,13 @@ _MAX_TOKEN_ID = TOKEN_ID_LIMIT
 
 _OP_FIELDS: dict[str, frozenset[str]] = {
     "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read"}),
-    "schedule": frozenset({"op", "rid", "num_tokens", "lookahead"}),
+    "schedule": frozenset({"op", "rid", "num_tokens", "lookahead", "external", "delay"}),
     "decode": frozenset({"op", "rid", "num_tokens", "lookahead"}),
     "free": frozenset({"op", "rid"}),
     "reset": frozenset({"op"}),
     "lookup": frozenset({"op", "rid"}),
+    "cache": frozenset({"op", "rid", "num_tokens"}),
+    "evict": frozenset({"op", "block_ids"}),
 }
 
 
@@ -168,6 +170,13 @@ def check_ops(ops: object, where: str) -> list[Op]:
             raise TraceError(f"{at}: {kind!r} op has unknown fields {extra}")
         if kind == "reset":
             continue
+        if kind == "evict":
+            ids = op.get("block_ids")
+            if not isinstance(ids, list) or not all(
+                    type(b) is int and 0 <= b < MAX_NUM_BLOCKS for b in ids):
+                raise TraceError(f"{at}: field 'block_ids'={ids!r}: must be a list of block "
+                                 f"ids (ints in [0, {MAX_NUM_BLOCKS}))")
+            continue
         rid = op.get("rid")
         if not isinstance(rid, str) or not rid:
             raise TraceError(f"{at}: field 'rid' must be a non-empty string, got {rid!r}")
@@ -178,7 +187,19 @@ def check_ops(ops: object, where: str) -> list[Op]:
         if rid not in tokens:
             raise TraceError(f"{at}: {kind!r} names request {rid!r}, which no earlier 'add' op "
                              "added")
+        if kind == "cache":
+            n = op.get("num_tokens")
+            if type(n) is not int or not 0 <= n <= MAX_REQUEST_TOKENS:
+                raise TraceError(f"{at}: num_tokens={n!r}: must be an int in "
+                                 f"[0, {MAX_REQUEST_TOKENS}]")
+            continue
         if kind in ("schedule", "decode"):
+            external = op.get("external", 0)
+            if type(external) is not int or not 0 <= external <= MAX_REQUEST_TOKENS:
+                raise TraceError(f"{at}: external={external!r}: must be an int in "
+                                 f"[0, {MAX_REQUEST_TOKENS}]")
+            if "delay" in op and type(op["delay"]) is not bool:
+                raise TraceError(f"{at}: field 'delay'={op['delay']!r}: must be true or false")
             lookahead = op.get("lookahead", 0)
             if type(lookahead) is not int or not 0 <= lookahead <= MAX_REQUEST_TOKENS:
                 raise TraceError(f"{at}: lookahead={lookahead!r}: must be an int in "

@@ -143,6 +143,24 @@ LAW_FAMILIES: dict[str, Checks] = {
         _NONE,
     "test_events_wire.py::test_payload_bytes_equal_the_oracles": _NONE,
     "test_events_wire.py::test_sparse_group_payloads_equal_the_oracles": _NONE,
+    # external_kv: a connector's tokens, asynchronous loads, failed loads, evict_blocks
+    "test_external_kv.py::test_delayed_load_caches_nothing_until_cache_blocks":
+        Checks((CONSERVATION,), (HITS,)),
+    "test_external_kv.py::test_sync_load_caches_in_the_same_call":
+        Checks((CONSERVATION,), (HITS,)),
+    "test_external_kv.py::test_zero_new_tokens_legal_with_external_tokens": Checks((CONSERVATION,)),
+    "test_external_kv.py::test_refused_external_allocation_changes_nothing": _WORKLOAD,
+    "test_external_kv.py::test_external_blocks_are_fresh_and_counted":
+        Checks((CONSERVATION, OWNERSHIP), (HITS,)),
+    "test_external_kv.py::test_two_phase_allocation_never_evicts_another_groups_hits": _WORKLOAD,
+    "test_external_kv.py::test_evict_blocks_drops_keys_only": Checks((CONSERVATION,),
+                                                                     (HITS, EVICTION)),
+    "test_external_kv.py::test_failed_load_recovery": Checks((CONSERVATION,), (HITS,)),
+    "test_external_kv.py::test_golden_external_kv_scenario": _WORKLOAD,
+    "test_external_kv.py::test_golden_external_kv_scenario_with_a_window": _WORKLOAD,
+    "test_external_kv.py::test_random_external_kv_workloads_match_reference": _WORKLOAD,
+    "test_external_kv.py::test_random_external_kv_workloads_with_groups_match_reference":
+        _WORKLOAD,
     # eviction
     "test_eviction.py::test_free_order_golden_test_evict": Checks((CONSERVATION, HITS,
                                                                    EVICTION)),

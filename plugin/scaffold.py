@@ -240,6 +240,24 @@ class Manager:
             "{name}.Manager.release_computed: drop the references the request's last "
             "get_computed_blocks took")
 
+    # ------------------------------------------------------------ capability "external_kv"
+
+    def cache_blocks(self, request: RequestView, num_computed_tokens: int) -> None:
+        """Cache the request's blocks that are full within its first num_computed_tokens
+        tokens (after an asynchronous external load arrived). With external_kv,
+        allocate_slots also takes num_external_computed_tokens and delay_cache_blocks
+        (keyword arguments; see kvcheck.conformance.protocol.SupportsExternalKV)."""
+        raise NotImplementedError(
+            "{name}.Manager.cache_blocks: cache the request's full blocks within its first "
+            "num_computed_tokens tokens")
+
+    # ------------------------------------------------------------ capability "evict_blocks"
+
+    def evict_blocks(self, block_ids: Sequence[int]) -> None:
+        """Drop every cache key of these blocks; ref counts, the free queue and tables stay."""
+        raise NotImplementedError(
+            "{name}.Manager.evict_blocks: drop the cache keys of block_ids, nothing else")
+
     # ------------------------------------------------------------ capability "reset_prefix_cache"
 
     def reset_prefix_cache(self) -> bool:

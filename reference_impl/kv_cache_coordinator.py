@@ -121,13 +121,26 @@ class KVCacheCoordinator:
 
     def add_computed_blocks(self, request_id: str,
                             new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
-                            num_local_computed_tokens: int) -> None:
+                            num_local_computed_tokens: int,
+                            num_external_computed_tokens: int = 0) -> None:
         """Adopt a new request's hits in every group (each group touches its hits, in group
-        order, before any new block is popped; 0.10.2 touches every group's hits first)."""
+        order, before any new block is popped; 0.10.2 touches every group's hits first).
+
+        0.33 with external (KV-connector) tokens: two phases, as vLLM PR #44409 has it: every
+        group adopts (touches) its hits first, then every group takes fresh blocks for the
+        external tokens, so no group's external blocks evict another group's hits. A running
+        request gets neither (vLLM's coordinator returns at once)."""
         if self.v033:
-            for manager, hits in zip(self.single_type_managers, new_computed_blocks,
-                                     strict=True):
-                manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens)
+            managers = self.single_type_managers
+            if any(request_id in m.num_cached_block for m in managers):
+                return
+            for manager, hits in zip(managers, new_computed_blocks, strict=True):
+                manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens,
+                                                  num_external_computed_tokens)
+            if num_external_computed_tokens > 0:
+                for manager in managers:
+                    manager.allocate_external_computed_blocks(
+                        request_id, num_local_computed_tokens, num_external_computed_tokens)
             return
         if self.enable_caching:
             for hits in new_computed_blocks:
@@ -233,10 +246,18 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
 
     def add_computed_blocks(self, request_id: str,
                             new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
-                            num_local_computed_tokens: int) -> None:
+                            num_local_computed_tokens: int,
+                            num_external_computed_tokens: int = 0) -> None:
         hits = new_computed_blocks[0]
         if self.v033:
-            self.manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens)
+            manager = self.manager
+            if request_id in manager.num_cached_block:
+                return
+            manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens,
+                                              num_external_computed_tokens)
+            if num_external_computed_tokens > 0:
+                manager.allocate_external_computed_blocks(
+                    request_id, num_local_computed_tokens, num_external_computed_tokens)
             return
         if self.enable_caching:
             self.block_pool.touch(hits)

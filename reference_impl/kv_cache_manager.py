@@ -35,7 +35,7 @@ The manager never advances ``request.num_computed_tokens``; the caller (a schedu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kvcheck.reference_impl.block import KVCacheBlock
@@ -269,9 +269,24 @@ class KVCacheManager:
         new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None = None,
         num_lookahead_tokens: int = 0,
         delay_cache_blocks: bool = False,
+        # Not keyword-only, though after delay_cache_blocks unlike vLLM (callers pass that one
+        # by position): CPython does not specialize calls of functions with keyword-only
+        # parameters, and this is the hot path.
+        num_external_computed_tokens: int = 0,
     ) -> GroupBlocks | None:
-        """Make room for ``num_new_tokens`` (plus hits and lookahead) in every group and
-        return only the newly allocated blocks, one list per group in block-table order.
+        """Make room for ``num_new_tokens`` (plus hits, external tokens and lookahead) in
+        every group and return only the newly allocated blocks, one list per group in
+        block-table order.
+
+        External (KV-connector) tokens, ``num_external_computed_tokens = E``
+        (docs/semantics.md#external-kv-connector-tokens): ``vllm-0.33`` computes
+        ``min(local + E, max_model_len)`` tokens, gives the external tokens fresh blocks
+        after every group adopted its hits (two phases, vLLM PR #44409), with no hash until
+        they are cached, and returns, as vLLM does, only the blocks after them (the external
+        blocks are in ``get_blocks``); zero new tokens are legal when anything is computed.
+        ``vllm-0.10`` adds E to ``num_new_tokens``, as 0.10.2's scheduler passes them (the
+        external blocks are then among the returned ones). ``delay_cache_blocks`` (an
+        asynchronous load) caches nothing in this call: ``cache_blocks`` does, later.
 
         ``new_computed_blocks`` is what ``get_computed_blocks`` returned (one list per group;
         None or empty: no hits). All-or-nothing: returns None when the pool is short, with
@@ -290,6 +305,9 @@ class KVCacheManager:
         if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0:
             self._raise_negative(request, num_new_tokens, num_new_computed_tokens,
                                  num_lookahead_tokens)
+        if num_external_computed_tokens:
+            num_new_tokens, num_external_computed_tokens = self._external_tokens(
+                request, num_new_tokens, num_new_computed_tokens, num_external_computed_tokens)
         coordinator = self.coordinator
         if new_computed_blocks:
             hits = new_computed_blocks
@@ -300,15 +318,18 @@ class KVCacheManager:
             if num_new_computed_tokens:
                 self._raise_hit_tokens(request, hits, num_new_computed_tokens)
         if num_new_tokens == 0 and (
-            self.profile.allocate_zero_new_tokens_raises_always or not has_hits
+            self.profile.allocate_zero_new_tokens_raises_always
+            or not (has_hits or num_external_computed_tokens)
         ):
             raise KVCacheMisuseError(
                 "num_new_tokens must be greater than 0"
-                + ("" if has_hits else " when there are no prefix-cache hits to adopt"))
+                + ("" if has_hits or num_external_computed_tokens
+                   else " when there are no prefix-cache hits or external tokens to adopt"))
 
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
-        total_computed = num_local_computed
-        num_tokens_need_slot = num_local_computed + num_new_tokens + num_lookahead_tokens
+        # Local hits and external tokens (uncapped: what the windows' skip counts).
+        num_computed = total_computed = num_local_computed + num_external_computed_tokens
+        num_tokens_need_slot = num_computed + num_new_tokens + num_lookahead_tokens
         if self.max_model_len is not None:
             num_tokens_need_slot = min(num_tokens_need_slot, self.max_model_len)
             if self.v033:  # 0.10.2 caches up to the uncapped count
@@ -320,19 +341,51 @@ class KVCacheManager:
         # BlockPool.get_num_free_blocks(), read directly: this runs on every step.
         if coordinator.get_num_blocks_to_allocate(
                 request.request_id, num_tokens_need_slot, hits,
-                num_local_computed) > self.block_pool.free_block_queue.num_free_blocks:
+                num_computed) > self.block_pool.free_block_queue.num_free_blocks:
             return None
-        if has_hits:
+        if has_hits or num_external_computed_tokens:
             # Touch first: a hit sitting in the free queue must leave it before the new blocks
             # are popped from the head, or this request could evict its own prefix
             # (test_computed_blocks_not_evicted).
-            coordinator.add_computed_blocks(request.request_id, hits, num_local_computed)
+            coordinator.add_computed_blocks(request.request_id, hits, num_local_computed,
+                                            num_external_computed_tokens)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot)
         if self.enable_caching and not delay_cache_blocks:
             # Drafts and lookahead slots are never cached.
             coordinator.cache_blocks(
                 request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
+
+    def _external_tokens(self, request: Request, num_new_tokens: int,
+                         num_new_computed_tokens: int, num_external: int) -> tuple[int, int]:
+        """``(num_new_tokens, num_external_computed_tokens)`` as this profile's
+        ``allocate_slots`` takes them (``vllm-0.10``: the external tokens folded into the
+        new ones, as 0.10.2's scheduler passes them).
+
+        Raises:
+            KVCacheMisuseError: a negative count; external tokens that reach past the
+                request's tokens (a connector loads KV of tokens the request has) or past
+                ``max_model_len``.
+        """
+        if num_external < 0:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request.request_id!r}): num_external_computed_tokens must "
+                f"be >= 0, got {num_external}")
+        end = request.num_computed_tokens + num_new_computed_tokens + num_external
+        if end > request.num_tokens:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request.request_id!r}): computed tokens ({end} = "
+                f"num_computed_tokens {request.num_computed_tokens} + num_new_computed_tokens "
+                f"{num_new_computed_tokens} + num_external_computed_tokens {num_external}) "
+                f"exceed the request's {request.num_tokens} tokens; a connector can only "
+                "have KV of tokens the request holds")
+        if self.max_model_len is not None and end > self.max_model_len:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request.request_id!r}): computed tokens ({end}, external "
+                f"included) exceed max_model_len ({self.max_model_len})")
+        if not self.v033:
+            return num_new_tokens + num_external, 0
+        return num_new_tokens, num_external
 
     def _raise_negative(self, request: Request, *counts: int) -> None:
         names = ("num_new_tokens", "num_new_computed_tokens", "num_lookahead_tokens")
@@ -383,6 +436,48 @@ class KVCacheManager:
                     f"allocate_slots({request.request_id!r}): num_new_computed_tokens="
                     f"{num_new_computed_tokens} but group {group_id} got {len(group)} hit "
                     f"blocks of {block_size} tokens; pass what get_computed_blocks returned")
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Cache the request's blocks that are full within its first
+        ``num_computed_tokens`` tokens, group by group (vLLM's
+        ``KVCacheManager.cache_blocks``: what the scheduler calls once an asynchronous
+        external load has arrived, or, after a failed one, for the valid prefix). Blocks
+        already cached stay as they are; a no-op with caching off.
+
+        Raises:
+            KVCacheMisuseError: an unknown request; a negative count; more tokens than the
+                request has or than its tables have slots for.
+        """
+        rid = request.request_id
+        if not self.coordinator.is_running(rid):
+            raise KVCacheMisuseError(
+                f"cache_blocks({rid!r}): the request holds no blocks (call it after "
+                "allocate_slots, before free)")
+        slots = min(len(t) * bs for t, bs in zip(
+            self.coordinator.get_blocks(rid), self._group_block_sizes, strict=True))
+        if not 0 <= num_computed_tokens <= min(request.num_tokens, slots):
+            raise KVCacheMisuseError(
+                f"cache_blocks({rid!r}, {num_computed_tokens}): num_computed_tokens must be "
+                f"in [0, {min(request.num_tokens, slots)}] (the request has "
+                f"{request.num_tokens} tokens and slots for {slots})")
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop every cache key of the given blocks (vLLM 0.33's ``evict_blocks``: what the
+        scheduler calls for blocks whose external load failed): one ``BlockRemoved`` per
+        key; ``ref_cnt``, free-queue positions and tables are unchanged. The ids are taken
+        as a set, in the set's order, as vLLM's scheduler passes them.
+
+        Raises:
+            KVCacheMisuseError: ``vllm-0.10`` (0.10.2 has no ``evict_blocks``); an id outside
+                the pool (nothing changes).
+        """
+        if not self.v033:
+            raise KVCacheMisuseError(
+                "evict_blocks: vLLM 0.10.2's KVCacheManager has no evict_blocks (added with "
+                "the KV-load failure policy in later releases); use the vllm-0.33 profile")
+        self.block_pool.evict_blocks(set(block_ids))
 
     # ---------------------------------------------------------------- release
     def free(self, request: Request | str) -> None:

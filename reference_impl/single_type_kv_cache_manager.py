@@ -188,18 +188,38 @@ class SingleTypeKVCacheManager:
 
     def add_local_computed_blocks(self, request_id: str,
                                   new_computed_blocks: Sequence[KVCacheBlock],
-                                  num_local_computed_tokens: int) -> None:
-        """0.33: adopt the hits of a new request: the skipped leading ones are dropped and
-        re-padded with nulls, the rest touched (nulls are never touched)."""
+                                  num_local_computed_tokens: int,
+                                  num_external_computed_tokens: int = 0) -> None:
+        """0.33: adopt the hits of a new request: the leading ones the window skips (after
+        local + external computed tokens) are dropped and re-padded with nulls, the rest
+        touched (nulls are never touched)."""
         blocks = self.req_to_blocks.setdefault(request_id, [])
         assert not blocks, f"request {request_id!r} already holds blocks in this group"
-        skipped = self.get_num_skipped_tokens(num_local_computed_tokens) // self.block_size
+        skipped = self.get_num_skipped_tokens(
+            num_local_computed_tokens + num_external_computed_tokens) // self.block_size
         hits = list(new_computed_blocks[skipped:]) if skipped > 0 else list(new_computed_blocks)
         if self.enable_caching:
             self.block_pool.touch(hits)
         blocks.extend([self.null_block] * skipped)
         blocks.extend(hits)
         self.num_cached_block[request_id] = len(blocks)
+
+    def allocate_external_computed_blocks(self, request_id: str, num_local_computed_tokens: int,
+                                          num_external_computed_tokens: int) -> None:
+        """0.33: fresh blocks (no hash until ``cache_blocks``) for the external (KV-connector)
+        tokens the window still reads, appended after the adopted hits and nulls: the table
+        then covers ``cdiv(local + external, block_size)`` blocks. Runs only after every
+        group adopted its hits (vLLM PR #44409: one group's external blocks must not evict
+        another group's untouched hits)."""
+        total = num_local_computed_tokens + num_external_computed_tokens
+        skipped = self.get_num_skipped_tokens(total)
+        if skipped > 0:  # external tokens the window already dropped need no block
+            num_external_computed_tokens = min(total - skipped, num_external_computed_tokens)
+        if num_external_computed_tokens <= 0:
+            return
+        blocks = self.req_to_blocks[request_id]
+        num_new = max(0, cdiv(total, self.block_size) - len(blocks))
+        blocks.extend(self.block_pool.get_new_blocks(num_new))
 
     def save_new_computed_blocks(self, request_id: str,
                                  new_computed_blocks: Sequence[KVCacheBlock]) -> None:
@@ -296,7 +316,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
     def add_local_computed_blocks(self, request_id: str,
                                   new_computed_blocks: Sequence[KVCacheBlock],
-                                  num_local_computed_tokens: int) -> None:
+                                  num_local_computed_tokens: int,
+                                  num_external_computed_tokens: int = 0) -> None:
         """0.33: adopt a new request's hits as they are (nothing is skipped), touched."""
         blocks = self.req_to_blocks.setdefault(request_id, [])
         assert not blocks, f"request {request_id!r} already holds blocks in this group"

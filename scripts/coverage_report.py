@@ -57,10 +57,10 @@ UNREACHABLE: dict[str, str] = {
      r"raise (?:KVCacheMisuseError|FreeQueueMisuseError)\b"
      r"|raise (?:KVCacheMisuseError|FreeQueueMisuseError)\b"):
         "misuse checks: the workloads are valid by construction; scripted tests raise each",
-    (r"def (make_request|usage|get_blocks|get_num_common_prefix_blocks|evict_blocks|get_usage"
+    (r"def (make_request|usage|get_blocks|get_num_common_prefix_blocks|get_usage"
      r"|__len__|append|get_all_free_blocks|__repr__|hash_request_tokens|_version_tuple"
      r"|to_event_int|compute_slot_mapping_v0_10)\b"):
-        "API no adapter method calls: conveniences, KV-connector eviction, usage metrics, "
+        "API no adapter method calls: conveniences, usage metrics, "
         "0.10.2 cascade attention, hash-lookahead version check, helpers for tests",
     r"class BlockTable\b": "vLLM's persistent worker block table (row operations): no "
                           "protocol method reaches it",

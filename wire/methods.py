@@ -39,18 +39,22 @@ class WireMethod:
     params: tuple[str, ...]
     annotations: Mapping[str, str]
     defaults: Mapping[str, Any]
+    #: Keyword-only parameters of a capability (``allocate_slots``'s external-KV ones): sent
+    #: only when not at their default, so an engine without the capability never sees them.
+    optional: frozenset[str] = frozenset()
 
     @property
     def returns(self) -> str:
         return self.annotations.get("return", "")
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """Every parameter by name, defaults filled in, as the wire sends them.
+        """Every parameter by name, defaults filled in, as the wire sends them (an optional
+        one only when it is not at its default).
 
         Raises:
             TypeError: the arguments do not fit the signature (as a Python call would).
         """
-        if len(args) > len(self.params):
+        if len(args) > len(self.params) - len(self.optional):
             raise TypeError(f"{self.name}() takes {len(self.params)} arguments, "
                             f"{len(args)} given")
         bound = dict(zip(self.params, args, strict=False))
@@ -63,7 +67,8 @@ class WireMethod:
                 if key not in self.defaults:
                     raise TypeError(f"{self.name}() missing argument {key!r}")
                 bound[key] = self.defaults[key]
-        return {key: bound[key] for key in self.params}
+        return {key: bound[key] for key in self.params
+                if key not in self.optional or bound[key] != self.defaults[key]}
 
 
 def _read(protocol: type, kind: str) -> dict[str, WireMethod]:
@@ -75,7 +80,8 @@ def _read(protocol: type, kind: str) -> dict[str, WireMethod]:
         annotations["return"] = str(signature.return_annotation)
         out[name] = WireMethod(
             name, kind, tuple(p.name for p in params), annotations,
-            {p.name: p.default for p in params if p.default is not inspect.Parameter.empty})
+            {p.name: p.default for p in params if p.default is not inspect.Parameter.empty},
+            frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY))
     return out
 
 

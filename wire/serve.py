@@ -130,11 +130,16 @@ class Server:
             batch["events"] = events_from_wire(batch.get("events"), "apply_events batch",
                                                int_hashes=config.hash_form == "int")
             args[2] = batch
-        return _result(wm, getattr(obj, wm.name)(*args))
+        # Optional (keyword-only) parameters go on only when sent: an implementation
+        # without that capability's arguments is called as before.
+        kwargs = {p: param_from_wire(wm.annotations[p], params[p])
+                  for p in wm.optional if p in params}
+        return _result(wm, getattr(obj, wm.name)(*args, **kwargs))
 
 
 def _args(wm: WireMethod, params: dict[str, Any]) -> list[Any]:
-    return [param_from_wire(wm.annotations[p], params[p]) for p in wm.params]
+    return [param_from_wire(wm.annotations[p], params[p]) for p in wm.params
+            if p not in wm.optional]
 
 
 def _result(wm: WireMethod, value: Any) -> Any:

@@ -106,6 +106,13 @@ EXPECTED: dict[str, set[str]] = {
     "mut_free_keeps_cached_count": {"prefix_caching", "differential"},
     "mut_skip_read_ignored": {"prefix_caching"},
     "mut_pop_before_touch": {"allocation", "prefix_caching"},
+    # KV from outside the pool (external_kv, evict_blocks).
+    "mut_ext_delay_caches": {"external_kv"},
+    "mut_ext_one_phase": {"external_kv"},
+    "mut_ext_evict_frees_held": {"external_kv"},
+    "mut_ext_recache_from_start": {"external_kv"},
+    "mut_ext_capacity_ignores_external": {"external_kv"},
+    "mut_ext_window_skip_ignored": {"external_kv"},
     # block_pool.py
     "mut_cache_dedups_keys": {"prefix_caching", "events"},
     "mut_reset_no_cleared_event": {"events"},

@@ -57,8 +57,8 @@ def test_a_trace_with_lookahead_replays(tmp_path: Path,
 
 @pytest.mark.parametrize(("content", "message"), [
     (trace(ops=[{"op": "explode", "rid": "a"}]),
-     ("ops[0] (op #1): unknown op 'explode' (known: ['add', 'decode', 'free', 'lookup', "
-      "'reset', 'schedule'])")),
+     ("ops[0] (op #1): unknown op 'explode' (known: ['add', 'cache', 'decode', 'evict', "
+      "'free', 'lookup', 'reset', 'schedule'])")),
     (trace(ops=[add("a", [1, 2]), schedule("ghost")]),
      "ops[1] (op #2): 'schedule' names request 'ghost', which no earlier 'add' op added"),
     (trace(ops=[free("ghost")]), "'free' names request 'ghost', which no earlier 'add'"),
