@@ -375,7 +375,7 @@ def test_golden_external_kv_scenario_with_a_window(kv_pair: PairFactory,
 _PREFIXES = (tuple(range(1, 21)), tuple(range(100, 113)), tuple(range(200, 229)))
 #: One action of a random workload: (kind, a, b), read against the workload's state.
 _ACTIONS = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 1 << 16),
-                              st.integers(0, 1 << 16)), min_size=1, max_size=40)
+                              st.integers(0, 1 << 16)), min_size=8, max_size=40)
 
 
 def _workload(actions: list[tuple[int, int, int]], block_size: int, num_blocks: int,
