@@ -448,11 +448,18 @@ def rerecord(corpus: Corpus, impl: ImplHandle) -> Corpus:
 # ---------------------------------------------------------------------- replay
 def needed_capabilities(trace: dict[str, Any]) -> frozenset[str]:
     """Capabilities a trace's ops need beyond ``manager`` (and the design capabilities a
-    vLLM profile implies): ``extra_keys`` for LoRA, salt or multimodal requests."""
-    extra = any(s["op"]["op"] == "add" and (s["op"].get("lora") or s["op"].get("mm")
-                                            or s["op"].get("salt") is not None)
-                for s in trace["steps"])
-    return frozenset({"extra_keys"} if extra else ())
+    vLLM profile implies): ``extra_keys`` for LoRA, salt or multimodal requests,
+    ``external_kv`` for external tokens and load endings, ``evict_blocks`` for evictions."""
+    ops = [s["op"] for s in trace["steps"]]
+    needed = set()
+    if any(op["op"] == "add" and (op.get("lora") or op.get("mm") or op.get("salt") is not None)
+           for op in ops):
+        needed.add("extra_keys")
+    if any(op.get("external") or op["op"] == "cache" for op in ops):
+        needed.add("external_kv")
+    if any(op["op"] == "evict" for op in ops):
+        needed.add("evict_blocks")
+    return frozenset(needed)
 
 
 def _expression(field: str, driver: Driver) -> str | None:

@@ -37,7 +37,17 @@ from kvcheck.conformance.driver import Driver, StepResult
 from kvcheck.conformance.groups import adapter_form, shown_tables
 from kvcheck.conformance.guard import read_ref_cnts
 from kvcheck.conformance.loader import ImplHandle
-from kvcheck.conformance.ops import Op, RequestExtras, add, decode, free, reset, schedule
+from kvcheck.conformance.ops import (
+    Op,
+    RequestExtras,
+    add,
+    cache,
+    decode,
+    evict,
+    free,
+    reset,
+    schedule,
+)
 from kvcheck.conformance.protocol import (
     KVCacheSpec,
     effective_capabilities,
@@ -63,8 +73,12 @@ __all__ = [
     "trace_plan",
 ]
 
+#: Traces of the eight original flavours, then the KV-connector traces after them (appended,
+#: so the first 60 keep the plans they were recorded with).
+PLAIN_TRACES = 60
+CONNECTOR_TRACES = 8
 #: Traces per profile and the seed of the shipped corpora (``kvcheck record`` defaults).
-DEFAULT_TRACES = 60
+DEFAULT_TRACES = PLAIN_TRACES + CONNECTOR_TRACES
 DEFAULT_SEED = 0
 #: Ops per trace (a trace ends at the first move that reaches it).
 STEPS_PER_TRACE = 180
@@ -73,6 +87,9 @@ BLOCK_SIZES = (4, 2, 8, 1, 16, 4, 8, 2)
 #: Trace flavours, cycled by index: each weights the moves differently.
 FLAVOURS = ("chat", "pressure", "chunked", "lookahead", "preempt", "extras", "reset",
             "mixed")
+#: The flavour of the traces after ``PLAIN_TRACES``: a KV connector's tokens (asynchronous and
+#: synchronous loads, loads that fail, ``evict_blocks``), where the implementation declares
+#: ``external_kv`` (plain moves otherwise).
 #: Move -> weight per flavour (moves without a weight get 1).
 _WEIGHTS: dict[str, dict[str, int]] = {
     "chat": {"add": 3, "resubmit": 5, "step": 6, "finish": 3},
@@ -83,7 +100,12 @@ _WEIGHTS: dict[str, dict[str, int]] = {
     "extras": {"add": 5, "resubmit": 3, "duplicate": 3, "step": 6},
     "reset": {"reset": 3, "add": 3, "resubmit": 3, "step": 5},
     "mixed": {},
+    "connector": {"add": 2, "resubmit": 2, "step": 5, "finish": 2, "external": 6,
+                  "load_ends": 4, "evict": 1},
 }
+#: The moves of ``connector`` traces only (other flavours draw from ``_MOVES`` alone, so their
+#: traces stay as they were recorded).
+_CONNECTOR_MOVES = ("external", "load_ends", "evict")
 _MOVES = ("add", "resubmit", "long_prefill", "duplicate", "admit", "step", "step_all",
           "finish", "preempt", "pressure", "reset")
 # System prompts shared by requests (the longer ones extend the shorter ones).
@@ -115,7 +137,7 @@ def trace_plan(index: int, profile: str) -> TracePlan:
     vLLM offers, cycled)."""
     if index < 0:
         raise KVCheckInputError(f"trace index {index}: must be >= 0")
-    flavour = FLAVOURS[index % len(FLAVOURS)]
+    flavour = FLAVOURS[index % len(FLAVOURS)] if index < PLAIN_TRACES else "connector"
     block_size = BLOCK_SIZES[(index // len(FLAVOURS) + index) % len(BLOCK_SIZES)]
     algos = OFFERED_HASH_ALGOS.get(profile, OFFERED_HASH_ALGOS["vllm-0.33"])
     caching = index % 7 != 5
@@ -214,7 +236,12 @@ class _Workload:
         self.steps: list[dict[str, Any]] = []
         weights = _WEIGHTS[plan.flavour]
         self.moves = list(_MOVES)
-        self.weights = [weights.get(m, 1) for m in _MOVES]
+        caps = driver.capabilities
+        if plan.flavour == "connector" and "external_kv" in caps:
+            self.moves += [m for m in _CONNECTOR_MOVES
+                           if m != "evict" or "evict_blocks" in caps]
+        self.weights = [weights.get(m, 1) for m in self.moves]
+        self.loading: list[str] = []  # admitted with an asynchronous load not yet ended
         self.multi = "multi_token_decode" in driver.capabilities
         self.lookahead = "lookahead" in driver.capabilities and plan.flavour in (
             "lookahead", "mixed", "chunked")
@@ -392,6 +419,45 @@ class _Workload:
         if rid in self.running:
             self._free(rid)
         return None
+
+    def _external(self) -> None:
+        """A request whose prefix a KV connector holds after the local hit: the external
+        tokens loaded synchronously, or asynchronously (then the request waits for
+        ``_load_ends``)."""
+        base = self.rng.choice(self.prompts) if self.prompts and self.rng.random() < 0.5 \
+            else self.rng.choice(_PREFIXES)
+        rid = self._add(base + self._tail(1, 12))
+        if rid is None:
+            return
+        external = self.rng.randint(1, len(self.d.views[rid].prompt_token_ids))
+        delay = self.rng.random() < 0.5
+        got = self.apply(schedule(rid, self._chunk(), external=external, delay=delay))
+        if got.get("new") is not None:
+            self.pending.remove(rid)
+            (self.loading if rid in self.d.loading else self.running).append(rid)
+
+    def _load_ends(self) -> None:
+        """A pending asynchronous load arrives (all of it), or fails after a whole number of
+        blocks (none valid: vLLM's scheduler frees the request)."""
+        if not self.loading:
+            return self._external()
+        rid = self.rng.choice(self.loading)
+        self.loading.remove(rid)
+        computed = self.d.views[rid].num_computed_tokens
+        valid = computed if self.rng.random() < 0.6 else (
+            self.rng.randint(0, computed // self.plan.block_size) * self.plan.block_size)
+        self.apply(cache(rid, valid))
+        if rid in self.d.running:
+            self.running.append(rid)
+        else:
+            self.pending.append(rid)
+        return None
+
+    def _evict(self) -> None:
+        """``evict_blocks`` of a few block ids, as the scheduler does for failed loads."""
+        ids = self.d.ordinary_block_ids
+        self.apply(evict(sorted(set(self.rng.sample(ids, min(len(ids),
+                                                               self.rng.randint(1, 3)))))))
 
     def _reset(self) -> None:
         if self.rng.random() < 0.5:

@@ -27,7 +27,7 @@ __all__ = ["main"]
 
 # kvcheck.conformance.recorder.DEFAULT_TRACES, spelled here so `kvcheck --help` imports nothing
 # heavy (tests/plugin/test_cli_record.py checks they agree).
-_DEFAULT_TRACES = 60
+_DEFAULT_TRACES = 68
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from kv_helpers import make_ref
 
+from kvcheck.conformance.recorder import DEFAULT_TRACES
 from kvcheck.plugin.cli import main
 from kvcheck.plugin.completeness import Completeness, suite_dir
 from kvcheck.plugin.coverage import (
@@ -94,7 +95,7 @@ def test_a_manager_only_design_has_insufficient_coverage(
          "(declare prefix_caching)"),
         "  not applicable, undeclared capabilities: * tests: *prefix_caching *",
         ("  not applicable, exact vLLM behaviour, not run under generic: * tests: "
-         "recorded 60 (whole area)*"),
+         "recorded 68 (whole area)*"),
     ])
     assert record["complete"] is True and record["conforms"] is False
     assert record["verdict"] == line.removeprefix("verdict: ")
@@ -140,7 +141,7 @@ def test_nano_kv_conforms_to_generic_with_counts_per_family(
     assert set(cov["block_sizes"]) <= {2, 4, 8, 16, 32} and cov["block_sizes"]
     assert cov["block_sizes"] == sorted({b for row in cov["areas"].values()
                                          for b in row["block_sizes"]})
-    assert cov["not_applicable"]["vllm_only"]["recorded"] == 60
+    assert cov["not_applicable"]["vllm_only"]["recorded"] == DEFAULT_TRACES
 
 
 def test_the_reference_conforms_to_vllm_with_counts(
