@@ -24,6 +24,7 @@ from kvcheck.conformance.call_limit import CallLimit
 from kvcheck.conformance.guard import GuardedManager, ProtocolViolation
 from kvcheck.conformance.loader import ImplLoadError, load_impl
 from kvcheck.conformance.protocol import ImplInfo, KVCacheGroupSpec, KVCacheSpec
+from kvcheck.conformance.recorder import DEFAULT_TRACES
 from kvcheck.conformance.sizing_answers import SizingAnswerError, check_sizing_answer, plan_int
 from kvcheck.conformance.workload_machine import run_workload_machine, spec_fields
 from kvcheck.plugin.cli import main
@@ -55,7 +56,7 @@ def _never_load(*args: object, **kwargs: object) -> None:
 # ------------------------------------------------------------------ kvcheck record's numbers
 @pytest.mark.parametrize(("argv", "words"), [
     (["--traces", "1000000000"], ["--traces 1000000000", "record 1 to 10000 traces",
-                                  "refuses to load more", "e.g. --traces 60"]),
+                                  "refuses to load more", f"e.g. --traces {DEFAULT_TRACES}"]),
     (["--traces", "-1"], ["--traces -1", "record 1 to 10000 traces"]),
     (["--seed", "-1"], ["--seed -1", "[0, 2^63-1]", "random.Random uses the absolute value",
                         "e.g. --seed 0"]),

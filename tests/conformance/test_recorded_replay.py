@@ -17,6 +17,7 @@ from kvcheck.conformance.differential import ConformanceMismatch, load_trace
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.conformance.recorded import needed_capabilities, replay_recorded, shipped_corpus
+from kvcheck.conformance.recorder import DEFAULT_TRACES
 from kvcheck.plugin.cli import main
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -111,5 +112,5 @@ def test_area_is_skipped_under_generic(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-q", "-rs", "--kv-impl=reference", "--kv-profile=generic",
         str(SUITE_FILE))
-    result.assert_outcomes(skipped=60)
+    result.assert_outcomes(skipped=DEFAULT_TRACES)
     result.stdout.fnmatch_lines(["*checks exact vLLM behaviour; not run under --kv-profile*"])
