@@ -225,3 +225,13 @@ def test_a_malformed_file_is_the_corpus_input_error(tmp_path: Path) -> None:
         load_recorded_workload(other)
     with pytest.raises(CorpusError, match="cannot read"):
         load_recorded_workload(tmp_path / "missing.cbor.xz")
+
+
+def test_kv_connector_traces_are_not_timed(reference: ImplHandle, corpus: Corpus) -> None:
+    """The lean replay has no external-KV step: the shipped corpus's KV-connector traces are
+    skipped, saying why (the recorded area checks them), and every other trace runs."""
+    bench = RecordedBench(reference, corpus, "vllm-0.33.cbor.xz")
+    connector = {t["name"] for t in corpus["traces"] if "-connector-" in t["name"]}
+    assert connector and set(bench.skipped) == connector
+    assert all("KV-connector trace" in why for why in bench.skipped.values())
+    assert len(bench.traces) == len(corpus["traces"]) - len(connector)
