@@ -150,10 +150,9 @@ class Driver:
         self._law_problems: list[str] = []
         #: Lookups may pin their hits (declared, under any profile): see the module doc.
         self.pinning = PINNING in impl.info.capabilities
-        #: Requests whose asynchronous external load is pending -> the blocks it fills, and
-        #: the tokens computed locally before it (a failed load is valid up to there at least).
-        self.loading: dict[str, set[int]] = {}
-        self._load_floor: dict[str, int] = {}
+        #: Requests whose asynchronous external load is pending -> (the blocks it fills, the
+        #: tokens computed locally before it: a failed load is valid up to there at least).
+        self.loading: dict[str, tuple[frozenset[int], int]] = {}
 
     def take_law_problems(self) -> list[str]:
         """Hit-law problems found since the last call (and forget them)."""
@@ -199,7 +198,6 @@ class Driver:
         self._call(f"m.free({rid!r})", self.manager.free, rid)
         self.running.discard(rid)
         self.loading.pop(rid, None)
-        self._load_floor.pop(rid, None)
         self.last_start.pop(rid, None)
         self.write_log.forget(rid)
         view = self.views.get(rid)
@@ -209,12 +207,13 @@ class Driver:
     def _load_ended(self, rid: str, num_valid: int) -> None:
         """A ``cache`` op: ``rid``'s asynchronous load ended with ``num_valid`` valid tokens
         (a no-op for a request with no pending load)."""
-        if self.loading.pop(rid, None) is None:
+        pending = self.loading.pop(rid, None)
+        if pending is None:
             return
         view = self.views[rid]
         # Only external blocks can fail: the valid prefix keeps the local hit (vLLM truncates
         # at the first invalid block, and 0.10.2's cache_blocks would step backwards below).
-        num_valid = max(self._load_floor.pop(rid), min(num_valid, view.num_computed_tokens))
+        num_valid = max(pending[1], min(num_valid, view.num_computed_tokens))
         if num_valid == 0:  # nothing valid: vLLM frees the request (a retry may hit)
             self._free(rid)
             return
@@ -254,7 +253,7 @@ class Driver:
                 adapter_form(self.spec, a[0]), a[1]))
         hits = [list(ids) for ids in hits]  # the adapter may reuse its lists
         self._law_problems += check_hits(self.written, self.spec, view, hits, num_hit)
-        for other, pending in self.loading.items():
+        for other, (pending, _) in self.loading.items():
             early = sorted({b for group in hits for b in group} & pending)
             if early:
                 self._law_problems.append(
@@ -338,8 +337,7 @@ class Driver:
                                              num_computed_tokens=start + external + num_new)
             self._write(view, new_ids, start, external + num_new)
             if delay:
-                self.loading[rid] = {b for group in new_ids for b in group}
-                self._load_floor[rid] = start
+                self.loading[rid] = (frozenset(b for group in new_ids for b in group), start)
             self.lines.append(
                 f"views[{rid!r}] = replace(views[{rid!r}], num_computed_tokens="
                 f"{self.views[rid].num_computed_tokens})")

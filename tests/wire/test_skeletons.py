@@ -48,7 +48,7 @@ SPEC = {"num_blocks": 16, "block_size": 4, "enable_caching": True, "hash_algo": 
         "profile": "generic"}
 REQUEST = {"request_id": "r\u00e9\"1\\", "prompt_token_ids": [1, 2, 3, 4, 5],
            "output_token_ids": [], "num_computed_tokens": 0,
-           "lora": ["adapter \u2603", 1, "/tmp/l\u00f6ra"],
+           "lora": ["adapter \u2603", 1, "loras/l\u00f6ra"],
            "mm_features": [["img\U0001F600", 0, 2]], "cache_salt": None,
            "skip_reading_prefix_cache": False}
 #: Sample values for the manager methods' parameters (any other parameter: 1), so the stubs
