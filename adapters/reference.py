@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from kvcheck import __version__
 from kvcheck.adapters.external_blocks import blocks_added
+from kvcheck.adapters.offload_tier import OffloadTier
 from kvcheck.adapters.reference_native import ReferenceNativeManager
 from kvcheck.adapters.reference_sizing import (
     kv_block_sizes,
@@ -19,6 +20,7 @@ from kvcheck.adapters.reference_sizing import (
     kv_page_size_bytes,
     kv_sizing_plan,
 )
+from kvcheck.conformance.offload_protocol import OffloadSpec
 from kvcheck.conformance.protocol import (
     ImplInfo,
     KVCacheGroupSpec,
@@ -44,6 +46,8 @@ from kvcheck.reference_impl.kv_cache_interface import (
 )
 from kvcheck.reference_impl.kv_cache_interface import KVCacheSpec as GroupKVCacheSpec
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+from kvcheck.reference_impl.offload_manager import CPUOffloadingManager
+from kvcheck.reference_impl.offload_policy import ReqContext
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "ReferenceBlockPool",
     "ReferenceManager",
     "SnapshotSync",
+    "decode_event_batch",
     "event_to_dict",
     "group_kv_cache_spec",
     "kernels",
@@ -61,6 +66,7 @@ __all__ = [
     "make_block_pool",
     "make_kv_cache_manager",
     "make_native_manager",
+    "make_offloading_manager",
     "none_hash_for",
     "reference_kv_cache_manager",
     "reference_profile",
@@ -84,7 +90,10 @@ IMPL_INFO = ImplInfo(
          "reset_prefix_cache", "caching_off", "skip_reading_prefix_cache", "lookahead",
          "multi_token_decode",
          # KV from outside the pool (issue 29): a connector's tokens, failed loads.
-         "external_kv", "evict_blocks"}
+         "external_kv", "evict_blocks",
+         # The offload tier (issue 30): vLLM's CPUOffloadingManager, LRU and ARC
+         # (make_offloading_manager below).
+         "offload"}
     ),
     profile="vllm-0.33",
     hash_algos=tuple(HASH_FUNCTIONS),
@@ -509,6 +518,16 @@ def make_native_manager(spec: KVCacheSpec) -> ReferenceNativeManager:
     return ReferenceNativeManager(spec, reference_kv_cache_manager, request_factory)
 
 
+def make_offloading_manager(spec: OffloadSpec) -> OffloadTier:
+    """A fresh, empty reference offload tier for ``spec`` (capability ``offload``): kvcheck's
+    ``CPUOffloadingManager``, LRU or ARC, through ``offload_tier.OffloadTier``; its misuse
+    errors name the key and the rule."""
+    return OffloadTier(CPUOffloadingManager(
+        spec.num_chunks, spec.cache_policy, enable_events=spec.enable_events,
+        store_threshold=spec.store_threshold, max_tracker_size=spec.max_tracker_size,
+        key_width=spec.key_width), ReqContext)
+
+
 def make_block_pool(spec: KVCacheSpec) -> ReferenceBlockPool:
     """A fresh reference block pool for ``spec``."""
     return ReferenceBlockPool(spec)
@@ -519,6 +538,14 @@ def kernels() -> Any:
     from kvcheck.gpu_kernels.conformance import kvcheck_kernel_set
 
     return kvcheck_kernel_set()
+
+
+def decode_event_batch(payload: bytes, release: str) -> Any:
+    """Benchmark hook (``kvcheck.bench.event_wire_bench.EventDecodeBench``): kvcheck's own
+    decoder, ``kvcheck.events.codec.decode_batch``, which validates as it decodes."""
+    from kvcheck.events.codec import decode_batch
+
+    return decode_batch(payload, release=release)  # type: ignore[arg-type]
 
 
 def none_hash_for(spec: KVCacheSpec) -> bytes:

@@ -61,6 +61,7 @@ from kvcheck.adapters.vllm_manager import (
 )
 from kvcheck.adapters.vllm_manager import make_block_pool as make_pool
 from kvcheck.adapters.vllm_native import make_native_manager
+from kvcheck.adapters.vllm_offload import HAS_OFFLOAD, make_offloading_manager
 from kvcheck.adapters.vllm_requests import HAS_EXTRAS, Hashing, make_request
 from kvcheck.adapters.vllm_runtime import HASH_ALGOS, HINT, VERSION, get_hash_fn_by_name, kcu
 from kvcheck.adapters.vllm_sizing import (
@@ -74,9 +75,11 @@ from kvcheck.adapters.vllm_slots import HAS_INTERLEAVE, slot_mapping_problem
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
 
 __all__ = ["BEHAVIOUR", "HINT", "IMPL_INFO", "PROFILE_CHOICE", "PROFILE_NOTE", "RELEASE",
-           "VERSION", "XFAILS_FILE", "VLLMBlockPool", "VLLMManager", "event_to_dict",
+           "VERSION", "XFAILS_FILE", "VLLMBlockPool", "VLLMManager", "decode_event_batch",
+           "event_to_dict",
            "kv_block_sizes", "kv_cache_view_shape", "kv_page_size_bytes", "kv_sizing_plan",
-           "make_block_pool", "make_kv_cache_manager", "make_native_manager"]
+           "make_block_pool", "make_kv_cache_manager", "make_native_manager",
+           "make_offloading_manager"]
 
 # vllm_runtime raises this when it is first imported; checked again for a process that
 # imported it before vLLM went missing (tests hide vLLM that way).
@@ -94,6 +97,28 @@ def make_kv_cache_manager(spec: KVCacheSpec) -> VLLMManager:
 def make_block_pool(spec: KVCacheSpec) -> VLLMBlockPool:
     """A fresh vLLM ``BlockPool`` for ``spec``."""
     return VLLMBlockPool(spec)
+
+
+def decode_event_batch(payload: bytes, release: str) -> Any:
+    """Benchmark hook (``kvcheck.bench.event_wire_bench.EventDecodeBench``): vLLM's own
+    decoder of its ``KVEventBatch`` (``release`` is the installed one's), as a consumer
+    written against vLLM decodes a payload."""
+    if _EVENT_DECODE is None:
+        raise ImportError("vllm.distributed.kv_events (and msgspec) could not be imported")
+    return _EVENT_DECODE(payload)
+
+
+def _event_decode() -> Callable[[bytes], Any] | None:
+    try:
+        import msgspec
+        from vllm.distributed.kv_events import KVEventBatch
+    except ImportError:
+        return None
+    decode: Callable[[bytes], Any] = msgspec.msgpack.Decoder(KVEventBatch).decode
+    return decode
+
+
+_EVENT_DECODE = _event_decode()
 
 
 # ------------------------------------------------------------------------------ detection
@@ -153,6 +178,11 @@ if HAS_EVICT_BLOCKS:
     _capabilities.add("evict_blocks")
 else:
     _notes.append("evict_blocks not declared: this release's KVCacheManager has none.")
+# The offload tier: vLLM's own CPUOffloadingManager where the release ships one.
+if HAS_OFFLOAD:
+    _capabilities.add("offload")
+else:
+    _notes.append("offload not declared: this release has no vllm.v1.kv_offload.")
 # KV-cache groups (kvcheck.adapters.vllm_kv_config): every supported release has vLLM's hybrid
 # coordinator and the sliding-window and chunked-local specs; the configurations a release
 # refuses are declined per spec (UnsupportedSpec).

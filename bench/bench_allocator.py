@@ -75,6 +75,26 @@ def test_event_wire(benchmark, request, kv_bench, kv_impl, kv_reference) -> None
                            "eviction_pressure")
 
 
+@pytest.mark.benchmark(group="event_wire", timer=allocator_time, disable_gc=True)
+def test_event_decode(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+    """Decoding the eviction-pressure workload's payloads (the reference's bytes) with the
+    module's ``decode_event_batch`` hook, paired with kvcheck's ``decode_batch`` (which
+    validates as it decodes) on the same bytes: payloads and bytes decoded per second
+    (kvcheck.bench.event_wire_bench; with --kv-impl=vllm: vLLM's own decoder)."""
+    if not callable(getattr(kv_impl.module, "decode_event_batch", None)):
+        pytest.skip(f"{kv_impl.name} defines no decode_event_batch(payload, release) (an "
+                    "optional module-level hook for this benchmark)")
+    pytest.importorskip("msgspec", reason="the event_decode benchmark decodes with msgspec")
+    from kvcheck.bench.event_wire_bench import EventDecodeBench
+
+    profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
+    profile = next(iter(profiles.values())) if profiles else kv_impl.info.profile
+    workload = kv_bench.workload("eviction_pressure")
+    kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
+                           lambda impl: EventDecodeBench(impl, workload, profile),
+                           "event_decode", "eviction_pressure")
+
+
 @pytest.mark.benchmark(group="indexer", timer=allocator_time, disable_gc=True)
 @pytest.mark.kv_capability("indexer")
 def test_indexer(benchmark, request, kv_bench, kv_impl) -> None:
@@ -95,6 +115,26 @@ def test_indexer(benchmark, request, kv_bench, kv_impl) -> None:
                            lambda impl: IndexerBench(impl, streams), "indexer",
                            f"{len(streams.traces)} corpus traces, "
                            f"{'int' if int_hashes else 'bytes'} hashes")
+
+
+@pytest.mark.benchmark(group="offload", timer=allocator_time, disable_gc=True)
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+def test_offload_tier(benchmark, request, kv_bench, kv_impl, kv_reference, policy: str) -> None:
+    """An offload tier (capability ``offload``) on a scheduler-like stream of requests over
+    shared documents, the tier a quarter of the keys: lookups, keys stored, keys evicted and
+    calls per second, paired with the reference tier of the same policy on the same calls
+    (kvcheck.bench.offload_bench)."""
+    _require(kv_impl, "offload", "an offload tier")
+    from kvcheck.bench.offload_bench import OffloadBench, make_offload_workload
+
+    workload = make_offload_workload(policy, kv_bench.options.seed, kv_bench.options.scale)
+    for side in (kv_impl, kv_reference):
+        try:
+            side.make_offloading_manager(workload.spec())
+        except UnsupportedSpec as exc:
+            pytest.skip(f"{side.name} declines cache_policy {policy!r}: {exc}")
+    kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
+                           lambda impl: OffloadBench(impl, workload), "offload", policy)
 
 
 @pytest.mark.benchmark(group="wire", timer=allocator_time, disable_gc=True)

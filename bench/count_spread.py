@@ -52,7 +52,7 @@ def __getattr__(name: str) -> ImplInfo:
         ref: ImplInfo = _reference().info
         return dataclasses.replace(ref, name="reference-slowed",
                                    capabilities=ref.capabilities - {"block_pool", "kernels",
-                                                                   "sizing"})
+                                                                   "sizing", "offload"})
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

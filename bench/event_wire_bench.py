@@ -29,7 +29,7 @@ from kvcheck.errors import KVCheckFailure
 if TYPE_CHECKING:
     from kvcheck.events.codec import Release
 
-__all__ = ["EventWireBench"]
+__all__ = ["EventDecodeBench", "EventWireBench"]
 
 
 class EventWireBench(RoundBench):
@@ -86,3 +86,67 @@ class EventWireBench(RoundBench):
                           [per_s(n, ns / 1e9) for n, _, ns in results]),
                 per_round("payload_bytes_per_s", "B/s", "higher_is_better",
                           [per_s(b, ns / 1e9) for _, b, ns in results])]
+
+
+class EventDecodeBench(RoundBench):
+    """Decoding one workload's payloads with the implementation module's optional hook
+    ``decode_event_batch(payload, release)`` (benchmarks only: the reference adapter's is
+    ``kvcheck.events.codec.decode_batch``, which validates as it decodes; the vLLM adapter's is
+    vLLM's own ``msgspec.msgpack.Decoder(KVEventBatch)``, which validates nothing more than
+    the types). The payloads are the reference's ``take_event_batch`` bytes after every step
+    of the workload, made once (untimed); a round decodes all of them, timed as one span with
+    the collector off. Figures: payloads and payload bytes decoded per second."""
+
+    def __init__(self, impl: Any, workload: Workload, profile: str) -> None:
+        super().__init__()
+        from kvcheck.adapters.reference import make_kv_cache_manager
+
+        self.impl = impl
+        self.workload = workload
+        self.release: Release = "vllm-0.10" if profile == "vllm-0.10" else "vllm-0.33"
+        decode = getattr(impl.module, "decode_event_batch", None)
+        if not callable(decode):
+            raise KVCheckFailure(f"{impl.name} has no module-level decode_event_batch(payload, "
+                                 "release) to benchmark")
+        self.decode = decode
+        spec = replace(workload_spec(workload), enable_kv_cache_events=True,
+                       profile=profile)
+        manager = make_kv_cache_manager(spec)
+        self.payloads = [manager.take_event_batch(float(step))
+                         for step in iter_steps(manager, workload, pinning=False)]
+        self.num_events = sum(len(_events(decode(p, self.release))) for p in self.payloads)
+
+    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        gc.collect()
+        return (), {}
+
+    def run(self) -> None:
+        decode, release, payloads = self.decode, self.release, self.payloads
+        gc.disable()
+        try:
+            start = time.perf_counter_ns()
+            for payload in payloads:
+                decode(payload, release)
+            total_ns = time.perf_counter_ns() - start
+        finally:
+            gc.enable()
+        self.results.append((len(payloads), sum(map(len, payloads)), total_ns))
+        self.advance(total_ns / 1e9)
+
+    def info(self) -> dict[str, Any]:
+        w = self.workload
+        return {"scenario": w.scenario, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
+                "release": self.release, "payloads": len(self.payloads),
+                "events_per_round": self.num_events}
+
+    def metrics(self, results: list[tuple[int, int, int]]) -> list[Metric]:
+        return [per_round("payloads_decoded_per_s", "batches/s", "higher_is_better",
+                          [per_s(n, ns / 1e9) for n, _, ns in results]),
+                per_round("payload_bytes_decoded_per_s", "B/s", "higher_is_better",
+                          [per_s(b, ns / 1e9) for _, b, ns in results])]
+
+
+def _events(decoded: Any) -> Any:
+    """The wire events of a decoded batch (kvcheck's ``DecodedBatch.wire`` or vLLM's own
+    ``KVEventBatch``)."""
+    return getattr(decoded, "wire", decoded).events

@@ -128,14 +128,15 @@ def render_tables(results: list[BenchResult], device: dict[str, Any] | None = No
             lines.append("what each scenario produced (trace, then the replay):")
             lines += [line for line in produced if line]
     small = [r for r in results
-             if r.group in ("hashing", "slot_mapping", "event_wire", "indexer", "wire")]
+             if r.group in ("hashing", "slot_mapping", "event_wire", "event_decode", "indexer",
+                            "offload", "wire")]
     if small:
         cols = [("implementation", "left"), ("benchmark", "left"), ("figure", "left"),
                 ("value", "right"), ("unit", "left"), ("x ref", "right")]
         rows = [[r.subject, f"{r.group}[{r.case}]", m.name, _cell(m), m.unit, _ratio_ci(m)]
                 for r in small for m in r.metrics]
-        lines += _table("kvcheck bench: hashing, slot_mapping, event_wire, indexer and wire "
-                        "figures", cols, rows)
+        lines += _table("kvcheck bench: hashing, slot_mapping, event_wire, event_decode, "
+                        "indexer, offload and wire figures", cols, rows)
     kernels = [r for r in results if r.group == "kernels"]
     if kernels:
         cols = [("op", "left"), ("case", "left"), ("provider", "left"), ("device", "left"),

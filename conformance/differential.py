@@ -38,6 +38,7 @@ __all__ = [
     "TraceError",
     "load_trace",
     "replay_trace",
+    "safe_name",
     "write_trace",
 ]
 
@@ -234,7 +235,7 @@ def normalize_events(events: Iterable[KVEvent]) -> list[KVEvent]:
 MAX_TRACE_BYTES = bounds.MAX_TRACE_BYTES
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
     """A file name for ``name``: readable (runs of other characters become ``_``), and when
     sanitising changed the name, followed by a short stable hash of the raw name, so names
     that sanitise alike (``test_x[a b]``, ``test_x[a/b]``: both ``test_x_a_b_``) never share
@@ -264,10 +265,10 @@ def _write_wire_transcript(manager: object, trace: Path) -> Path | None:
 
 def write_trace(name: str, target: str, spec: KVCacheSpec, ops: Sequence[Op],
                 directory: Path | None = None) -> Path:
-    """Write a replayable JSON trace atomically; returns its path (``_safe(name)`` + .json)."""
+    """Write a replayable JSON trace atomically; returns its path (``safe_name(name)`` + .json)."""
     directory = directory or REPRO_DIR
     trace = {"trace_version": TRACE_VERSION, "impl": target, "spec": spec_to_dict(spec), "ops": ops}
-    return write_atomic(directory / f"{_safe(name)}.json", json.dumps(trace, indent=1) + "\n")
+    return write_atomic(directory / f"{safe_name(name)}.json", json.dumps(trace, indent=1) + "\n")
 
 
 def load_trace(path: str | Path) -> Trace:

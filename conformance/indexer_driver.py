@@ -305,13 +305,13 @@ def write_indexer_trace(name: str, target: str, config: IndexerConfig,
                         done: Sequence[Mapping[str, Any]], probe: Probe,
                         expected: Mapping[str, int], directory: Path | None = None) -> Path:
     """The deliveries, then the probe and the workers' truth, as JSON (atomically)."""
-    from kvcheck.conformance.differential import _safe  # one file-naming rule
+    from kvcheck.conformance.differential import safe_name  # one file-naming rule
 
     trace = {"indexer_trace_version": INDEXER_TRACE_VERSION, "impl": target,
              "config": asdict(config), "actions": list(done),
              "probe": {"tokens": list(probe.tokens), "context": asdict(probe.context)},
              "expected": dict(expected)}
-    path = (directory or REPRO_DIR) / f"{_safe(name)}.indexer.json"
+    path = (directory or REPRO_DIR) / f"{safe_name(name)}.indexer.json"
     return write_atomic(path, json.dumps(trace, indent=1) + "\n")
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from kvcheck.conformance.call_limit import (
     DEFAULT_CALL_TIMEOUT,
@@ -48,6 +48,12 @@ from kvcheck.conformance.indexer_protocol import (
     SupportsWireBatches,
 )
 from kvcheck.conformance.interrupts import is_adapters_doing
+from kvcheck.conformance.offload_guard import GuardedOffloadingManager
+from kvcheck.conformance.offload_protocol import (
+    OFFLOAD_FACTORY,
+    OffloadingManagerAdapter,
+    OffloadSpec,
+)
 from kvcheck.conformance.protocol import (
     CAPABILITIES,
     CAPABILITY_METHODS,
@@ -123,6 +129,7 @@ class ImplHandle:
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT
     factory_name: str = "make_kv_cache_manager"
     indexer_factory: Callable[[IndexerConfig], object] | None = None
+    offload_factory: Callable[[OffloadSpec], object] | None = None
     limit: CallLimit = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -184,6 +191,23 @@ class ImplHandle:
         raw = self.limit.call(INDEXER_FACTORY, self.indexer_factory, config)
         return GuardedIndexer(raw, impl=self.name, config=config, limit=self.limit,
                               decoded="decoded_events" in self.info.capabilities)
+
+    def make_offloading_manager(self, spec: OffloadSpec, *,
+                                guard: bool = True) -> GuardedOffloadingManager:
+        """A fresh offload tier for ``spec`` (capability ``offload``), built under the call
+        limit and wrapped in a ``GuardedOffloadingManager``
+        (``kvcheck.conformance.offload_guard``); ``guard=False`` wraps it without answer
+        checks being needed by the caller (benchmarks call ``.raw``).
+
+        Raises:
+            KVCheckInputError: the implementation declares no ``offload``.
+            UnsupportedSpec: the factory declines ``spec``.
+            AdapterTimeout, AdapterRaised: as for ``make_manager``.
+        """
+        if self.offload_factory is None:
+            raise KVCheckInputError(f"{self.name} declares no offload capability")
+        raw = self.limit.call(OFFLOAD_FACTORY, self.offload_factory, spec)
+        return GuardedOffloadingManager(raw, impl=self.name, spec=spec, limit=self.limit)
 
     def make_block_pool(self, spec: KVCacheSpec, *, guard: bool = True) -> BlockPoolAdapter:
         """A fresh block pool for ``spec`` (see ``make_manager``)."""
@@ -374,10 +398,17 @@ def _check_capability_needs(target: str, caps: set[str]) -> None:
                      "integers) and/or 'bytes_hashes' (digests)")
 
 
+#: What each factory takes and builds (for the fix of a malformed factory).
+_FACTORY_SIGNATURES: dict[str, tuple[str, str]] = {
+    INDEXER_FACTORY: ("config: IndexerConfig", "index"),
+    OFFLOAD_FACTORY: ("spec: OffloadSpec", "tier"),
+}
+
+
 def _check_factory(target: str, name: str, factory: object) -> None:
+    arg, built = _FACTORY_SIGNATURES.get(name, ("spec: KVCacheSpec", "manager"))
     if not callable(factory):
-        raise _usage(target, f"{name} is not callable",
-                     f"define def {name}(spec: KVCacheSpec) -> manager")
+        raise _usage(target, f"{name} is not callable", f"define def {name}({arg}) -> {built}")
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -385,8 +416,8 @@ def _check_factory(target: str, name: str, factory: object) -> None:
     try:
         sig.bind(_PROBE_SPEC)
     except TypeError:
-        raise _usage(target, f"{name}{sig} cannot be called as {name}(spec)",
-                     f"make it take exactly one argument: def {name}(spec: KVCacheSpec)") from None
+        raise _usage(target, f"{name}{sig} cannot be called as {name}({arg.partition(':')[0]})",
+                     f"make it take exactly one argument: def {name}({arg})") from None
 
 
 def _check_methods(target: str, obj: object, what: str, names: tuple[str, ...],
@@ -497,12 +528,13 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         module_name, factory_name = _parse_target(target)
         module = _import(target, module_name, [Path(s) for s in search])
     info = _impl_info(target, module)
-    if not info.capabilities & {"manager", "block_pool", "indexer"}:
-        raise _usage(target, "IMPL_INFO declares none of 'manager', 'block_pool' and "
-                     "'indexer'",
+    if not info.capabilities & {"manager", "block_pool", "indexer", "offload"}:
+        raise _usage(target, "IMPL_INFO declares none of 'manager', 'block_pool', 'indexer' "
+                     "and 'offload'",
                      "declare 'manager' (make_kv_cache_manager) and/or 'block_pool' "
-                     "(make_block_pool), or 'indexer' (make_indexer) for a router's prefix "
-                     "index: the suite needs something to drive")
+                     "(make_block_pool), 'indexer' (make_indexer) for a router's prefix "
+                     "index, or 'offload' (make_offloading_manager) for a KV offload tier: "
+                     "the suite needs something to drive")
     limit = CallLimit(call_timeout, info.name)
     factory = getattr(module, factory_name, None)
     if "manager" in info.capabilities:
@@ -534,12 +566,13 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         _check_module_functions(target, module, SIZING_FUNCTIONS, _SIZING_CAPABILITY,
                                 "kvcheck.conformance.sizing_protocol.SupportsSizing")
     indexer_factory = _indexer_factory(target, module, info, limit)
+    offload_factory = _offload_factory(target, module, info, limit)
     return ImplHandle(
         info.name, target, module, info,
         factory if "manager" in info.capabilities else None,
         pool_factory if "block_pool" in info.capabilities else None,
         call_timeout=call_timeout, factory_name=factory_name,
-        indexer_factory=indexer_factory,
+        indexer_factory=indexer_factory, offload_factory=offload_factory,
     )
 
 
@@ -592,6 +625,50 @@ def _indexer_factory(target: str, module: ModuleType, info: ImplInfo,
         _check_methods(target, probe, "indexer", protocol_methods(proto),
                        "decoded_events" if proto is SupportsDecodedEvents else "indexer")
     return cast("Callable[[IndexerConfig], object]", factory)
+
+
+def _offload_factory(target: str, module: ModuleType, info: ImplInfo,
+                     limit: CallLimit) -> Callable[[OffloadSpec], object] | None:
+    """Capability ``offload``: ``make_offloading_manager`` checked, and the methods of a probe
+    tier (LRU, 8 chunks; or ARC if LRU is declined)."""
+    if "offload" not in info.capabilities:
+        return None
+    factory = getattr(module, OFFLOAD_FACTORY, None)
+    if factory is None:
+        raise _usage(target, f"capability 'offload' is declared but the module has no "
+                     f"{OFFLOAD_FACTORY}",
+                     f"define def {OFFLOAD_FACTORY}(spec: OffloadSpec) returning the tier "
+                     "(kvcheck.conformance.offload_protocol), or drop 'offload'")
+    _check_factory(target, OFFLOAD_FACTORY, factory)
+    probe: object = None
+    declined = []
+    policies: tuple[Literal["lru", "arc"], ...] = ("lru", "arc")
+    for policy in policies:
+        spec = OffloadSpec(num_chunks=8, cache_policy=policy)
+        try:
+            probe = limit.call(OFFLOAD_FACTORY, factory, spec)
+        except UnsupportedSpec as exc:
+            declined.append(f"{policy}: {exc}")
+            continue
+        except (AdapterTimeout, AdapterRaised) as exc:
+            raise _usage(target, f"{exc}", f"{OFFLOAD_FACTORY} must return a tier promptly for "
+                         "a small spec") from None
+        except Exception as exc:  # noqa: BLE001 - any crash of the factory: a usage error
+            raise _usage(target, f"{OFFLOAD_FACTORY}({spec}) raised {type(exc).__name__}: "
+                         f"{exc}", f"{OFFLOAD_FACTORY} must build a tier for any spec it "
+                         "supports (raise UnsupportedSpec for the others)") from None
+        if probe is None:
+            raise _usage(target, f"{OFFLOAD_FACTORY}({spec}) returned None",
+                         "return the tier (an object with the methods of kvcheck.conformance."
+                         "offload_protocol.OffloadingManagerAdapter), or raise UnsupportedSpec "
+                         "for a spec it does not support")
+        break
+    if probe is None:
+        raise _usage(target, f"{OFFLOAD_FACTORY} declined both policies: {'; '.join(declined)}",
+                     "support at least one of cache_policy 'lru' and 'arc', or drop 'offload'")
+    _check_methods(target, probe, "offload tier", protocol_methods(OffloadingManagerAdapter),
+                   "offload")
+    return cast("Callable[[OffloadSpec], object]", factory)
 
 
 def _probe_specs(info: ImplInfo) -> list[KVCacheSpec]:

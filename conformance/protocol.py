@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from kvcheck.conformance.indexer_protocol import INDEXER_CAPABILITIES
+from kvcheck.conformance.offload_protocol import OFFLOAD_CAPABILITIES
 from kvcheck.conformance.sizing_protocol import SupportsSizing
 from kvcheck.errors import KVCheckError
 
@@ -119,12 +120,15 @@ CAPABILITIES: dict[str, str] = {
                       "it with allocate_slots or manager.release_computed(request_id)",
     # A router's prefix index (issue 27): another kind of implementation than a manager.
     **INDEXER_CAPABILITIES,
+    # A KV offload tier (issue 30): another kind again, beside a manager or alone.
+    **OFFLOAD_CAPABILITIES,
 }
 
 #: The capabilities of a KV-cache manager (its adapter module, ``kvcheck new-adapter``): all
-#: but the indexer-only ones.
+#: but the indexer's and the offload tier's.
 MANAGER_CAPABILITIES: dict[str, str] = {
-    cap: meaning for cap, meaning in CAPABILITIES.items() if cap not in INDEXER_CAPABILITIES}
+    cap: meaning for cap, meaning in CAPABILITIES.items()
+    if cap not in INDEXER_CAPABILITIES and cap not in OFFLOAD_CAPABILITIES}
 
 #: Features of vLLM's design that another design may lack. Every vLLM profile implies them
 #: (an implementation checked against vLLM must have them); under ``generic`` only the

@@ -13,6 +13,9 @@ profile, replayed row by row;
   (``--kv-oracle``, the reference by default), every answer and observable compared after
   every op; a failure is shrunk to a short op list, written as a trace under
   ``.kvcheck/repro/`` with a runnable repro;
+* the hit length iterated to a fixed point over three or more attention kinds (vLLM 0.33):
+  shrunk workloads where a second round over the groups cuts the hit further
+  (``hybrid_fixed_point``);
 * admission at the free-block boundary: a sliding-window group's prefix hits that sit in the
   free queue consume free blocks (docs/semantics.md#kv-cache-groups-hybrid-models), so a
   request fits a pool of exactly its count and is refused by one block fewer.
@@ -25,12 +28,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kvcheck.conformance.groups import NULL_BLOCK
+from kvcheck.conformance.hybrid_fixed_point import FIXED_POINT_SCENARIOS, FixedPointScenario
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
 from kvcheck.conformance.layouts import declared_kinds
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import release_after_lookup
 from kvcheck.conformance.protocol import (
+    KIND_CAPABILITIES,
     VLLM_PROFILES,
     KVCacheGroupSpec,
     KVCacheSpec,
@@ -106,6 +111,33 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
                          group_kinds=kinds)
+
+
+# --- the hit length's fixed point (0.33) ------------------------------------------------------
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.parametrize("sc", FIXED_POINT_SCENARIOS, ids=lambda sc: sc.name)
+def test_hit_length_iterates_to_a_fixed_point(kv_impl: ImplHandle, kv_pair: PairFactory,
+                                              sc: FixedPointScenario) -> None:
+    """With three or more attention kinds, the first round over the groups may agree on a
+    length a later group then cuts; every group is searched again at the shorter length until
+    none cuts it (vLLM 0.33's ``find_longest_cache_hit``). At the last op of each scenario one
+    round says ``sc.one_round`` tokens, vLLM 0.33.0 ``sc.hit_tokens``; every op's answers and
+    observables equal the oracle's."""
+    caps = effective_capabilities(kv_impl.info, "vllm-0.33")
+    missing = sorted({KIND_CAPABILITIES[g.kind] for g in sc.groups} - caps)
+    if missing:
+        pytest.skip(f"{kv_impl.name} does not declare capability "
+                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups)
+    *setup, last = sc.ops
+    pair.run(setup)
+    got = pair.apply(last)
+    hit = got["hits"][1]
+    assert hit == sc.hit_tokens, (
+        f"{sc.name} ({sc.why}): the last request hits {hit} tokens, vLLM 0.33.0 "
+        f"{sc.hit_tokens}" + (" (what one round over the groups gives: the search must be "
+                              "repeated while a group cuts the length)"
+                              if hit == sc.one_round else ""))
 
 
 # --- admission at the free-block boundary ----------------------------------------------------

@@ -42,12 +42,13 @@ _GROUP_IDX: Final = Annotated[int, msgspec.Meta(ge=0)]
 class StrictDecoder:
     """One release's payload decoder for one hash form (``form`` in ``HASH_FORMS``)."""
 
-    __slots__ = ("decoder", "form", "int_hashes")
+    __slots__ = ("decode", "decoder", "form", "int_hashes")
 
     def __init__(self, form: str, decoder: msgspec.msgpack.Decoder[Any]) -> None:
         self.form = form
         self.int_hashes = form == "int"
         self.decoder = decoder
+        self.decode = decoder.decode  # bound once: the fast path's call
 
 
 def _substitute(tp: Any, hash_type: Any, field: str) -> Any:

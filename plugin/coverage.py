@@ -89,7 +89,9 @@ _WORKLOAD = Checks((CONSERVATION, OWNERSHIP), (HITS, EVICTION))
 
 #: Suite files whose tests check no law family (kernels, sizing arithmetic, batch metadata).
 NO_LAW_FILES = frozenset({"test_kernels.py", "test_sizing.py", "test_batch_metadata.py",
-                          "test_indexer.py"})
+                          "test_indexer.py",
+                          # The offload tier's own laws (conformance/offload_model.py).
+                          "test_offload.py"})
 
 #: ``file::test`` (``function_key``) -> the law families its workload exercises.
 LAW_FAMILIES: dict[str, Checks] = {
@@ -198,6 +200,8 @@ LAW_FAMILIES: dict[str, Checks] = {
     "test_hybrid.py::test_v010_window_hits_in_the_free_queue_consume_free_blocks":
         Checks((CONSERVATION, OWNERSHIP, HITS)),
     "test_hybrid.py::test_v033_window_hits_inside_the_window_consume_free_blocks":
+        Checks((CONSERVATION, OWNERSHIP, HITS)),
+    "test_hybrid.py::test_hit_length_iterates_to_a_fixed_point":
         Checks((CONSERVATION, OWNERSHIP, HITS)),
     # invariants
     "test_invariants.py::test_laws_hold_under_random_workloads": _WORKLOAD,
@@ -336,8 +340,9 @@ class TestFacts:
         names, or those a skip by the test itself names ("does not declare capability"; not
         the oracle's, which ``--kv-oracle`` decides)."""
         missing = [c for c in self.needs if c not in capabilities]
-        if "indexer" in missing:
-            missing = ["indexer"]  # the indexer area: another kind of implementation's
+        for kind in ("indexer", "offload"):
+            if kind in missing:
+                missing = [kind]  # another kind of implementation's area
         if not missing and self.outcome == "skipped" and "oracle" not in self.skip_reason:
             match = _CAPABILITY_RE.search(self.skip_reason)
             if match:

@@ -255,14 +255,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                    for arg in config.args)
 
 
+#: Implementations of another kind than a manager, by their capability.
+_OTHER_KINDS = {"indexer": "an indexer", "offload": "an offload tier"}
+
+
 def _not_applicable(item: pytest.Item, impl: ImplHandle, profile: str) -> str | None:
     """Why ``item`` does not apply to ``impl`` under ``profile`` (None: it applies)."""
     capabilities = effective_capabilities(impl.info, profile)
-    if "indexer" in capabilities and capabilities.isdisjoint({"manager", "block_pool"}) and not any(
-            "indexer" in mark.args for mark in item.iter_markers("kv_capability")):
-        # A router's index, not a manager: only the indexer area is about it.
-        return (f"{impl.name} does not declare capability 'manager' (an indexer: only the "
-                "indexer area applies)")
+    if capabilities.isdisjoint({"manager", "block_pool"}):
+        # Another kind of implementation (a router's index, an offload tier): only its own
+        # area is about it.
+        marked = {c for mark in item.iter_markers("kv_capability") for c in mark.args}
+        for kind, what in _OTHER_KINDS.items():
+            if kind in capabilities and kind not in marked:
+                return (f"{impl.name} does not declare capability 'manager' ({what}: only the "
+                        f"{kind} area applies)")
     for mark in item.iter_markers("kv_capability"):
         missing = [c for c in mark.args if c not in capabilities]
         if missing:

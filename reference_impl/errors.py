@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["FreeQueueMisuseError", "KVCacheMisuseError"]
+__all__ = ["FreeQueueMisuseError", "KVCacheMisuseError", "OffloadMisuseError"]
 
 
 class KVCacheMisuseError(KVCheckInputError):
@@ -23,4 +23,14 @@ class FreeQueueMisuseError(KVCacheMisuseError, RuntimeError):
 
     Also a ``RuntimeError``: vLLM's ``FreeKVCacheBlockQueue.remove`` raises that type for the
     same call, so code written against vLLM catches this one too.
+    """
+
+
+class OffloadMisuseError(KVCacheMisuseError):
+    """A call on the offload tier that vLLM's scheduler never makes: loading a key that is
+    absent or still being written, completing a load or a store that was never prepared, an
+    offer that lists a key twice, a key of the wrong width, new keys for a finished request.
+
+    vLLM asserts on some of these and silently ignores others; the reference refuses every one
+    with the key and the rule, and changes nothing.
     """

@@ -11,7 +11,9 @@ and ``vllm-0.10`` (one pytest process per profile, their data combined):
 * the ``*_matches_reference`` property tests of ``conformance/test_batch_metadata.py``, where
   that area exists: random batches compared with the reference's batch builder;
 * the random multi-group workloads of ``conformance/test_hybrid.py`` (laws, and the
-  differential against the reference), where that area exists.
+  differential against the reference), where that area exists;
+* the random offload-tier workloads of ``conformance/test_offload.py`` (laws and the
+  differential; ``vllm-0.33`` only), where that area exists.
 
 No scripted test runs, so the figures say what the generated workloads reach on their own.
 Prints, for every module of ``reference_impl/``, its coverage (statements and branches
@@ -86,9 +88,10 @@ def _test_selection() -> list[str]:
     """The test files and the ``-k`` expression picking their random tests."""
     files = ["conformance/test_differential.py", "conformance/test_invariants.py"]
     files.extend(f"conformance/{optional}"
-                 for optional in ("test_batch_metadata.py", "test_hybrid.py")
+                 for optional in ("test_batch_metadata.py", "test_hybrid.py", "test_offload.py")
                  if (REPO / "conformance" / optional).exists())
-    return [*files, "-k", "random_workloads or matches_reference or hybrid_differential"]
+    return [*files, "-k", "random_workloads or matches_reference or hybrid_differential or "
+            "random_offload"]
 
 
 def _run_profile(profile: str, work: Path, extra: list[str]) -> tuple[int, Counter[str]]:

@@ -49,7 +49,7 @@ def schedule(mgr: KVCacheManager, req: Request,
 #: manager. A stand-in that re-exports only the reference's factories lacks them, so it must
 #: not declare them. Written here once because the loader keeps these names in private
 #: constants (no public list to derive them from); ``test_loader_input`` pins them to it.
-MODULE_LEVEL_CAPABILITIES: frozenset[str] = frozenset({"kernels", "sizing"})
+MODULE_LEVEL_CAPABILITIES: frozenset[str] = frozenset({"kernels", "sizing", "offload"})
 
 
 def reference_capabilities(*, drop: Iterable[str] = ()) -> frozenset[str]:

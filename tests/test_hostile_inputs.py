@@ -31,7 +31,7 @@ from kvcheck.plugin.cli import main
 
 SUITE = Path(kvcheck.conformance.__file__).resolve().parent
 NO_HYBRID = '{"kv_cache_groups", "sliding_window", "chunked_local_attention"}'
-MODULE_LEVEL = '{"block_pool", "kernels", "sizing"}'
+MODULE_LEVEL = '{"block_pool", "kernels", "sizing", "offload"}'
 
 
 @pytest.fixture
@@ -346,7 +346,8 @@ import dataclasses
 from kvcheck.adapters import reference as _ref
 IMPL_INFO = dataclasses.replace(_ref.IMPL_INFO, name="sz",
                                 capabilities=_ref.IMPL_INFO.capabilities - {{"block_pool",
-                                                                            "kernels"}})
+                                                                            "kernels",
+                                                                            "offload"}})
 make_kv_cache_manager = _ref.make_kv_cache_manager
 kv_cache_view_shape = _ref.kv_cache_view_shape
 kv_block_sizes = _ref.kv_block_sizes

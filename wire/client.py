@@ -124,6 +124,10 @@ class EngineSession:
         if isinstance(caps, list) and "kernels" in caps:
             refuse("impl_info declares 'kernels', which cannot cross the wire (GPU tensors); "
                    "check kernels with an in-process Python adapter")
+        if isinstance(caps, list) and "offload" in caps:
+            refuse("impl_info declares 'offload', which protocol v1 does not carry yet; check "
+                   "an offload tier with an in-process Python adapter (make_offloading_manager, "
+                   "docs/writing-an-adapter.md)")
         return info
 
     def close(self) -> None:

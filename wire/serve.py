@@ -34,6 +34,10 @@ __all__ = ["Server", "main"]
 _CONVERTED_RESULTS = frozenset({"bytes", "list[bytes]", "list[KVEvent]", "KVSizingPlan"})
 
 
+#: Capabilities protocol v1 does not carry (an engine declaring one is refused at ``init``).
+_NOT_ON_THE_WIRE = frozenset({"kernels", "offload"})
+
+
 class _Shutdown(Exception):
     """``shutdown`` was answered: leave the loop."""
 
@@ -48,9 +52,12 @@ class Server:
         self.next_handle = 1
 
     def impl_info(self) -> dict[str, Any]:
-        """The served ``IMPL_INFO``, less ``kernels`` (GPU tensors do not cross the wire)."""
+        """The served ``IMPL_INFO``, less what protocol v1 does not carry: ``kernels`` (GPU
+        tensors do not cross the wire) and ``offload`` (an offload tier is checked in process;
+        docs/wire-protocol.md)."""
         info = to_wire(self.impl.info)
-        info["capabilities"] = [c for c in info["capabilities"] if c != "kernels"]
+        info["capabilities"] = [c for c in info["capabilities"]
+                                if c not in _NOT_ON_THE_WIRE]
         return info
 
     def answer(self, request: Any) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from dataclasses import replace
 from kvcheck.adapters import reference as _ref
 IMPL_INFO = replace(_ref.IMPL_INFO, name="dicts-only",
                     capabilities=_ref.IMPL_INFO.capabilities - {"event_wire", "block_pool",
-                                                                  "kernels", "sizing"{extra}})
+                                                                  "kernels", "sizing",
+                                                                  "offload"{extra}})
 make_kv_cache_manager = _ref.make_kv_cache_manager
 '''
 

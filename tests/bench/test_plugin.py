@@ -97,15 +97,16 @@ def test_tiny_run_prints_tables_and_writes_records(pytester: pytest.Pytester) ->
                                 "--benchmark-json=pb.json", "-k", "not kernels or store_kv_cache")
     # Skipped: the kernel benchmarks (no CUDA), the indexer's (an index benchmark) and the
     # wire round trip (an exec: engine's).
-    result.assert_outcomes(passed=14, skipped=None if HAS_CUDA else 12)
+    result.assert_outcomes(passed=17, skipped=None if HAS_CUDA else 12)
     out = result.stdout.str()
     result.stdout.fnmatch_lines([
         "*kvcheck bench: scheduler loop through the adapter protocol*",
         "*implementation*scenario*tokens/s*x ref*alloc calls/s*us/call p50*p99*prefix hit*",
         "*reference*shared_system_prompt*1.00x*",
         "*reference*eviction_pressure*",
-        "*kvcheck bench: hashing, slot_mapping, event_wire, indexer and wire figures*",
+        "*kvcheck bench: hashing, slot_mapping, event_wire, event_decode, indexer, offload*",
         "*event_wire[[]eviction_pressure[]]*events_encoded_per_s*events/s*1.00x*",
+        "*event_decode[[]eviction_pressure[]]*payloads_decoded_per_s*batches/s*1.00x*",
         "*hashing[[]sha256_cbor[]]*hash_blocks_per_s*blocks/s*1.00x*",
         "*slot_mapping*vectorized_slot_mapping_tokens_per_s*",
         "*result records written to out/records.jsonl*",

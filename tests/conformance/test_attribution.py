@@ -152,7 +152,7 @@ from dataclasses import replace
 import kvcheck.adapters.reference as _ref
 from kvcheck.adapters.reference import ReferenceManager
 IMPL_INFO = replace(_ref.IMPL_INFO, name={name!r}, capabilities=_ref.IMPL_INFO.capabilities
-                    - {{"kernels", "sizing", "block_pool"}})
+                    - {{"kernels", "sizing", "block_pool", "offload"}})
 """
 
 

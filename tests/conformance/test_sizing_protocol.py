@@ -24,7 +24,7 @@ import kvcheck.adapters.reference as _ref
 import kvcheck.adapters.reference_sizing as _sizing
 
 IMPL_INFO = replace(_ref.IMPL_INFO, name="{name}",
-                    capabilities=_ref.IMPL_INFO.capabilities | {{"sizing"}})
+                    capabilities=(_ref.IMPL_INFO.capabilities | {{"sizing"}}) - {{"offload"}})
 make_kv_cache_manager = _ref.make_kv_cache_manager
 make_block_pool = _ref.make_block_pool
 kernels = _ref.kernels

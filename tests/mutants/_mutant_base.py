@@ -219,12 +219,12 @@ def build(
         name=name,
         version=__version__,
         # The mutants are served on single-group specs (hybrid ones: _hybrid_mutant_base): no
-        # grouped specs, no sizing functions.
+        # grouped specs, no sizing functions, no offload tier (_offload_mutant_base).
         # Spelled out here, not taken from tests/kv_helpers.py (MODULE_LEVEL_CAPABILITIES): a
         # mutant must import with only tests/mutants on the path (README's replay commands).
         capabilities=REFERENCE_INFO.capabilities - {
             "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
-            "sizing"} - drop,
+            "sizing", "offload"} - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,
         reserved_block_ids=REFERENCE_INFO.reserved_block_ids,

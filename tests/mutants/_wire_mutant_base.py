@@ -45,5 +45,6 @@ def build_wire(name: str, bug: WireBug) -> tuple[
             return bug(self, list(self.manager.take_events()), ts)
 
     info = replace(REFERENCE_INFO, name=name,
-                   capabilities=REFERENCE_INFO.capabilities - {"kernels", "sizing"})
+                   capabilities=REFERENCE_INFO.capabilities - {"kernels", "sizing",
+                                                                    "offload"})
     return info, WireMutant, ReferenceBlockPool

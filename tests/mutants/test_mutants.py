@@ -124,6 +124,14 @@ EXPECTED: dict[str, set[str]] = {
     "mut_wire_stored_once_per_hash": {"events_wire"},
     "mut_wire_sparse_tokens_trimmed": {"events_wire"},
     "mut_wire_int_hash_first_bytes": {"events_wire"},
+    # The offload tier (offload_manager.py, offload_lru.py, offload_arc.py;
+    # tests/mutants/_offload_mutant_base.py): one per rule of spec kv-connector-and-offload.md §3.
+    "mut_off_evicts_pinned": {"offload"},
+    "mut_off_pending_readable": {"offload"},
+    "mut_off_partial_store": {"offload"},
+    "mut_off_evicts_offered": {"offload"},
+    "mut_off_lru_head_first": {"offload"},
+    "mut_off_arc_promotes_twice": {"offload"},
 }
 
 class _SkipRestOfFailedArea:

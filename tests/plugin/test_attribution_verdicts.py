@@ -31,7 +31,7 @@ from kvcheck.adapters.reference import ReferenceManager
 class Boom(BaseException):
     pass
 IMPL_INFO = replace(_ref.IMPL_INFO, name={name!r}, capabilities=_ref.IMPL_INFO.capabilities
-                    - {{"kernels", "sizing", "block_pool"}})
+                    - {{"kernels", "sizing", "block_pool", "offload"}})
 class M(ReferenceManager):
     def allocate_slots(self, request, *args):
         if request.num_tokens > 12:
@@ -105,7 +105,7 @@ from dataclasses import replace
 import kvcheck.adapters.reference as _ref
 from kvcheck.adapters.reference import ReferenceManager
 IMPL_INFO = replace(_ref.IMPL_INFO, name="sleeps", capabilities=_ref.IMPL_INFO.capabilities
-                    - {"kernels", "sizing", "block_pool"})
+                    - {"kernels", "sizing", "block_pool", "offload"})
 class M(ReferenceManager):
     def allocate_slots(self, request, *args):
         if request.num_tokens > 12:
@@ -148,7 +148,7 @@ from dataclasses import replace
 import kvcheck.adapters.reference as _ref
 from kvcheck.adapters.reference import ReferenceManager
 IMPL_INFO = replace(_ref.IMPL_INFO, name="slow-oracle",
-                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing"})
+                    capabilities=_ref.IMPL_INFO.capabilities - {"kernels", "sizing", "offload"})
 make_block_pool = _ref.make_block_pool
 class M(ReferenceManager):
     def allocate_slots(self, request, *args):
@@ -186,7 +186,7 @@ from dataclasses import replace
 import kvcheck.adapters.reference as _ref
 from kvcheck.adapters.reference import ReferenceManager
 IMPL_INFO = replace(_ref.IMPL_INFO, name={name!r}, capabilities=_ref.IMPL_INFO.capabilities
-                    - {{"kernels", "sizing", "block_pool"}})
+                    - {{"kernels", "sizing", "block_pool", "offload"}})
 built = []
 class SwapsGroups(ReferenceManager):
     def __init__(self, spec):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kv_helpers import reference_capabilities_source
 
-from kvcheck.conformance.differential import _safe, write_trace
+from kvcheck.conformance.differential import safe_name, write_trace
 from kvcheck.conformance.ops import add, decode, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.plugin.cli import main
@@ -180,7 +180,7 @@ def test_trace_names_that_sanitise_alike_do_not_collide(tmp_path: Path) -> None:
     assert json.loads(one.read_text())["impl"] == "a b"
     assert json.loads(two.read_text())["impl"] == "a/b"
     # Names already safe stay as they are; the hash is stable across processes.
-    assert _safe("test_plain") == "test_plain"
-    assert _safe("a/b c") == _safe("a/b c") != _safe("a_b_c")
+    assert safe_name("test_plain") == "test_plain"
+    assert safe_name("a/b c") == safe_name("a/b c") != safe_name("a_b_c")
     long_a, long_b = "t" * 130 + "a", "t" * 130 + "b"
-    assert _safe(long_a) != _safe(long_b) and len(_safe(long_a)) <= 120
+    assert safe_name(long_a) != safe_name(long_b) and len(safe_name(long_a)) <= 120

@@ -70,9 +70,12 @@ def test_full_run_is_complete_and_conforms(pytester: pytest.Pytester) -> None:
     # Nor the indexer area (a router's index, another kind of implementation).
     indexer = rec["areas"]["indexer"]
     assert indexer["skipped"] > 10 and indexer["passed"] == indexer["failed"] == 0
+    # Nor the offload area (an offload tier: make_offloading_manager, not declared here).
+    offload = rec["areas"]["offload"]
+    assert offload["skipped"] > 20 and offload["passed"] == offload["failed"] == 0
     assert comp["applicable"] == comp["ran"] == (
         len(rec["outcomes"]) - 58 - sizing["skipped"] - len(pinning) - other_profile
-        - indexer["skipped"]) > 80
+        - indexer["skipped"] - offload["skipped"]) > 80
 
 
 def test_keyword_selection_is_incomplete(pytester: pytest.Pytester, full_applicable: int) -> None:

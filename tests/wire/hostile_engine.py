@@ -17,6 +17,7 @@ request (default 1) of ``METHOD`` (default ``init``), where it does ``MODE``:
 ``bad_protocol``   (init) announces protocol 2
 ``no_impl_info``   (init) answers ``{"protocol": 1}``
 ``kernels``        (init) declares capability ``kernels``
+``offload``        (init) declares capability ``offload``
 ``error:CODE``     answers an error with that code
 
 With ``HOSTILE_ONCE=PATH`` in the environment it misbehaves only if PATH does not exist yet
@@ -100,9 +101,9 @@ def misbehave(mode: str, request: dict, answer: dict) -> dict:
         return {"id": rid, "result": {**answer["result"], "protocol": 2}}
     if mode == "no_impl_info":
         return {"id": rid, "result": {"protocol": 1}}
-    if mode == "kernels":
+    if mode in ("kernels", "offload"):
         info = dict(answer["result"]["impl_info"])
-        info["capabilities"] = [*info["capabilities"], "kernels"]
+        info["capabilities"] = [*info["capabilities"], mode]
         return {"id": rid, "result": {"protocol": 1, "impl_info": info}}
     if mode.startswith("error:"):
         return {"id": rid, "error": {"code": mode[6:], "message": f"refused by mode {mode}"}}

@@ -95,6 +95,7 @@ def test_the_next_factory_call_starts_a_fresh_process() -> None:
     ("bad_protocol", "speaks protocol 2"),
     ("no_impl_info", "impl_info"),
     ("kernels", "cannot cross the wire"),
+    ("offload", "protocol v1 does not carry yet"),
     ("error:internal", "answered init with an error"),
 ])
 def test_an_engine_that_fails_init_is_a_usage_error(mode: str, said: str) -> None:

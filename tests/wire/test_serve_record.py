@@ -1,8 +1,9 @@
 """The wire path against the in-process path: the whole shipped suite on kvcheck's reference
 served over the wire (``exec:python -m kvcheck.wire.serve``) gives the record the reference
 gives in process (docs/wire-protocol.md, "The Python side"): every test the same outcome, the
-same per-area counts, the same verdict, except the ``kernels`` area, which cannot cross the
-wire (GPU tensors): there every test is skipped as an undeclared capability."""
+same per-area counts, the same verdict, except the areas protocol v1 does not carry: ``kernels``
+(GPU tensors cannot cross the wire) and ``offload`` (an offload tier is checked in process):
+there every test is skipped as an undeclared capability."""
 
 from __future__ import annotations
 
@@ -34,22 +35,26 @@ def test_wire_served_reference_gives_the_in_process_record(tmp_path: Path) -> No
     local = _record(tmp_path, "reference", "in-process")
     wire = _record(tmp_path, f"exec:{sys.executable} -m kvcheck.wire.serve", "wire")
 
-    kernel_tests = {t for t in local["outcomes"] if "/test_kernels.py::" in t}
-    assert kernel_tests and all(wire["outcomes"][t] == "skipped" for t in kernel_tests)
-    same = {t: o for t, o in local["outcomes"].items() if t not in kernel_tests}
+    not_carried = {t for t in local["outcomes"]
+                   if "/test_kernels.py::" in t or "/test_offload.py::" in t}
+    assert {t.split("::")[0].rsplit("/", 1)[1] for t in not_carried} == {
+        "test_kernels.py", "test_offload.py"}
+    assert all(wire["outcomes"][t] == "skipped" for t in not_carried)
+    same = {t: o for t, o in local["outcomes"].items() if t not in not_carried}
     assert {t: wire["outcomes"][t] for t in same} == same
     assert set(wire["outcomes"]) == set(local["outcomes"])
 
-    areas = {a: c for a, c in local["areas"].items() if a != "kernels"}
+    areas = {a: c for a, c in local["areas"].items() if a not in ("kernels", "offload")}
     assert {a: wire["areas"][a] for a in areas} == areas
     assert wire["conforms"] is local["conforms"] is True
     assert wire["complete"] is local["complete"] is True
     assert wire["implementation"]["capabilities"] == sorted(
-        set(local["implementation"]["capabilities"]) - {"kernels"})
-    # The verdict's words are the same but for the tests the kernels area ran in process.
+        set(local["implementation"]["capabilities"]) - {"kernels", "offload"})
+    # The verdict's words are the same but for the tests those areas ran in process.
     ran = int(re.search(r"\((\d+) tests ran", local["verdict"]).group(1))  # type: ignore[union-attr]
+    ran_here = sum(local["outcomes"][t] == "passed" for t in not_carried)
     local_rest = local["verdict"].split(" tests ran", 1)[1]
     assert wire["verdict"].startswith(
-        f"reference conforms to {local['profile']} ({ran - len(kernel_tests)} tests ran")
+        f"reference conforms to {local['profile']} ({ran - ran_here} tests ran")
     assert wire["verdict"].split(" tests ran", 1)[1].split(";")[:2] == \
         local_rest.split(";")[:2]  # the same block sizes and law counts
