@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvcheck.conformance.offload_protocol import OffloadSpec
+from kvcheck.reference_impl.offload_manager import count_offer
 
 __all__ = ["OffloadLawBroken", "TierModel"]
 
@@ -91,22 +92,8 @@ class TierModel:
         """The offered keys a correct tier stores (the admission tracker counted first)."""
         counts = self.counts
         if counts is not None:
-            offered = 0
-            for key in keys:
-                if key in counts:
-                    counts.move_to_end(key)
-                    counts[key] += 1
-                    offered += 1
-            droppable = len(counts) - offered
-            for key in keys:
-                if key in counts:
-                    continue
-                if len(counts) >= self.spec.max_tracker_size:
-                    if droppable == 0:
-                        continue
-                    counts.popitem(last=False)
-                    droppable -= 1
-                counts[key] = 1
+            # vLLM's tracker rule, the one the reference keeps (a rule, not a policy choice).
+            count_offer(counts, keys, self.spec.max_tracker_size)
         absent = [key for key in keys if key not in self.state]
         if counts is None:
             return absent

@@ -25,7 +25,7 @@ raise ``OffloadMisuseError`` naming the key and the rule, and change nothing.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum, auto
 
@@ -41,7 +41,7 @@ from kvcheck.reference_impl.offload_policy import (
 )
 
 __all__ = ["CACHE_POLICIES", "CPUOffloadingManager", "LoadStoreSpec", "LookupResult",
-           "OffloadingEvent", "PrepareStoreOutput"]
+           "OffloadingEvent", "PrepareStoreOutput", "count_offer"]
 
 #: Policy name -> class (vLLM's ``CachePolicyFactory`` built-ins).
 CACHE_POLICIES: dict[str, type[CachePolicy]] = {"lru": LRUCachePolicy, "arc": ARCCachePolicy}
@@ -100,6 +100,30 @@ class _RequestAccess:
     reused: set[OffloadKey] = field(default_factory=set)
     store_missed: set[OffloadKey] = field(default_factory=set)
     finished: bool = False
+
+
+def count_offer(counts: OrderedDict[OffloadKey, int], keys: Sequence[OffloadKey],
+                max_tracker_size: int) -> None:
+    """The admission filter's tracker (``store_threshold >= 2``): one more offer for each of
+    ``keys`` (each moved to the newest end), new keys counted 1; beyond ``max_tracker_size``
+    the oldest entries are dropped, never a key of this offer (a new key that finds none to
+    drop is not counted)."""
+    offered = 0
+    for key in keys:
+        if key in counts:
+            counts.move_to_end(key)
+            counts[key] += 1
+            offered += 1
+    droppable = len(counts) - offered
+    for key in keys:
+        if key in counts:
+            continue
+        if len(counts) >= max_tracker_size:
+            if droppable == 0:
+                continue
+            counts.popitem(last=False)
+            droppable -= 1
+        counts[key] = 1
 
 
 class CPUOffloadingManager:
@@ -202,26 +226,8 @@ class CPUOffloadingManager:
                     "follows a request's end")
 
     def _count_offer(self, keys: list[OffloadKey]) -> None:
-        """The admission filter's tracker: one more offer per key, oldest entries dropped
-        (never a key of this offer) beyond ``max_tracker_size``."""
-        counts = self.counts
-        assert counts is not None
-        offered = 0
-        for key in keys:
-            if key in counts:
-                counts.move_to_end(key)
-                counts[key] += 1
-                offered += 1
-        droppable = len(counts) - offered
-        for key in keys:
-            if key in counts:
-                continue
-            if len(counts) >= self.max_tracker_size:
-                if droppable == 0:
-                    continue
-                counts.popitem(last=False)
-                droppable -= 1
-            counts[key] = 1
+        assert self.counts is not None
+        count_offer(self.counts, keys, self.max_tracker_size)
 
     # --- the OffloadingManager API ---------------------------------------------------------
 

@@ -64,6 +64,15 @@ def test_recorded_corpora_are_shipped(wheel: Path, wheel_names: list[str]) -> No
     assert sum(map(len, shipped.values())) <= 2_000_000
 
 
+def test_offload_golden_scenarios_are_shipped(wheel: Path, wheel_names: list[str]) -> None:
+    """The offload area's scenarios recorded from vLLM (conformance/offload_golden.json), byte
+    for byte the checkout's: the area reads them from the installed package."""
+    name = "kvcheck/conformance/offload_golden.json"
+    assert name in wheel_names and "kvcheck/conformance/test_offload.py" in wheel_names
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read(name) == (ROOT / "conformance" / "offload_golden.json").read_bytes()
+
+
 def test_entry_points(wheel: Path, wheel_names: list[str]) -> None:
     (entry,) = [n for n in wheel_names if n.endswith(".dist-info/entry_points.txt")]
     with zipfile.ZipFile(wheel) as zf:
