@@ -90,8 +90,9 @@ def _test_selection() -> list[str]:
     files.extend(f"conformance/{optional}"
                  for optional in ("test_batch_metadata.py", "test_hybrid.py", "test_offload.py")
                  if (REPO / "conformance" / optional).exists())
-    return [*files, "-k", "random_workloads or matches_reference or hybrid_differential or "
-            "random_offload"]
+    selection = ("random_workloads or matches_reference or hybrid_differential or "
+                 "random_offload")
+    return [*files, "-k", selection]
 
 
 def _run_profile(profile: str, work: Path, extra: list[str]) -> tuple[int, Counter[str]]:
