@@ -13,7 +13,8 @@ and ``vllm-0.10`` (one pytest process per profile, their data combined):
 * the random multi-group workloads of ``conformance/test_hybrid.py`` (laws, and the
   differential against the reference), where that area exists;
 * the random offload-tier workloads of ``conformance/test_offload.py`` (laws and the
-  differential; ``vllm-0.33`` only), where that area exists.
+  differential; ``vllm-0.33`` only), and the random external-KV workloads of
+  ``conformance/test_external_kv.py``, where those areas exist.
 
 No scripted test runs, so the figures say what the generated workloads reach on their own.
 Prints, for every module of ``reference_impl/``, its coverage (statements and branches
@@ -56,12 +57,17 @@ UNREACHABLE: dict[str, str] = {
     # An ``if`` (or ``elif``) whose own block ends in a misuse raise (the raise at the
     # block's indentation, the lines before it at least as deep), or a bare raise.
     (r"^[ \t]*(?:el)?if .*:\n(?P<body>[ \t]+)\S.*\n(?:(?P=body).*\n)*?(?P=body)"
-     r"raise (?:KVCacheMisuseError|FreeQueueMisuseError)\b"
-     r"|raise (?:KVCacheMisuseError|FreeQueueMisuseError)\b"):
+     r"raise (?:KVCacheMisuseError|FreeQueueMisuseError|OffloadMisuseError)\b"
+     r"|raise (?:KVCacheMisuseError|FreeQueueMisuseError|OffloadMisuseError)\b"):
         "misuse checks: the workloads are valid by construction; scripted tests raise each",
+    # Since the one-path merge the manager's argument checks end in ``_raise*`` helpers.
+    r"self\._raise_\w+\(|def (_raise_\w+|_check_unlinked)\b":
+        "misuse checks (an ``if`` ending in a ``_raise*`` helper, the helpers themselves, the "
+        "free queue's link checks): the workloads are valid by construction",
     (r"def (make_request|usage|get_blocks|get_num_common_prefix_blocks|get_usage"
      r"|__len__|append|get_all_free_blocks|__repr__|hash_request_tokens|_version_tuple"
-     r"|to_event_int|compute_slot_mapping_v0_10)\b"):
+     r"|to_event_int|compute_slot_mapping_v0_10|num_kv_cache_groups|num_blocks_needed"
+     r"|check_invariants)\b"):
         "API no adapter method calls: conveniences, usage metrics, "
         "0.10.2 cascade attention, hash-lookahead version check, helpers for tests",
     r"class BlockTable\b": "vLLM's persistent worker block table (row operations): no "
@@ -88,10 +94,11 @@ def _test_selection() -> list[str]:
     """The test files and the ``-k`` expression picking their random tests."""
     files = ["conformance/test_differential.py", "conformance/test_invariants.py"]
     files.extend(f"conformance/{optional}"
-                 for optional in ("test_batch_metadata.py", "test_hybrid.py", "test_offload.py")
+                 for optional in ("test_batch_metadata.py", "test_hybrid.py", "test_offload.py",
+                                  "test_external_kv.py")
                  if (REPO / "conformance" / optional).exists())
     selection = ("random_workloads or matches_reference or hybrid_differential or "
-                 "random_offload")
+                 "random_offload or random_external_kv")
     return [*files, "-k", selection]
 
 
