@@ -147,6 +147,7 @@ class EventDecodeBench(RoundBench):
 
 
 def _events(decoded: Any) -> Any:
-    """The wire events of a decoded batch (kvcheck's ``DecodedBatch.wire`` or vLLM's own
-    ``KVEventBatch``)."""
-    return getattr(decoded, "wire", decoded).events
+    """The wire events of a decoded batch (kvcheck's ``DecodedBatch.wire_events`` or vLLM's
+    own ``KVEventBatch.events``)."""
+    wire_events = getattr(decoded, "wire_events", None)
+    return decoded.events if wire_events is None else wire_events

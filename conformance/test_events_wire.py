@@ -253,8 +253,8 @@ def _comparable(mine: bytes, theirs: bytes, release: Release) -> bytes:
 
 def _first_difference(mine: bytes, theirs: bytes, release: Release) -> str:
     try:
-        a = decode_batch(mine, release=release).wire.events
-        b = decode_batch(theirs, release=release).wire.events
+        a = decode_batch(mine, release=release).wire_events
+        b = decode_batch(theirs, release=release).wire_events
     except WireFormatError as error:
         return f"the implementation's payload does not decode: {error}"
     for i, (x, y) in enumerate(zip(a, b, strict=False)):

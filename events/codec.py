@@ -9,7 +9,7 @@ naming the event and field, never a bare msgspec error.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from types import ModuleType
 from typing import Any, Final, Literal
@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from kvcheck.events import vllm_010, vllm_033
+from kvcheck.events.decoded import DecodedBatch, batch_class, extra_keys_from_wire
 from kvcheck.events.diagnose import explain_decode_error, explain_validation_error
 from kvcheck.events.errors import WireFormatError
 from kvcheck.events.hashes import from_wire_hash, to_wire_hash
@@ -47,13 +48,15 @@ class _Form:
     event_fields: dict[str, tuple[str, ...]]
     #: One validating decoder per hash form (``kvcheck.events.strict``): the fast path.
     strict: tuple[StrictDecoder, ...]
+    #: The general path's ``DecodedBatch`` (events as vLLM's own decoder read them).
+    general: type[DecodedBatch]
 
 
 def _form(structs: ModuleType, map_form: bool) -> _Form:
     classes = (structs.BlockStored, structs.BlockRemoved, structs.AllBlocksCleared)
     return _Form(structs, map_form, msgspec.msgpack.Decoder(structs.KVEventBatch),
                  {c.__name__: c.__struct_fields__ for c in classes},
-                 tuple(strict_decoders(structs)))
+                 tuple(strict_decoders(structs)), batch_class(structs.KVEventBatch))
 
 
 _FORMS: Final[dict[str, _Form]] = {"vllm-0.33": _form(vllm_033, True),
@@ -69,62 +72,6 @@ def _get_form(release: str) -> _Form:
         return _FORMS[release]
     except (KeyError, TypeError):
         raise WireFormatError(f"unknown release {release!r}: one of {list(RELEASES)}") from None
-
-
-class DecodedBatch(msgspec.Struct, gc=False):
-    """One decoded payload.
-
-    ``wire`` is the release's ``KVEventBatch`` as decoded (the release's field names and tags),
-    with the fields the reference does not model (0.33's spec kind, sliding window, locality,
-    ownership, session id, lookahead tokens); ``ts`` and ``data_parallel_rank`` are its
-    envelope's; ``events`` are the reference's event objects (hashes as ``bytes``: the digest
-    in the bytes form, its last 8 bytes in the int form), built on first access. Read-only by
-    contract. (A msgspec struct: built in C, which is most of a small batch's decode time.)
-    """
-
-    wire: Any
-    _events: tuple[KVCacheEvent, ...] | None = None
-
-    @property
-    def ts(self) -> float:
-        ts: float = self.wire.ts
-        return ts
-
-    @property
-    def data_parallel_rank(self) -> int | None:
-        rank: int | None = self.wire.data_parallel_rank
-        return rank
-
-    @property
-    def events(self) -> tuple[KVCacheEvent, ...]:
-        if self._events is None:
-            # The fast path validated everything already: a plain conversion.
-            self._events = tuple(_event_from_valid_wire(e) for e in self.wire.events)
-        return self._events
-
-    def __repr__(self) -> str:
-        return (f"DecodedBatch(ts={self.ts!r}, data_parallel_rank="
-                f"{self.data_parallel_rank!r}, {len(self.wire.events)} events)")
-
-    def group_metadata(self) -> dict[int, tuple[str, int | None]]:
-        """Per group, the ``(kind, sliding_window)`` its ``BlockStored`` events carry (0.33;
-        groups whose stores carry no kind are absent), as ``encode_batch`` takes it.
-
-        Raises:
-            WireFormatError: two stores of one group disagree.
-        """
-        found: dict[int, tuple[str, int | None]] = {}
-        for index, event in enumerate(self.wire.events):
-            kind = getattr(event, "kv_cache_spec_kind", None)
-            if kind is None or event.group_idx is None:
-                continue
-            meta = (kind, event.kv_cache_spec_sliding_window)
-            if found.setdefault(event.group_idx, meta) != meta:
-                raise WireFormatError(
-                    f"group {event.group_idx} is {meta} here but {found[event.group_idx]} in "
-                    "an earlier store of the batch", event_index=index,
-                    field="kv_cache_spec_kind")
-        return found
 
 
 # ------------------------------------------------------------------------------- encode
@@ -269,7 +216,7 @@ def _event_to_010(event: Any, index: int, int_hashes: bool,
 
 
 # ------------------------------------------------------------------------------- decode
-def decode_batch(payload: bytes | bytearray | memoryview, *, release: Release = "vllm-0.33",
+def decode_batch(payload: bytes | bytearray | memoryview, release: Release = "vllm-0.33", *,
                  int_hashes: bool | None = None) -> DecodedBatch:
     """Read one payload of vLLM ``release`` back into the reference's events.
 
@@ -285,14 +232,21 @@ def decode_batch(payload: bytes | bytearray | memoryview, *, release: Release = 
             index and field.
     """
     # Fast path: the strict decoder that took this release's last payload (a stream keeps
-    # one hash form) validates as it decodes; a batch is a microsecond or two, so this path
-    # does nothing else.
-    head = _LAST.get(release)
-    if head is not None and (int_hashes is None or head.int_hashes is int_hashes):
+    # one hash form) validates as it decodes, straight into the DecodedBatch; a batch is
+    # about a microsecond, so this path is one lookup and one call (an unknown release's
+    # KeyError goes on to the error below).
+    if int_hashes is None:
         try:
-            return DecodedBatch(head.decode(payload))
-        except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+            return _FAST[release](payload)
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError, KeyError):
             pass
+    else:
+        head = _LAST.get(release)
+        if head is not None and head.int_hashes is int_hashes:
+            try:
+                return head.decode(payload)  # type: ignore[no-any-return]
+            except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+                pass
     form = _get_form(release)
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise WireFormatError(f"a payload is bytes (the publisher's third frame), got "
@@ -308,7 +262,8 @@ def decode_batch(payload: bytes | bytearray | memoryview, *, release: Release = 
         order.remove(candidate)  # serves first from now on
         order.insert(0, candidate)
         _LAST[release] = candidate
-        return DecodedBatch(wire)
+        _FAST[release] = candidate.decode
+        return wire  # type: ignore[no-any-return]
     return _decode_general(payload, form, release, int_hashes)
 
 
@@ -316,9 +271,12 @@ def decode_batch(payload: bytes | bytearray | memoryview, *, release: Release = 
 #: place; a race between threads only costs a retry).
 _STRICT_ORDER: Final[dict[str, list[StrictDecoder]]] = {
     release: list(form.strict) for release, form in _FORMS.items()}
-#: Release -> the head of its ``_STRICT_ORDER`` list (the fast path's one lookup).
+#: Release -> the head of its ``_STRICT_ORDER`` list.
 _LAST: Final[dict[str, StrictDecoder]] = {
     release: order[0] for release, order in _STRICT_ORDER.items()}
+#: Release -> its head's bound ``decode`` (the fast path's one lookup).
+_FAST: Final[dict[str, Callable[[Any], DecodedBatch]]] = {
+    release: head.decode for release, head in _LAST.items()}
 
 
 def _decode_general(payload: bytes | bytearray | memoryview, form: _Form, release: Release,
@@ -337,32 +295,10 @@ def _decode_general(payload: bytes | bytearray | memoryview, form: _Form, releas
     except msgspec.DecodeError as error:
         raise explain_decode_error(error, release) from None
     forms: set[bool] = set()
-    events = tuple(_event_from_wire(event, index, int_hashes, forms)
-                   for index, event in enumerate(wire.events))
-    return DecodedBatch(wire, events)
-
-
-def _valid_hash(value: int | bytes) -> bytes:
-    return value.to_bytes(8, "big") if isinstance(value, int) else value
-
-
-def _event_from_valid_wire(event: Any) -> KVCacheEvent:
-    """``_event_from_wire`` for an event a strict decoder accepted (nothing to check)."""
-    name = type(event).__name__
-    if name == "AllBlocksCleared":
-        return AllBlocksCleared()
-    hashes = tuple(map(_valid_hash, event.block_hashes))
-    group = getattr(event, "group_idx", None) or 0
-    if name == "BlockRemoved":
-        return BlockRemoved(block_hashes=hashes, medium=event.medium, group_idx=group)
-    parent = event.parent_block_hash
-    return BlockStored(block_hashes=hashes,
-                       parent_block_hash=None if parent is None else _valid_hash(parent),
-                       token_ids=tuple(event.token_ids), block_size=event.block_size,
-                       lora_id=event.lora_id, medium=event.medium,
-                       lora_name=getattr(event, "lora_name", None),
-                       extra_keys=_extra_keys(getattr(event, "extra_keys", None)),
-                       group_idx=group)
+    for index, event in enumerate(wire.events):  # raises at the first fault
+        _event_from_wire(event, index, int_hashes, forms)
+    return form.general(ts=wire.ts, wire_events=wire.events,
+                        data_parallel_rank=wire.data_parallel_rank)
 
 
 def _from_hash(value: int | bytes, int_hashes: bool | None, forms: set[bool], index: int,
@@ -385,13 +321,6 @@ def _group(value: int | None, index: int) -> int:
     return value
 
 
-def _extra_keys(value: list[Any] | None) -> tuple[Any, ...] | None:
-    # msgpack has no tuples: (identifier, offset) pairs come back as lists.
-    def freeze(item: Any) -> Any:
-        return tuple(freeze(x) for x in item) if isinstance(item, (list, tuple)) else item
-    return None if value is None else tuple(None if k is None else freeze(k) for k in value)
-
-
 def _event_from_wire(event: Any, index: int, int_hashes: bool | None,
                      forms: set[bool]) -> KVCacheEvent:
     name = type(event).__name__
@@ -409,5 +338,5 @@ def _event_from_wire(event: Any, index: int, int_hashes: bool | None,
                        token_ids=tuple(event.token_ids), block_size=event.block_size,
                        lora_id=event.lora_id, medium=event.medium,
                        lora_name=getattr(event, "lora_name", None),
-                       extra_keys=_extra_keys(getattr(event, "extra_keys", None)),
+                       extra_keys=extra_keys_from_wire(getattr(event, "extra_keys", None)),
                        group_idx=group)

@@ -204,12 +204,12 @@ class StreamChecker:
             return
         report.batches += 1
         self._check_rank(number, seq, batch.data_parallel_rank)
-        forms = {isinstance(h, int) for e in batch.wire.events
+        forms = {isinstance(h, int) for e in batch.wire_events
                  for h in getattr(e, "block_hashes", ())}
         if forms and self._int_hashes is None:
             self._int_hashes = forms.pop()  # decode_batch refuses mixed forms in one batch
             report.hash_form = "int" if self._int_hashes else "bytes"
-        for index, (event, wire) in enumerate(zip(batch.events, batch.wire.events, strict=True)):
+        for index, (event, wire) in enumerate(zip(batch.events, batch.wire_events, strict=True)):
             self._event(number, seq, index, event, wire)
 
     def _sequence(self, number: int, seq: int) -> bool:

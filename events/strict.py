@@ -21,6 +21,7 @@ from typing import Annotated, Any, Final, Union, get_args, get_origin
 
 import msgspec
 
+from kvcheck.events.decoded import batch_class
 from kvcheck.events.hashes import DIGEST_WIDTHS
 
 __all__ = ["HASH_FORMS", "StrictDecoder", "strict_decoders"]
@@ -40,7 +41,8 @@ _GROUP_IDX: Final = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class StrictDecoder:
-    """One release's payload decoder for one hash form (``form`` in ``HASH_FORMS``)."""
+    """One release's payload decoder for one hash form (``form`` in ``HASH_FORMS``): its
+    ``decode(payload)`` returns a ``DecodedBatch`` or raises msgspec's error."""
 
     __slots__ = ("decode", "decoder", "form", "int_hashes")
 
@@ -89,15 +91,9 @@ def strict_decoders(structs: types.ModuleType) -> Sequence[StrictDecoder]:
         hash_type = _HASH_TYPES[form]
         events = tuple(_twin(getattr(structs, name), hash_type)
                        for name in ("BlockStored", "BlockRemoved", "AllBlocksCleared"))
-        envelope = structs.KVEventBatch
-        # The batch's events field names the twins, not the release's classes.
+        # The batch's events field names the twins, not the release's classes, and the
+        # decoder builds the DecodedBatch the codec hands out (no Python on the fast path).
         event_list: Any = list[Union[events]]  # type: ignore[valid-type]  # noqa: UP007
-        batch = msgspec.defstruct(
-            "KVEventBatch",
-            [(f.name, event_list if f.name == "events" else f.type)
-             if f.default is msgspec.NODEFAULT else (f.name, f.type, f.default)
-             for f in msgspec.structs.fields(envelope)],
-            array_like=envelope.__struct_config__.array_like,
-            omit_defaults=envelope.__struct_config__.omit_defaults, gc=False)
+        batch = batch_class(structs.KVEventBatch, event_list)
         out.append(StrictDecoder(form, msgspec.msgpack.Decoder(batch)))
     return tuple(out)

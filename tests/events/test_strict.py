@@ -33,10 +33,26 @@ def test_fast_and_general_paths_give_the_same_batches(release: Release,
     for payload in _payloads(release, int_hashes):
         fast = decode_batch(payload, release=release)
         general = _decode_general(payload, form, release, None)
-        assert fast._events is None, "a valid payload took the general path"
+        assert type(fast) is not form.general, "a valid payload took the general path"
+        assert type(general) is form.general
         assert fast.events == general.events
         assert (fast.ts, fast.data_parallel_rank) == (general.ts, general.data_parallel_rank)
         assert msgspec.to_builtins(fast.wire) == msgspec.to_builtins(general.wire)
+
+
+def test_decoded_batches_keep_the_release_envelope() -> None:
+    """A ``DecodedBatch`` is decoded straight from the envelope ``[ts, events,
+    data_parallel_rank]``: its fields are the release's ``KVEventBatch``'s, in order, with
+    ``events`` named ``wire_events`` (the reference's objects are ``events``)."""
+    from kvcheck.events import vllm_010, vllm_033
+    from kvcheck.events.decoded import DecodedBatch
+
+    for structs in (vllm_033, vllm_010):
+        envelope = [(f.name, f.default) for f in msgspec.structs.fields(structs.KVEventBatch)]
+        assert [("wire_events" if n == "events" else n, d) for n, d in envelope] == [
+            (f.name, f.default) for f in msgspec.structs.fields(DecodedBatch)]
+        assert DecodedBatch.__struct_config__.array_like
+        assert structs.KVEventBatch.__struct_config__.array_like
 
 
 def test_every_hash_form_has_a_strict_decoder_and_forms_can_alternate() -> None:
