@@ -88,7 +88,7 @@ def _figures(kv: Any, release: Any, steps: list[Any], int_hashes: bool,
 
     def ours_decode() -> None:
         for p in payloads:
-            decode_batch(p, release=release)
+            decode_batch(p, release)
 
     def vllm_decode() -> None:
         for p in payloads:

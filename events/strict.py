@@ -10,14 +10,18 @@ payload no strict decoder accepts goes to ``codec``'s general path, which names 
 
 The twins are built from the release module's own classes (``msgspec.defstruct`` over their
 fields, with the hash type substituted), so they can never drift from the wire structs: same
-names (tags), field order, defaults and struct options.
+names (tags), field order, defaults and struct options. Two string fields every event
+repeats (``medium``, 0.33's ``kv_cache_spec_kind``) are read as ``Literal`` s of vLLM's
+values, which msgspec hands out without decoding a new string: with that, the validating
+decoder is as fast as vLLM's unvalidating one. A value outside those sets is valid all the
+same: such a payload is read by the general path.
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Sequence
-from typing import Annotated, Any, Final, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import msgspec
 
@@ -38,6 +42,19 @@ _HASH_TYPES: Final[dict[str, Any]] = {
        for w in DIGEST_WIDTHS},
 }
 _GROUP_IDX: Final = Annotated[int, msgspec.Meta(ge=0)]
+#: Strings a stream repeats in every event, read as ``Literal`` s: msgspec then hands out
+#: one interned object instead of decoding a new ``str`` each time, which pays for the
+#: constraints above. Values outside these sets are just as valid: a payload with one fails
+#: the strict decoders and is read by the general path (vLLM's own decoder, then checked).
+_KNOWN_STRINGS: Final[dict[str, Any]] = {
+    # vllm/distributed/kv_events.py: MEDIUM_GPU, MEDIUM_CPU, MEDIUM_STORAGE (0.10.2: GPU).
+    "medium": Literal["GPU", "CPU", "STORAGE"],
+    # 0.33's vllm/v1/kv_cache_interface.py: KVCacheSpecKind's values.
+    "kv_cache_spec_kind": Literal[
+        "full_attention", "mla_attention", "sliding_window", "sliding_window_mla", "mamba",
+        "chunked_local_attention", "sink_full_attention", "encoder_only_attention",
+        "cross_attention", "unknown"],
+}
 
 
 class StrictDecoder:
@@ -55,7 +72,8 @@ class StrictDecoder:
 
 def _substitute(tp: Any, hash_type: Any, field: str) -> Any:
     """``tp`` with the wire hash type (a union holding both ``bytes`` and ``int``) replaced by
-    ``hash_type``, and ``group_idx``'s int constrained to >= 0."""
+    ``hash_type``, ``group_idx``'s int constrained to >= 0, and the repeated strings read
+    as their known values (``_KNOWN_STRINGS``)."""
     origin, args = get_origin(tp), get_args(tp)
     if origin is list:
         return list[_substitute(args[0], hash_type, field)]  # type: ignore[misc]
@@ -66,6 +84,9 @@ def _substitute(tp: Any, hash_type: Any, field: str) -> Any:
             return Union[members]  # noqa: UP007 (built at run time)
         if field == "group_idx" and int in args:
             members = (_GROUP_IDX, *rest)
+            return Union[members]  # noqa: UP007
+        if field in _KNOWN_STRINGS and str in args:
+            members = (_KNOWN_STRINGS[field], *(a for a in args if a is not str))
             return Union[members]  # noqa: UP007
     return tp
 

@@ -128,3 +128,30 @@ def test_a_copy_of_the_reference_event_classes_encodes_like_the_reference() -> N
     odd = dataclasses.make_dataclass("BlockStored", [("block_hashes", Any)])(())
     with pytest.raises(WireFormatError, match="not a reference KV event"):
         encode_batch([odd], ts=1.0)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_strings_outside_vllms_sets_are_valid_and_read_alike(release: Release) -> None:
+    """The strict decoders read ``medium`` (and 0.33's ``kv_cache_spec_kind``) as vLLM's
+    known values; any other string is as valid: the general path reads it, to the same
+    events and wire fields."""
+    from kvcheck.events import vllm_010, vllm_033
+    from kvcheck.events.codec import _FAST
+
+    structs = vllm_033 if release == "vllm-0.33" else vllm_010
+    known = msgspec.msgpack.encode(structs.KVEventBatch(ts=0.0, events=[
+        structs.BlockRemoved(block_hashes=[5], medium="GPU")]))
+    odd = msgspec.msgpack.encode(structs.KVEventBatch(ts=0.0, events=[
+        structs.BlockRemoved(block_hashes=[5], medium="NVME")]))
+    fast = decode_batch(known, release)
+    assert fast == _FAST[release](known)  # the strict decoder took it
+    with pytest.raises(msgspec.ValidationError):
+        _FAST[release](odd)
+    general = decode_batch(odd, release)
+    assert type(general) is _get_form(release).general
+    assert general.events[0].medium == "NVME"
+    assert general.events[0].block_hashes == fast.events[0].block_hashes
+    if release == "vllm-0.33":
+        kinds = encode_batch(decode_batch(_stored([5])).events, ts=0.0, release=release,
+                             group_metadata=[("a_kind_of_tomorrow", 8)])
+        assert decode_batch(kinds, release).group_metadata() == {0: ("a_kind_of_tomorrow", 8)}
