@@ -133,6 +133,16 @@ def make_kv_cache_manager(spec):
 """
 
 
+#: A conftest for runs of BROKEN_FREE that go on after failures: every random test fails at
+#: its first example, and Hypothesis's shrinking of those failures (minutes on 2 cores) proves
+#: nothing a verdict depends on.
+NO_SHRINK = """
+from hypothesis import Phase, settings
+settings.register_profile("no-shrink", phases=(Phase.explicit, Phase.reuse, Phase.generate))
+settings.load_profile("no-shrink")
+"""
+
+
 @pytest.mark.parametrize(("stop", "failures"), [(["-x"], 1), (["--maxfail=2"], 2)],
                          ids=["x", "maxfail"])
 def test_early_stop_with_a_failure_does_not_conform(pytester: pytest.Pytester,
@@ -162,6 +172,7 @@ def test_early_stop_with_a_failure_does_not_conform(pytester: pytest.Pytester,
 def test_selection_with_a_failure_does_not_conform(pytester: pytest.Pytester,
                                                     full_applicable: int,
                                                     select: list[str]) -> None:
+    pytester.makeconftest(NO_SHRINK)
     result = run(pytester, make_ref(pytester, body=BROKEN_FREE), *select, "--kv-report=r.jsonl")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     rec = record(pytester)
@@ -180,6 +191,7 @@ def test_selection_with_a_failure_does_not_conform(pytester: pytest.Pytester,
 def test_complete_run_with_a_failure_does_not_conform(pytester: pytest.Pytester) -> None:
     """Unchanged by the wording for partial runs: a complete run says nothing about
     completeness."""
+    pytester.makeconftest(NO_SHRINK)
     result = run(pytester, make_ref(pytester, body=BROKEN_FREE), "--kv-report=r.jsonl")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     rec = record(pytester)
