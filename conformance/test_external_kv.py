@@ -31,7 +31,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvcheck.conformance.groups import one_group
+from kvcheck.conformance.groups import NULL_BLOCK, one_group
 from kvcheck.conformance.guard import read_ref_cnts
 from kvcheck.conformance.ops import Op, add, cache, decode, evict, free, schedule
 from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheGroupSpec, effective_capabilities
@@ -207,6 +207,47 @@ def test_two_phase_allocation_never_evicts_another_groups_hits(kv_pair: PairFact
     assert len(held) == len(set(held)), (
         f"request 'a' holds a block twice across its groups: {pair.impl.tables()['a']}\n"
         + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("kv_cache_groups", "sliding_window")
+@pytest.mark.parametrize("num_external", [1, 3])
+def test_external_blocks_of_every_group_come_before_new_blocks(
+        kv_pair: PairFactory, kv_profile: str, num_external: int) -> None:
+    """0.33 (PR #44409): every group takes its external tokens' blocks (phase two), even for
+    a single external token, before any group takes the blocks of the new tokens (phase
+    three); on a fresh pool (blocks handed out in id order) group 0 gets blocks 1 and 3, the
+    window's group 2 and 4. 0.10.2's scheduler passes external tokens as new ones: one
+    allocation per group, group 0 blocks 1 and 2, group 1 blocks 3 and 4."""
+    pair = kv_pair(num_blocks=12, block_size=4, kv_cache_groups=_WINDOWED, with_oracle=True)
+    pair.apply(add("a", list(range(1, 9))))  # 2 blocks of 4 tokens per group
+    got = pair.apply(schedule("a", external=num_external))
+    assert got["new"] is not None, f"a fresh pool of 11 blocks holds 'a': {got}"
+    want = [[1, 3], [2, 4]] if kv_profile == "vllm-0.33" else [[1, 2], [3, 4]]
+    assert pair.impl.tables()["a"] == want, (
+        f"{num_external} external token(s), then {8 - num_external} new ones: tables "
+        f"{pair.impl.tables()['a']}, vLLM {kv_profile[5:]}: {want}\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("kv_cache_groups", "sliding_window")
+def test_a_window_drops_the_hits_external_tokens_pass(kv_pair: PairFactory) -> None:
+    """0.33, a model of one sliding-window group (window 8, blocks of 4): the window is
+    counted from the end of the local hit plus the external tokens. 'a' hits 24 cached
+    tokens (4 nulls, then the window's 2 blocks) and a connector has the next 12: at 36
+    computed tokens the window skips 29, so all 6 hit entries and a seventh block are nulls
+    (the 2 cached blocks are not adopted), the external tokens the window still reads get 2
+    fresh blocks, and the 4 new tokens 1 more."""
+    groups = (KVCacheGroupSpec("sliding_window", 4, sliding_window=8),)
+    pair = kv_pair(num_blocks=16, block_size=4, kv_cache_groups=groups, with_oracle=True)
+    prompt = list(range(1, 41))
+    pair.run([add("warm", prompt[:24]), schedule("warm"), free("warm"), add("a", prompt)])
+    got = pair.apply(schedule("a", external=12))
+    assert got["hits"][1] == 24, f"'a' hits the 24 tokens 'warm' cached: {got}"
+    (table,) = pair.impl.tables()["a"]
+    assert table[:7] == [NULL_BLOCK] * 7 and len(table) == 10 and NULL_BLOCK not in table[7:], (
+        f"table {table}: 7 nulls (the window skips 29 of 36 computed tokens), then 3 fresh "
+        "blocks\n" + pair.impl.snippet())
 
 
 @pytest.mark.kv_capability("evict_blocks")

@@ -32,6 +32,7 @@ from kvcheck.conformance.hybrid_fixed_point import FIXED_POINT_SCENARIOS, FixedP
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
 from kvcheck.conformance.layouts import declared_kinds
+from kvcheck.conformance.ops import add, free, schedule
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import release_after_lookup
 from kvcheck.conformance.protocol import (
@@ -40,6 +41,7 @@ from kvcheck.conformance.protocol import (
     KVCacheGroupSpec,
     KVCacheSpec,
     RequestView,
+    UnsupportedSpec,
     effective_capabilities,
     extra_key_kinds,
 )
@@ -111,6 +113,62 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
                          group_kinds=kinds)
+
+
+# --- every layout vLLM accepts is accepted ---------------------------------------------------
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+def test_every_layout_vllm_accepts_is_accepted(kv_impl: ImplHandle, kv_profile: str,
+                                               kv_oracle: ImplHandle) -> None:
+    """Every multi-group layout the random workloads draw for the declared kinds, that the
+    oracle (vLLM's rules) builds, the implementation builds too: a factory declining one
+    (``UnsupportedSpec``) is skipped by the random workloads (they draw another spec), so a
+    declined layout would go unchecked, and the run would still conform. At stake most: groups
+    whose block sizes differ (one at twice another's), where 0.33 hashes at their gcd."""
+    from kvcheck.conformance.driver import Driver
+    from kvcheck.conformance.layouts import hybrid_layouts
+    from kvcheck.conformance.workload_machine import spec_fields
+
+    kinds = declared_kinds(effective_capabilities(kv_impl.info, kv_profile))
+    layouts = hybrid_layouts(kv_profile, kinds)
+    built, declined = [], []
+    # Draws 8.. cover every layout of the table with several windows and chunk sizes.
+    for draw in range(8, 8 + 3 * len(layouts)):
+        fields = spec_fields(draw, 4, group_kinds=kinds, profile=kv_profile,
+                             enable_kv_cache_events=kv_impl.has("events"))
+        spec = KVCacheSpec(profile=kv_profile, **fields)
+        if not kv_impl.info.supports(spec):
+            continue  # sizes the implementation does not declare
+        try:
+            Driver(kv_oracle, spec)
+        except UnsupportedSpec:
+            continue  # vLLM refuses this layout too
+        try:
+            Driver(kv_impl, spec)
+        except UnsupportedSpec as exc:
+            declined.append(f"{[(g.kind, g.block_size) for g in spec.kv_cache_groups]}: {exc}")
+        built.append(spec)
+    if not built:
+        pytest.skip(f"no drawn layout of {kinds} fits the sizes {kv_impl.name} declares")
+    assert not declined, (
+        f"{kv_impl.name} declines {len(declined)} of {len(built)} layouts that "
+        f"{kv_oracle.name} builds under {kv_profile}: " + "; ".join(declined[:4]))
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("sliding_window")
+def test_groups_of_one_spec_are_searched_together(kv_pair: PairFactory) -> None:
+    """Two full-attention groups of one spec (and a window): vLLM looks groups of equal specs
+    up together, one search giving one hit list per group, so both hold the whole hit."""
+    groups = (KVCacheGroupSpec("full_attention", 4), KVCacheGroupSpec("full_attention", 4),
+              KVCacheGroupSpec("sliding_window", 4, sliding_window=8))
+    pair = kv_pair(num_blocks=24, block_size=4, kv_cache_groups=groups)
+    prompt = list(range(1, 21))
+    pair.run([add("warm", prompt[:16]), schedule("warm"), free("warm"), add("a", prompt)])
+    got = pair.apply(schedule("a"))
+    per_group, num_hit = got["hits"]
+    assert num_hit == 16 and [len(g) for g in per_group] == [4, 4, 4], (
+        f"'a' hits the 16 tokens 'warm' cached, 4 blocks in each group: {got['hits']}\n"
+        + pair.impl.snippet())
 
 
 # --- the hit length's fixed point (0.33) ------------------------------------------------------
