@@ -62,6 +62,9 @@ _LAYOUTS_033: tuple[_Layout, ...] = (
     ((_F, 2), (_S, 4)),
     # A sliding group finer than the scheduler block: its hits must end on aligned boundaries.
     ((_F, 1), (_S, 1), (_S, 2)),
+    # No group at the scheduler block (lcm 6): only the sliding groups' own alignment rule
+    # keeps their hits on its boundaries.
+    ((_F, 1), (_S, 2), (_S, 3)),
 )
 
 

@@ -74,6 +74,21 @@ def test_capacity_exact_fit_then_none(kv_pair: PairFactory) -> None:
     assert pair.impl.manager.num_free_blocks() == 0
 
 
+def test_a_step_needing_no_block_runs_in_a_full_pool(kv_pair: PairFactory) -> None:
+    """With no free block left, a running request's decode that fits in its last block still
+    runs: it needs no block (vLLM 0.33 clamps a running request's count at 0; 0.10.2's is 0)."""
+    pair = kv_pair(num_blocks=6, block_size=4)
+    capacity, bs = pair.impl.initial_free, pair.spec.block_size
+    # 'r' holds 2 blocks with room for 3 more tokens in the last; 'hog' takes the rest.
+    pair.run([add("r", range(tokens(2, bs, -3))), schedule("r"),
+              add("hog", range(100, 100 + tokens(capacity - 2, bs))), schedule("hog")])
+    assert pair.impl.manager.num_free_blocks() == 0
+    got = one_group(pair.apply(decode("r")))
+    assert got["new"] == [], (
+        f"a decode inside the last block of a full pool returned {got['new']} (None: refused)"
+        "\n" + pair.impl.snippet())
+
+
 @pytest.mark.kv_generic
 def test_all_or_nothing(kv_pair: PairFactory) -> None:
     """allocate_slots returns None and changes nothing when the pool is short, even for a

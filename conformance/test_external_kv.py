@@ -250,6 +250,57 @@ def test_a_window_drops_the_hits_external_tokens_pass(kv_pair: PairFactory) -> N
         "blocks\n" + pair.impl.snippet())
 
 
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("kv_cache_groups", "sliding_window")
+def test_hits_a_window_drops_cost_no_block(kv_pair: PairFactory) -> None:
+    """0.33's admission count for one sliding-window group: the blocks the window skips at
+    local + external computed tokens need no block, and skipped hits that sit in the free
+    queue are not counted as taken from it. 'warm' (24 tokens) decodes a token (its window
+    frees its first 4 blocks) and is freed; 'hog' takes every free block but warm's last 3,
+    two of which (tokens 16-23) are 'a''s hits. 'a' hits 24 tokens, a connector has 12 more
+    and 4 are new: 10 slots' blocks, 7 skipped by the window, so 3 new blocks and no hit
+    adopted: 3 free blocks are enough. (Counting the skipped hits in the queue asks for 5;
+    0.10.2's formula, 10 - 6 + 2, for 6.)"""
+    groups = (KVCacheGroupSpec("sliding_window", 4, sliding_window=8),)
+    pair = kv_pair(num_blocks=12, block_size=4, kv_cache_groups=groups, with_oracle=True)
+    prompt = list(range(1, 41))
+    pair.run([add("warm", prompt[:24]), schedule("warm"), decode("warm", 1), free("warm"),
+              add("hog", list(range(700, 732))), schedule("hog"), add("a", prompt)])
+    assert pair.impl.manager.num_free_blocks() == 3
+    got = pair.apply(schedule("a", external=12))
+    assert got["hits"][1] == 24, f"'a' hits warm's 24 tokens: {got}"
+    assert got["new"] is not None, (
+        f"'a' needs 3 blocks and 3 are free: refused ({got})\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("kv_cache_groups", "chunked_local_attention")
+def test_a_table_of_nulls_only_is_freed(kv_pair: PairFactory) -> None:
+    """0.33, one chunked-local group (chunks of 8 tokens, blocks of 4): an asynchronous load
+    of 16 external tokens with ``num_new_tokens=0`` (as vLLM's scheduler allocates a request
+    waiting for remote KV) ends both chunks, so every block is skipped: the table is 4 nulls,
+    taken from a pool with no free block left (it needs none), and freeing it (the load
+    failed, the request is dropped) frees nothing."""
+    groups = (KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=8),)
+    pair = kv_pair(num_blocks=8, block_size=4, kv_cache_groups=groups, with_oracle=False)
+    # Three requests of 7 tokens (2 blocks, their chunk unfinished) and one of 3 hold the
+    # pool's 7 blocks.
+    hogs = [(f"hog{i}", list(range(100 + 10 * i, 100 + 10 * i + n)))
+            for i, n in enumerate((7, 7, 7, 3))]
+    pair.run([op for rid, prompt in hogs for op in (add(rid, prompt), schedule(rid))]
+             + [add("a", list(range(1, 18)))])
+    m = pair.impl.manager
+    free_before = m.num_free_blocks()
+    assert free_before == 0, f"the other requests hold the pool's 7 blocks: {free_before} free"
+    new = m.allocate_slots_per_group(pair.impl.views["a"], 0, 0, [[]],
+                                     num_external_computed_tokens=16, delay_cache_blocks=True)
+    table = m.get_block_ids_per_group("a")
+    assert new == [[]] and table == [[NULL_BLOCK] * 4], (
+        f"16 external tokens in 2 finished chunks: new {new}, table {table}")
+    m.free("a")
+    assert m.num_free_blocks() == free_before
+
+
 @pytest.mark.kv_capability("evict_blocks")
 def test_evict_blocks_drops_keys_only(kv_pair: PairFactory, kv_profile: str) -> None:
     """Law 7: ``evict_blocks`` removes every key on the blocks (one ``BlockRemoved`` each),

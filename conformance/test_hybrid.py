@@ -32,7 +32,7 @@ from kvcheck.conformance.hybrid_fixed_point import FIXED_POINT_SCENARIOS, FixedP
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
 from kvcheck.conformance.layouts import declared_kinds
-from kvcheck.conformance.ops import add, free, schedule
+from kvcheck.conformance.ops import add, decode, free, schedule
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import release_after_lookup
 from kvcheck.conformance.protocol import (
@@ -168,6 +168,43 @@ def test_groups_of_one_spec_are_searched_together(kv_pair: PairFactory) -> None:
     per_group, num_hit = got["hits"]
     assert num_hit == 16 and [len(g) for g in per_group] == [4, 4, 4], (
         f"'a' hits the 16 tokens 'warm' cached, 4 blocks in each group: {got['hits']}\n"
+        + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("sliding_window")
+def test_a_window_step_needing_no_block_runs_in_a_full_pool(kv_pair: PairFactory) -> None:
+    """One sliding-window group, no free block left: a running request's decode that fits
+    in its last block needs no block and runs (vLLM 0.33 clamps a running request's count
+    at 0; 0.10.2's formula gives 0)."""
+    groups = (KVCacheGroupSpec("sliding_window", 4, sliding_window=8),)
+    pair = kv_pair(num_blocks=8, block_size=4, kv_cache_groups=groups)
+    # 'r' holds 2 blocks, 2 slots free in the last; 'hog' takes the other 5.
+    pair.run([add("r", list(range(1, 7))), schedule("r"),
+              add("hog", list(range(100, 120))), schedule("hog")])
+    assert pair.impl.manager.num_free_blocks() == 0
+    got = pair.apply(decode("r"))
+    assert got["new"] == [[]], (
+        f"a decode inside the window's last block, full pool: {got['new']} (None: refused)"
+        "\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("chunked_local_attention")
+def test_chunked_local_hits_inside_the_current_chunk(kv_pair: PairFactory) -> None:
+    """One chunked-local group (chunks of 4 blocks of 4 tokens): a prompt within its first
+    chunk hits the cached blocks of that chunk, in table order (the search walks the current
+    chunk from its start and stops at the first miss)."""
+    groups = (KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=16),)
+    pair = kv_pair(num_blocks=12, block_size=4, kv_cache_groups=groups)
+    prompt = list(range(1, 15))
+    pair.run([add("warm", prompt[:12]), schedule("warm")])
+    warm = pair.impl.tables()["warm"][0]
+    pair.run([free("warm"), add("a", prompt)])
+    got = pair.apply(schedule("a"))
+    (hits,), num_hit = got["hits"]
+    assert num_hit == 12 and hits == warm, (
+        f"'a' hits the 3 blocks 'warm' cached, in order {warm}: {got['hits']}\n"
         + pair.impl.snippet())
 
 
