@@ -236,6 +236,20 @@ def test_reset_prefix_cache_emits_all_blocks_cleared(kv_impl: ImplHandle, kv_pro
     assert _types(events) == ["AllBlocksCleared"], f"events {_hex(events)}\n" + driver.snippet()
 
 
+def test_no_events_when_events_are_off(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """Built with ``enable_kv_cache_events=False``, the manager queues no event: caching,
+    eviction and a reset leave ``take_events()`` empty (vLLM's pool returns ``[]`` then)."""
+    spec = KVCacheSpec(num_blocks=4, block_size=4, profile=kv_profile)
+    driver = Driver(kv_impl, spec)
+    a = list(range(1, 10))
+    driver.run([add("a", a), schedule("a"), free("a"),
+                add("b", range(50, 59), skip_read=True), schedule("b"),  # evicts a's blocks
+                free("b"), reset()])
+    events = _take(driver)
+    assert events == [], (
+        f"events off, yet take_events() returned {_hex(events)}\n" + driver.snippet())
+
+
 # ------------------------------------------------------------------------------ whole streams
 def test_event_stream_matches_reference(kv_pair: PairFactory) -> None:
     """A workload with chunked prefill, decode, a shared prefix, eviction under pressure, a

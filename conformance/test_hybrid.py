@@ -189,6 +189,62 @@ def test_a_window_step_needing_no_block_runs_in_a_full_pool(kv_pair: PairFactory
         "\n" + pair.impl.snippet())
 
 
+_ONE_TOKEN_WINDOW_LAYOUTS = {
+    "window-alone": (KVCacheGroupSpec("sliding_window", 1, sliding_window=8),),
+    "full-and-window": (KVCacheGroupSpec("full_attention", 1),
+                        KVCacheGroupSpec("sliding_window", 1, sliding_window=8)),
+}
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("prefix_caching", "sliding_window")
+@pytest.mark.parametrize("layout", list(_ONE_TOKEN_WINDOW_LAYOUTS))
+def test_sparse_retention_keeps_no_block_without_a_shared_prefix(kv_pair: PairFactory,
+                                                                 layout: str) -> None:
+    """0.33's ``prefix_cache_retention_interval=0`` at one-token blocks: a window of 8 keeps
+    only the 7 blocks a replay of the prompt resumes from (before its last boundary). A
+    request whose lookup found nothing has no shared-prefix boundary (0, not 1), so the
+    window's first block is not kept: a later prompt sharing the first two tokens hits
+    nothing."""
+    pair = kv_pair(num_blocks=64, block_size=1,
+                   kv_cache_groups=_ONE_TOKEN_WINDOW_LAYOUTS[layout],
+                   prefix_cache_retention_interval=0)
+    prompt = list(range(1, 20))
+    pair.run([add("a", prompt), schedule("a"), free("a"),
+              add("b", [*prompt[:2], 100, 101, 102, 103])])
+    got = pair.apply(schedule("b"))
+    assert got["hits"][1] == 0, (
+        f"'b' shares 2 tokens with 'a', whose window kept only blocks 11-17: it hits "
+        f"{got['hits'][1]} tokens, vLLM 0.33.0 none\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("prefix_caching", "sliding_window", "chunked_local_attention")
+def test_without_full_attention_the_groups_are_searched_in_their_order(
+        kv_pair: PairFactory) -> None:
+    """A window (of 4) beside chunked local attention (chunks of 4), one-token blocks,
+    ``prefix_cache_retention_interval=0``, no full-attention group: vLLM 0.33 searches the
+    groups in their order, so for 'b' (which extends 'a') the window's 9-token hit comes
+    first and no uncached shared prefix is seen. Searched the other way round, the chunked
+    group's finished chunks (16 tokens) would make 16 a shared-prefix boundary whose tail the
+    window keeps, and 'c', sharing 16 tokens with 'b', would hit all of them; in vLLM it hits
+    the 9 tokens of the window's only kept tail, 'a''s."""
+    groups = (KVCacheGroupSpec("sliding_window", 1, sliding_window=4),
+              KVCacheGroupSpec("chunked_local_attention", 1, attention_chunk_size=4))
+    pair = kv_pair(num_blocks=96, block_size=1, kv_cache_groups=groups,
+                   prefix_cache_retention_interval=0)
+    a = list(range(1, 11))
+    b = [*a, *range(11, 21)]
+    pair.run([add("a", a), schedule("a"), free("a"), add("b", b)])
+    got = pair.apply(schedule("b"))
+    assert got["hits"][1] == 9, f"'b' hits the window's tail of 'a' (9 tokens): {got['hits']}"
+    pair.run([free("b"), add("c", [*b[:16], 900, 901])])
+    got = pair.apply(schedule("c"))
+    assert got["hits"][1] == 9, (
+        f"'c' hits {got['hits'][1]} tokens, vLLM 0.33.0 9 (the window kept no tail at 16: "
+        "'b' saw no shared prefix)\n" + pair.impl.snippet())
+
+
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
 @pytest.mark.kv_capability("chunked_local_attention")
 def test_chunked_local_hits_inside_the_current_chunk(kv_pair: PairFactory) -> None:
