@@ -7,9 +7,9 @@ one layout like any other. Layouts stay within what the profile's vLLM supports:
 
 * ``vllm-0.10``: one group of any kind, or exactly one full-attention spec and one other spec
   (possibly several groups each, not interleaved), all of one block size;
-* ``vllm-0.33`` and ``generic``: up to four groups, mixed block sizes (every size divides the
-  largest, so the hash block is the smallest and the scheduler block the largest), a
-  chunked-local group only at the scheduler block size, windows 2..32, chunks a multiple of
+* ``vllm-0.33`` and ``generic``: up to four groups, mixed block sizes (each a multiple of the
+  smallest, the hash block; the scheduler block is their lcm, in one layout no group's size),
+  a chunked-local group only at the scheduler block size, windows 2..32, chunks a multiple of
   the group's block size, ``prefix_cache_retention_interval`` None, 0 or a multiple of the
   scheduler block size (with a sliding group).
 

@@ -29,6 +29,14 @@ GOLDEN, LAWS, DIFFERENTIAL = ("test_hybrid_golden", "test_hybrid_laws_hold_under
 BOUNDARY_033 = "test_v033_window_hits_inside_the_window_consume_free_blocks"
 BOUNDARY_010 = "test_v010_window_hits_in_the_free_queue_consume_free_blocks"
 FIXED_POINT = "test_hit_length_iterates_to_a_fixed_point"
+#: Scenario tests both profiles run (each names the rule it checks).
+SCENARIOS = {"test_every_layout_vllm_accepts_is_accepted",
+             "test_groups_of_one_spec_are_searched_together",
+             "test_a_window_step_needing_no_block_runs_in_a_full_pool",
+             "test_chunked_local_hits_inside_the_current_chunk"}
+#: 0.33's sparse retention (``prefix_cache_retention_interval``) and shared-prefix boundary.
+RETENTION_033 = {"test_sparse_retention_keeps_no_block_without_a_shared_prefix",
+                 "test_without_full_attention_the_groups_are_searched_in_their_order"}
 
 #: (mutant, profile) -> the area's test functions that must each fail (others may too).
 MUTANTS: dict[tuple[str, str], set[str]] = {
@@ -81,5 +89,6 @@ def test_reference_passes_hybrid_area(pytester: pytest.Pytester, profile: str) -
     assert not failed, failed
     # Each profile's own free-block boundary test runs (the other profile's is skipped), and
     # the fixed-point scenarios under 0.33 only (0.10.2 hybrids have two kinds).
-    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT}, "vllm-0.10": {BOUNDARY_010}}[profile]
-    assert passed == {GOLDEN, LAWS, DIFFERENTIAL} | own, passed
+    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT, *RETENTION_033},
+           "vllm-0.10": {BOUNDARY_010}}[profile]
+    assert passed == {GOLDEN, LAWS, DIFFERENTIAL} | SCENARIOS | own, passed
