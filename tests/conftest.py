@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+# Bytecode caching on for the Python processes these tests start (hundreds of pytest runs,
+# CLIs and servers over the same sources): with PYTHONDONTWRITEBYTECODE set, as CI machines
+# often have it, each one compiled kvcheck and rewrote the suite's asserts again, about 2 s a
+# start. The variable is dropped here, before xdist starts its workers, so they and every child
+# inherit the default; __pycache__ is in .gitignore.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture

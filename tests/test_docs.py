@@ -271,15 +271,19 @@ SKIP_REASON = re.compile(r"\b(GPU|CUDA|network|vLLM)\b")
 #: Files the documentation tells readers to write themselves (their adapter, their list of
 #: known deviations). The doc test puts stand-ins for them in the fresh copy, so that the
 #: commands naming them run exactly as written: the adapter is kvcheck's reference under the
-#: name ``mypkg``.
+#: name ``mypkg``, without its Triton kernels (a reader's KV-cache manager rarely ships any;
+#: the interpreted kernel area is a third of a whole-suite run, and the documented commands
+#: on ``--kv-impl=reference`` run it).
 STAND_INS = {
     "mypkg/__init__.py": "",
     "mypkg/kv_adapter.py": (
-        '"""Stand-in for a reader\'s own adapter (tests/test_docs.py): the reference."""\n'
+        '"""Stand-in for a reader\'s own adapter (tests/test_docs.py): the reference\'s\n'
+        'allocator, without its kernels."""\n'
         "from dataclasses import replace\n\n"
         "from kvcheck.adapters.reference import *  # noqa: F403 (factories, module hooks)\n"
         "from kvcheck.adapters.reference import IMPL_INFO as _REFERENCE\n\n"
-        'IMPL_INFO = replace(_REFERENCE, name="mypkg")\n'),
+        'IMPL_INFO = replace(_REFERENCE, name="mypkg",\n'
+        '                    capabilities=_REFERENCE.capabilities - {"kernels"})\n'),
     "known-deviations.txt": "# test ids this implementation is known to fail, one per line\n",
 }
 #: Smaller than the defaults, so that the documented commands run in minutes: fewer random
