@@ -2,6 +2,8 @@
 calling a ``_raise*`` helper, and the helpers themselves, are not mutated; the rest is."""
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,3 +48,25 @@ def test_a_call_that_does_not_raise_is_still_mutated():
     source = SOURCE.replace("_raise_negative(n)\n", "_record_negative(n)\n", 1)
     mutants = mutate.find_mutants("m", source, frozenset(mutate.OPERATORS))
     assert any(m.line in (3, 4) for m in mutants), [(m.line, m.change) for m in mutants]
+
+
+def test_a_mutant_never_runs_the_last_ones_bytecode(tmp_path):
+    """Bytecode is cached between mutant runs, so ``Workspace.install`` must drop the replaced
+    module's .pyc: the next mutant of that module may have the same size and be written within
+    the same second (the stamp a .pyc is checked against), and would then run the last one."""
+    mutate = _mutate_module()
+    ws = mutate.Workspace(tmp_path / "ws", mutate.snapshot())
+    probe = [sys.executable, "-c", f"from {mutate.PACKAGE}.probe import VALUE; print(VALUE)"]
+    env = ws.env()
+    assert "PYTHONDONTWRITEBYTECODE" not in env  # cached: the hazard is real
+
+    ws.install("probe", "VALUE = 1\n")
+    first = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
+    source = ws.package / "probe.py"
+    stamp = source.stat().st_mtime_ns
+    assert first.stdout == "1\n" and (ws.package / "__pycache__").is_dir()
+
+    ws.install("probe", "VALUE = 2\n")          # same size
+    os.utime(source, ns=(stamp, stamp))         # and the same stamp, as within one second
+    second = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
+    assert second.stdout == "2\n"
