@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from kvcheck import __version__
 from kvcheck.adapters.external_blocks import blocks_added
@@ -31,6 +31,7 @@ from kvcheck.conformance.protocol import (
 from kvcheck.conformance.view_sync import EngineRequest, RequestViewSync
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.codec import decode_batch, encode_batch
+from kvcheck.events.wire_events import WireEventFactory, wire_event_factory, wire_event_to_dict
 from kvcheck.reference_impl import batch_metadata, page_table
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
@@ -44,11 +45,13 @@ from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     SlidingWindowSpec,
+    kv_cache_event_metadata,
 )
 from kvcheck.reference_impl.kv_cache_interface import KVCacheSpec as GroupKVCacheSpec
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.offload_manager import CPUOffloadingManager
 from kvcheck.reference_impl.offload_policy import ReqContext
+from kvcheck.reference_impl.profiles import get_profile
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
 
 __all__ = [
@@ -131,27 +134,42 @@ def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
     raise KVCheckInputError(f"kv_cache_groups[{index}]: unknown kind {group.kind!r}")
 
 
-def reference_kv_cache_manager(spec: KVCacheSpec) -> KVCacheManager:
+def reference_kv_cache_manager(spec: KVCacheSpec, *,
+                               wire_events: bool = False) -> KVCacheManager:
     """The reference ``KVCacheManager`` for ``spec``: one full-attention group of
     ``spec.block_size`` without ``kv_cache_groups``, else one group per entry.
+
+    ``wire_events``: with events on, the pool builds them as the profile's wire structs with
+    full hash bytes (``wire_event_factory``: what ``take_event_batch`` publishes, built when
+    they happen as vLLM does); not for a grouped 0.10 spec, whose events 0.10.2's wire form
+    cannot carry (the reference's dataclasses then, as without it).
 
     Raises:
         KVCheckInputError: a group spec the reference cannot read.
         KVCacheMisuseError: a layout vLLM refuses (the message names the rule).
     """
     groups = spec.kv_cache_groups
+    specs = [group_kv_cache_spec(spec, g, i) for i, g in enumerate(groups)] if groups else None
+    profile = reference_profile(spec)
+    factory = None
+    if wire_events and spec.enable_kv_cache_events:
+        if get_profile(profile).hybrid_rules == "spec_groups":  # 0.33's rules and wire form
+            factory = wire_event_factory("vllm-0.33", group_metadata=kv_cache_event_metadata(
+                specs or [FullAttentionSpec(spec.block_size)]))
+        elif not groups:
+            factory = wire_event_factory("vllm-0.10")
     return KVCacheManager(
         spec.num_blocks,
         None if groups else spec.block_size,
-        kv_cache_specs=([group_kv_cache_spec(spec, g, i) for i, g in enumerate(groups)]
-                        if groups else None),
+        kv_cache_specs=specs,
         max_model_len=spec.max_model_len,
         enable_caching=spec.enable_caching,
         hash_algo=spec.hash_algo,
-        profile=reference_profile(spec),
+        profile=profile,
         enable_kv_cache_events=spec.enable_kv_cache_events,
         pythonhashseed=spec.pythonhashseed,
         prefix_cache_retention_interval=spec.prefix_cache_retention_interval,
+        kv_event_factory=factory,
     )
 
 
@@ -278,14 +296,22 @@ class ReferenceManager:
     group field under ``vllm-0.10``; the single-group form passes them as the engine made
     them.
 
+    With events on, the pool builds them in the profile's wire form as they happen
+    (``reference_kv_cache_manager(wire_events=True)``), so ``take_event_batch`` is one
+    msgspec call, as vLLM's publisher's is; a subclass that rewrites the reference's event
+    dataclasses sets ``wire_ready_events = False`` (both forms are served).
+
     Raises:
         UnsupportedSpec: a grouped layout vLLM refuses (or crashes on); the message names
             the rule.
     """
 
+    #: Build events in the wire form (see the class docstring).
+    wire_ready_events: ClassVar[bool] = True
+
     def __init__(self, spec: KVCacheSpec) -> None:
         try:
-            manager = reference_kv_cache_manager(spec)
+            manager = reference_kv_cache_manager(spec, wire_events=self.wire_ready_events)
         except KVCacheMisuseError as exc:
             if not spec.kv_cache_groups:
                 raise
@@ -397,6 +423,8 @@ class ReferenceManager:
 
     def take_events(self) -> list[dict[str, Any]]:
         events = self.manager.take_events()
+        if isinstance(self.manager.block_pool.event_factory, WireEventFactory):
+            return [wire_event_to_dict(e, self._grouped) for e in events]
         if not self._grouped:
             return [event_to_dict(e) for e in events]
         out = []
@@ -415,8 +443,13 @@ class ReferenceManager:
         """The events as vLLM's publisher sends them (``event_wire``): 0.33's tagged maps,
         every ``BlockStored`` annotated with its group's kind and window as 0.33's
         ``KVCacheManager.take_events`` does, or 0.10.2's tagged arrays; full hash bytes (the
-        adapter's ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``, as vLLM's adapter runs)."""
+        adapter's ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``, as vLLM's adapter runs). Events
+        built in the wire form (the default) are encoded as they are, as vLLM's publisher
+        does; the reference's dataclasses are converted (``encode_batch``)."""
         events = self.manager.take_events()
+        factory = self.manager.block_pool.event_factory
+        if isinstance(factory, WireEventFactory):
+            return factory.encode(events, ts)
         if self._v033:
             return encode_batch(events, ts=ts, release="vllm-0.33", int_hashes=False,
                                 group_metadata=self.manager.kv_cache_event_metadata)

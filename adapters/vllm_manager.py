@@ -20,8 +20,9 @@ reads it (docs/semantics.md#allocation-caching-freeing-and-events-with-several-g
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import MISSING, fields
 from typing import Any
+
+import msgspec
 
 from kvcheck.adapters.external_blocks import blocks_added
 from kvcheck.adapters.vllm_kv_config import make_vllm_cache
@@ -31,13 +32,14 @@ from kvcheck.adapters.vllm_runtime import (
     BlockPool,
     KVCacheBlocks,
     KVCacheManager,
+    KVEventBatch,
     accepting,
     params,
 )
 from kvcheck.adapters.vllm_slots import SlotMapper, build_batch
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView, UnsupportedSpec
 from kvcheck.errors import KVCheckInputError
-from kvcheck.reference_impl import events as _reference_events
+from kvcheck.events.wire_events import wire_event_to_dict
 
 __all__ = ["EXTERNAL_ARGUMENT", "HAS_EVICT_BLOCKS", "VLLMBlockPool", "VLLMManager",
            "event_to_dict", "make_block_pool"]
@@ -50,14 +52,6 @@ HAS_EVICT_BLOCKS: bool = hasattr(KVCacheManager, "evict_blocks")
 
 
 # ------------------------------------------------------------------------------ events
-_EVENT_FIELDS: dict[str, list[tuple[str, Any]]] = {
-    cls.__name__: [(f.name, None if f.default is MISSING else f.default) for f in fields(cls)]
-    for cls in (_reference_events.BlockStored, _reference_events.BlockRemoved,
-                _reference_events.AllBlocksCleared)
-}
-_EVENT_GROUP_FIELDS = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
-
-
 def _hash_bytes(value: Any) -> Any:
     if value is None or isinstance(value, (bytes, bytearray)):
         return None if value is None else bytes(value)
@@ -72,24 +66,7 @@ def event_to_dict(event: Any, group_fields: bool = False) -> dict[str, Any]:
     default), hashes as bytes. ``group_fields``: vLLM's own group fields instead, present
     exactly when this release's event class has them (0.33: ``group_idx``, and on
     ``BlockStored`` the spec kind and window), absent otherwise (0.10.2)."""
-    name = type(event).__name__
-    out: dict[str, Any] = {"type": name}
-    for field_name, default in _EVENT_FIELDS.get(name, []):
-        value = getattr(event, field_name, default)
-        if field_name == "block_hashes":
-            value = [_hash_bytes(h) for h in value]
-        elif field_name == "parent_block_hash":
-            value = _hash_bytes(value)
-        elif field_name == "group_idx" and value is None:
-            value = default
-        out[field_name] = value
-    if group_fields:
-        for field_name in _EVENT_GROUP_FIELDS:
-            if hasattr(event, field_name):
-                out[field_name] = getattr(event, field_name)
-            else:
-                out.pop(field_name, None)
-    return out
+    return wire_event_to_dict(event, group_fields, _hash_bytes)
 
 
 # ------------------------------------------------------------------------------ the manager
@@ -115,6 +92,7 @@ class VLLMManager:
         self.manager = cache.manager
         self.pool = self.manager.block_pool
         self._requests = request_sync(self.hashing)
+        self._pack = msgspec.msgpack.Encoder()  # as ZmqEventPublisher keeps one
         self._slots: SlotMapper | None = None
         self._slot_capacity = 0
 
@@ -233,13 +211,9 @@ class VLLMManager:
     def take_event_batch(self, ts: float) -> bytes:
         """vLLM's own bytes: its ``KVCacheManager.take_events()`` (0.33 annotates each
         ``BlockStored`` with its group's kind and window there) in its ``KVEventBatch``,
-        encoded by msgspec's msgpack encoder as ``ZmqEventPublisher`` does
-        (``data_parallel_rank`` left nil: the publisher fills it in)."""
-        import msgspec
-        from vllm.distributed.kv_events import KVEventBatch
-
-        batch = KVEventBatch(ts=ts, events=self.manager.take_events())
-        return msgspec.msgpack.Encoder().encode(batch)
+        encoded by one msgspec msgpack encoder as ``ZmqEventPublisher`` does (it keeps one,
+        ``self._pack``; ``data_parallel_rank`` left nil: the publisher fills it in)."""
+        return self._pack.encode(KVEventBatch(ts=ts, events=self.manager.take_events()))
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         """Slots of group 0 (its block table and block size), from vLLM's worker

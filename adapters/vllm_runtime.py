@@ -22,7 +22,8 @@ from typing import Any
 
 __all__ = ["BLOCK_TABLE_ERROR", "CPU_ONLY", "HASH_ALGOS", "HAS_TRITON", "HINT", "MANAGER_PARAMS",
            "VERSION", "BlockPool", "BlockTable", "ChunkedLocalAttentionSpec", "FullAttentionSpec",
-           "KVCacheBlocks", "KVCacheConfig", "KVCacheGroupSpec", "KVCacheManager", "LoRARequest",
+           "KVCacheBlocks", "KVCacheConfig", "KVCacheGroupSpec", "KVCacheManager", "KVEventBatch",
+           "LoRARequest",
            "MultiModalFeatureSpec", "PlaceholderRange", "Request", "SamplingParams",
            "SlidingWindowSpec", "accepting", "get_hash_fn_by_name", "kcu", "not_installed",
            "params", "torch", "vllm"]
@@ -86,6 +87,7 @@ try:
             load_general_plugins = None  # type: ignore[assignment]
         if load_general_plugins is not None:
             load_general_plugins()
+        from vllm.distributed.kv_events import KVEventBatch
         from vllm.lora.request import LoRARequest
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core import kv_cache_utils as kcu

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from kvcheck.reference_impl import events as reference_events
 from kvcheck.reference_impl.block import (
     BlockHash,
     BlockHashWithGroupId,
@@ -26,12 +27,7 @@ from kvcheck.reference_impl.block import (
 )
 from kvcheck.reference_impl.block_hash_map import BlockHashToBlockMap
 from kvcheck.reference_impl.errors import KVCacheMisuseError
-from kvcheck.reference_impl.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    KVCacheEvent,
-)
+from kvcheck.reference_impl.events import KVCacheEvent, KVEventFactory
 from kvcheck.reference_impl.extra_keys import generate_block_hash_extra_keys, to_event_extra_keys
 from kvcheck.reference_impl.free_block_queue import FreeKVCacheBlockQueue
 from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
@@ -51,6 +47,8 @@ class BlockPool:
         enable_kv_cache_events: record ``BlockStored`` / ``BlockRemoved`` /
             ``AllBlocksCleared`` for ``take_events``.
         profile: version profile name or ``ProfileBehaviour`` (default ``vllm-0.33``).
+        event_factory: what the events are built with (``events.KVEventFactory``; default
+            the reference's dataclasses, ``kvcheck.reference_impl.events``).
     """
 
     def __init__(
@@ -59,6 +57,7 @@ class BlockPool:
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
         profile: str | ProfileBehaviour | None = None,
+        event_factory: KVEventFactory | None = None,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
             raise KVCacheMisuseError(
@@ -75,6 +74,9 @@ class BlockPool:
         # Like vLLM: the null block is simply the first block popped, hence always block 0.
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
+        #: The events' classes: with another factory, the queue holds its objects.
+        self.event_factory: KVEventFactory = (reference_events if event_factory is None
+                                              else event_factory)
         self.kv_event_queue: list[KVCacheEvent] = []
 
     # ---------------------------------------------------------------- lookups
@@ -169,7 +171,7 @@ class BlockPool:
         new_hashes: list[bytes],
         new_extra_keys: list[object],
         block_hashes: Sequence[bytes],
-    ) -> BlockStored:
+    ) -> KVCacheEvent:
         parent: bytes | None = None
         if num_cached_blocks > 0:
             if self.profile.event_parent_from_physical:
@@ -188,7 +190,7 @@ class BlockPool:
                 parent = block_hashes[num_cached_blocks - 1]
         lora = request.lora_request
         tagged = self.profile.extra_key_format == "tagged"
-        return BlockStored(
+        return self.event_factory.BlockStored(  # type: ignore[no-any-return]
             block_hashes=tuple(new_hashes),
             parent_block_hash=parent,
             token_ids=tuple(
@@ -243,8 +245,8 @@ class BlockPool:
             return False
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(
-                BlockRemoved(block_hashes=(get_block_hash(key),), medium="GPU",
-                             group_idx=get_group_id(key))
+                self.event_factory.BlockRemoved(block_hashes=(get_block_hash(key),),
+                                                medium="GPU", group_idx=get_group_id(key))
             )
         return True
 
@@ -335,7 +337,7 @@ class BlockPool:
         for block in self.blocks:
             block.reset_hash()
         if self.enable_kv_cache_events:
-            self.kv_event_queue.append(AllBlocksCleared())
+            self.kv_event_queue.append(self.event_factory.AllBlocksCleared())
         return True
 
     # ---------------------------------------------------------------- counts

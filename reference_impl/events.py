@@ -8,10 +8,11 @@ that wants vLLM's default integer form applies ``hashing.to_event_int``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "KVCacheEvent"]
+__all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "KVCacheEvent", "KVEventFactory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +50,26 @@ class AllBlocksCleared:
 
 
 KVCacheEvent = BlockStored | BlockRemoved | AllBlocksCleared
+
+
+class KVEventFactory(Protocol):
+    """What a ``BlockPool`` builds its events with: three callables named after the events,
+    called with the keywords of this module's classes (``BlockStored(block_hashes=...,
+    parent_block_hash=..., token_ids=..., block_size=..., lora_id=..., medium=...,
+    lora_name=..., extra_keys=..., group_idx=...)``, ``BlockRemoved(block_hashes=...,
+    medium=..., group_idx=...)``, ``AllBlocksCleared()``), hashes as bare ``BlockHash`` bytes.
+
+    This module itself is the default factory (the dataclasses above). A factory may build
+    another form of the same event as it happens, as vLLM's ``BlockPool`` builds the msgspec
+    structs its publisher encodes: ``kvcheck.events.wire_events`` builds a release's wire
+    structs, so draining and encoding a step's events costs what it costs vLLM.
+    """
+
+    @property
+    def BlockStored(self) -> Callable[..., Any]: ...
+
+    @property
+    def BlockRemoved(self) -> Callable[..., Any]: ...
+
+    @property
+    def AllBlocksCleared(self) -> Callable[[], Any]: ...

@@ -33,6 +33,7 @@ from kvcheck.reference_impl.single_type_kv_cache_manager import (
 )
 
 if TYPE_CHECKING:
+    from kvcheck.reference_impl.events import KVEventFactory
     from kvcheck.reference_impl.request import Request
 
 __all__ = [
@@ -58,6 +59,7 @@ class KVCacheCoordinator:
         scheduler_block_size: LCM of the group block sizes (0.33's hit alignment).
         hash_block_size: block size of the request's hashes.
         retention_interval: 0.33 ``prefix_cache_retention_interval`` (None: dense).
+        kv_event_factory: the pool's ``event_factory`` (None: the reference's dataclasses).
 
     Attributes:
         skips_blocks: whether some group's attention drops blocks as a request advances
@@ -68,7 +70,8 @@ class KVCacheCoordinator:
     def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
                  profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
                  scheduler_block_size: int, hash_block_size: int,
-                 retention_interval: int | None) -> None:
+                 retention_interval: int | None,
+                 kv_event_factory: KVEventFactory | None = None) -> None:
         self.specs = tuple(specs)
         self.v033 = profile.hybrid_rules == "spec_groups"
         self.enable_caching = enable_caching
@@ -76,7 +79,7 @@ class KVCacheCoordinator:
         self.hash_block_size = hash_block_size
         self.retention_interval = retention_interval if self.v033 else None
         self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events,
-                                    profile=profile)
+                                    profile=profile, event_factory=kv_event_factory)
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
             get_manager_for_kv_cache_spec(spec, self.block_pool, i, profile, enable_caching,
                                           scheduler_block_size)
@@ -206,7 +209,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
                  profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
                  scheduler_block_size: int, hash_block_size: int,
-                 retention_interval: int | None) -> None:
+                 retention_interval: int | None,
+                 kv_event_factory: KVEventFactory | None = None) -> None:
         if len(specs) != 1:
             raise KVCacheMisuseError(
                 f"UnitaryKVCacheCoordinator needs exactly one group, got {len(specs)}")
@@ -217,7 +221,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
         super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
-                         hash_block_size=hash_block_size, retention_interval=retention_interval)
+                         hash_block_size=hash_block_size, retention_interval=retention_interval,
+                         kv_event_factory=kv_event_factory)
         self._group_ids = (0,)
         self.use_manager(self.single_type_managers[0])
 
@@ -285,11 +290,13 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
                  profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
                  scheduler_block_size: int, hash_block_size: int,
-                 retention_interval: int | None) -> None:
+                 retention_interval: int | None,
+                 kv_event_factory: KVEventFactory | None = None) -> None:
         super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
-                         hash_block_size=hash_block_size, retention_interval=retention_interval)
+                         hash_block_size=hash_block_size, retention_interval=retention_interval,
+                         kv_event_factory=kv_event_factory)
         # Spec groups: (spec, group ids), equal specs looked up together.
         self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = []
         for i, spec in enumerate(self.specs):
@@ -409,8 +416,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
 def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
                              profile: ProfileBehaviour, enable_caching: bool,
                              enable_kv_cache_events: bool, scheduler_block_size: int,
-                             hash_block_size: int,
-                             retention_interval: int | None) -> KVCacheCoordinator:
+                             hash_block_size: int, retention_interval: int | None,
+                             kv_event_factory: KVEventFactory | None = None,
+                             ) -> KVCacheCoordinator:
     """The coordinator vLLM picks: caching off → no prefix cache; one group → unitary;
     otherwise hybrid."""
     cls: type[KVCacheCoordinator]
@@ -423,4 +431,4 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
     return cls(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                enable_kv_cache_events=enable_kv_cache_events,
                scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,
-               retention_interval=retention_interval)
+               retention_interval=retention_interval, kv_event_factory=kv_event_factory)

@@ -11,6 +11,7 @@ concerns (``kvcheck.reference_impl.sizing``), not modelled here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvcheck.reference_impl.errors import KVCacheMisuseError
@@ -22,6 +23,7 @@ __all__ = [
     "SlidingWindowSpec",
     "get_kv_cache_spec_kind",
     "get_kv_cache_spec_sliding_window",
+    "kv_cache_event_metadata",
 ]
 
 
@@ -82,3 +84,10 @@ def get_kv_cache_spec_kind(spec: KVCacheSpec) -> str:
 def get_kv_cache_spec_sliding_window(spec: KVCacheSpec) -> int | None:
     """The window a sliding-window spec carries in KV events; None for other kinds."""
     return spec.sliding_window if isinstance(spec, SlidingWindowSpec) else None
+
+
+def kv_cache_event_metadata(specs: Sequence[KVCacheSpec]) -> tuple[tuple[str, int | None], ...]:
+    """Per group, the ``(kv_cache_spec_kind, kv_cache_spec_sliding_window)`` vLLM 0.33's
+    ``KVCacheManager.take_events`` puts on each ``BlockStored`` of that group."""
+    return tuple((get_kv_cache_spec_kind(s), get_kv_cache_spec_sliding_window(s))
+                 for s in specs)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
 from kvcheck.reference_impl.errors import KVCacheMisuseError
-from kvcheck.reference_impl.events import KVCacheEvent
+from kvcheck.reference_impl.events import KVCacheEvent, KVEventFactory
 from kvcheck.reference_impl.hashing import resolve_none_hash
 from kvcheck.reference_impl.invariants import check_manager_invariants
 from kvcheck.reference_impl.kv_cache_coordinator import (
@@ -53,8 +53,7 @@ from kvcheck.reference_impl.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheSpec,
     SlidingWindowSpec,
-    get_kv_cache_spec_kind,
-    get_kv_cache_spec_sliding_window,
+    kv_cache_event_metadata,
 )
 from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 from kvcheck.reference_impl.request import Request, RequestOptions
@@ -125,6 +124,9 @@ class KVCacheManager:
             environment's. ``None`` means unset.
         none_hash: force a NONE_HASH (overrides ``pythonhashseed``).
         prefix_cache_retention_interval: 0.33's ``KVCacheConfig`` field (ignored by 0.10).
+        kv_event_factory: what the pool builds its events with (``events.KVEventFactory``;
+            None: the reference's dataclasses). ``kv_cache_event_metadata(specs)`` gives what a
+            factory that annotates 0.33's ``BlockStored`` needs, before the manager exists.
 
     Raises:
         KVCacheMisuseError: both or neither of ``block_size`` / ``kv_cache_specs``; a bad
@@ -147,6 +149,7 @@ class KVCacheManager:
         pythonhashseed: object = PYTHONHASHSEED_FROM_ENV,
         none_hash: bytes | None = None,
         prefix_cache_retention_interval: int | None = None,
+        kv_event_factory: KVEventFactory | None = None,
     ) -> None:
         if (block_size is None) == (kv_cache_specs is None):
             raise KVCacheMisuseError(
@@ -177,15 +180,15 @@ class KVCacheManager:
             specs, num_blocks, profile=self.profile, enable_caching=enable_caching,
             enable_kv_cache_events=enable_kv_cache_events,
             scheduler_block_size=self.scheduler_block_size,
-            hash_block_size=self.hash_block_size, retention_interval=retention)
+            hash_block_size=self.hash_block_size, retention_interval=retention,
+            kv_event_factory=kv_event_factory)
         self.block_pool = self.coordinator.block_pool
         # Built even with caching off so requests can still be hashed (vLLM builds it when a
         # KV connector needs hashes); the manager itself ignores hashes when caching is off.
         self.block_hasher = make_block_hasher(self.hash_block_size, hash_algo, self.profile,
                                               pythonhashseed, none_hash)
         #: Per group ``(kind, sliding_window)`` as 0.33's ``take_events`` annotates events.
-        self.kv_cache_event_metadata: tuple[tuple[str, int | None], ...] = tuple(
-            (get_kv_cache_spec_kind(s), get_kv_cache_spec_sliding_window(s)) for s in specs)
+        self.kv_cache_event_metadata = kv_cache_event_metadata(specs)
         self._group_block_sizes = tuple(s.block_size for s in specs)
         # "No hits" for every group, immutable so it can be shared by every call.
         self._no_hits: tuple[tuple[KVCacheBlock, ...], ...] = ((),) * len(specs)

@@ -41,6 +41,8 @@ def build_wire(name: str, bug: WireBug) -> tuple[
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for the wire mutant ``name``."""
 
     class WireMutant(ReferenceManager):
+        wire_ready_events = False  # the bug rewrites the reference's event dataclasses
+
         def take_event_batch(self, ts: float) -> bytes:
             return bug(self, list(self.manager.take_events()), ts)
 
