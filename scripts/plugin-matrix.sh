@@ -20,7 +20,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# Bytecode written: the wheel is installed without compiling it (--no-compile, below), so the
+# first run in each venv compiles what it imports and every later run there reuses it; with
+# PYTHONDONTWRITEBYTECODE (set on some machines) each of the matrix's runs compiled kvcheck,
+# pytest, Hypothesis and rich again.
+unset PYTHONDONTWRITEBYTECODE
 examples=${KV_MATRIX_EXAMPLES:-10}
 versions=(3.10 3.11 3.12 3.13)
 plugins=(pytest-xdist pytest-randomly pytest-rerunfailures pytest-timeout pytest-cov pytest-html)

@@ -42,3 +42,47 @@ def pytest_configure(config: pytest.Config) -> None:
     # then shows where its minutes go (docs/ci.md), with no extra run.
     if getattr(config.option, "durations", None) is None:
         config.option.durations = 30
+
+
+#: Files whose tests take most of this suite's worker time (documented commands re-run, whole
+#: kvcheck suites run inside a test: about two thirds of it, measured with --durations=0).
+#: They are collected first, longest first, so that they start first: run last, one of them
+#: kept a worker busy for minutes after the other had finished (the README's doc test alone
+#: takes ~2.5 min).
+LONG_RUNNING_FIRST = (
+    "tests/test_docs.py",
+    "tests/plugin/test_verdicts.py",
+    "tests/indexers/test_indexers.py",
+    "tests/plugin/test_plugin.py",
+    "tests/mutants/test_mutants.py",
+    "tests/conformance/test_hybrid_area.py",
+    "tests/wire/test_serve_record.py",
+    "tests/plugin/test_ecosystem_",
+    "tests/wire/test_engines.py",
+    "tests/designs/test_designs.py",
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    return next((rank for rank, prefix in enumerate(LONG_RUNNING_FIRST)
+                 if item.nodeid.startswith(prefix)), len(LONG_RUNNING_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long-running files first, in ``LONG_RUNNING_FIRST``'s order, each file's own order
+    kept (a scheduling hint only: every test runs, in any order)."""
+    items.sort(key=_start_rank)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With ``-n`` and no ``--dist`` of the user's, xdist's work-stealing scheduler: each
+    worker starts on its half of the collection (the long files in the first), and one that
+    runs out takes half of the other's pending tests, so both finish together; the default
+    ``load`` scheduler hands out fixed chunks and left one worker idle at the end. None lets
+    xdist choose (an explicit ``--dist``)."""
+    if config.getoption("dist") != "load" or "--dist" in " ".join(config.invocation_params.args):
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)  # type: ignore[arg-type]
