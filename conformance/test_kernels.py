@@ -15,34 +15,50 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from kvcheck.gpu_kernels.case_sweeps import kernel_case_ids
+
 if TYPE_CHECKING:
     from kvcheck.conformance.loader import ImplHandle
+    from kvcheck.gpu_kernels.conformance import KernelSet
 
 # Kernel numerics do not depend on a vLLM release: checked under every profile, generic too.
 pytestmark = [pytest.mark.kv_capability("kernels"), pytest.mark.kv_generic]
 
 _HAS_KERNEL_DEPS = all(importlib.util.find_spec(m) is not None for m in ("torch", "triton"))
-if _HAS_KERNEL_DEPS:
+#: The device nodes a GPU torch can use (CUDA, WSL's CUDA, ROCm): without one torch sees no
+#: device, so the suite decides "cpu" without importing torch (seconds, paid by every run
+#: otherwise, with or without an implementation that has kernels).
+_GPU_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
+
+
+def _device() -> str:
+    if not _HAS_KERNEL_DEPS or ("torch" not in sys.modules
+                                and not any(Path(node).exists() for node in _GPU_NODES)):
+        return "cpu"
     import torch
 
-    _DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-    if _DEVICE == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    from kvcheck.gpu_kernels.conformance import KernelSet, kernel_checks
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
-    # The case list is the same for every implementation; what applies is decided per set.
-    _CASES = [tid for tid, _, _ in kernel_checks(KernelSet(), _DEVICE, quick=_DEVICE == "cpu")]
-else:
-    _DEVICE, _CASES = "cpu", ["unavailable"]
+
+_DEVICE = _device()
+if _DEVICE == "cpu" and _HAS_KERNEL_DEPS:
+    # Before Triton's first import (the kernels are imported by the tests, after this).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+# The case list is the same for every implementation; what applies is decided per set.
+_CASES = kernel_case_ids(_DEVICE, quick=_DEVICE == "cpu") if _HAS_KERNEL_DEPS else ["unavailable"]
 
 _kernel_sets: dict[str, KernelSet] = {}
 
 
 def _kernel_set(kv_impl: ImplHandle) -> KernelSet:
+    from kvcheck.gpu_kernels.conformance import KernelSet
+
     if kv_impl.name not in _kernel_sets:
         ks = kv_impl.module.kernels()
         if not isinstance(ks, KernelSet):
@@ -61,6 +77,8 @@ def test_kernel_matches_reference(kv_impl: ImplHandle, case_id: str) -> None:
         pytest.skip("kernel checks need torch and triton: pip install 'kvcheck[kernels]'")
     if os.environ.get("TRITON_INTERPRET") != "1" and _DEVICE == "cpu":
         pytest.skip("no CUDA device and TRITON_INTERPRET is not enabled")
+    from kvcheck.gpu_kernels.conformance import kernel_checks
+
     ks = _kernel_set(kv_impl)
     checks = {tid: (fn, reason) for tid, fn, reason in
               kernel_checks(ks, _DEVICE, quick=_DEVICE == "cpu")}

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from kvcheck.errors import KVCheckInputError
+from kvcheck.gpu_kernels.case_sweeps import KERNEL_CASE_SWEEPS
 from kvcheck.gpu_kernels.cases import (
     AttentionCase,
     StoreCase,
@@ -308,11 +309,14 @@ def check_paged_attention_varlen(fn: Callable[..., torch.Tensor], case: Attentio
                            null_padded=case.null_padded_window)
 
 
-_CHECKS: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[Any, Any], None]]] = {
-    "store_kv_cache": (store_cases, check_store_kv_cache),
-    "paged_attention_decode": (decode_cases, check_paged_attention_decode),
-    "paged_attention_varlen": (varlen_cases, check_paged_attention_varlen),
+_CHECK_OF: dict[str, Callable[[Any, Any], None]] = {
+    "store_kv_cache": check_store_kv_cache,
+    "paged_attention_decode": check_paged_attention_decode,
+    "paged_attention_varlen": check_paged_attention_varlen,
 }
+#: Op -> (its case sweep, its check), in the kernel area's order (``case_sweeps``).
+_CHECKS: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[Any, Any], None]]] = {
+    op: (sweep, _CHECK_OF[op]) for op, sweep in KERNEL_CASE_SWEEPS.items()}
 
 
 def kernel_checks(
