@@ -168,9 +168,10 @@ _GROUP_FIELDS: Final = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_slidin
 
 def wire_event_to_dict(event: Any, group_fields: bool = False,
                        hash_bytes: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """A wire struct (this module's, or vLLM's own) as the protocol's event dict: ``"type"``
-    plus exactly the reference's fields, those the release lacks at the reference's
-    default (0.10.2: ``lora_name``, ``extra_keys``, ``group_idx`` 0).
+    """An event as the protocol's dict: ``"type"`` plus exactly the reference's fields, those
+    its class lacks at the reference's default (0.10.2's structs: ``lora_name``,
+    ``extra_keys``, ``group_idx`` 0). The event is a reference dataclass, a wire struct of
+    this module, or vLLM's own.
 
     ``group_fields``: the grouped form, the release's own group fields instead, present
     exactly when its event class has them (0.33: ``group_idx``, and on ``BlockStored`` the

@@ -18,6 +18,7 @@ __all__ = [
     "AttentionCase",
     "StoreCase",
     "decode_cases",
+    "kernel_case_id",
     "kernel_case_ids",
     "store_cases",
     "varlen_cases",
@@ -242,7 +243,12 @@ KERNEL_CASE_SWEEPS: Final[dict[str, Callable[..., Iterator[StoreCase | Attention
 }
 
 
+def kernel_case_id(op: str, case: StoreCase | AttentionCase) -> str:
+    """A kernel check's test id, ``"<op>[<case name>]"``: stable, usable in skip files."""
+    return f"{op}[{case.name}]"
+
+
 def kernel_case_ids(device: str, quick: bool = True) -> list[str]:
-    """The kernel area's test ids on ``device``: ``"<op>[<case name>]"`` per case."""
-    return [f"{op}[{case.name}]" for op, sweep in KERNEL_CASE_SWEEPS.items()
+    """The kernel area's test ids on ``device``, in ``kernel_checks``' order."""
+    return [kernel_case_id(op, case) for op, sweep in KERNEL_CASE_SWEEPS.items()
             for case in sweep(device, quick=quick)]

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from kvcheck.errors import KVCheckInputError
-from kvcheck.gpu_kernels.case_sweeps import KERNEL_CASE_SWEEPS
+from kvcheck.gpu_kernels.case_sweeps import KERNEL_CASE_SWEEPS, kernel_case_id
 from kvcheck.gpu_kernels.cases import (
     AttentionCase,
     StoreCase,
@@ -330,7 +330,7 @@ def kernel_checks(
         fn = getattr(kernel_set, op)
         for case in cases(device, quick=quick):
             reason = kernel_set.skip_reason(op, case)
-            yield f"{op}[{case.name}]", partial(check, fn, case), reason
+            yield kernel_case_id(op, case), partial(check, fn, case), reason
 
 
 def kvcheck_kernel_set() -> KernelSet:

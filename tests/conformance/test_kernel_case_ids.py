@@ -1,5 +1,5 @@
-"""The kernel area's test ids come from ``gpu_kernels.case_sweeps`` without torch: the same ids
-``kernel_checks`` runs, and collecting the area imports no torch on a machine without a GPU."""
+"""The kernel area's test ids come from ``gpu_kernels.case_sweeps`` without torch: stable
+names, and collecting the area imports no torch on a machine without a GPU."""
 
 from __future__ import annotations
 
@@ -11,15 +11,18 @@ import pytest
 
 from kvcheck.gpu_kernels.case_sweeps import kernel_case_ids
 
+#: Ids users' skip files and this project's tests name (tests/gpu_kernels): renaming a case
+#: breaks them, so the names are pinned here, not derived from the sweeps under test.
+NAMED = ["store_kv_cache[nhd-f16-bs16-h2-d64]", "paged_attention_decode[decode-split3-f16-gqa4]",
+         "paged_attention_varlen[varlen-nullpad-window6-f16-gqa4-bs4]",
+         "paged_attention_decode[decode-nullpad-window33-split3-bf16-hnd]"]
 
-@pytest.mark.parametrize(("device", "quick"), [("cpu", True), ("cuda", False)])
-def test_the_ids_are_the_checks_ids(device: str, quick: bool) -> None:
-    pytest.importorskip("torch")
-    from kvcheck.gpu_kernels.conformance import KernelSet, kernel_checks
 
+@pytest.mark.parametrize(("device", "quick", "count"), [("cpu", True, 58), ("cuda", False, 60)])
+def test_the_ids_are_stable_and_unique(device: str, quick: bool, count: int) -> None:
     ids = kernel_case_ids(device, quick=quick)
-    assert ids == [tid for tid, _, _ in kernel_checks(KernelSet(), device, quick=quick)]
-    assert len(ids) == len(set(ids)) > 50
+    assert len(ids) == len(set(ids)) == count
+    assert set(NAMED) <= set(ids)
 
 
 def test_collecting_the_kernel_area_imports_no_torch() -> None:
