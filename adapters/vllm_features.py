@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvcheck.errors import KVCheckFailure
+
 __all__ = [
     "PROFILE_BEHAVIOUR",
     "Behaviour",
@@ -272,7 +274,7 @@ def detect_free_order(make_pool: Callable[[bool], Any]) -> tuple[str, str]:
         elif set(queue[-3:]) == freed:
             out.append("tail")
         else:
-            raise AssertionError(f"freed blocks {sorted(freed)} are neither at the head nor "
+            raise KVCheckFailure(f"freed blocks {sorted(freed)} are neither at the head nor "
                                  f"at the tail of the free queue {queue}")
     return out[0], out[1]
 

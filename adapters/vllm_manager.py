@@ -55,7 +55,7 @@ HAS_EVICT_BLOCKS: bool = hasattr(KVCacheManager, "evict_blocks")
 def _hash_bytes(value: Any) -> Any:
     if value is None or isinstance(value, (bytes, bytearray)):
         return None if value is None else bytes(value)
-    raise TypeError(
+    raise KVCheckInputError(
         f"vLLM published the block hash {value!r} as {type(value).__name__}, not bytes: "
         "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES must be 0 before vLLM reads it")
 

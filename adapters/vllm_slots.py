@@ -24,6 +24,7 @@ from kvcheck.adapters.vllm_runtime import (
     torch,
 )
 from kvcheck.conformance.protocol import UnsupportedSpec
+from kvcheck.errors import KVCheckInputError
 
 __all__ = ["HAS_INTERLEAVE", "SlotMapper", "build_batch", "slot_mapping_problem"]
 
@@ -183,13 +184,13 @@ def build_batch(block_size: int, block_tables: Sequence[Sequence[int]],
 
     num_reqs = len(num_scheduled_tokens)
     if len(num_computed_tokens) != num_reqs or num_reqs > len(block_tables):
-        raise ValueError(f"{len(block_tables)} rows, {len(num_computed_tokens)} computed "
+        raise KVCheckInputError(f"{len(block_tables)} rows, {len(num_computed_tokens)} computed "
                          f"counts and {num_reqs} scheduled counts do not match")
     scheduled = np.asarray(num_scheduled_tokens, dtype=np.int64).reshape(-1)
     computed = np.asarray(num_computed_tokens, dtype=np.int64).reshape(-1)
     num_tokens = int(scheduled.sum())
     if num_padded_tokens < num_tokens:
-        raise ValueError(f"num_padded_tokens={num_padded_tokens} < {num_tokens} tokens")
+        raise KVCheckInputError(f"num_padded_tokens={num_padded_tokens} < {num_tokens} tokens")
     req_indices = np.repeat(np.arange(num_reqs, dtype=np.int64), scheduled)
     starts = np.cumsum(scheduled) - scheduled
     positions = computed[req_indices] + np.arange(num_tokens, dtype=np.int64) - starts[

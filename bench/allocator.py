@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from kvcheck.bench.errors import BenchCheckFailure
 from kvcheck.bench.metrics import Metric, per_s, percentile
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.timing import ALLOCATOR_CLOCK, MeasuredClock
@@ -234,7 +235,7 @@ class HashingBench(RoundBench):
             if pinning:  # a probe, not an admission: drop its pins
                 manager.release_computed(view.request_id)
             if len(hashes) != self.blocks_per_request:
-                raise AssertionError(
+                raise BenchCheckFailure(
                     f"{self.impl.name}: block_hashes({view.request_id!r}) returned "
                     f"{len(hashes)} hashes after get_computed_blocks of a "
                     f"{view.num_tokens}-token prompt; expected {self.blocks_per_request} (one "
@@ -309,7 +310,7 @@ class SlotMappingBench(RoundBench):
             where = (f"first mismatch at token {bad % n} of {rids[bad // n]!r}: got "
                      f"{int(flat[bad])}, expected {int(expected[bad])}" if bad >= 0 else
                      f"{flat.size} slots returned, {expected.size} expected")
-            raise AssertionError(f"{self.impl.name}: slot_mapping disagrees with "
+            raise BenchCheckFailure(f"{self.impl.name}: slot_mapping disagrees with "
                                  f"compute_slot_mapping over its own block tables ({where})")
         self.results.append((len(rids) * n, impl_ns, vector_ns))
         self.advance(impl_ns / 1e9)

@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcheck.bench.errors import CountingUnavailable
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
 __all__ = [
@@ -94,10 +95,6 @@ COUNTED_METHODS: dict[str, tuple[str, ...]] = {
     "slot_mapping": ("slot_mapping",),
 }
 _SLOT_MAPPING_CASE = "2048-token requests"  # the case name bench_allocator.py records
-
-
-class CountingUnavailable(KVCheckInputError):
-    """Instructions cannot be counted here (no valgrind); the message says how to fix it."""
 
 
 def unavailable_reason() -> str | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kvcheck.bench.errors import BenchCheckFailure
 from kvcheck.bench.kernel_inputs import KernelInputPool, KernelInputs, bytes_per_call
 from kvcheck.bench.machine import KernelDevice
 from kvcheck.bench.metrics import Metric, gbps, pct_of_peak, percentile
@@ -43,7 +44,7 @@ def verify_output(inputs: KernelInputs, out: Any, provider: Provider) -> str:
             want = src[valid].to(cache.dtype)
             if not torch.equal(got, want):
                 bad = int((got != want).reshape(len(valid), -1).any(dim=1).nonzero()[0, 0])
-                raise AssertionError(
+                raise BenchCheckFailure(
                     f"{provider.label} store_kv_cache[{case.name}]: {which} at slot "
                     f"{int(slots[bad])} (token {int(valid[bad])}) does not hold the token's "
                     f"row after the timed call")

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvcheck.bench.errors import ProviderUnavailable
 from kvcheck.bench.kernel_inputs import KernelInputs
-from kvcheck.errors import KVCheckError, KVCheckInputError
+from kvcheck.errors import KVCheckInputError
 
 __all__ = ["PROVIDERS", "Provider", "ProviderUnavailable", "make_provider"]
 
@@ -30,10 +31,6 @@ __all__ = ["PROVIDERS", "Provider", "ProviderUnavailable", "make_provider"]
 PROVIDERS = ("torch_ref", "kvcheck_triton", "impl", "vllm", "flashinfer")
 
 Prepared = Callable[[], Any]
-
-
-class ProviderUnavailable(KVCheckError):
-    """The provider cannot run this op here; the message is the skip reason."""
 
 
 @dataclass

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from kvcheck.bench.errors import TraceFileError
 from kvcheck.bench.workloads import DEFAULT_BLOCK_SIZE
 from kvcheck.conformance.bounds import (
     MAX_ARRIVAL_STEP,
@@ -39,7 +40,6 @@ from kvcheck.conformance.bounds import (
     num_digits,
     power_of_two,
 )
-from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "HEADER_DEFAULTS",
@@ -76,16 +76,6 @@ MAX_TRACE_BLOCKS = 2 * MAX_NUM_BLOCKS
 MAX_REQUEST_ID_CHARS = 256
 #: One scheduler step per hour at most.
 MAX_MS_PER_STEP = 3_600_000
-
-
-class TraceFileError(KVCheckInputError):
-    """A trace file that cannot be read or replayed; the message names the file, the line,
-    the field, the limit and (``fix``, also at the end of the message) what to do."""
-
-    def __init__(self, problem: str, fix: str = "") -> None:
-        super().__init__(f"{problem}; fix: {fix}" if fix else problem)
-        self.problem = problem
-        self.fix = fix
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, TypeVar
 
+from kvcheck.conformance.errors import AdapterTimeout
 from kvcheck.conformance.interrupts import AdapterRaised, is_adapters_doing, raised_text
 from kvcheck.conformance.protocol import RequestView
-from kvcheck.errors import KVCheckFailure, KVCheckInputError
+from kvcheck.errors import KVCheckInputError
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -155,10 +156,6 @@ class _GCClock:
 _GC = _GCClock()
 #: Seconds after which an alarm that arrived during a collection looks again.
 _GC_RECHECK_S = 0.005
-
-
-class AdapterTimeout(KVCheckFailure):
-    """An adapter call did not return within the per-call limit (``--kv-timeout``)."""
 
 
 class _Call:

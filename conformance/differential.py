@@ -19,6 +19,7 @@ from kvcheck.atomic import write_atomic
 from kvcheck.conformance import bounds
 from kvcheck.conformance.call_limit import AdapterRaised, AdapterTimeout
 from kvcheck.conformance.driver import Check, Driver, StepResult
+from kvcheck.conformance.errors import ConformanceMismatch
 from kvcheck.conformance.groups import shown_result, shown_tables
 from kvcheck.conformance.guard import ProtocolViolation, read_ref_cnts
 from kvcheck.conformance.laws import check_laws
@@ -27,7 +28,6 @@ from kvcheck.conformance.memory_limit import MemoryLimitExceeded
 from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, spec_to_dict
 from kvcheck.conformance.trace_check import TraceError, check_ops, check_spec
-from kvcheck.errors import KVCheckFailure
 
 __all__ = [
     "REPRO_DIR",
@@ -44,10 +44,6 @@ __all__ = [
 
 REPRO_DIR = Path(".kvcheck") / "repro"
 TRACE_VERSION = 1
-
-
-class ConformanceMismatch(KVCheckFailure):
-    """The implementation and the oracle disagree (or a law broke) after some op."""
 
 
 class Trace(TypedDict):

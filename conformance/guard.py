@@ -90,11 +90,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 from kvcheck.conformance.call_limit import CallLimit, arg_text
+from kvcheck.conformance.errors import ProtocolViolation
 from kvcheck.conformance.groups import NULL_BLOCK, adapter_form, null_of
 from kvcheck.conformance.pinning import PinLedger, pinned_ids
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView
 from kvcheck.conformance.short_repr import short_repr as abbreviate
-from kvcheck.errors import KVCheckFailure
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -127,10 +127,6 @@ def read_ref_cnts(manager: object, block_ids: Sequence[int]) -> list[int]:
     if bulk is not None:
         return cast("list[int]", bulk(block_ids))
     return [manager.ref_cnt(b) for b in block_ids]  # type: ignore[attr-defined]
-
-
-class ProtocolViolation(KVCheckFailure):
-    """An adapter answer breaks the protocol (a type, a range, a consistency rule)."""
 
 
 def _view_state(view: object) -> tuple[object, ...] | None:

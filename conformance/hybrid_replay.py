@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvcheck.conformance.errors import GoldenMismatch
 from kvcheck.conformance.groups import NULL_BLOCK
 from kvcheck.conformance.guard import read_ref_cnts
 from kvcheck.conformance.hybrid_golden import GoldenEvent, GoldenRow, GoldenScenario
@@ -34,14 +35,8 @@ from kvcheck.conformance.protocol import (
     RequestView,
     effective_capabilities,
 )
-from kvcheck.errors import KVCheckFailure
 
 __all__ = ["GoldenMismatch", "missing_capabilities", "replay_golden"]
-
-
-class GoldenMismatch(KVCheckFailure):
-    """The implementation left a golden scenario: the message names the scenario, the row,
-    the call, the column and both values, with the calls made so far."""
 
 
 def missing_capabilities(impl: ImplHandle, sc: GoldenScenario) -> list[str]:

@@ -34,6 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from kvcheck.atomic import write_atomic
+from kvcheck.conformance.errors import IndexerMismatch
 from kvcheck.conformance.indexer_cluster import (
     Batch,
     ClusterPlan,
@@ -45,7 +46,7 @@ from kvcheck.conformance.indexer_cluster import (
 )
 from kvcheck.conformance.indexer_guard import GuardedIndexer
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
-from kvcheck.errors import KVCheckFailure, KVCheckInputError
+from kvcheck.errors import KVCheckInputError
 from kvcheck.events.codec import Release, decode_batch, encode_batch
 
 __all__ = ["INDEXER_TRACE_VERSION", "Deliver", "IndexerMismatch", "IndexerRun", "Remove",
@@ -53,11 +54,6 @@ __all__ = ["INDEXER_TRACE_VERSION", "Deliver", "IndexerMismatch", "IndexerRun", 
 
 INDEXER_TRACE_VERSION: Final = 1
 REPRO_DIR: Final = Path(".kvcheck") / "repro"
-
-
-class IndexerMismatch(KVCheckFailure):
-    """An indexer's answer differs from the truth (the message names the worker, the probe,
-    both answers, the last deliveries and the repro)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,12 +313,14 @@ def write_indexer_trace(name: str, target: str, config: IndexerConfig,
 
 def _trace_action(action: Any) -> tuple[str, int, bytes | None, bool]:
     """One entry of a trace's ``actions``: ``(worker, seq, payload, replay)``, the payload
-    None for a ``remove_worker`` (raises ValueError, KeyError or TypeError when malformed)."""
+    None for a ``remove_worker`` (raises KVCheckInputError, KeyError or TypeError when
+    malformed)."""
     if "remove" in action:
         return str(action["remove"]), 0, None, False
     seq, replay = action["seq"], action["replay"]
     if type(seq) is not int or seq < 0 or type(replay) is not bool:
-        raise ValueError(f"a delivery needs an int seq >= 0 and a bool replay: {action!r:.80}")
+        raise KVCheckInputError(
+            f"a delivery needs an int seq >= 0 and a bool replay: {action!r:.80}")
     return str(action["deliver"]), seq, bytes.fromhex(action["payload"]), replay
 
 

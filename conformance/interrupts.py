@@ -34,19 +34,10 @@ import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
 
-from kvcheck.errors import KVCheckFailure
+from kvcheck.conformance.errors import AdapterRaised
 
 __all__ = ["AdapterRaised", "is_adapters_doing", "raised_text", "user_interrupted",
            "watch_user_interrupts"]
-
-
-class AdapterRaised(KVCheckFailure):
-    """An adapter call raised a ``BaseException`` that is not an ``Exception`` (or called
-    ``pytest.exit()``); ``raised_name`` is that exception's class name (the repro's comment)."""
-
-    def __init__(self, message: str, raised_name: str) -> None:
-        super().__init__(message)
-        self.raised_name = raised_name
 
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None

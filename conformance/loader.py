@@ -39,6 +39,7 @@ from kvcheck.conformance.call_limit import (
     AdapterTimeout,
     CallLimit,
 )
+from kvcheck.conformance.errors import ImplLoadError
 from kvcheck.conformance.guard import GuardedBlockPool, GuardedManager
 from kvcheck.conformance.indexer_guard import GuardedIndexer
 from kvcheck.conformance.indexer_protocol import (
@@ -105,11 +106,6 @@ _NAME_MAX = 100
 # surrogates, private use, unassigned, and every separator (names become test ids).
 _BAD_NAME_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
 _BAD_TEXT_CATEGORIES = _BAD_NAME_CATEGORIES - {"Zs"}
-
-
-class ImplLoadError(KVCheckInputError):
-    """An implementation cannot be loaded; the message (``kvcheck: --kv-impl=X: problem`` then
-    ``  Fix: ...``) names the problem and the fix."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from typing import NoReturn
 
 from kvcheck.conformance import guard
 from kvcheck.conformance.call_limit import arg_text
-from kvcheck.errors import KVCheckFailure, KVCheckInputError
+from kvcheck.conformance.errors import MemoryLimitExceeded
+from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "PERIOD_S",
@@ -54,10 +55,6 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgt])(?:i?b)?)?\s*", re.IG
 _MAX_DIGITS = 18
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-
-
-class MemoryLimitExceeded(KVCheckFailure):
-    """The test process's memory grew past ``--kv-max-memory``."""
 
 
 def mib(size: int) -> str:

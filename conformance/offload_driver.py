@@ -14,6 +14,7 @@ from typing import Any
 
 from kvcheck.atomic import write_atomic
 from kvcheck.conformance.differential import REPRO_DIR, safe_name
+from kvcheck.conformance.errors import OffloadMismatch
 from kvcheck.conformance.guard import ProtocolViolation
 from kvcheck.conformance.offload_guard import GuardedOffloadingManager
 from kvcheck.conformance.offload_model import OffloadLawBroken, TierModel
@@ -23,10 +24,6 @@ from kvcheck.conformance.short_repr import short_repr
 __all__ = ["OffloadMismatch", "OffloadRun"]
 
 _Call = tuple[str, tuple[Any, ...]]
-
-
-class OffloadMismatch(AssertionError):
-    """The implementation's tier broke a law or answered unlike the oracle's."""
 
 
 def _compared(name: str, answer: Any) -> Any:

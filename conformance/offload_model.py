@@ -25,16 +25,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from kvcheck.conformance.errors import OffloadLawBroken
 from kvcheck.conformance.offload_protocol import OffloadSpec
 from kvcheck.reference_impl.offload_manager import count_offer
 
 __all__ = ["OffloadLawBroken", "TierModel"]
 
 _PENDING = -1
-
-
-class OffloadLawBroken(AssertionError):
-    """An answer no correct offload tier gives (the message names the call and the law)."""
 
 
 def _hex(keys: Sequence[bytes]) -> str:

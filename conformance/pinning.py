@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from kvcheck.conformance.errors import PinningMisuse
 from kvcheck.conformance.protocol import RequestView
-from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "CAPABILITY",
@@ -45,12 +45,6 @@ __all__ = [
 CAPABILITY = "pinning_lookup"
 #: Most blocks a conservation message names as possibly leaked by a pin.
 _SHOWN = 8
-
-
-class PinningMisuse(KVCheckInputError):
-    """kvcheck (or a test) broke the lookup rule of ``pinning_lookup``: a request was looked
-    up again, or freed, while its last lookup's pins were outstanding. A harness bug, never
-    the implementation's fault."""
 
 
 class _Lookups(Protocol):

@@ -20,10 +20,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
+from kvcheck.conformance.errors import UnsupportedSpec
 from kvcheck.conformance.indexer_protocol import INDEXER_CAPABILITIES
 from kvcheck.conformance.offload_protocol import OFFLOAD_CAPABILITIES
 from kvcheck.conformance.sizing_protocol import SupportsSizing
-from kvcheck.errors import KVCheckError
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -166,13 +166,6 @@ HASH_ALGOS: tuple[str, ...] = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 #: One KV event (``SupportsEvents.take_events``): ``"type"`` plus vLLM's field names. The
 #: fields and their types depend on the event type, as in vLLM's event classes.
 KVEvent = dict[str, Any]
-
-
-class UnsupportedSpec(KVCheckError):
-    """Raised by a factory to decline a spec its design does not support (a block size, a
-    pool size...). A scripted test whose spec is declined is skipped as not applicable;
-    random workloads draw another spec. Declare the supported sizes in ``ImplInfo`` where
-    you can (``block_sizes``, ``num_blocks_range``): declared limits are visible up front."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from kvcheck.atomic import write_atomic_bytes
 from kvcheck.conformance.bounds import num_digits
 from kvcheck.conformance.differential import REPRO_DIR, ConformanceMismatch, write_trace
 from kvcheck.conformance.driver import Check, Driver
+from kvcheck.conformance.errors import CorpusError
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheSpec
@@ -116,11 +117,6 @@ _ANSWER_KEYS = frozenset({"hits", "new", "reset"})
 
 #: A loaded corpus: ``{"format", "format_version", "header", "traces"}`` (see the module doc).
 Corpus = dict[str, Any]
-
-
-class CorpusError(KVCheckInputError):
-    """A corpus file that cannot be used; the message names the file, the trace and the
-    step."""
 
 
 def corpus_path(profile: str) -> Path:

@@ -15,13 +15,9 @@ import operator
 from typing import Any, NoReturn
 
 from kvcheck.conformance.call_limit import abbreviate, arg_text
-from kvcheck.errors import KVCheckFailure
+from kvcheck.conformance.errors import SizingAnswerError
 
 __all__ = ["SizingAnswerError", "check_sizing_answer", "plan_int"]
-
-
-class SizingAnswerError(KVCheckFailure):
-    """A sizing function answered with the wrong type or an impossible value."""
 
 
 def _as_int(value: object) -> int | None:

@@ -27,7 +27,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
 from kvcheck.conformance.call_limit import CallLimit, abbreviate, arg_text
-from kvcheck.conformance.guard import ProtocolViolation
+from kvcheck.conformance.errors import SpecMutated
 from kvcheck.conformance.protocol import KVCacheSpec
 
 if TYPE_CHECKING:
@@ -39,11 +39,6 @@ __all__ = ["SpecMutated", "SpecWatch", "call_with_private_args", "changes", "che
            "private_copy"]
 
 _T = TypeVar("_T")
-
-
-class SpecMutated(ProtocolViolation):
-    """An adapter wrote to a spec it was given (``object.__setattr__`` on a frozen spec or on
-    one of its groups, a list swapped in...)."""
 
 
 def private_copy(spec: KVCacheSpec) -> KVCacheSpec:

@@ -29,6 +29,7 @@ from hypothesis import given, reject
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from kvcheck.conformance.errors import ConformanceMismatch, ProtocolViolation
 from kvcheck.conformance.protocol import (
     KVCacheSpec,
     ManagerWithCapabilities,
@@ -105,19 +106,19 @@ def _ints(value: object, what: str, call: str) -> list[int]:
     """``value`` as a list of int (a list or tuple of exactly ``int``, as the guard wants)."""
     if isinstance(value, (list, tuple)) and all(type(x) is int for x in value):
         return list(value)
-    raise AssertionError(f"{call}: {what} must be a list of int, got {value!r:.300}")
+    raise ProtocolViolation(f"{call}: {what} must be a list of int, got {value!r:.300}")
 
 
 def _rows_of_ints(value: object, call: str) -> list[list[int]]:
     if not isinstance(value, (list, tuple)):
-        raise AssertionError(f"{call} must return a list of rows, got {value!r:.300}")
+        raise ProtocolViolation(f"{call} must return a list of rows, got {value!r:.300}")
     return [_ints(row, f"row {b}", call) for b, row in enumerate(value)]
 
 
 def _triple(value: object, names: tuple[str, str, str],
             call: str) -> tuple[list[int], list[int], list[int]]:
     if not isinstance(value, (list, tuple)) or len(value) != 3:
-        raise AssertionError(f"{call} must return a triple {names}, got {value!r:.300}")
+        raise ProtocolViolation(f"{call} must return a triple {names}, got {value!r:.300}")
     return (_ints(value[0], names[0], call), _ints(value[1], names[1], call),
             _ints(value[2], names[2], call))
 
@@ -161,7 +162,7 @@ def _check_batch(got: tuple[list[int], list[int], list[int]],
             detail += f" (token {i}: request {req_indices[i]}, position {positions[i]})"
         elif i is not None:
             detail += f" (padding entry {i}: padding is PAD_SLOT_ID = -1)"
-        raise AssertionError(f"{call}: slot_mapping {slots}, expected {expected}: {detail}")
+        raise ConformanceMismatch(f"{call}: slot_mapping {slots}, expected {expected}: {detail}")
 
 
 # ------------------------------------------------------------------------------ worked examples

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvcheck.conformance.errors import ProtocolViolation
 from kvcheck.gpu_kernels.case_sweeps import kernel_case_ids
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def _kernel_set(kv_impl: ImplHandle) -> KernelSet:
     if kv_impl.name not in _kernel_sets:
         ks = kv_impl.module.kernels()
         if not isinstance(ks, KernelSet):
-            raise AssertionError(
+            raise ProtocolViolation(
                 f"{kv_impl.name}: kernels() returned {type(ks).__name__}; it must return a "
                 "kvcheck.gpu_kernels.conformance.KernelSet")
         _kernel_sets[kv_impl.name] = ks

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.errors import ConformanceMismatch
 from kvcheck.conformance.groups import one_group_tables
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec
@@ -126,9 +127,9 @@ def test_flashinfer_csr_cross_check(kv_impl: ImplHandle, kv_profile: str,
         try:
             indptr, indices, last = to_flashinfer_csr(rows, seq_lens, bs)
         except ValueError as exc:
-            raise AssertionError(f"block tables {dict(zip(rids, rows, strict=True))} with seq_lens "
-                                 f"{seq_lens} are not a valid page table: {exc}\n"
-                                 + driver.snippet()) from None
+            raise ConformanceMismatch(
+                f"block tables {dict(zip(rids, rows, strict=True))} with seq_lens {seq_lens} "
+                f"are not a valid page table: {exc}\n" + driver.snippet()) from None
         assert indptr.dtype.name == indices.dtype.name == last.dtype.name == "int32"
         for b, (rid, ids, n) in enumerate(zip(rids, rows, seq_lens, strict=True)):
             npages = int(indptr[b + 1] - indptr[b])

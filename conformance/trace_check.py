@@ -33,6 +33,7 @@ from kvcheck.conformance.bounds import (
     MAX_REQUEST_TOKENS,
     TOKEN_ID_LIMIT,
 )
+from kvcheck.conformance.errors import TraceError
 from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import (
     ATTENTION_KINDS,
@@ -42,7 +43,6 @@ from kvcheck.conformance.protocol import (
     KVCacheSpec,
     spec_from_dict,
 )
-from kvcheck.errors import KVCheckInputError
 
 __all__ = ["MAX_BLOCK_SIZE", "MAX_GROUPS", "MAX_NUM_BLOCKS", "MAX_OPS", "MAX_REQUEST_TOKENS",
            "TraceError", "check_ops", "check_spec"]
@@ -62,11 +62,6 @@ _OP_FIELDS: dict[str, frozenset[str]] = {
     "cache": frozenset({"op", "rid", "num_tokens"}),
     "evict": frozenset({"op", "block_ids"}),
 }
-
-
-class TraceError(KVCheckInputError):
-    """A trace file that cannot be replayed; the message names the file, the op and the
-    problem."""
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -31,6 +31,7 @@ import msgspec
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.capture import Capture, capture
 from kvcheck.events.codec import Release, decode_batch, encode_batch
+from kvcheck.events.errors import NoVLLMError
 from kvcheck.events.publisher import EventPublisher, offset_endpoint_port
 from kvcheck.events.stream_check import check_stream
 from kvcheck.events.workload import StepBatch, manager_streams, random_batches
@@ -39,10 +40,6 @@ from kvcheck.reference_impl.events import BlockRemoved, BlockStored, KVCacheEven
 __all__ = ["NoVLLMError", "compare_batch", "installed_release", "main"]
 
 _ENV = "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"
-
-
-class NoVLLMError(KVCheckInputError):
-    """vLLM is not installed, or is a release without a wire form here."""
 
 
 def installed_release() -> tuple[Release, str]:

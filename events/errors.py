@@ -1,10 +1,11 @@
-"""The one error a KV-event payload that is not a release's wire format raises."""
+"""Every error the KV-event layer raises: a payload that is not a release's wire format, an
+unusable endpoint or capture, and no vLLM to cross-check against."""
 
 from __future__ import annotations
 
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["StreamError", "WireFormatError"]
+__all__ = ["NoVLLMError", "StreamError", "WireFormatError"]
 
 
 class WireFormatError(KVCheckInputError):
@@ -30,3 +31,8 @@ class WireFormatError(KVCheckInputError):
 class StreamError(KVCheckInputError):
     """A ZMQ endpoint that cannot be used (in use, malformed, silent) or a capture file that
     is not one; the message names the fix."""
+
+
+class NoVLLMError(KVCheckInputError):
+    """vLLM is not installed, or is a release without a wire form here."""
+

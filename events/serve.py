@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvcheck.errors import KVCheckInputError
 from kvcheck.events.codec import Release
 from kvcheck.events.publisher import EventPublisher
 from kvcheck.events.sources import BatchSource, reference_source
@@ -82,7 +83,7 @@ def serve(publisher: EventPublisher, *, release: Release, batches: int | None, s
     """
     if source is None:
         if batches is None:
-            raise ValueError("the reference's random engine is endless: give batches")
+            raise KVCheckInputError("the reference's random engine is endless: give batches")
         source = reference_source(release, seed, int_hashes=int_hashes,
                                   data_parallel_rank=data_parallel_rank)
     events = sent = number = 0

@@ -45,6 +45,7 @@ from kvcheck.gpu_kernels.cases import (
     store_cases,
     varlen_cases,
 )
+from kvcheck.gpu_kernels.errors import KernelMismatch
 from kvcheck.gpu_kernels.layout import as_nhd
 from kvcheck.gpu_kernels.reference import (
     paged_attention_decode_ref,
@@ -172,7 +173,7 @@ def assert_attention_close(
     """
     atol, rtol = attention_tolerance(dtype, kv_cache_dtype)
     if out.shape != ref.shape:
-        raise AssertionError(
+        raise KernelMismatch(
             f"{op}[{case_name}]: output shape {tuple(out.shape)} != expected {tuple(ref.shape)}"
         )
     got = out.float()
@@ -196,7 +197,7 @@ def assert_attention_close(
                 "holds NaN, before each window): the kernel read keys before the window instead "
                 "of skipping those tiles and masking those loads."
             )
-    raise AssertionError(
+    raise KernelMismatch(
         f"{op}[{case_name}]: {int(bad.sum())} of {bad.numel()} elements outside tolerance "
         f"(atol={atol:g}, rtol={rtol:g} for {dtype}, kv_cache_dtype={kv_cache_dtype}; "
         f"|out - ref| <= atol + rtol * |ref|); "
@@ -244,7 +245,7 @@ def _assert_cache_matches(
                "written, or a slot was computed wrongly")
     err = float((got.float() - want.float()).abs().nan_to_num(float("inf")).max())
     tol = "one fp8 rounding step (neighbouring code)" if is_fp8 else "bit-exact"
-    raise AssertionError(
+    raise KernelMismatch(
         f"{op}[{case.name}]: {which} differs from store_kv_cache_ref at {int(diff.sum())} "
         f"elements (tolerance: {tol}; max abs err {err:.3g}); first at "
         f"{_fmt_index(idx, ('block_id', 'block_offset', 'head', 'dim'))} = slot {slot} "

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from kvcheck.errors import KVCheckInputError
+from kvcheck.errors import OutputBusyError
 
 try:
     import fcntl
@@ -38,17 +38,6 @@ __all__ = ["OutputBusyError", "OutputLock", "acquire_output_lock", "lock_file_fo
 
 #: How much of a lock file's holder description is read back (it is one short line).
 _HOLDER_BYTES = 512
-
-
-class OutputBusyError(KVCheckInputError):
-    """Another live process holds the output's lock. ``holder``: its description (pid,
-    host, start time, command line) as it wrote it, or "" when unreadable."""
-
-    def __init__(self, path: Path, holder: str) -> None:
-        super().__init__(f"{path} is being written by another process"
-                         + (f" ({holder})" if holder else ""))
-        self.path = path
-        self.holder = holder
 
 
 class OutputLock:

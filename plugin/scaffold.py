@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from kvcheck.conformance.protocol import MANAGER_CAPABILITIES, PROFILES
-from kvcheck.errors import KVCheckInputError
+from kvcheck.plugin.errors import ScaffoldError
 from kvcheck.results.io import write_atomic
 
 __all__ = ["ScaffoldError", "render_adapter", "render_pytest_ini", "write_skeleton"]
@@ -38,11 +38,6 @@ STARTING_CAPABILITIES = ("manager", "prefix_caching")
 #: Longest NAME accepted: far above any real module name, and far below the file system's
 #: 255-byte file names (NAME.py, the test ids and the repro files built on it).
 MAX_NAME_LENGTH = 100
-
-
-class ScaffoldError(KVCheckInputError):
-    """The skeleton cannot be written (bad name, existing file, unwritable folder); the
-    message names the problem and the fix."""
 
 
 def _check_name(name: str) -> None:

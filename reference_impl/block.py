@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NewType
 
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+
 __all__ = [
     "BlockHash",
     "BlockHashWithGroupId",
@@ -76,7 +78,7 @@ class KVCacheBlock:
     @block_hash.setter
     def block_hash(self, block_hash: BlockHashWithGroupId) -> None:
         if self._block_hash is not None:
-            raise AssertionError(
+            raise KVCacheMisuseError(
                 f"block {self.block_id} already has a hash; call reset_hash() before re-keying"
             )
         self._block_hash = block_hash

@@ -1,10 +1,12 @@
-"""Errors the reference raises where vLLM silently corrupts its state."""
+"""Every error the reference raises: misuse vLLM would let corrupt its state (input errors),
+and a broken pool law (``InvariantViolation``, a failure)."""
 
 from __future__ import annotations
 
-from kvcheck.errors import KVCheckInputError
+from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
-__all__ = ["FreeQueueMisuseError", "KVCacheMisuseError", "OffloadMisuseError"]
+__all__ = ["FreeQueueMisuseError", "IndexerInputError", "InvariantViolation", "KVCacheConfigError",
+           "KVCacheMisuseError", "OffloadMisuseError"]
 
 
 class KVCacheMisuseError(KVCheckInputError):
@@ -15,6 +17,13 @@ class KVCacheMisuseError(KVCheckInputError):
     or enqueues a block twice (vllm#42571); the reference refuses and changes nothing, so the
     conformance suite never mistakes corrupted state for expected behaviour.
     """
+
+
+class KVCacheConfigError(KVCheckInputError):
+    """A KV-cache configuration vLLM itself refuses with a ``ValueError`` (a block size its
+    attention backend cannot use, a ``prefix_match_unit`` that does not divide the groups'
+    block sizes...); this class is also a ``ValueError``, so code written against vLLM catches
+    it, and the message follows vLLM's."""
 
 
 class FreeQueueMisuseError(KVCacheMisuseError, RuntimeError):
@@ -34,3 +43,15 @@ class OffloadMisuseError(KVCacheMisuseError):
     vLLM asserts on some of these and silently ignores others; the reference refuses every one
     with the key and the rule, and changes nothing.
     """
+
+
+class IndexerInputError(KVCacheMisuseError):
+    """A batch the index cannot apply without guessing (a store of blocks of another size
+    than the index's in the group it matches on); the message names the worker, the
+    sequence and the fix."""
+
+
+
+class InvariantViolation(KVCheckFailure):
+    """A pool law is broken; the message names every term of the failed law."""
+

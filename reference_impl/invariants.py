@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Protocol
 
-from kvcheck.errors import KVCheckFailure
 from kvcheck.reference_impl.block import get_group_id
+from kvcheck.reference_impl.errors import InvariantViolation
 from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec
 
 if TYPE_CHECKING:
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
     from kvcheck.reference_impl.kv_cache_coordinator import KVCacheCoordinator
 
 __all__ = ["InvariantViolation", "check_invariants", "check_manager_invariants"]
-
-
-class InvariantViolation(KVCheckFailure):
-    """A pool law is broken; the message names every term of the failed law."""
 
 
 class ManagerState(Protocol):

@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.errors import IndexerInputError, KVCacheMisuseError
 from kvcheck.reference_impl.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from kvcheck.reference_impl.kv_cache_manager import make_block_hasher
 from kvcheck.reference_impl.profiles import get_profile
@@ -50,12 +50,6 @@ __all__ = ["IndexerInputError", "KVIndexer", "WorkerIndex"]
 _GPU_MEDIA = frozenset({"GPU", None})
 #: Bytes of vLLM's default integer event hash (the digest's last 8 bytes).
 _INT_HASH_BYTES = 8
-
-
-class IndexerInputError(KVCacheMisuseError):
-    """A batch the index cannot apply without guessing (a store of blocks of another size
-    than the index's in the group it matches on); the message names the worker, the
-    sequence and the fix."""
 
 
 @dataclass

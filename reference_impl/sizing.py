@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvcheck.errors import KVCheckInputError
+from kvcheck.reference_impl.errors import KVCacheConfigError
 
 __all__ = [
     "DTYPE_SIZES",
@@ -389,7 +390,8 @@ def kv_cache_view_shape(spec: LayerKVSpec, num_blocks: int, layout: Layout = "NH
 
     Raises:
         KVCheckInputError: a Mamba spec (no attention view), bad layout or num_blocks.
-        ValueError: vllm-0.10 FlashAttention with a block size not a multiple of 16.
+        KVCacheConfigError: vllm-0.10 FlashAttention with a block size not a multiple of 16
+            (vLLM's ValueError; this class is one).
     """
     profile = _profile(profile)
     _check_spec(spec, profile)
@@ -404,8 +406,9 @@ def kv_cache_view_shape(spec: LayerKVSpec, num_blocks: int, layout: Layout = "NH
         if spec.kind == "mla_attention":
             return (num_blocks, bs, spec.head_size)
         if bs % 16:
-            raise ValueError(f"block_size={bs}: vLLM 0.10.2's FlashAttention backend needs "
-                             "a multiple of 16 (Block size must be a multiple of 16.)")
+            raise KVCacheConfigError(
+                f"block_size={bs}: vLLM 0.10.2's FlashAttention backend needs a multiple of 16 "
+                "(Block size must be a multiple of 16.)")
         if layout == "NHD":
             return (2, num_blocks, bs, heads, spec.head_size)
         return (2, num_blocks, heads, bs, spec.head_size)
@@ -435,7 +438,7 @@ def resolve_block_sizes(groups: Sequence[LayerKVSpec], *, enable_prefix_caching:
       ``prefix_match_unit`` does not exist (KVCheckInputError).
 
     Raises:
-        ValueError: as vLLM (a plain ValueError, not KVCheckInputError).
+        KVCacheConfigError: as vLLM (vLLM's ValueError; this class is one).
         KVCheckInputError: no groups, malformed specs, a field the profile lacks.
     """
     profile = _profile(profile)
@@ -453,15 +456,16 @@ def resolve_block_sizes(groups: Sequence[LayerKVSpec], *, enable_prefix_caching:
         if len(set(sizes)) == 1:
             return sizes[0], sizes[0]
         if enable_prefix_caching:
-            raise ValueError(f"vLLM 0.10.2 needs one block size across KV-cache groups with "
-                             f"prefix caching on; got {sizes}")
+            raise KVCacheConfigError(f"vLLM 0.10.2 needs one block size across KV-cache groups "
+                                     f"with prefix caching on; got {sizes}")
         raise KVCheckInputError("vLLM 0.10.2 has no scheduler/hash block size for groups of "
                                 f"different block sizes ({sizes})")
     if len(groups) == 1:
         bs = sizes[0]
         if prefix_match_unit not in (None, bs) and enable_prefix_caching:
-            raise ValueError(f"Invalid prefix_match_unit={prefix_match_unit}; with a single "
-                             f"KV cache group, prefix-cache hits land on the block size ({bs})")
+            raise KVCacheConfigError(
+                f"Invalid prefix_match_unit={prefix_match_unit}; with a single KV cache group, "
+                f"prefix-cache hits land on the block size ({bs})")
         return bs, bs
     scheduler = math.lcm(*sizes)
     if not enable_prefix_caching or any(
@@ -470,7 +474,7 @@ def resolve_block_sizes(groups: Sequence[LayerKVSpec], *, enable_prefix_caching:
     hashing = [g.block_size for g in groups if g.prefix_cacheable] or sizes
     hash_size = prefix_match_unit if prefix_match_unit is not None else math.gcd(*hashing)
     if any(bs % hash_size for bs in hashing):
-        raise ValueError(f"Invalid prefix_match_unit={hash_size}; prefix-cacheable KV cache "
-                         f"group block sizes must be divisible by it (sizes {sizes}, "
-                         f"prefix-cacheable {hashing})")
+        raise KVCacheConfigError(
+            f"Invalid prefix_match_unit={hash_size}; prefix-cacheable KV cache group block "
+            f"sizes must be divisible by it (sizes {sizes}, prefix-cacheable {hashing})")
     return scheduler, hash_size

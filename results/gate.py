@@ -61,7 +61,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvcheck.errors import KVCheckInputError
 from kvcheck.results.compare import (
     Group,
     MetricChange,
@@ -77,6 +76,7 @@ from kvcheck.results.compare import (
     pair_groups,
     software_differences,
 )
+from kvcheck.results.errors import GateInputError
 from kvcheck.results.gate_kinds import KindMismatchError, check_kinds
 from kvcheck.results.schema import counting_method, is_deterministic
 from kvcheck.results.text import visible
@@ -103,10 +103,6 @@ __all__ = [
 DEFAULT_THRESHOLD = 5.0  # percent
 DEFAULT_ALPHA = 0.01
 DEFAULT_DETERMINISTIC_THRESHOLD = 1.0  # percent, for deterministic counts
-
-
-class GateInputError(KVCheckInputError):
-    """Unusable gate configuration (threshold, floor, waiver); the message names the source."""
 
 
 @dataclass(frozen=True)

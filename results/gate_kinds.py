@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kvcheck.errors import KVCheckInputError
+from kvcheck.results.errors import KindMismatchError
 from kvcheck.results.text import visible
 
 __all__ = ["KindMismatchError", "check_kinds"]
@@ -30,10 +30,6 @@ Loaded = Iterable[tuple[str, dict[str, Any]]]  # (source file, record): compare.
 # How a run writes a record of each kind (the fix names it).
 _WRITTEN_BY = {"conformance": "pytest --kv-impl=X --kv-report=FILE",
                "benchmark": "pytest --kv-impl=X --kv-bench --kv-bench-report=FILE"}
-
-
-class KindMismatchError(KVCheckInputError):
-    """The baseline holds no record of the kind the current records are (exit 2)."""
 
 
 def _kinds(records: list[tuple[str, dict[str, Any]]], name: str | None = None) -> set[str]:

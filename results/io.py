@@ -12,16 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.atomic import write_atomic
-from kvcheck.errors import KVCheckInputError
 from kvcheck.lock import OutputBusyError, OutputLock, acquire_output_lock
+from kvcheck.results.errors import OutputPathError
 from kvcheck.results.schema import dump_lines, validate_record
 
 __all__ = ["OutputPathError", "check_output_path", "lock_output", "write_atomic",
            "write_records"]
-
-
-class OutputPathError(KVCheckInputError):
-    """An output path that cannot (or must not) be written; the message names the fix."""
 
 
 def _same_file(a: Path, b: Path) -> bool:

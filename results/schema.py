@@ -99,6 +99,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kvcheck.errors import KVCheckInputError
+from kvcheck.results.errors import RecordError
 
 __all__ = [
     "COUNTING_METHODS",
@@ -131,10 +132,6 @@ DIRECTIONS = ("lower_is_better", "higher_is_better")
 _KINDS = KINDS  # older private spelling
 _DIRECTIONS = DIRECTIONS
 _NUMBER = (int, float)
-
-
-class RecordError(KVCheckInputError):
-    """A record file or object that does not follow the schema; the message names the field."""
 
 
 def _req(obj: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str,

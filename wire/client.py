@@ -25,17 +25,13 @@ from kvcheck.conformance.protocol import UnsupportedSpec, spec_to_dict
 from kvcheck.errors import KVCheckInputError
 from kvcheck.wire import PROTOCOL_VERSION
 from kvcheck.wire.engine import EngineProcess, EngineProcessError
+from kvcheck.wire.errors import EngineError
 from kvcheck.wire.methods import FACTORIES, METHODS, WireMethod
 from kvcheck.wire.values import WireValueError, batch_to_wire, result_from_wire
 
 __all__ = ["EXEC_PREFIX", "EngineError", "EngineSession", "exec_module", "parse_command"]
 
 EXEC_PREFIX: Final = "exec:"
-
-
-class EngineError(Exception):
-    """The engine answered a call with error code ``internal`` (or an unknown code): it failed,
-    as an in-process adapter raising an exception."""
 
 
 def parse_command(target: str) -> list[str]:

@@ -23,8 +23,8 @@ from typing import Any, Final, NoReturn
 import msgspec
 
 from kvcheck.conformance.call_limit import AdapterTimeout
-from kvcheck.conformance.guard import ProtocolViolation
 from kvcheck.wire import MAX_LINE_BYTES
+from kvcheck.wire.errors import EngineProcessError
 
 __all__ = ["EngineProcess", "EngineProcessError", "exit_text"]
 
@@ -40,12 +40,6 @@ _READ_CHUNK: Final = 1 << 16
 PIPELINE: Final = 256
 _MIB: Final = MAX_LINE_BYTES >> 20
 _MAIN_THREAD: Final = threading.main_thread().ident
-
-
-class EngineProcessError(ProtocolViolation):
-    """The engine process failed a call at the process level: it exited, wrote something that
-    is not one JSON answer with the request's id, or could not be started. The message names
-    the call, what happened, the exit status and the last lines of its standard error."""
 
 
 def exit_text(returncode: int | None) -> str:

@@ -21,17 +21,13 @@ from typing import Any, Final
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView, spec_from_dict, spec_to_dict
 from kvcheck.conformance.sizing_protocol import KVCacheTensorPlan, KVSizingPlan, LayerKVSpec
+from kvcheck.wire.errors import WireValueError
 
 __all__ = ["HASH_FIELDS", "WireValueError", "batch_to_wire", "events_from_wire",
            "param_from_wire", "result_from_wire", "to_wire"]
 
 #: Event fields that hold block hashes (a list, or one hash).
 HASH_FIELDS: Final = ("block_hashes", "parent_block_hash")
-
-
-class WireValueError(ValueError):
-    """A value on the wire does not have the shape its method says (not hex, not an object...);
-    the message names the value."""
 
 
 def to_wire(value: Any) -> Any:
