@@ -1,6 +1,6 @@
-"""Argument types shared by the benchmark command-line tools (``python -m kvcheck.bench.X``:
-``stability``, ``sweep``, ``counted``, ``count_spread``, ``request_speed``,
-``kernel_crosscheck``).
+"""Argument types and the runner shared by the benchmark tools (``kvcheck bench TOOL``, also
+``python -m kvcheck.bench.MODULE``) and the benchmark plugin's options
+(``kvcheck.bench.options`` declares each option once with these types).
 
 Every numeric argument is bounded, and every name is checked, while the command line is
 parsed, so a bad value never reaches the work: no traceback, no hang (``--rounds 1e9``), no
@@ -8,8 +8,8 @@ silent pass (``--tolerance nan`` makes every ``moved > tolerance`` false). A bad
 the command with exit status 2 and one line on stderr naming the argument, the value, the
 bound and the fix::
 
-    python -m kvcheck.bench.stability: error: argument --rounds: 0 is not an int in
-    [1, 1000] (timed pairs per case); Fix: e.g. --rounds 7
+    kvcheck bench stability: error: argument --rounds: 0 is not an int in [1, 10000]
+    (timed pairs per case); Fix: e.g. --rounds 7
 
 The bounds (``MAX_*``) keep the longest legitimate run finite on one machine: an A/A
 stability run of every case at ``MAX_ROUNDS`` pairs and ``MAX_SCALE`` already takes hours.
@@ -21,9 +21,11 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
 from kvcheck.conformance import bounds
+from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "MAX_JOBS",
@@ -35,19 +37,22 @@ __all__ = [
     "MAX_SEED",
     "MAX_WARMUP",
     "BenchArgumentParser",
+    "BenchTool",
     "float_in",
     "impl_error",
     "int_in",
     "name_in",
     "names_in",
+    "run_tool",
     "scale_arg",
     "seed_arg",
 ]
 
-#: Timed pairs (or rounds) per case.
-MAX_ROUNDS = 1000
-#: Untimed warm-up pairs per case.
-MAX_WARMUP = 100
+#: Timed pairs (or rounds) per case, for the tools and the plugin alike: every round's raw
+#: sample goes into the record, and 10^4 rounds of one case already take hours.
+MAX_ROUNDS = 10_000
+#: Untimed warm-up pairs (or rounds) per case.
+MAX_WARMUP = 1_000
 #: Back-to-back runs of every case (``stability --runs``).
 MAX_RUNS = 100
 #: Workload scale: request counts grow linearly with it (default 1; counting: 0.05).
@@ -170,3 +175,36 @@ def seed_arg(example: str = "--seed 0") -> Callable[[str], int]:
 def scale_arg(example: str = "--scale 1") -> Callable[[str], float]:
     """An argparse ``type`` for a workload scale: a finite number in ``(0, MAX_SCALE]``."""
     return float_in(0.0, MAX_SCALE, "request counts scale with it", example, low_open=True)
+
+
+@dataclass(frozen=True)
+class BenchTool:
+    """One benchmark tool: ``kvcheck bench NAME`` (``kvcheck.bench.cli``) and its
+    ``python -m MODULE`` alias run it the same way (``run_tool``).
+
+    ``add_arguments(parser)`` declares its options (the shared ones through
+    ``kvcheck.bench.options``); ``run(args, parser)`` does the work and returns the exit
+    status (0 done, 1 a check failed, 2 unusable input); it may call ``parser.error`` or raise
+    ``KVCheckInputError`` for input found bad after parsing (one line on stderr, exit 2)."""
+
+    name: str
+    module: str
+    summary: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, argparse.ArgumentParser], int]
+
+
+def run_tool(tool: BenchTool, argv: Sequence[str] | None = None,
+             prog: str | None = None) -> int:
+    """Parse ``argv`` (None: ``sys.argv[1:]``) with ``tool``'s options and run it; ``prog``:
+    how the command was spelled (default ``python -m MODULE``). Returns the exit status; a
+    ``KVCheckInputError`` from the work is one line on stderr and status 2, no traceback."""
+    parser = BenchArgumentParser(prog=prog or f"python -m {tool.module}",
+                                 description=tool.summary)
+    tool.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return tool.run(args, parser)
+    except KVCheckInputError as exc:
+        print(f"{parser.prog}: error: {' '.join(impl_error(exc).split())}", file=sys.stderr)
+        return 2

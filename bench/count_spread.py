@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from kvcheck.bench.cli_args import BenchTool, run_tool
+from kvcheck.bench.errors import CountingUnavailable
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
 
 # IMPL_INFO is built on first use (the module's __getattr__), so it is not in __all__.
@@ -91,45 +92,29 @@ def _headline(record: dict[str, Any], case: str, bench: str) -> float | None:
     return None
 
 
-def _parser() -> argparse.ArgumentParser:
-    from kvcheck.bench.cli_args import (
-        MAX_JOBS,
-        MAX_ROUNDS,
-        BenchArgumentParser,
-        float_in,
-        int_in,
-        names_in,
-        scale_arg,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.cli_args import float_in
     from kvcheck.bench.counted import BENCHES, DEFAULT_SCALE
+    from kvcheck.bench.options import (
+        add_benches_option,
+        add_jobs_option,
+        add_scale_option,
+        add_wall_rounds_option,
+    )
 
-    p = BenchArgumentParser(
-        prog="python -m kvcheck.bench.count_spread",
-        description="Run the counted benchmarks twice and print the spread of instruction "
-                    "counts and wall time; then show that the gate catches a slowed reference "
-                    "on counts and passes an unchanged run.")
-    p.add_argument("--bench", type=names_in(BENCHES, "counted benchmark"),
-                   default=list(BENCHES),
-                   help="comma-separated benchmarks: scheduler, hashing, slot_mapping "
-                        "(default: all three)")
-    p.add_argument("--scale", type=scale_arg(f"--scale {DEFAULT_SCALE}"), default=DEFAULT_SCALE,
-                   help=f"benchmark scale (default {DEFAULT_SCALE})")
-    p.add_argument("--jobs", type=int_in(1, MAX_JOBS, "counting children side by side",
-                                         "--jobs 2"), default=2,
-                   help="counting children side by side (default 2)")
-    p.add_argument("--wall-rounds", type=int_in(0, MAX_ROUNDS, "native wall-time rounds per "
-                                                "case", "--wall-rounds 5"), default=5,
-                   help="native wall-time rounds per case and run (default 5)")
-    p.add_argument("--max-spread", type=float_in(0.0, 100.0, "percent",
-                                                 "--max-spread 0.5"), default=0.5,
-                   help="largest acceptable spread of a count between the runs, in percent "
-                        "(default 0.5)")
-    p.add_argument("--no-demo", action="store_true",
-                   help="skip the slowed-reference demonstration")
-    return p
+    add = parser.add_argument
+    add_benches_option(add, BENCHES)
+    add_scale_option(add, default=DEFAULT_SCALE)
+    add_jobs_option(add, default=2, what="counting children side by side")
+    add_wall_rounds_option(add)
+    add("--max-spread", type=float_in(0.0, 100.0, "percent", "--max-spread 0.5"), default=0.5,
+        help="largest acceptable spread of a count between the runs, in percent (default 0.5)")
+    add("--no-demo", action="store_true", help="skip the slowed-reference demonstration")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (1: a spread too large, or the gate demonstration failed; 2:
+    no valgrind)."""
     from kvcheck.bench.counted import (
         count_cases,
         counted_record,
@@ -138,11 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from kvcheck.results.gate import GateConfig, render_gate, run_gate
 
-    args = _parser().parse_args(argv)
     reason = unavailable_reason()
     if reason:
-        print(f"count_spread: {reason}", file=sys.stderr)
-        return 2
+        raise CountingUnavailable(reason)
     cases = default_cases(args.bench, args.scale)
     reference = {"name": "reference", "version": _reference().info.version}
     records, timings = [], []
@@ -194,6 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\ndemonstration: unchanged run {'passes' if unchanged.exit_code == 0 else 'FAILS'}"
           f", slowed reference {'caught' if caught.exit_code == 1 else 'NOT CAUGHT'}")
     return 0 if ok and demo_ok else 1
+
+
+TOOL = BenchTool("spread", "kvcheck.bench.count_spread",
+                 "Run the counted benchmarks twice and print the spread of instruction counts "
+                 "and wall time; then show that the gate catches a slowed reference on counts "
+                 "and passes an unchanged run.", add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.count_spread``: the same as ``kvcheck bench spread``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ Determinism: ``PYTHONHASHSEED=0``, a fixed minimal environment and argument list
 layout depends on them), an empty working folder, a fresh bytecode cache primed natively
 (``_prime``), the benchmark's seeded inputs, GC off inside a round, and one untimed warm-up
 round first (lazy imports, CPython's adaptive specialization). Two runs count the same within
-0.04% (see ``python -m kvcheck.bench.count_spread`` and docs/deterministic-cost.md).
+0.04% (see ``kvcheck bench spread`` and docs/deterministic-cost.md).
 
 Each benchmark's cases run in one child, in order; ``sys.getallocatedblocks()`` after each
 case makes callgrind dump that case's count to a file of its own (``--dump-before`` on its C
@@ -35,7 +35,7 @@ compare across machines of one architecture; the gate compares only the counts o
 records (see ``kvcheck.results.gate``). Valgrind missing: ``CountingUnavailable`` naming
 ``apt-get install valgrind``.
 
-Command line: ``python -m kvcheck.bench.counted --help``.
+Command line: ``kvcheck bench counted --help``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.errors import CountingUnavailable
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
@@ -479,59 +480,42 @@ def counted_record(impl: str, counts: Sequence[CaseCount], *, profile: str = "vl
 
 
 # ----------------------------------------------------------------------------- command line
-def _parser() -> argparse.ArgumentParser:
-    from kvcheck.bench.cli_args import (
-        MAX_JOBS,
-        MAX_ROUNDS,
-        BenchArgumentParser,
-        int_in,
-        name_in,
-        names_in,
-        scale_arg,
-        seed_arg,
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.cli_args import name_in
+    from kvcheck.bench.options import (
+        add_benches_option,
+        add_impl_option,
+        add_jobs_option,
+        add_report_option,
+        add_scale_option,
+        add_seed_option,
+        add_wall_rounds_option,
     )
     from kvcheck.conformance.protocol import PROFILES
 
-    p = BenchArgumentParser(
-        prog="python -m kvcheck.bench.counted",
-        description="Count the instructions each allocator benchmark case executes inside "
-                    "its measured region (callgrind), and write them, beside natively "
-                    "measured wall time, as a benchmark record for `kvcheck gate`.")
-    p.add_argument("--impl", default="reference",
-                   help="the implementation, as --kv-impl takes it (default: reference)")
-    p.add_argument("--bench", type=names_in(BENCHES, "counted benchmark"),
-                   default=list(BENCHES),
-                   help="comma-separated benchmarks to count: scheduler, hashing, "
-                        "slot_mapping (default: all three)")
-    p.add_argument("--case", action="append", default=[],
-                   help="only this case (scenario, hash algorithm); repeatable "
-                        "(default: every case of the chosen benchmarks)")
-    p.add_argument("--scale", type=scale_arg(f"--scale {DEFAULT_SCALE}"), default=DEFAULT_SCALE,
-                   help=f"benchmark scale (request counts; default {DEFAULT_SCALE}: counting "
-                        "runs ~50x slower than natively)")
-    p.add_argument("--seed", type=seed_arg(), default=0, help="workload seed (default 0)")
-    p.add_argument("--jobs", type=int_in(1, MAX_JOBS, "cases counted side by side",
-                                         "--jobs 1"), default=1,
-                   help="cases counted side by side (default 1; counts do not depend on load)")
-    p.add_argument("--wall-rounds", type=int_in(0, MAX_ROUNDS, "native wall-time rounds per "
-                                                "case", "--wall-rounds 5"), default=5,
-                   help="native wall-time rounds per case recorded beside the counts "
-                        "(default 5; 0: counts only)")
-    p.add_argument("--profile", default="vllm-0.33",
-                   type=name_in(PROFILES, "profile"),
-                   help="profile written into the record (default vllm-0.33)")
-    p.add_argument("--no-reference", action="store_true",
-                   help="do not also count the reference (by default an implementation's "
-                        "counts are recorded with the reference's and their ratio)")
-    p.add_argument("--report", type=Path, default=None,
-                   help="write the benchmark record (JSON Lines) to this file")
-    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--prime", default=None, help=argparse.SUPPRESS)
-    return p
+    add = parser.add_argument
+    add_impl_option(add)
+    add_benches_option(add, BENCHES)
+    add("--case", action="append", default=[],
+        help="only this case (scenario, hash algorithm); repeatable (default: every case of "
+             "the chosen benchmarks)")
+    add_scale_option(add, default=DEFAULT_SCALE, note="counting runs ~50x slower than natively")
+    add_seed_option(add)
+    add_jobs_option(add, default=1, what="cases counted side by side (counts do not depend "
+                                         "on load)")
+    add_wall_rounds_option(add)
+    add("--profile", default="vllm-0.33", type=name_in(PROFILES, "profile"),
+        help="profile written into the record (default vllm-0.33)")
+    add("--no-reference", action="store_true",
+        help="do not also count the reference (by default an implementation's counts are "
+             "recorded with the reference's and their ratio)")
+    add_report_option(add, what="the benchmark record, for kvcheck gate,", as_path=True)
+    add("--child", default=None, help=argparse.SUPPRESS)
+    add("--prime", default=None, help=argparse.SUPPRESS)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (2: bad input or no valgrind, named on one line)."""
     if args.prime is not None:
         _child(json.loads(args.prime), prime_only=True)
         return 0
@@ -543,31 +527,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.case:
         unknown = sorted(set(args.case) - {c.case for c in cases})
         if unknown:
-            print(f"kvcheck count: --case {unknown[0]!r}: no case of --bench "
-                  f"{','.join(args.bench)} has that name; Fix: use one of "
-                  f"{', '.join(sorted({c.case for c in cases}))}", file=sys.stderr)
-            return 2
+            raise KVCheckInputError(
+                f"--case {unknown[0]!r}: no case of --bench {','.join(args.bench)} has that "
+                f"name; Fix: use one of {', '.join(sorted({c.case for c in cases}))}")
         cases = [c for c in cases if c.case in args.case]
     if args.report is not None:
-        from kvcheck.results.io import OutputPathError, check_output_path
+        from kvcheck.results.io import check_output_path
 
-        try:
-            check_output_path(args.report, "--report", example="counted.jsonl")
-        except OutputPathError as exc:
-            print(f"kvcheck count: {exc}", file=sys.stderr)
-            return 2
+        check_output_path(args.report, "--report", example="counted.jsonl")
     reason = unavailable_reason()
     if reason:
-        print(f"kvcheck count: {reason}", file=sys.stderr)
-        return 2
-    from kvcheck.bench.cli_args import impl_error
+        raise CountingUnavailable(reason)
     from kvcheck.conformance.loader import load_impl
 
-    try:  # here, not in the counting children: a bad --impl is one line, not their traceback
-        load_impl(args.impl, call_timeout=None)
-    except KVCheckInputError as exc:
-        print(f"kvcheck count: {impl_error(exc)}", file=sys.stderr)
-        return 2
+    # Here, not in the counting children: a bad --impl is one line, not their traceback.
+    load_impl(args.impl, call_timeout=None)
     start = time.perf_counter()
     counts = count_cases(cases, args.impl, jobs=args.jobs)
     reference = [] if args.impl == "reference" or args.no_reference else count_cases(
@@ -584,9 +558,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = counted_record(args.impl, counts, profile=args.profile,
                                 wall_rounds=args.wall_rounds, reference=reference)
         write_records(args.report, [record])
-        print(f"kvcheck count: record written to {args.report}")
-    print(f"kvcheck count: {len(counts)} case(s) in {time.perf_counter() - start:.1f} s")
+        print(f"{parser.prog}: record written to {args.report}")
+    print(f"{parser.prog}: {len(counts)} case(s) in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+TOOL = BenchTool("counted", "kvcheck.bench.counted",
+                 "Count the instructions each allocator benchmark case executes inside its "
+                 "measured region (callgrind), and write them, beside natively measured wall "
+                 "time, as a benchmark record for `kvcheck gate`.", add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.counted``: the same as ``kvcheck bench counted``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

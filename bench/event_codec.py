@@ -1,6 +1,6 @@
 """kvcheck's event codec against vLLM's own, on the same batches: paired, interleaved ratios.
 
-    python -m kvcheck.bench.event_codec [--batches N] [--pairs P] [--seed S]
+    kvcheck bench event-codec [--batches N] [--pairs P] [--seed S]
 
 Needs vLLM installed (CI's vLLM stages; ``scripts/vllm-cpu-env.sh``). The batches are the
 reference's (``kvcheck.events.workload.random_batches``) in the installed release's form, in
@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.events.codec import decode_batch, encode_batch
 
 __all__ = ["main", "measure"]
@@ -142,19 +143,23 @@ def _engine_rate(batches: int, seed: int) -> tuple[float, float]:
     return len(steps) / engine, len(steps) / encode
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.event_codec",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=int, default=2000, help="batches per round")
-    parser.add_argument("--pairs", type=int, default=12, help="interleaved pairs per figure")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.batches < 1 or args.pairs < 2:
-        parser.error("--batches must be >= 1 and --pairs >= 2")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.cli_args import int_in
+    from kvcheck.bench.options import add_rounds_option, add_seed_option
+
+    add = parser.add_argument
+    add("--batches", type=int_in(1, 1_000_000, "batches per round", "--batches 2000"),
+        default=2000, metavar="N", help="batches per round (default 2000)")
+    add_rounds_option(add, default=12, per="figure", name="pairs", low=2)
+    add_seed_option(add)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (2: no vLLM to compare with)."""
     try:
         rows = measure(args.batches, args.pairs, args.seed)
     except ImportError as error:
-        print(f"kvcheck.bench.event_codec: needs vLLM installed ({error})", file=sys.stderr)
+        print(f"{parser.prog}: needs vLLM installed ({error})", file=sys.stderr)
         return 2
     print(f"kvcheck / vLLM time per {args.batches} batches, median of {args.pairs} "
           "interleaved pairs (below 1: kvcheck faster)")
@@ -165,6 +170,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  publish rate: the reference makes {engine:,.0f} steps/s with events on; "
           f"encode_batch encodes {encode:,.0f} batches/s ({encode / engine:.0f}x headroom)")
     return 0
+
+
+TOOL = BenchTool("event-codec", "kvcheck.bench.event_codec", __doc__.split("\n\n")[0],
+                 add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.event_codec``: the same as ``kvcheck bench event-codec``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

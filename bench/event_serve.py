@@ -1,10 +1,10 @@
-"""``python -m kvcheck.bench.event_serve``: any implementation's KV events over a workload,
+"""``kvcheck bench event-serve``: any implementation's KV events over a workload,
 published as vLLM's ``ZmqEventPublisher`` publishes them (``kvcheck events serve``'s
 publisher, options and faults; that command serves the reference's own random engine).
 
-    python -m kvcheck.bench.event_serve --workload eviction_pressure --kv-impl my.adapter
-    python -m kvcheck.bench.event_serve --workload trace:prod.jsonl --replay-endpoint 'tcp://*:5558'
-    python -m kvcheck.bench.event_serve --workload trace:corpus.cbor.xz --trace t07-mixed-bs2-events
+    kvcheck bench event-serve --workload eviction_pressure --kv-impl my.adapter
+    kvcheck bench event-serve --workload trace:prod.jsonl --replay-endpoint 'tcp://*:5558'
+    kvcheck bench event-serve --workload trace:corpus.cbor.xz --trace t07-mixed-bs2-events
 
 The workload is a built-in scenario or a request trace run through kvcheck's scheduler loop
 (``bench.scheduler.iter_steps``, as ``--kv-bench-workload``), or one trace of a recorded corpus
@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvcheck.bench.allocator import workload_spec
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.recorded_bench import (
     RecordedRun,
     decode_trace,
@@ -40,7 +41,6 @@ from kvcheck.plugin.events_cli import add_serve_options, run_serve
 
 __all__ = ["impl_source", "main", "wire_route"]
 
-_COMMAND = "python -m kvcheck.bench.event_serve"
 
 
 def wire_route(impl: Any, int_hashes: bool | None) -> bool | None:
@@ -147,11 +147,7 @@ def _source(args: argparse.Namespace) -> tuple[BatchSource, str]:
     return source, f"{impl.name} on {args.workload}{trace}, {how}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; returns the exit status (0 published, 2 unusable input)."""
-    parser = argparse.ArgumentParser(
-        prog=_COMMAND, description="Run a workload through an implementation and publish its "
-        "KV events with vLLM's frames, sequence numbers and replay socket (docs/events.md).")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", required=True, metavar="SCENARIO|trace:FILE",
                         help="a built-in scenario (as --kv-bench-workload), trace:FILE.jsonl "
                              "a request trace, trace:CORPUS.cbor.xz a recorded corpus")
@@ -165,17 +161,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES) instead of publishing its own take_event_batch "
         "bytes (default: its bytes under event_wire, else int)",
         batches_help="publish at most N batches (default: all the workload's)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (0 published, 2 unusable input)."""
     try:
         source, described = _source(args)
     except KVCheckError as error:
-        print(f"{_COMMAND}: {error}", file=sys.stderr)
+        print(f"{parser.prog}: {error}", file=sys.stderr)
         return 2
     except ImportError as error:
-        print(f"{_COMMAND}: needs the events extra ({error.name or error}): pip install "
+        print(f"{parser.prog}: needs the events extra ({error.name or error}): pip install "
               "'kvcheck[events]'", file=sys.stderr)
         return 2
-    return run_serve(args, source, described, batches=args.batches, command=_COMMAND)
+    return run_serve(args, source, described, batches=args.batches, command=parser.prog)
+
+
+TOOL = BenchTool("event-serve", "kvcheck.bench.event_serve",
+                 "Run a workload through an implementation and publish its KV events with "
+                 "vLLM's frames, sequence numbers and replay socket (docs/events.md).",
+                 add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.event_serve``: the same as ``kvcheck bench event-serve``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """kvcheck's Triton kernels against vLLM's own Triton kernels, on identical inputs.
 
-``python -m kvcheck.bench.kernel_crosscheck`` runs the ``kvcheck_triton`` and ``vllm`` kernel
+``kvcheck bench kernels`` runs the ``kvcheck_triton`` and ``vllm`` kernel
 providers of the benchmarks (the very calls the kernel benchmarks time, so the cross-check also
 proves the benchmark's calling convention) on small cases: vLLM's
 ``triton_reshape_and_cache_flash`` against ``store_kv_cache`` (the caches must then hold the
@@ -25,6 +25,7 @@ On a GPU nothing is patched. The benchmarks then time both providers side by sid
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import os
@@ -33,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.kernel_inputs import KERNEL_OPS, KernelBenchCase
 from kvcheck.errors import KVCheckError
 
@@ -150,7 +152,7 @@ def crosscheck(cases: Sequence[KernelBenchCase] = CROSSCHECK_CASES,
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and not _interpreted():
         raise KVCheckError("kernels on the CPU need TRITON_INTERPRET=1 set before Triton is "
-                           "imported (python -m kvcheck.bench.kernel_crosscheck sets it)")
+                           "imported (kvcheck bench kernels sets it)")
     ours = make_provider("kvcheck_triton")
     theirs = make_provider("vllm")
     triton_store = _has_triton_store()
@@ -199,18 +201,16 @@ def _prepare_environment() -> None:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from kvcheck.bench.cli_args import BenchArgumentParser
-
-    parser = BenchArgumentParser(
-        prog="python -m kvcheck.bench.kernel_crosscheck",
-        description="kvcheck's Triton kernels vs vLLM's Triton kernels on identical inputs.")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--op", choices=KERNEL_OPS, action="append",
                         help="only this op (repeatable); default: every op")
     parser.add_argument("--allow-missing", action="append", default=[], choices=KERNEL_OPS,
                         help="an op the installed vLLM does not ship as a Triton kernel "
                              "(vLLM 0.10.2: store_kv_cache) is reported, not failed")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (1: a case disagrees; 2: nothing compared)."""
     unselected = sorted(set(args.allow_missing) - set(args.op or KERNEL_OPS))
     if unselected:  # it would allow nothing: a typo for another op, most likely
         parser.error(f"argument --allow-missing: {', '.join(unselected)} is not among the ops "
@@ -243,6 +243,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if counts["DISAGREE"]:
         return 1
     return 0 if counts["agree"] else 2  # nothing compared is not a pass
+
+
+TOOL = BenchTool("kernels", "kvcheck.bench.kernel_crosscheck",
+                 "kvcheck's Triton kernels vs vLLM's Triton kernels on identical inputs.",
+                 add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.kernel_crosscheck``: the same as ``kvcheck bench kernels``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

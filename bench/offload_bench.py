@@ -3,9 +3,9 @@ second on a scheduler-like stream, paired with kvcheck's reference tier on the s
 
 ::
 
-    python -m kvcheck.bench.offload_bench                        # reference against itself
-    python -m kvcheck.bench.offload_bench --impl vllm --policy arc --rounds 9
-    python -m kvcheck.bench.offload_bench --impl mypkg.tier --scale 0.5 --tier-fraction 0.1
+    kvcheck bench offload                        # reference against itself
+    kvcheck bench offload --impl vllm --policy arc --rounds 9
+    kvcheck bench offload --impl mypkg.tier --scale 0.5 --tier-fraction 0.1
 
 The stream (``make_offload_workload``, seeded: the same keys for every policy and every
 implementation): 32 documents of 8-64 blocks with Zipf-like popularity; each request reads the
@@ -38,6 +38,7 @@ the command says so; the ``offload`` area says which answer is wrong).
 
 from __future__ import annotations
 
+import argparse
 import gc
 import hashlib
 import sys
@@ -47,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from kvcheck.bench.allocator import RoundBench, per_round
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.metrics import Metric, PairedRatio, per_s
 from kvcheck.bench.workloads import Draws, scaled_count
 from kvcheck.conformance.offload_protocol import OffloadingManagerAdapter, OffloadSpec
@@ -343,50 +345,38 @@ def _print_policy(impl_name: str, workload: OffloadWorkload, metrics: list[Metri
               f"coverage; above 1: {a_name} is faster", flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; returns the exit status (2: a bad argument or an
-    implementation without an offload tier, named on one line)."""
-    from kvcheck.bench.cli_args import (
-        MAX_ROUNDS,
-        MAX_WARMUP,
-        BenchArgumentParser,
-        float_in,
-        impl_error,
-        int_in,
-        names_in,
-        scale_arg,
-        seed_arg,
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.cli_args import float_in, names_in
+    from kvcheck.bench.options import (
+        add_impl_option,
+        add_rounds_option,
+        add_scale_option,
+        add_seed_option,
+        add_warmup_option,
     )
 
-    parser = BenchArgumentParser(prog="python -m kvcheck.bench.offload_bench",
-                                 description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impl", default="reference", help="--kv-impl target declaring "
-                        "capability 'offload' (default: reference, an A/A run)")
-    parser.add_argument("--policy", type=names_in(POLICIES, "cache policy"),
-                        default=list(POLICIES),
-                        help="cache policies to time, comma-separated (default: lru,arc)")
-    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS, "timed pairs per policy",
-                                                 "--rounds 9"), default=9)
-    parser.add_argument("--warmup", type=int_in(0, MAX_WARMUP, "untimed pairs per policy",
-                                                 "--warmup 1"), default=1)
-    parser.add_argument("--scale", type=scale_arg("--scale 1"), default=1.0,
-                        help="requests: 400 x scale (default 1)")
-    parser.add_argument("--seed", type=seed_arg(), default=0)
-    parser.add_argument("--tier-fraction", type=float_in(
+    add = parser.add_argument
+    add_impl_option(add, note="an A/A run; it declares capability 'offload'")
+    add("--policy", type=names_in(POLICIES, "cache policy"), default=list(POLICIES),
+        help="cache policies to time, comma-separated (default: lru,arc)")
+    add_rounds_option(add, default=9, per="policy")
+    add_warmup_option(add, default=1, per="policy")
+    add_scale_option(add, note="400 requests")
+    add_seed_option(add)
+    add("--tier-fraction", type=float_in(
         0.0, 1.0, "the tier's share of the stream's distinct keys", "--tier-fraction 0.25",
         low_open=True), default=DEFAULT_TIER_FRACTION,
         help="the tier's size as a share of the distinct keys (default 0.25: it evicts)")
-    args = parser.parse_args(argv)
 
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (2: a bad argument or an implementation without an offload
+    tier, named on one line; or no policy measured)."""
     from kvcheck.conformance.loader import load_impl
     from kvcheck.conformance.protocol import UnsupportedSpec
 
-    try:
-        impl = load_impl(args.impl, call_timeout=None)
-        reference = load_impl("reference", call_timeout=None)
-    except KVCheckInputError as exc:
-        print(f"{parser.prog}: error: {impl_error(exc)}", file=sys.stderr)
-        return 2
+    impl = load_impl(args.impl, call_timeout=None)
+    reference = load_impl("reference", call_timeout=None)
     if not impl.has("offload"):
         print(f"{parser.prog}: error: --impl {args.impl}: {impl.name} does not declare "
               "capability 'offload' (IMPL_INFO.capabilities); Fix: name a module that defines "
@@ -412,6 +402,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"policy {policy}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
         measured += 1
     return 0 if measured else 2
+
+
+TOOL = BenchTool("offload", "kvcheck.bench.offload_bench", __doc__.split("\n\n")[0],
+                 add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.offload_bench``: the same as ``kvcheck bench offload``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

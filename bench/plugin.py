@@ -33,7 +33,15 @@ from typing import Any
 
 import pytest
 
-from kvcheck.bench.cli_args import MAX_SCALE, float_in, int_in, scale_arg, seed_arg
+from kvcheck.bench.cli_args import float_in
+from kvcheck.bench.options import (
+    PLUGIN_PREFIX,
+    add_report_option,
+    add_rounds_option,
+    add_scale_option,
+    add_seed_option,
+    add_warmup_option,
+)
 from kvcheck.bench.session import BenchOptions, BenchSession
 from kvcheck.errors import KVCheckInputError
 from kvcheck.plugin.hooks import add_hookspecs
@@ -44,76 +52,42 @@ _BENCH_DIR = Path(__file__).resolve().parent
 _PB_COLUMNS = ["min", "median", "iqr", "max", "rounds"]
 
 
-# The numeric options are bounded at parse time (exit 4, naming the bound), with the argument
-# types the benchmark commands use (kvcheck.bench.cli_args): the same scale and seed bounds.
-#: Every round's raw sample goes into the record (and an allocator round replays a whole
-#: workload): 10^4 rounds, or warm-up rounds, per benchmark is hours already.
-_MAX_ROUNDS = 10_000
+# The numeric options are bounded at parse time (exit 4, naming the bound); the options the
+# tools share are declared once, in kvcheck.bench.options, with the tools' bounds.
 #: 100 TB/s, over ten times today's fastest HBM.
 _MAX_PEAK_GBPS = 100_000.0
-
-_scale = scale_arg("--kv-bench-scale=1")
-_seed = seed_arg("--kv-bench-seed=0")
-_rounds = int_in(1, _MAX_ROUNDS, "timed rounds per benchmark", "--kv-bench-rounds=5")
-_warmup = int_in(0, _MAX_ROUNDS, "warm-up rounds per benchmark", "--kv-bench-warmup=1")
 _peak_gbps = float_in(0.0, _MAX_PEAK_GBPS, "GB/s of DRAM bandwidth", "--kv-bench-peak-gbps=4800",
                       low_open=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvcheck-bench", "kvcheck benchmarks (needs pytest-benchmark)")
-    group.addoption(
-        "--kv-bench", action="store_true", default=False,
+    add = group.addoption
+    add("--kv-bench", action="store_true", default=False,
         help="run kvcheck's benchmarks (with no test paths: the installed kvcheck.bench suite) "
-             "against --kv-impl; allocator benchmarks on the CPU, kernel benchmarks on CUDA",
-    )
-    group.addoption(
-        "--kv-bench-scale", type=_scale, default=1.0, metavar="F",
-        help=f"multiply the allocator workloads' request counts by F, 0 < F <= {MAX_SCALE:g} "
-             "(default "
-             "1.0: the whole run takes well under a minute on 2 cores with the reference)",
-    )
-    group.addoption(
-        "--kv-bench-seed", type=_seed, default=0, metavar="N",
-        help="workload seed, 0 to 2^63 - 1 (default 0); the same seed gives the same traces "
-             "everywhere",
-    )
-    group.addoption(
-        "--kv-bench-rounds", type=_rounds, default=None, metavar="N",
-        help="timed rounds per benchmark, 1 to 10^4 (default: 5 allocator, 30 CUDA kernel, 3 "
-             "CPU kernel)",
-    )
-    group.addoption(
-        "--kv-bench-warmup", type=_warmup, default=None, metavar="N",
-        help="untimed warm-up rounds per benchmark, 0 to 10^4 (default: 1 allocator, 5 CUDA "
-             "kernel)",
-    )
-    group.addoption(
-        "--kv-bench-device", choices=("auto", "cuda", "cpu"), default="auto",
+             "against --kv-impl; allocator benchmarks on the CPU, kernel benchmarks on CUDA")
+    add_scale_option(add, prefix=PLUGIN_PREFIX, note="the allocator workloads; the whole run "
+                     "takes well under a minute on 2 cores with the reference")
+    add_seed_option(add, prefix=PLUGIN_PREFIX)
+    add_rounds_option(add, default=None, per="benchmark", unit="rounds", prefix=PLUGIN_PREFIX,
+                      default_text="5 allocator, 30 CUDA kernel, 3 CPU kernel")
+    add_warmup_option(add, default=None, per="benchmark", unit="rounds", prefix=PLUGIN_PREFIX,
+                      default_text="1 allocator, 5 CUDA kernel")
+    add("--kv-bench-device", choices=("auto", "cuda", "cpu"), default="auto",
         help="kernel benchmarks' device: auto (CUDA if present, else skipped), cuda, or cpu "
-             "(times only the torch references, labelled cpu)",
-    )
-    group.addoption(
-        "--kv-bench-l2", choices=("cold", "warm"), default="cold",
-        help="L2 before each timed kernel call: cold (flushed, the default) or warm; recorded",
-    )
-    group.addoption(
-        "--kv-bench-peak-gbps", type=_peak_gbps, default=None, metavar="GBPS",
+             "(times only the torch references, labelled cpu)")
+    add("--kv-bench-l2", choices=("cold", "warm"), default="cold",
+        help="L2 before each timed kernel call: cold (flushed, the default) or warm; recorded")
+    add("--kv-bench-peak-gbps", type=_peak_gbps, default=None, metavar="GBPS",
         help="theoretical DRAM bandwidth to report %% of peak against, at most 10^5 (default: "
-             "from the driver's memory clock and bus width)",
-    )
-    group.addoption(
-        "--kv-bench-workload", action="append", default=[], metavar="NAME|trace:PATH",
+             "from the driver's memory clock and bus width)")
+    add("--kv-bench-workload", action="append", default=[], metavar="NAME|trace:PATH",
         help="time the scheduler benchmark (test_scheduler) on this workload instead of the "
              "built-in scenarios: a scenario name, or trace:PATH for a request trace file "
-             "(JSON Lines: explicit tokens, Mooncake-style hash_ids, or lengths; see python "
-             "-m kvcheck.bench.trace_workload --help); repeat for several",
-    )
-    group.addoption(
-        "--kv-bench-report", default=None, metavar="PATH",
-        help="write kvcheck result records (JSON Lines, one per implementation / kernel "
-             "provider) with raw samples and the full environment, atomically",
-    )
+             "(JSON Lines: explicit tokens, Mooncake-style hash_ids, or lengths; see kvcheck "
+             "bench trace --help); repeat for several")
+    add_report_option(add, prefix=PLUGIN_PREFIX, what="one record per implementation / kernel "
+                      "provider, with raw samples and the full environment,")
 
 
 def _options(config: pytest.Config) -> BenchOptions:

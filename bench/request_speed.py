@@ -2,8 +2,8 @@
 
 ::
 
-    python -m kvcheck.bench.request_speed                 # the reference alone
-    envs/vllm-0.33/venv/bin/python -m kvcheck.bench.request_speed   # beside vLLM's Request
+    kvcheck bench request-speed                 # the reference alone
+    envs/vllm-0.33/venv/bin/kvcheck bench request-speed   # beside vLLM's Request
 
 Both sides build the same ``RequestView`` prompts through their adapter's own factory (the one
 their request sync calls), block hasher included (both hash a prompt's full blocks on
@@ -14,11 +14,13 @@ the reference builds faster).
 
 from __future__ import annotations
 
+import argparse
 import gc
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.paired import abba_first, paired_ratio
 from kvcheck.bench.workloads import Draws
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
@@ -67,27 +69,22 @@ def time_construction(make: Factory, views: Sequence[RequestView]) -> float:
             gc.enable()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from kvcheck.bench.cli_args import (
-        MAX_REQUESTS,
-        MAX_ROUNDS,
-        BenchArgumentParser,
-        int_in,
-        name_in,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.cli_args import MAX_REQUESTS, int_in, name_in
+    from kvcheck.bench.options import add_rounds_option
     from kvcheck.conformance.protocol import HASH_ALGOS
 
-    parser = BenchArgumentParser(prog="python -m kvcheck.bench.request_speed")
-    parser.add_argument("--requests", type=int_in(1, MAX_REQUESTS, "requests built per round",
-                                                   "--requests 200"), default=200)
+    add = parser.add_argument
+    add("--requests", type=int_in(1, MAX_REQUESTS, "requests built per round", "--requests 200"),
+        default=200)
     # A request of more tokens than kvcheck replay accepts is no request anyone schedules.
-    parser.add_argument("--prompt-tokens", type=int_in(1, 1 << 20, "tokens per prompt",
-                                                        "--prompt-tokens 1024"), default=1024)
-    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS, "timed rounds per side",
-                                                 "--rounds 9"), default=9)
-    parser.add_argument("--hash-algo", type=name_in(HASH_ALGOS, "hash algorithm"),
-                        default="sha256")
-    args = parser.parse_args(argv)
+    add("--prompt-tokens", type=int_in(1, 1 << 20, "tokens per prompt", "--prompt-tokens 1024"),
+        default=1024)
+    add_rounds_option(add, default=9, per="side", unit="rounds")
+    add("--hash-algo", type=name_in(HASH_ALGOS, "hash algorithm"), default="sha256")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.requests * args.prompt_tokens > _MAX_ROUND_TOKENS:
         parser.error(f"argument --requests: {args.requests} requests of {args.prompt_tokens} "
                      f"tokens hold more than {_MAX_ROUND_TOKENS} tokens per round; Fix: fewer "
@@ -118,6 +115,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"reference / vllm time: {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] "
                   f"({r.confidence:.0%}); below 1: the reference builds faster")
     return 0
+
+
+TOOL = BenchTool("request-speed", "kvcheck.bench.request_speed", __doc__.split("\n\n")[0],
+                 add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.request_speed``: the same as ``kvcheck bench request-speed``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 ::
 
-    python -m kvcheck.bench.stability                       # reference against itself (A/A)
-    python -m kvcheck.bench.stability --impl vllm --layers  # vLLM 0.33 against the reference
-    python -m kvcheck.bench.stability --impl mypkg.adapter --rounds 9 --scale 0.5
+    kvcheck bench stability                       # reference against itself (A/A)
+    kvcheck bench stability --impl vllm --layers  # vLLM 0.33 against the reference
+    kvcheck bench stability --impl mypkg.adapter --rounds 9 --scale 0.5
 
 Each run measures every scheduler scenario and every hashing algorithm the implementation
 lists, interleaved with the reference on the same inputs (``kvcheck.bench.paired``: rounds
@@ -37,6 +37,7 @@ run, how far the protocol-level ratio is from the manager-level one
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 import sys
@@ -47,13 +48,13 @@ from functools import partial
 from typing import Any
 
 from kvcheck.bench.allocator import HashingBench, RoundBench, SchedulerBench, workload_spec
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.metrics import Metric, PairedRatio, percentile
 from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
 from kvcheck.bench.paired import PairedBench
 from kvcheck.bench.trace_workload import resolve_workload as _resolve_uncached
 from kvcheck.bench.trace_workload import scheduler_bench_maker
 from kvcheck.bench.workloads import SCENARIOS, Workload
-from kvcheck.errors import KVCheckInputError
 
 __all__ = ["LEVELS", "CaseRatio", "adaptive_rounds", "main", "measure_cases", "moved",
            "protocol_layer_share", "stability_records"]
@@ -317,74 +318,52 @@ def stability_records(impl: Any, reference: Any, runs: Sequence[Sequence[CaseRat
     return records
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; returns the exit status (1: a ratio moved too far; 2: bad
-    input, named on one line, or ``--level manager`` and a side without the hook)."""
-    try:
-        return _main(argv)
-    except KVCheckInputError as exc:
-        print(f"error: {exc}")
-        return 2
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    from kvcheck.bench.cli_args import (
-        MAX_MIN_TIME_S,
-        MAX_ROUNDS,
-        MAX_RUNS,
-        MAX_WARMUP,
-        BenchArgumentParser,
-        float_in,
-        int_in,
-        name_in,
-        scale_arg,
-        seed_arg,
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.cli_args import MAX_MIN_TIME_S, MAX_RUNS, float_in, int_in, name_in
+    from kvcheck.bench.options import (
+        add_impl_option,
+        add_report_option,
+        add_rounds_option,
+        add_scale_option,
+        add_seed_option,
+        add_warmup_option,
     )
     from kvcheck.conformance.protocol import HASH_ALGOS
 
-    parser = BenchArgumentParser(prog="python -m kvcheck.bench.stability",
-                                 description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impl", default="reference", help="--kv-impl target (default: "
-                        "reference, i.e. an A/A run whose ratios should all be 1)")
-    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS, "timed pairs per case",
-                                                 "--rounds 7"),
-                        default=7, help="timed pairs per case")
-    parser.add_argument("--warmup", type=int_in(0, MAX_WARMUP, "untimed pairs per case",
-                                                 "--warmup 1"),
-                        default=1, help="untimed pairs per case")
-    parser.add_argument("--scale", type=scale_arg(), default=1.0)
-    parser.add_argument("--seed", type=seed_arg(), default=0)
-    parser.add_argument("--runs", type=int_in(0, MAX_RUNS, "back-to-back runs; 0: only "
-                                              "--layers", "--runs 2"), default=2)
-    parser.add_argument("--scenarios", nargs="*", default=None,
-                        help=f"subset of {', '.join(SCENARIOS)}, or trace:PATH (a request "
-                        "trace or a recorded corpus, as --kv-bench-workload)")
-    parser.add_argument("--hash-algos", nargs="*", default=None,
-                        type=name_in(HASH_ALGOS, "hash algorithm"),
-                        help="hashing cases to time (default: every algorithm both list; "
-                        "none given: no hashing case)")
-    parser.add_argument("--tolerance", type=float_in(0.0, 1000.0, "the largest acceptable "
-                                                      "move, a fraction", "--tolerance 0.1"),
-                        default=0.10)
-    parser.add_argument("--min-time", type=float_in(0.0, MAX_MIN_TIME_S, "seconds of pairs "
-                                                     "per case", "--min-time 2"),
-                        default=2.0, metavar="S",
-                        help="time at least S seconds of pairs per case (estimated from the "
-                        "warm-up pairs; default 2): short cases get more than --rounds pairs")
-    parser.add_argument("--max-rounds", type=int_in(1, MAX_ROUNDS, "most timed pairs per "
-                                                     "case", "--max-rounds 60"),
-                        default=60,
-                        help="most timed pairs per case with --min-time (default 60)")
-    parser.add_argument("--report", default=None, metavar="PATH",
-                        help="write result records (JSON Lines, atomically): every case's "
-                        "headline samples, paired ratios per run and moves, and the "
-                        "environment")
-    parser.add_argument("--layers", action="store_true",
-                        help="also print the harness floor and protocol-layer shares")
-    parser.add_argument("--level", choices=list(LEVELS), default="protocol",
-                        help="time scheduler scenarios through the adapter protocol, on the "
-                        "engine's own objects (make_native_manager hook), or both")
-    args = parser.parse_args(argv)
+    add = parser.add_argument
+    add_impl_option(add, note="an A/A run, whose ratios should all be 1")
+    add_rounds_option(add, default=7, per="case")
+    add_warmup_option(add, default=1, per="case")
+    add_scale_option(add)
+    add_seed_option(add)
+    add("--runs", type=int_in(0, MAX_RUNS, "back-to-back runs; 0: only --layers", "--runs 2"),
+        default=2)
+    add("--scenarios", nargs="*", default=None,
+        help=f"subset of {', '.join(SCENARIOS)}, or trace:PATH (a request trace or a recorded "
+             "corpus, as --kv-bench-workload)")
+    add("--hash-algos", nargs="*", default=None, type=name_in(HASH_ALGOS, "hash algorithm"),
+        help="hashing cases to time (default: every algorithm both list; none given: no "
+             "hashing case)")
+    add("--tolerance", type=float_in(0.0, 1000.0, "the largest acceptable move, a fraction",
+                                     "--tolerance 0.1"), default=0.10)
+    add("--min-time", type=float_in(0.0, MAX_MIN_TIME_S, "seconds of pairs per case",
+                                    "--min-time 2"), default=2.0, metavar="S",
+        help="time at least S seconds of pairs per case (estimated from the warm-up pairs; "
+             "default 2): short cases get more than --rounds pairs")
+    add_rounds_option(add, default=60, per="case with --min-time", name="max-rounds",
+                      unit="most timed pairs")
+    add_report_option(add, what="every case's headline samples, paired ratios per run and "
+                                "moves, and the environment,")
+    add("--layers", action="store_true",
+        help="also print the harness floor and protocol-layer shares")
+    add("--level", choices=list(LEVELS), default="protocol",
+        help="time scheduler scenarios through the adapter protocol, on the engine's own "
+             "objects (make_native_manager hook), or both")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (1: a ratio moved too far; 2: bad input, named on one line,
+    or ``--level manager`` and a side without the hook)."""
     if args.runs == 0 and not args.layers:
         parser.error("argument --runs: 0 runs measure nothing without --layers; Fix: e.g. "
                      "--runs 2, or add --layers")
@@ -454,6 +433,15 @@ def _main(argv: Sequence[str] | None) -> int:
         write_records(args.report, records)
         print(f"wrote {len(records)} records to {args.report}")
     return 1 if worst > args.tolerance else 0
+
+
+TOOL = BenchTool("stability", "kvcheck.bench.stability", __doc__.split("\n\n")[0],
+                 add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.stability``: the same as ``kvcheck bench stability``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

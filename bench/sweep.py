@@ -2,9 +2,9 @@
 
 ::
 
-    python -m kvcheck.bench.sweep                          # the reference (A/A: ratios ~1)
-    python -m kvcheck.bench.sweep --impl vllm --report sweep.jsonl
-    python -m kvcheck.bench.sweep --quick --axis pool_blocks
+    kvcheck bench sweep                          # the reference (A/A: ratios ~1)
+    kvcheck bench sweep --impl vllm --report sweep.jsonl
+    kvcheck bench sweep --quick --axis pool_blocks
 
 Around a base point (``BASE``: a pool of 16384 blocks, 16 running requests, 256-token
 prompts), each axis is varied alone over powers of two (``--quick``: its two ends and the
@@ -37,6 +37,7 @@ carrying ``sweep_axis``, ``sweep_value`` and the base point. ``kvcheck leaderboa
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcheck.bench.allocator import RoundBench, SchedulerBench
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.metrics import PairedRatio, percentile
 from kvcheck.bench.paired import PairedBench, paired_ratio, run_one_round
 from kvcheck.bench.scheduler import SchedulerRun
@@ -299,50 +301,42 @@ def point_records(points: Sequence[SweepPoint], impl: Any, reference: Any, *, se
     return records
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; returns the exit status."""
-    from kvcheck.bench.cli_args import (
-        MAX_ROUNDS,
-        MAX_WARMUP,
-        BenchArgumentParser,
-        impl_error,
-        int_in,
-        seed_arg,
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.options import (
+        add_impl_option,
+        add_report_option,
+        add_rounds_option,
+        add_seed_option,
+        add_warmup_option,
     )
 
-    parser = BenchArgumentParser(prog="python -m kvcheck.bench.sweep",
-                                 description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impl", default="reference",
-                        help="--kv-impl target (default: reference, an A/A sweep)")
-    parser.add_argument("--quick", action="store_true",
-                        help="three points per axis and fewer requests per point")
-    parser.add_argument("--axis", action="append", choices=list(BASE), default=None,
-                        help="sweep only this axis (repeatable; default: all three)")
-    parser.add_argument("--level", choices=("protocol", "manager"), default="protocol",
-                        help="time through the adapter protocol, or on the engines' own "
-                        "objects (make_native_manager hook, kvcheck.bench.native)")
-    parser.add_argument("--rounds", type=int_in(1, MAX_ROUNDS, "timed pairs per point",
-                                                 "--rounds 3"), default=None,
-                        help="timed pairs per point (default 3; --quick: 2)")
-    parser.add_argument("--warmup", type=int_in(0, MAX_WARMUP, "untimed pairs per point",
-                                                 "--warmup 1"), default=1)
-    parser.add_argument("--seed", type=seed_arg(), default=0)
-    parser.add_argument("--report", default=None, metavar="PATH",
-                        help="write result records (JSON Lines, atomically)")
-    args = parser.parse_args(argv)
+    add = parser.add_argument
+    add_impl_option(add, note="an A/A sweep")
+    add("--quick", action="store_true",
+        help="three points per axis and fewer requests per point")
+    add("--axis", action="append", choices=list(BASE), default=None,
+        help="sweep only this axis (repeatable; default: all three)")
+    add("--level", choices=("protocol", "manager"), default="protocol",
+        help="time through the adapter protocol, or on the engines' own objects "
+             "(make_native_manager hook, kvcheck.bench.native)")
+    add_rounds_option(add, default=None, per="point", default_text="3; --quick: 2")
+    add_warmup_option(add, default=1, per="point")
+    add_seed_option(add)
+    add_report_option(add, what="one record per point")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Returns the exit status (2: a bad ``--impl`` / ``--report``, or ``--level manager``
+    and a side without the hook)."""
     rounds = args.rounds if args.rounds is not None else (2 if args.quick else 3)
 
     from kvcheck.conformance.loader import load_impl
     from kvcheck.results.io import check_output_path, write_records
 
-    try:
-        if args.report is not None:
-            check_output_path(args.report, "--report", example="sweep.jsonl")
-        impl = load_impl(args.impl, call_timeout=None)
-        reference = load_impl("reference", call_timeout=None)
-    except KVCheckInputError as exc:  # a bad --impl or --report: its message, no traceback
-        print(f"{parser.prog}: error: {impl_error(exc)}", file=sys.stderr)
-        return 2
+    if args.report is not None:
+        check_output_path(args.report, "--report", example="sweep.jsonl")
+    impl = load_impl(args.impl, call_timeout=None)
+    reference = load_impl("reference", call_timeout=None)
     if args.level == "manager":
         from kvcheck.bench.native import missing_hook_note, native_factory
 
@@ -369,6 +363,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_records(args.report, records)
         print(f"wrote {len(records)} records to {args.report}")
     return 0
+
+
+TOOL = BenchTool("sweep", "kvcheck.bench.sweep", __doc__.split("\n\n")[0], add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.sweep``: the same as ``kvcheck bench sweep``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

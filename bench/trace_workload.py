@@ -6,7 +6,7 @@ request, in arrival order, in one of three shapes (they may be mixed):
 
 * **tokens**: ``{"prompt_token_ids": [...], "output_token_ids": [...]}`` (or
   ``"output_length": n``: that many private output tokens). The form
-  ``python -m kvcheck.bench.trace_workload dump`` writes; it round-trips exactly.
+  ``kvcheck bench trace dump`` writes; it round-trips exactly.
 * **Mooncake** (the public trace format of Mooncake / FAST'25, also read by Dynamo's and
   llm-d's routers' benchmarks): ``{"timestamp": ms, "input_length": n, "output_length": m,
   "hash_ids": [...]}``. Each hash id stands for one ``hash_block_tokens``-token block of
@@ -56,8 +56,8 @@ scenarios stay far below them):
 
 ::
 
-    python -m kvcheck.bench.trace_workload dump shared_system_prompt -o ssp.jsonl
-    python -m kvcheck.bench.trace_workload inspect mooncake_trace.jsonl
+    kvcheck bench trace dump shared_system_prompt -o ssp.jsonl
+    kvcheck bench trace inspect mooncake_trace.jsonl
     pytest --kv-impl=mypkg.adapter --kv-bench -k scheduler \\
         --kv-bench-workload=trace:mooncake_trace.jsonl
 """
@@ -75,6 +75,7 @@ from typing import Any
 
 from kvcheck.atomic import write_atomic
 from kvcheck.bench.allocator import RoundBench, SchedulerBench
+from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.trace_file import (
     HEADER_DEFAULTS,
     HEADER_KEY,
@@ -95,7 +96,7 @@ from kvcheck.bench.workloads import (
     trace_profile,
     working_set_blocks,
 )
-from kvcheck.conformance.bounds import MAX_NUM_BLOCKS, MAX_SEED, power_of_two
+from kvcheck.conformance.bounds import MAX_NUM_BLOCKS, power_of_two
 from kvcheck.conformance.recorded import Corpus
 from kvcheck.errors import KVCheckInputError
 
@@ -340,44 +341,46 @@ def describe(workload: Workload | RecordedWorkload) -> list[str]:
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``dump`` a built-in scenario as a trace file, or ``inspect`` a trace file."""
-    parser = argparse.ArgumentParser(prog="python -m kvcheck.bench.trace_workload",
-                                     description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kvcheck.bench.cli_args import float_in
+    from kvcheck.bench.options import add_seed_option
+
     sub = parser.add_subparsers(dest="command", required=True)
     dump = sub.add_parser("dump", help="write a built-in scenario as a trace file")
-    dump.add_argument("scenario")
-    dump.add_argument("-o", "--output", required=True)
-    dump.add_argument("--seed", type=int, default=0)
-    dump.add_argument("--scale", type=float, default=1.0,
+    dump.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)}")
+    dump.add_argument("-o", "--output", required=True, metavar="PATH")
+    add_seed_option(dump.add_argument)
+    # A larger scenario would not load back within a trace's 2^24 tokens.
+    dump.add_argument("--scale", type=float_in(0.0, MAX_DUMP_SCALE, "a trace file holds at "
+                                               "most 2^24 tokens", "--scale 1", low_open=True),
+                      default=1.0, metavar="F",
                       help=f"scenario scale, in (0, {MAX_DUMP_SCALE:g}] (default 1)")
     inspect = sub.add_parser("inspect", help="read a trace file and describe it")
     inspect.add_argument("path", help="a request trace (.jsonl) or a recorded corpus "
                          "(.cbor.xz)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "dump":
-            from kvcheck.results.io import check_output_path
 
-            check_output_path(args.output, "-o", example="trace.jsonl")  # before the work
-            if not 0 < args.scale <= MAX_DUMP_SCALE:  # NaN too
-                raise KVCheckInputError(
-                    f"--scale {args.scale}: must lie in (0, {MAX_DUMP_SCALE:g}] (a larger "
-                    "scenario would not load back within a trace's 2^24 tokens); fix: give "
-                    f"--scale in (0, {MAX_DUMP_SCALE:g}]")
-            if not 0 <= args.seed <= MAX_SEED:
-                raise KVCheckInputError(f"--seed {args.seed}: must lie in [0, 2^63) (stored "
-                                        "as a signed 64-bit integer); fix: give "
-                                        "--seed in [0, 2^63)")
-            written = dump_workload(make_workload(args.scenario, args.seed, args.scale),
-                                    args.output)
-            print(f"wrote {os.fspath(written)}")
-        else:
-            print("\n".join(describe(resolve_workload(TRACE_PREFIX + args.path))))
-    except KVCheckInputError as exc:
-        print("error: " + " ".join(str(exc).splitlines()))  # one line, whatever it held
-        return 2
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``dump`` a built-in scenario as a trace file, or ``inspect`` a trace file."""
+    if args.command == "dump":
+        from kvcheck.results.io import check_output_path
+
+        check_output_path(args.output, "-o", example="trace.jsonl")  # before the work
+        written = dump_workload(make_workload(args.scenario, args.seed, args.scale),
+                                args.output)
+        print(f"wrote {os.fspath(written)}")
+    else:
+        print("\n".join(describe(resolve_workload(TRACE_PREFIX + args.path))))
     return 0
+
+
+TOOL = BenchTool("trace", "kvcheck.bench.trace_workload", __doc__.split("\n\n")[0],
+                 add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvcheck.bench.trace_workload``: the same as ``kvcheck bench trace``."""
+    return run_tool(TOOL, argv)
 
 
 if __name__ == "__main__":

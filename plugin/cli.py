@@ -510,13 +510,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     from kvcheck.plugin.events_cli import add_events_parser  # imports nothing heavy
     add_events_parser(sub)
+
+    # Parsed by the command itself (main hands it the words after its name): listed here
+    # for `kvcheck --help`.
+    bench = sub.add_parser("bench", add_help=False,
+                           help="the benchmark tools: stability, sweep, counted, spread, "
+                                "request-speed, kernels, trace, offload, event-codec, "
+                                "event-serve (kvcheck bench --help)")
+    bench.add_argument("words", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=lambda args: _installed_command("bench", args.words))
     return parser
+
+
+#: Commands another kvcheck layer provides through this entry-point group (``bench``:
+#: ``kvcheck.bench.cli:main``), so that this layer needs no import of it.
+COMMANDS_GROUP = "kvcheck.commands"
+
+
+def _installed_command(name: str, words: Sequence[str]) -> int:
+    """Run command ``name`` of the ``kvcheck.commands`` entry points with ``words``."""
+    from importlib.metadata import entry_points
+
+    found = list(entry_points(group=COMMANDS_GROUP, name=name))
+    if not found:
+        print(f"kvcheck: error: command {name!r} is not installed (no {COMMANDS_GROUP!r} entry "
+              "point); Fix: install kvcheck again (pip install -e . in a checkout), which "
+              "declares it", file=sys.stderr)
+        return 2
+    return int(found[0].load()(list(words)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from kvcheck.errors import KVCheckError, KVCheckFailure
 
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["bench"]:  # its own parser reads every word after it, --help included
+        return _installed_command("bench", words[1:])
+    args = build_parser().parse_args(words)
     if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
     try:

@@ -1,6 +1,6 @@
 """``kvcheck events serve``, ``capture`` and ``check``: the reference's KV events published as
 vLLM publishes them (``kvcheck.events.serve``; any implementation's over a workload:
-``python -m kvcheck.bench.event_serve``, which shares the options and ``run_serve``), and a
+``kvcheck bench event-serve``, which shares the options and ``run_serve``), and a
 live stream captured to a file and checked against the stream's own laws
 (``kvcheck.events.stream_check``).
 
@@ -105,7 +105,7 @@ def run_serve(args: argparse.Namespace, source: Any, described: str, *,
               batches: int | None, command: str = "kvcheck events serve") -> int:
     """Publish ``source``'s batches (``kvcheck.events.sources.BatchSource``) with the
     options of ``add_serve_options``; ``batches`` None: all the source has. Also the body of
-    ``python -m kvcheck.bench.event_serve`` (an implementation's events over a workload).
+    ``kvcheck bench event-serve`` (an implementation's events over a workload).
     Returns the exit status (2: unusable input, named on stderr)."""
     try:
         from kvcheck.events.errors import StreamError
@@ -223,7 +223,7 @@ def add_events_parser(sub: Any) -> None:
 def add_serve_options(parser: argparse.ArgumentParser, *, hashes_help: str,
                       batches_help: str) -> None:
     """The publisher, format and fault options of ``kvcheck events serve`` (shared with
-    ``python -m kvcheck.bench.event_serve``)."""
+    ``kvcheck bench event-serve``)."""
     parser.add_argument("--endpoint", default="tcp://*:5557",
                         help="the PUB endpoint (vLLM's default tcp://*:5557; bound for '*', "
                              "'::', ipc:// and inproc://, connected otherwise, as vLLM does)")

@@ -325,7 +325,7 @@ def _sweep_chart(axis: str, name: str, unit: str,
 
 
 def _sweep_charts(board: Board) -> str:
-    """The scaling sweep (``python -m kvcheck.bench.sweep``): per axis and metric, the cost
+    """The scaling sweep (``kvcheck bench sweep``): per axis and metric, the cost
     of every subject against the axis value. Empty when the board has no sweep records."""
     series = _sweep_series(board)
     if not series:

@@ -42,6 +42,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from kvcheck.bench.cli import TOOLS as BENCH_TOOLS
+from kvcheck.bench.cli import tool_parser
 from kvcheck.conformance.protocol import PROFILES
 from kvcheck.plugin.cli import build_parser
 
@@ -149,6 +151,8 @@ def kvcheck_options() -> dict[str, set[str]]:
                     walk(f"{prefix} {name}".strip(), child)
 
     walk("", build_parser())
+    for name in BENCH_TOOLS:  # `kvcheck bench` hands its words to the tool's own parser
+        walk(f"bench {name}", tool_parser(name))
     return table
 
 
@@ -220,6 +224,13 @@ def test_the_checker_catches_wrong_commands(kv_options: set[str]) -> None:
     assert check_command(["pip", "install", ".[kernel]"], kv_options) != []
     assert check_command(["scripts/nope.sh"], kv_options) != []
     assert check_command(["kvcheck", "run", "--impl", "x", "--", "--whatever"], kv_options) == []
+    # kvcheck bench: each tool's own options.
+    assert check_command(["kvcheck", "bench", "stabilty"], kv_options) \
+        == ["kvcheck bench has no subcommand 'stabilty'"]
+    assert check_command(["kvcheck", "bench", "sweep", "--round", "3"], kv_options) \
+        == ["kvcheck bench sweep has no option --round"]
+    assert check_command(["kvcheck", "bench", "sweep", "--quick", "--rounds", "3"],
+                         kv_options) == []
 
 
 @pytest.mark.parametrize("block", SHELL, ids=lambda b: b.where)

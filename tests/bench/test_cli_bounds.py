@@ -23,11 +23,11 @@ Main = Callable[[Sequence[str] | None], int]
 
 CASES: list[tuple[str, Main, list[str], list[str]]] = [
     # stability: each of these used to run (or hang, or pass whatever moved) silently.
-    ("stability", stability.main, ["--rounds", "0"], ["--rounds", "[1, 1000]", "Fix"]),
-    ("stability", stability.main, ["--rounds", "-3"], ["--rounds", "-3", "[1, 1000]"]),
-    ("stability", stability.main, ["--rounds", "1000000000"], ["--rounds", "[1, 1000]"]),
-    ("stability", stability.main, ["--max-rounds", "0"], ["--max-rounds", "[1, 1000]"]),
-    ("stability", stability.main, ["--warmup", "-1"], ["--warmup", "[0, 100]"]),
+    ("stability", stability.main, ["--rounds", "0"], ["--rounds", "[1, 10000]", "Fix"]),
+    ("stability", stability.main, ["--rounds", "-3"], ["--rounds", "-3", "[1, 10000]"]),
+    ("stability", stability.main, ["--rounds", "1000000000"], ["--rounds", "[1, 10000]"]),
+    ("stability", stability.main, ["--max-rounds", "0"], ["--max-rounds", "[1, 10000]"]),
+    ("stability", stability.main, ["--warmup", "-1"], ["--warmup", "[0, 1000]"]),
     ("stability", stability.main, ["--scale", "nan"], ["--scale", "finite", "(0, 64]"]),
     ("stability", stability.main, ["--scale", "1e9"], ["--scale", "(0, 64]"]),
     ("stability", stability.main, ["--scale", "0"], ["--scale", "(0, 64]"]),
@@ -43,11 +43,11 @@ CASES: list[tuple[str, Main, list[str], list[str]]] = [
     ("stability", stability.main, ["--rounds", "seven"], ["--rounds", "seven is not an int"]),
     # sweep: a negative seed was a traceback from inside the first point.
     ("sweep", sweep.main, ["--seed", "-5"], ["--seed", "[0, 2^63-1]"]),
-    ("sweep", sweep.main, ["--rounds", "1000000000"], ["--rounds", "[1, 1000]"]),
-    ("sweep", sweep.main, ["--warmup", "-1"], ["--warmup", "[0, 100]"]),
+    ("sweep", sweep.main, ["--rounds", "1000000000"], ["--rounds", "[1, 10000]"]),
+    ("sweep", sweep.main, ["--warmup", "-1"], ["--warmup", "[0, 1000]"]),
     # request_speed: each of these was a traceback (ZeroDivisionError, IndexError, ...).
     ("request_speed", request_speed.main, ["--requests", "0"], ["--requests", "[1, 100000]"]),
-    ("request_speed", request_speed.main, ["--rounds", "0"], ["--rounds", "[1, 1000]"]),
+    ("request_speed", request_speed.main, ["--rounds", "0"], ["--rounds", "[1, 10000]"]),
     ("request_speed", request_speed.main, ["--hash-algo", "md5"], ["--hash-algo", "'md5'"]),
     ("request_speed", request_speed.main, ["--prompt-tokens", "-5"],
      ["--prompt-tokens", "[1, 1048576]"]),
@@ -58,7 +58,7 @@ CASES: list[tuple[str, Main, list[str], list[str]]] = [
     ("counted", counted.main, ["--bench", "hashing,hashing"], ["--bench", "named twice"]),
     ("counted", counted.main, ["--scale", "nan"], ["--scale", "(0, 64]", "--scale 0.05"]),
     ("counted", counted.main, ["--jobs", "0"], ["--jobs", "[1, 64]"]),
-    ("counted", counted.main, ["--wall-rounds", "-1"], ["--wall-rounds", "[0, 1000]"]),
+    ("counted", counted.main, ["--wall-rounds", "-1"], ["--wall-rounds", "[0, 10000]"]),
     ("counted", counted.main, ["--profile", "vllm-9"], ["--profile", "'vllm-9'", "vllm-0.33"]),
     ("count_spread", count_spread.main, ["--max-spread", "nan"],
      ["--max-spread", "[0, 100]"]),
@@ -126,7 +126,8 @@ def test_counted_bad_case_and_impl_are_refused_before_counting(
     monkeypatch.setattr(counted, "unavailable_reason", lambda: None)
     assert counted.main(["--impl", "no_such_module_xyz", "--bench", "hashing"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("kvcheck count: --impl no_such_module_xyz: cannot import"), err
+    assert err.startswith("python -m kvcheck.bench.counted: error: --impl no_such_module_xyz: "
+                          "cannot import"), err
     assert "Traceback" not in err
 
 
@@ -137,7 +138,8 @@ def test_counted_report_folder_is_refused_before_counting(
     monkeypatch.setattr(counted, "count_cases", lambda *a, **k: pytest.fail("counted"))
     assert counted.main(["--bench", "hashing", "--report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"kvcheck count: --report {tmp_path}: is a directory" in err, err
+    assert (f"python -m kvcheck.bench.counted: error: --report {tmp_path}: is a directory"
+            in err), err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -16,13 +16,20 @@ def test_without_vllm_it_says_so_and_exits_2(capsys: pytest.CaptureFixture[str])
     assert "needs vLLM installed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["--batches", "0"], ["--pairs", "1"]])
-def test_impossible_sizes_are_refused(argv: list[str],
+@pytest.mark.parametrize(("argv", "bound"), [
+    (["--batches", "0"], "0 is not an int in [1, 1000000] (batches per round)"),
+    (["--pairs", "1"], "1 is not an int in [2, 10000] (timed pairs per figure)"),
+    (["--seed", "-1"], "-1 is not an int in [0, 2^63-1]"),
+])
+def test_impossible_sizes_are_refused(argv: list[str], bound: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         event_codec.main(argv)
     assert exit_info.value.code == 2
-    assert "--batches must be >= 1 and --pairs >= 2" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m kvcheck.bench.event_codec: error: argument {argv[0]}: "
+                          f"{bound}"), err
+    assert err.count("\n") == 1
 
 
 def test_the_pairs_alternate_abba() -> None:

@@ -147,8 +147,8 @@ def test_command_line_reference(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 BAD = [
-    (["--rounds", "0"], ["--rounds", "[1, 1000]", "Fix"]),
-    (["--warmup", "-1"], ["--warmup", "[0, 100]"]),
+    (["--rounds", "0"], ["--rounds", "[1, 10000]", "Fix"]),
+    (["--warmup", "-1"], ["--warmup", "[0, 1000]"]),
     (["--policy", "mru"], ["--policy", "['mru']", "lru, arc"]),
     (["--policy", "lru,lru"], ["--policy", "named twice"]),
     (["--scale", "nan"], ["--scale", "(0, 64]"]),

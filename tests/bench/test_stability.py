@@ -55,12 +55,14 @@ def test_short_cases_get_more_pairs_and_records_carry_every_run(
 def test_bad_input_is_refused_before_measuring(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "dir.jsonl").mkdir()
-    assert main(["--report", str(tmp_path / "dir.jsonl")]) == 2
-    assert "error: --report" in capsys.readouterr().out
-    assert main(["--scenarios", "trace:missing.jsonl"]) == 2
-    assert "error: trace file missing.jsonl does not exist" in capsys.readouterr().out
-    assert main(["--impl", "no_such_module_xyz"]) == 2
-    assert "error: " in capsys.readouterr().out
+    prefix = "python -m kvcheck.bench.stability: error: "
+    for argv, message in (
+            (["--report", str(tmp_path / "dir.jsonl")], f"--report {tmp_path / 'dir.jsonl'}: "),
+            (["--scenarios", "trace:missing.jsonl"], "trace file missing.jsonl does not exist"),
+            (["--impl", "no_such_module_xyz"], "--impl no_such_module_xyz: cannot import")):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(prefix + message) and err.count("\n") == 1, err
 
 
 def test_protocol_layer_share_is_paired_against_the_manager_level(

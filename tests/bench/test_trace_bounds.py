@@ -29,6 +29,8 @@ from kvcheck.conformance.bounds import MAX_ARRIVAL_STEP, MAX_REQUEST_TOKENS
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.protocol import KVCacheSpec
 
+#: How the tool's one-line errors begin.
+PROG = "python -m kvcheck.bench.trace_workload"
 OK = '{"input_length": 8, "output_length": 1}'
 
 
@@ -259,12 +261,15 @@ def test_dump_refuses_a_scale_whose_trace_would_not_load_back(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "t.jsonl"
     for scale in ("1e9", "nan", "0"):
-        assert main(["dump", "burst_short", "-o", str(out), "--scale", scale]) == 2
-        text = capsys.readouterr().out
-        assert text.startswith("error: --scale ") and text.count("\n") == 1
-        assert "must lie in (0, 32]" in text
-    assert main(["dump", "burst_short", "-o", str(out), "--seed", str(2**63)]) == 2
-    assert "must lie in [0, 2^63)" in capsys.readouterr().out
+        with pytest.raises(SystemExit) as exit_info:
+            main(["dump", "burst_short", "-o", str(out), "--scale", scale])
+        assert exit_info.value.code == 2
+        text = capsys.readouterr().err
+        assert text.startswith(f"{PROG} dump: error: argument --scale: {scale} is not a finite "
+                               "number in (0, 32]") and text.count("\n") == 1, text
+    with pytest.raises(SystemExit):
+        main(["dump", "burst_short", "-o", str(out), "--seed", str(2**63)])
+    assert "is not an int in [0, 2^63-1]" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -277,7 +282,7 @@ from kvcheck.bench.trace_workload import main
 codes, outs = [], []
 for path in sys.argv[1:]:
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stderr(buf):
         codes.append(main(["inspect", path]))
     outs.append(buf.getvalue())
 # VmHWM is this program's own peak: getrusage's ru_maxrss survives execve on Linux, so it
@@ -317,7 +322,7 @@ def test_inspect_refuses_bad_traces_in_one_line_fast_and_small(tmp_path: Path) -
     result = json.loads(done.stdout)
     assert result["codes"] == [2] * len(CLI_CASES)
     for (name, (_, word)), out in zip(CLI_CASES.items(), result["outs"], strict=True):
-        assert out.startswith(f"error: {tmp_path / name}.jsonl:"), out
+        assert out.startswith(f"{PROG}: error: {tmp_path / name}.jsonl:"), out
         assert word in out and "; fix: " in out
         assert out.count("\n") == 1, out
     assert result["peak_mib"] < 400, result["peak_mib"]  # interpreter + numpy: about 60
@@ -331,9 +336,9 @@ def test_inspect_of_a_named_pipe_does_not_wait_for_a_writer(tmp_path: Path) -> N
     done = subprocess.run([sys.executable, "-m", "kvcheck.bench.trace_workload", "inspect",
                            str(fifo)], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2
-    assert done.stdout == (f"error: trace file {fifo} is not a regular file (a directory, named "
-                           "pipe or device); a request trace is a JSON Lines file; fix: give "
-                           "the path of a .jsonl file\n")
+    assert done.stderr == (f"{PROG}: error: trace file {fifo} is not a regular file (a "
+                           "directory, named pipe or device); a request trace is a JSON Lines "
+                           "file; fix: give the path of a .jsonl file\n")
 
 
 # ------------------------------------------------------------------ pytest

@@ -171,7 +171,7 @@ def test_command_line_dump_and_inspect(tmp_path: Path, capsys: pytest.CaptureFix
     assert "trace:ssp.jsonl: 13 requests" in text
     assert "shared-prefix fraction of full prompt blocks: 0.8" in text
     assert main(["inspect", str(tmp_path / "missing.jsonl")]) == 2
-    assert "error: trace file" in capsys.readouterr().out
+    assert "python -m kvcheck.bench.trace_workload: error: trace file" in capsys.readouterr().err
 
 
 def test_stability_script_takes_trace_files(tmp_path: Path,

@@ -169,8 +169,9 @@ def test_inspect_and_pytest_refuse_a_bomb_before_any_benchmark(
     done = subprocess.run([sys.executable, "-m", "kvcheck.bench.trace_workload", "inspect",
                            str(bomb)], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2
-    assert done.stdout.startswith(f"error: {bomb}: decompresses to more than 4194304 bytes")
-    assert done.stdout.count("\n") == 1
+    assert done.stderr.startswith(f"python -m kvcheck.bench.trace_workload: error: {bomb}: "
+                                  "decompresses to more than 4194304 bytes")
+    assert done.stderr.count("\n") == 1
     result = pytester.runpytest("-p", "no:cacheprovider", "--kv-impl=reference", "--kv-bench",
                                 "-k", "scheduler", "--kv-bench-workload=trace:bomb.cbor.xz")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -187,7 +188,8 @@ def test_a_named_pipe_named_as_a_corpus_does_not_wait_for_a_writer(tmp_path: Pat
     done = subprocess.run([sys.executable, "-m", "kvcheck.bench.trace_workload", "inspect",
                            str(fifo)], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2
-    assert done.stdout == (f"error: {fifo}: not a regular file (a directory, named pipe or "
-                           "device); a corpus is a .cbor.xz file kvcheck record writes\n")
+    assert done.stderr == (f"python -m kvcheck.bench.trace_workload: error: {fifo}: not a "
+                           "regular file (a directory, named pipe or device); a corpus is a "
+                           ".cbor.xz file kvcheck record writes\n")
     with pytest.raises(CorpusError, match="not a regular file"):
         load_corpus(tmp_path)

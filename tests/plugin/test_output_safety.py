@@ -374,9 +374,9 @@ def test_leaderboard_and_gate_outputs_get_the_same_checks(
 def test_trace_workload_dump_into_a_folder(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert trace_workload_main(["dump", "burst_short", "-o", str(tmp_path)]) == 2
-    out = capsys.readouterr().out
-    assert out == (f"error: -o {tmp_path}: is a directory; name a file inside it, e.g. -o "
-                   f"{tmp_path / 'trace.jsonl'}\n")
+    err = capsys.readouterr().err
+    assert err == (f"python -m kvcheck.bench.trace_workload: error: -o {tmp_path}: is a "
+                   f"directory; name a file inside it, e.g. -o {tmp_path / 'trace.jsonl'}\n")
     assert list(tmp_path.iterdir()) == []
 
 
