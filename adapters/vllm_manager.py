@@ -192,14 +192,16 @@ class VLLMManager:
         return bool(self.manager.reset_prefix_cache())
 
     def num_free_blocks(self) -> int:
-        return self.pool.get_num_free_blocks()
+        free: int = self.pool.get_num_free_blocks()
+        return free
 
     # -- observations
     def free_block_ids(self) -> list[int]:
         return [b.block_id for b in self.pool.free_block_queue.get_all_free_blocks()]
 
     def ref_cnt(self, block_id: int) -> int:
-        return self.pool.blocks[block_id].ref_cnt
+        count: int = self.pool.blocks[block_id].ref_cnt
+        return count
 
     def block_hashes(self, request_id: str) -> list[bytes]:
         req = self._requests.get(request_id)
@@ -320,7 +322,8 @@ class VLLMBlockPool:
         return None if hit is None else hit[0].block_id
 
     def num_free_blocks(self) -> int:
-        return self.pool.get_num_free_blocks()
+        free: int = self.pool.get_num_free_blocks()
+        return free
 
     def free_block_ids(self) -> list[int]:
         return [b.block_id for b in self.pool.free_block_queue.get_all_free_blocks()]

@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["BLOCK_TABLE_ERROR", "CPU_ONLY", "HASH_ALGOS", "HAS_TRITON", "HINT", "MANAGER_PARAMS",
            "VERSION", "BlockPool", "BlockTable", "ChunkedLocalAttentionSpec", "FullAttentionSpec",
@@ -144,7 +144,7 @@ def _hash_fn_lookup() -> Callable[[str], Callable[[Any], bytes]]:
             continue
         fn = getattr(module, "get_hash_fn_by_name", None)
         if fn is not None:
-            return fn
+            return cast("Callable[[str], Callable[[Any], bytes]]", fn)
     raise ImportError(
         f"vLLM {vllm.__version__} has no get_hash_fn_by_name / request block hasher (0.10.0 "
         "hashed blocks inside the manager, as integers): kvcheck's vLLM adapter supports "

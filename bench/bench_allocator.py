@@ -9,6 +9,8 @@ and each round starts from a fresh manager.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
 from kvcheck.bench.allocator import HashingBench, SlotMappingBench
@@ -18,15 +20,24 @@ from kvcheck.bench.trace_workload import scheduler_bench_maker
 from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
 
+if TYPE_CHECKING:
+    from kvcheck.bench.session import BenchSession
+    from kvcheck.conformance.loader import ImplHandle
 
-def _require(kv_impl, capability: str, what: str) -> None:
+#: pytest-benchmark's ``benchmark`` fixture (the package ships no type information).
+BenchmarkFixture = Any
+
+
+def _require(kv_impl: ImplHandle, capability: str, what: str) -> None:
     if not kv_impl.has(capability):
         pytest.skip(f"{kv_impl.name} does not declare capability {capability!r} "
                     f"(needed to benchmark {what})")
 
 
 @pytest.mark.benchmark(group="scheduler", timer=allocator_time, disable_gc=True)
-def test_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference, scenario: str) -> None:
+def test_scheduler(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle, scenario: str) -> None:
     """Continuous batching of one workload (a built-in scenario, or a ``--kv-bench-workload``
     value: see the bench plugin's ``pytest_generate_tests``): scheduled tokens/s,
     allocate_slots calls/s and latency, prefix hit rate, peak usage, preemptions."""
@@ -39,8 +50,9 @@ def test_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference, scenario
 
 @pytest.mark.benchmark(group="scheduler", timer=allocator_time, disable_gc=True)
 @pytest.mark.parametrize("scenario", list(HYBRID_SCENARIOS))
-def test_hybrid_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference,
-                          scenario: str) -> None:
+def test_hybrid_scheduler(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle, scenario: str) -> None:
     """Continuous batching on a hybrid layout (1 full-attention group, 5 sliding-window
     groups of 1024 and 4096 tokens) through the per-group protocol: the scheduler figures,
     plus live / null blocks and window frees per group in the record's ``produced``."""
@@ -59,7 +71,9 @@ def test_hybrid_scheduler(benchmark, request, kv_bench, kv_impl, kv_reference,
 
 
 @pytest.mark.benchmark(group="event_wire", timer=allocator_time, disable_gc=True)
-def test_event_wire(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+def test_event_wire(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle) -> None:
     """take_event_batch after every scheduler step of the eviction-pressure workload (stores
     and removals): events and payload bytes encoded per second, paired with the reference on
     the same steps (kvcheck.bench.event_wire_bench; with --kv-impl=vllm: vLLM's encoder)."""
@@ -76,7 +90,9 @@ def test_event_wire(benchmark, request, kv_bench, kv_impl, kv_reference) -> None
 
 
 @pytest.mark.benchmark(group="event_wire", timer=allocator_time, disable_gc=True)
-def test_event_decode(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+def test_event_decode(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle) -> None:
     """Decoding the eviction-pressure workload's payloads (the reference's bytes) with the
     module's ``decode_event_batch`` hook, paired with kvcheck's ``decode_batch`` (which
     validates as it decodes) on the same bytes: payloads and bytes decoded per second
@@ -97,7 +113,9 @@ def test_event_decode(benchmark, request, kv_bench, kv_impl, kv_reference) -> No
 
 @pytest.mark.benchmark(group="indexer", timer=allocator_time, disable_gc=True)
 @pytest.mark.kv_capability("indexer")
-def test_indexer(benchmark, request, kv_bench, kv_impl) -> None:
+def test_indexer(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle) -> None:
     """A router's index (--kv-indexer) on the event streams of the recorded corpus's traces,
     one worker each, delivered round-robin: events applied and matches answered per second,
     paired with kvcheck's reference index on the same streams (kvcheck.bench.indexer_bench)."""
@@ -119,7 +137,9 @@ def test_indexer(benchmark, request, kv_bench, kv_impl) -> None:
 
 @pytest.mark.benchmark(group="offload", timer=allocator_time, disable_gc=True)
 @pytest.mark.parametrize("policy", ["lru", "arc"])
-def test_offload_tier(benchmark, request, kv_bench, kv_impl, kv_reference, policy: str) -> None:
+def test_offload_tier(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle, policy: str) -> None:
     """An offload tier (capability ``offload``) on a scheduler-like stream of requests over
     shared documents, the tier a quarter of the keys: lookups, keys stored, keys evicted and
     calls per second, paired with the reference tier of the same policy on the same calls
@@ -138,7 +158,9 @@ def test_offload_tier(benchmark, request, kv_bench, kv_impl, kv_reference, polic
 
 
 @pytest.mark.benchmark(group="wire", timer=allocator_time, disable_gc=True)
-def test_wire_round_trip(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+def test_wire_round_trip(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle) -> None:
     """An ``exec:`` implementation's cost per call over the wire (docs/wire-protocol.md): an
     empty call and a 512-token lookup in microseconds, paired with the same calls on the
     reference in process (kvcheck.bench.wire_bench)."""
@@ -156,7 +178,9 @@ def test_wire_round_trip(benchmark, request, kv_bench, kv_impl, kv_reference) ->
 
 @pytest.mark.benchmark(group="hashing", timer=allocator_time, disable_gc=True)
 @pytest.mark.parametrize("hash_algo", list(HASH_FUNCTIONS))
-def test_hashing(benchmark, request, kv_bench, kv_impl, kv_reference, hash_algo: str) -> None:
+def test_hashing(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle, hash_algo: str) -> None:
     """Block hashes per second for one algorithm (cold-cache lookups of fresh prompts)."""
     _require(kv_impl, "block_hashes", "block hashing")
     if hash_algo not in kv_impl.info.hash_algos:
@@ -169,7 +193,9 @@ def test_hashing(benchmark, request, kv_bench, kv_impl, kv_reference, hash_algo:
 
 
 @pytest.mark.benchmark(group="slot_mapping", timer=allocator_time, disable_gc=True)
-def test_slot_mapping(benchmark, request, kv_bench, kv_impl, kv_reference) -> None:
+def test_slot_mapping(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kv_reference: ImplHandle) -> None:
     """slot_mapping tokens per second through the protocol (checked against, and shown
     beside, kvcheck's vectorized compute_slot_mapping on the same block tables)."""
     _require(kv_impl, "slot_mapping", "slot_mapping")

@@ -9,6 +9,8 @@ when importable. CUDA only (CUDA events, L2 flushed before every timed call); wi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
 from kvcheck.bench.kernel_inputs import kernel_cases
@@ -16,6 +18,14 @@ from kvcheck.bench.plugin import BENCH_STATE
 from kvcheck.bench.providers import PROVIDERS, ProviderUnavailable, make_provider
 from kvcheck.bench.session import BenchResult
 from kvcheck.bench.timing import kernel_time
+
+if TYPE_CHECKING:
+    from kvcheck.bench.kernel_inputs import KernelBenchCase
+    from kvcheck.bench.session import BenchSession
+    from kvcheck.conformance.loader import ImplHandle
+
+#: pytest-benchmark's ``benchmark`` fixture (the package ships no type information).
+BenchmarkFixture = Any
 
 _THIRD_PARTY = ("vllm", "flashinfer")
 
@@ -32,7 +42,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          ids=[f"{c.name}-{p}" for c, p in pairs])
 
 
-def _measure(benchmark, request, kv_bench, kv_impl, kernel_case, provider: str) -> None:
+def _measure(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kernel_case: KernelBenchCase, provider: str) -> None:
     from kvcheck.bench.kernel_bench import measure_kernel
 
     device = kv_bench.kernel_device()  # skips (with the reason) when kernels cannot run here
@@ -67,20 +79,24 @@ def _measure(benchmark, request, kv_bench, kv_impl, kernel_case, provider: str) 
 
 
 @pytest.mark.benchmark(group="kernels-store_kv_cache", timer=kernel_time)
-def test_store_kv_cache(benchmark, request, kv_bench, kv_impl, kernel_case, provider) -> None:
+def test_store_kv_cache(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kernel_case: KernelBenchCase, provider: str) -> None:
     """K/V rows of a decode step / a prefill into fragmented blocks (GB/s of the store)."""
     _measure(benchmark, request, kv_bench, kv_impl, kernel_case, provider)
 
 
 @pytest.mark.benchmark(group="kernels-paged_attention_decode", timer=kernel_time)
-def test_paged_attention_decode(benchmark, request, kv_bench, kv_impl, kernel_case,
-                                provider) -> None:
+def test_paged_attention_decode(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kernel_case: KernelBenchCase, provider: str) -> None:
     """One query token per sequence over ragged contexts (GB/s of the KV read)."""
     _measure(benchmark, request, kv_bench, kv_impl, kernel_case, provider)
 
 
 @pytest.mark.benchmark(group="kernels-paged_attention_varlen", timer=kernel_time)
-def test_paged_attention_varlen(benchmark, request, kv_bench, kv_impl, kernel_case,
-                                provider) -> None:
+def test_paged_attention_varlen(
+        benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
+        kv_impl: ImplHandle, kernel_case: KernelBenchCase, provider: str) -> None:
     """A mixed batch of prefills and decodes (GB/s of the compulsory traffic)."""
     _measure(benchmark, request, kv_bench, kv_impl, kernel_case, provider)

@@ -228,7 +228,7 @@ class KernelInputs:
 
     @property
     def scale(self) -> float:
-        return self.case.head_size ** -0.5
+        return float(self.case.head_size ** -0.5)
 
     @property
     def max_seq_len(self) -> int:

@@ -36,7 +36,7 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kvcheck.bench.allocator import RoundBench, scheduler_metrics, workload_spec
 from kvcheck.bench.metrics import Metric
@@ -122,7 +122,7 @@ def native_factory(impl: Any) -> Callable[[KVCacheSpec], NativeManager] | None:
             f"{getattr(module, '__name__', module)}.{NATIVE_HOOK} is a "
             f"{type(hook).__name__}, not a function; define def {NATIVE_HOOK}(spec) -> "
             "manager (see kvcheck.bench.native) or remove it")
-    return hook
+    return cast("Callable[[KVCacheSpec], NativeManager]", hook)
 
 
 def missing_hook_note(name: str) -> str:

@@ -60,7 +60,7 @@ def _binom_cdf_half(k: int, n: int) -> float:
     """``P(X <= k)`` for ``X ~ Binomial(n, 1/2)`` (exact, integer arithmetic)."""
     if k < 0:
         return 0.0
-    return sum(math.comb(n, i) for i in range(min(k, n) + 1)) / 2**n
+    return sum(math.comb(n, i) for i in range(min(k, n) + 1)) / (1 << n)
 
 
 def median_ci(values: Sequence[float], confidence: float = CONFIDENCE

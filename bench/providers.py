@@ -232,7 +232,7 @@ def _flashinfer() -> Provider:
             key, value, batch_indices, positions, (x.key_cache, x.value_cache),
             indices, indptr, last, kv_layout="NHD")
 
-    def plan(wrapper: Any, args: tuple, dtype: Any, **kw: Any) -> None:
+    def plan(wrapper: Any, args: tuple[Any, ...], dtype: Any, **kw: Any) -> None:
         try:
             wrapper.plan(*args, q_data_type=dtype, kv_data_type=dtype, **kw)
         except TypeError:  # releases before kv_data_type named it data_type

@@ -112,8 +112,9 @@ class CudaEventTimer(CallTimer):
     def __init__(self) -> None:
         import torch
 
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
+        event: Any = torch.cuda.Event  # torch leaves its __init__ unannotated
+        self._start = event(enable_timing=True)
+        self._end = event(enable_timing=True)
 
     def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float]:
         self._start.record()

@@ -172,7 +172,8 @@ class Draws:
 
     def _high32(self, n: int) -> np.ndarray:
         # The high 32 bits of each raw 64-bit output, as uint64 (room for a 32x32 product).
-        return self._rng.bit_generator.random_raw(n) >> np.uint64(32)
+        high: np.ndarray = self._rng.bit_generator.random_raw(n) >> np.uint64(32)
+        return high
 
     def ints(self, lo: int, hi: int, n: int) -> list[int]:
         """``n`` integers uniform in ``[lo, hi]`` (multiply-shift: ``lo + (r * span) >> 32``)."""

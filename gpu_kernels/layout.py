@@ -188,7 +188,7 @@ def split_packed_kv_cache(
             f"packed kv_cache last dim must be 2 * head_size = {2 * head_size}, "
             f"got {kv_cache.shape[-1]}"
         )
-    key_cache, value_cache = kv_cache.transpose(1, 2).split(head_size, dim=-1)
+    key_cache, value_cache = torch.split(kv_cache.transpose(1, 2), head_size, dim=-1)
     return key_cache, value_cache
 
 

@@ -55,7 +55,7 @@ class Server:
         """The served ``IMPL_INFO``, less what protocol v1 does not carry: ``kernels`` (GPU
         tensors do not cross the wire) and ``offload`` (an offload tier is checked in process;
         docs/wire-protocol.md)."""
-        info = to_wire(self.impl.info)
+        info: dict[str, Any] = to_wire(self.impl.info)
         info["capabilities"] = [c for c in info["capabilities"]
                                 if c not in _NOT_ON_THE_WIRE]
         return info

@@ -67,7 +67,7 @@ def _hash_out(value: Any) -> Any:
 
 def batch_to_wire(batch: Mapping[str, Any]) -> dict[str, Any]:
     """A decoded batch for ``apply_events``: every hash as hex."""
-    out = to_wire(batch)
+    out: dict[str, Any] = to_wire(batch)
     for event, raw in zip(out.get("events") or (), batch.get("events") or (), strict=False):
         if isinstance(event, dict) and isinstance(raw, Mapping):
             for key in HASH_FIELDS:
