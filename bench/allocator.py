@@ -30,6 +30,7 @@ from kvcheck.bench.metrics import Metric, per_s, percentile
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.timing import ALLOCATOR_CLOCK, MeasuredClock
 from kvcheck.bench.workloads import Draws, Workload, scaled_count, trace_profile
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
@@ -118,7 +119,7 @@ class SchedulerBench(RoundBench):
     #: ``make_native_manager`` hook, ``kvcheck.bench.native``: single-group pools only).
     native_level: bool = True
 
-    def __init__(self, impl: Any, workload: Workload) -> None:
+    def __init__(self, impl: ImplHandle, workload: Workload) -> None:
         super().__init__()
         self.impl = impl
         self.workload = workload
@@ -201,7 +202,7 @@ def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
 class HashingBench(RoundBench):
     """Hash ``num_requests`` fresh prompts of ``blocks_per_request`` full blocks per round."""
 
-    def __init__(self, impl: Any, hash_algo: str, seed: int = 0, scale: float = 1.0,
+    def __init__(self, impl: ImplHandle, hash_algo: str, seed: int = 0, scale: float = 1.0,
                  block_size: int = 16, blocks_per_request: int = 32) -> None:
         super().__init__()
         self.impl = impl
@@ -262,7 +263,7 @@ class HashingBench(RoundBench):
 class SlotMappingBench(RoundBench):
     """``num_requests`` requests of ``num_tokens`` allocated (untimed), then their slots."""
 
-    def __init__(self, impl: Any, seed: int = 0, scale: float = 1.0, block_size: int = 16,
+    def __init__(self, impl: ImplHandle, seed: int = 0, scale: float = 1.0, block_size: int = 16,
                  num_tokens: int = 2048) -> None:
         super().__init__()
         self.impl = impl

@@ -54,10 +54,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.errors import CountingUnavailable
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
 __all__ = [
@@ -169,7 +170,7 @@ def default_cases(benches: Sequence[str] = BENCHES, scale: float = DEFAULT_SCALE
 
 
 # ------------------------------------------------------------------------ building a benchmark
-def make_bench(impl: Any, case: CountedCase) -> Any:
+def make_bench(impl: ImplHandle, case: CountedCase) -> Any:
     """The ``RoundBench`` (``kvcheck.bench.allocator``) that measures ``case`` on ``impl``."""
     from kvcheck.bench.allocator import HashingBench, SchedulerBench, SlotMappingBench
     from kvcheck.bench.workloads import make_workload
@@ -251,7 +252,7 @@ class _CountedManager:
 class _CountedImpl:
     """An ``ImplHandle`` whose managers are ``_CountedManager``\\ s."""
 
-    def __init__(self, impl: Any, methods: Sequence[str], region: _Region) -> None:
+    def __init__(self, impl: ImplHandle, methods: Sequence[str], region: _Region) -> None:
         self._impl = impl
         self._methods = tuple(methods)
         self._region = region
@@ -278,7 +279,9 @@ def _child(spec: dict[str, Any], prime_only: bool = False) -> list[dict[str, Any
     out = []
     for fields in spec["cases"]:
         case = CountedCase(**fields)
-        bench = make_bench(_CountedImpl(impl, COUNTED_METHODS[case.bench], region), case)
+        # An ImplHandle in everything but its managers (it forwards every other attribute).
+        counted = cast(ImplHandle, _CountedImpl(impl, COUNTED_METHODS[case.bench], region))
+        bench = make_bench(counted, case)
         if prime_only:
             _run_round(bench)  # imports what a round imports lazily
             continue

@@ -32,7 +32,7 @@ from kvcheck.bench.recorded_bench import (
 )
 from kvcheck.bench.scheduler import iter_steps
 from kvcheck.bench.trace_workload import RecordedWorkload, resolve_workload
-from kvcheck.conformance.loader import load_impl
+from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.errors import KVCheckError, KVCheckInputError
 from kvcheck.events.codec import Release
@@ -43,7 +43,7 @@ __all__ = ["impl_source", "main", "wire_route"]
 
 
 
-def wire_route(impl: Any, int_hashes: bool | None) -> bool | None:
+def wire_route(impl: ImplHandle, int_hashes: bool | None) -> bool | None:
     """How ``impl``'s events reach the wire: None, its own ``take_event_batch`` bytes; True
     or False, its ``take_events()`` dicts encoded by kvcheck in that hash form (asked for, or
     int, vLLM's default, when it declares only ``events``).
@@ -67,7 +67,7 @@ def wire_route(impl: Any, int_hashes: bool | None) -> bool | None:
                             "docs/writing-an-adapter.md)")
 
 
-def impl_source(impl: Any, workload: Any, *, release: Release, int_hashes: bool | None,
+def impl_source(impl: ImplHandle, workload: Any, *, release: Release, int_hashes: bool | None,
                 data_parallel_rank: int | None, trace: str | None = None) -> BatchSource:
     """``impl``'s events (a loaded ``--kv-impl``, ``kvcheck.conformance.loader.ImplHandle``)
     over ``workload`` (``kvcheck.bench.trace_workload.resolve_workload``'s answer): a
@@ -100,7 +100,7 @@ def impl_source(impl: Any, workload: Any, *, release: Release, int_hashes: bool 
     return batches
 
 
-def _plan(impl: Any, workload: Any, release: Release, trace: str | None
+def _plan(impl: ImplHandle, workload: Any, release: Release, trace: str | None
           ) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
     """The spec to build managers for and ``steps(manager)``, which drives one."""
     if not isinstance(workload, RecordedWorkload):
@@ -113,7 +113,7 @@ def _plan(impl: Any, workload: Any, release: Release, trace: str | None
     return _recorded_plan(impl, workload, release, trace)
 
 
-def _recorded_plan(impl: Any, workload: Any, release: Release, trace: str | None
+def _recorded_plan(impl: ImplHandle, workload: Any, release: Release, trace: str | None
                    ) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
     traces = workload.corpus["traces"]
     names = [t["name"] for t in traces]

@@ -23,6 +23,7 @@ from kvcheck.bench.allocator import RoundBench, per_round, workload_spec
 from kvcheck.bench.metrics import Metric, per_s
 from kvcheck.bench.scheduler import iter_steps
 from kvcheck.bench.workloads import Workload
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.errors import KVCheckFailure
 
@@ -35,7 +36,7 @@ __all__ = ["EventDecodeBench", "EventWireBench"]
 class EventWireBench(RoundBench):
     """One workload per round, ``take_event_batch`` timed after every step."""
 
-    def __init__(self, impl: Any, workload: Workload, profile: str) -> None:
+    def __init__(self, impl: ImplHandle, workload: Workload, profile: str) -> None:
         super().__init__()
         self.impl = impl
         self.workload = workload
@@ -97,7 +98,7 @@ class EventDecodeBench(RoundBench):
     of the workload, made once (untimed); a round decodes all of them, timed as one span with
     the collector off. Figures: payloads and payload bytes decoded per second."""
 
-    def __init__(self, impl: Any, workload: Workload, profile: str) -> None:
+    def __init__(self, impl: ImplHandle, workload: Workload, profile: str) -> None:
         super().__init__()
         from kvcheck.adapters.reference import make_kv_cache_manager
 

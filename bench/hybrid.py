@@ -46,6 +46,7 @@ from kvcheck.bench.workloads import (
     scaled_count,
     working_set_blocks,
 )
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
 from kvcheck.errors import KVCheckInputError
@@ -218,7 +219,7 @@ class HybridBench(SchedulerBench):
 
     native_level = False  # the manager-level hook covers single-group pools only
 
-    def __init__(self, impl: Any, hybrid: HybridWorkload) -> None:
+    def __init__(self, impl: ImplHandle, hybrid: HybridWorkload) -> None:
         super().__init__(impl, hybrid.workload)
         self.hybrid = hybrid
 

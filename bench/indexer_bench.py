@@ -22,6 +22,7 @@ from typing import Any, Final
 from kvcheck.bench.allocator import RoundBench, per_round
 from kvcheck.bench.metrics import Metric, per_s
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
 from kvcheck.reference_impl.events import BlockStored
 
@@ -103,7 +104,7 @@ class IndexerBench(RoundBench):
     """One pass over the streams per round, on a fresh index of ``impl`` (unguarded: its own
     object, as benchmarks call managers)."""
 
-    def __init__(self, impl: Any, streams: IndexerStreams) -> None:
+    def __init__(self, impl: ImplHandle, streams: IndexerStreams) -> None:
         super().__init__()
         self.impl = impl
         self.streams = streams
@@ -118,8 +119,11 @@ class IndexerBench(RoundBench):
                              for _, _, p, _ in streams.deliveries]
 
     def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        factory = self.impl.indexer_factory
+        if factory is None:
+            raise KVCheckInputError(f"{self.impl.name} does not declare capability 'indexer'")
         gc.collect()
-        return (self.impl.indexer_factory(self.streams.config),), {}
+        return (factory(self.streams.config),), {}
 
     def run(self, index: Any) -> None:
         context = MatchContext()

@@ -42,6 +42,7 @@ from kvcheck.bench.allocator import RoundBench, scheduler_metrics, workload_spec
 from kvcheck.bench.metrics import Metric
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.workloads import Workload
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckInputError
 
@@ -107,7 +108,7 @@ class NativeManager(Protocol):
         ...
 
 
-def native_factory(impl: Any) -> Callable[[KVCacheSpec], NativeManager] | None:
+def native_factory(impl: ImplHandle) -> Callable[[KVCacheSpec], NativeManager] | None:
     """The hook of a loaded implementation (an ``ImplHandle``) or of a module, or None.
 
     Raises:
@@ -276,7 +277,7 @@ class NativeSchedulerBench(RoundBench):
         return shares[len(shares) // 2] if shares else None
 
 
-def manager_level_metrics(impl: Any, reference: Any, workload: Workload, rounds: int,
+def manager_level_metrics(impl: ImplHandle, reference: ImplHandle, workload: Workload, rounds: int,
                           warmup: int) -> tuple[list[Metric], dict[str, Any]]:
     """The manager-level scheduler figures of ``impl`` paired with ``reference`` (rounds
     interleaved A B B A, as the protocol level), renamed ``manager_<name>``, and the info to

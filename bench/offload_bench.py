@@ -51,6 +51,7 @@ from kvcheck.bench.allocator import RoundBench, per_round
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.metrics import Metric, PairedRatio, per_s
 from kvcheck.bench.workloads import Draws, scaled_count
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.offload_protocol import OffloadingManagerAdapter, OffloadSpec
 from kvcheck.errors import KVCheckInputError
 
@@ -257,7 +258,7 @@ def _rate(count: int, ns: int) -> float:
 class OffloadBench(RoundBench):
     """One replay of ``workload`` per round, on a fresh tier of ``impl`` (its own object)."""
 
-    def __init__(self, impl: Any, workload: OffloadWorkload) -> None:
+    def __init__(self, impl: ImplHandle, workload: OffloadWorkload) -> None:
         super().__init__()
         self.impl = impl
         self.workload = workload
@@ -302,7 +303,7 @@ def _fmt_ratio(r: PairedRatio | None) -> str:
     return f"{r.ratio:6.3f} [{r.ci_low:5.3f}, {r.ci_high:5.3f}]"
 
 
-def _measure(impl: Any, reference: Any, workload: OffloadWorkload, rounds: int,
+def _measure(impl: ImplHandle, reference: ImplHandle, workload: OffloadWorkload, rounds: int,
              warmup: int) -> tuple[list[Metric], OffloadBench, OffloadBench]:
     from kvcheck.bench.paired import PairedBench
 

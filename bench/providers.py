@@ -23,6 +23,7 @@ from typing import Any
 
 from kvcheck.bench.errors import ProviderUnavailable
 from kvcheck.bench.kernel_inputs import KernelInputs
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
 
 __all__ = ["PROVIDERS", "Provider", "ProviderUnavailable", "make_provider"]
@@ -261,7 +262,7 @@ def _flashinfer() -> Provider:
     })
 
 
-def make_provider(name: str, impl: Any = None) -> Provider:
+def make_provider(name: str, impl: ImplHandle | None = None) -> Provider:
     """Build provider ``name`` (one of ``PROVIDERS``); ``impl`` is the ``ImplHandle`` for
     ``"impl"``.
 

@@ -50,6 +50,7 @@ from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import shared_prefix_blocks
 from kvcheck.conformance.bounds import MAX_DECODE_TOKEN_STEPS, MAX_OPS, power_of_two
 from kvcheck.conformance.driver import output_token, view_from_add
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
@@ -295,11 +296,11 @@ class _Replay:
             self.views[rid] = replace(view, num_computed_tokens=0)
 
 
-def _usable_blocks(impl: Any, spec: KVCacheSpec) -> int:
+def _usable_blocks(impl: ImplHandle, spec: KVCacheSpec) -> int:
     return max(1, spec.num_blocks - len(reserved_block_ids(impl.info, spec.profile)))
 
 
-def iter_ops(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun
+def iter_ops(impl: ImplHandle, manager: Any, trace: RecordedTrace, run: RecordedRun
              ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Replay every op of ``trace`` on ``manager`` (fresh, built by ``impl`` for
     ``trace.spec``), timing its calls and counting into ``run``; yields ``(index, answer)``
@@ -316,7 +317,7 @@ def iter_ops(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun
         run.peak_used_blocks, run.usable_blocks = replay.peak_used, replay.usable_blocks
 
 
-def replay_trace(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun,
+def replay_trace(impl: ImplHandle, manager: Any, trace: RecordedTrace, run: RecordedRun,
                  after_op: Callable[[int, dict[str, Any]], None] | None = None) -> None:
     """``iter_ops`` to the end.
 
@@ -334,7 +335,8 @@ def replay_trace(impl: Any, manager: Any, trace: RecordedTrace, run: RecordedRun
             after_op(index, answer)
 
 
-def missing_capabilities(impl: Any, trace: dict[str, Any], spec: KVCacheSpec) -> frozenset[str]:
+def missing_capabilities(impl: ImplHandle, trace: dict[str, Any],
+                         spec: KVCacheSpec) -> frozenset[str]:
     """Capabilities the trace needs that ``impl`` lacks under the trace's profile."""
     needed = set(needed_capabilities(trace))
     if spec.kv_cache_groups:
@@ -354,7 +356,7 @@ class RecordedBench(RoundBench):
     ``recorded_pair`` uses it so both sides of a pair run the same traces.
     """
 
-    def __init__(self, impl: Any, corpus: Corpus, name: str, *,
+    def __init__(self, impl: ImplHandle, corpus: Corpus, name: str, *,
                  only: Collection[str] | None = None) -> None:
         super().__init__()
         self.impl = impl
@@ -450,7 +452,7 @@ class RecordedBench(RoundBench):
         return out
 
 
-def recorded_pair(impl: Any, reference: Any, corpus: Corpus, name: str
+def recorded_pair(impl: ImplHandle, reference: ImplHandle, corpus: Corpus, name: str
                   ) -> tuple[RecordedBench, RecordedBench]:
     """``(implementation bench, reference bench)`` over the traces both can run (a trace one
     side skips is skipped by both, so their rounds replay the same ops). The reference's

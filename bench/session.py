@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kvcheck.bench.metrics import Metric, summarize
+from kvcheck.conformance.loader import ImplHandle
 
 __all__ = ["BenchOptions", "BenchResult", "BenchSession"]
 
@@ -107,8 +108,8 @@ class BenchSession:
         for value in self.options.workloads:
             self.workload(value)
 
-    def run_allocator(self, benchmark: Any, request: pytest.FixtureRequest, impl: Any,
-                      reference: Any, make: Callable[[Any], Any], group: str,
+    def run_allocator(self, benchmark: Any, request: pytest.FixtureRequest, impl: ImplHandle,
+                      reference: ImplHandle, make: Callable[[Any], Any], group: str,
                       case: str) -> BenchResult:
         """Measure ``make(impl)`` through pytest-benchmark, interleaved round by round with
         ``make(reference)`` on the same inputs (``bench.paired``: A B B A ..., GC handled the
@@ -286,7 +287,7 @@ class BenchSession:
         return records
 
 
-def _manager_level(bench: Any, impl: Any, reference: Any, rounds: int, warmup: int
+def _manager_level(bench: Any, impl: ImplHandle, reference: ImplHandle, rounds: int, warmup: int
                    ) -> tuple[list[Metric], dict[str, Any]]:
     """Scheduler benchmarks also get the manager-level figures (``manager_<name>``, paired with
     the reference's own hook: ``kvcheck.bench.native``) when both sides have the hook, and a

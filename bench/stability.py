@@ -55,6 +55,7 @@ from kvcheck.bench.paired import PairedBench
 from kvcheck.bench.trace_workload import resolve_workload as _resolve_uncached
 from kvcheck.bench.trace_workload import scheduler_bench_maker
 from kvcheck.bench.workloads import SCENARIOS, Workload
+from kvcheck.conformance.loader import ImplHandle
 
 __all__ = ["LEVELS", "CaseRatio", "adaptive_rounds", "main", "measure_cases", "moved",
            "protocol_layer_share", "stability_records"]
@@ -132,21 +133,21 @@ def _measure_pair(impl_bench: RoundBench, ref_bench: RoundBench, group: str, rou
     return headline.paired, headline, next((m for m in theirs if m.name == name), None)
 
 
-def _scheduler_bench(impl: Any, workload: Workload) -> RoundBench:
+def _scheduler_bench(impl: ImplHandle, workload: Workload) -> RoundBench:
     return SchedulerBench(impl, workload)
 
 
-def _native_bench(impl: Any, workload: Workload) -> RoundBench:
+def _native_bench(impl: ImplHandle, workload: Workload) -> RoundBench:
     factory = native_factory(impl)
     assert factory is not None  # measure_cases checked both sides
     return NativeSchedulerBench(factory, workload, impl.name)
 
 
-def _hashing_bench(impl: Any, algo: str, seed: int, scale: float) -> RoundBench:
+def _hashing_bench(impl: ImplHandle, algo: str, seed: int, scale: float) -> RoundBench:
     return HashingBench(impl, algo, seed, scale)
 
 
-def manager_level_missing(impl: Any, reference: Any) -> str | None:
+def manager_level_missing(impl: ImplHandle, reference: ImplHandle) -> str | None:
     """Why the manager level cannot be measured (a side without the hook), or None."""
     for side in (impl, reference):
         if native_factory(side) is None:
@@ -154,7 +155,7 @@ def manager_level_missing(impl: Any, reference: Any) -> str | None:
     return None
 
 
-def measure_cases(impl: Any, reference: Any, scenarios: Sequence[str],
+def measure_cases(impl: ImplHandle, reference: ImplHandle, scenarios: Sequence[str],
                   hash_algos: Sequence[str], rounds: int, warmup: int, scale: float,
                   seed: int, levels: Sequence[str] = ("protocol",), min_time: float = 0.0,
                   max_rounds: int = 0) -> list[CaseRatio]:
@@ -194,7 +195,7 @@ def _fmt(r: PairedRatio | None) -> str:
     return f"{r.ratio:6.3f} [{r.ci_low:5.3f}, {r.ci_high:5.3f}]"
 
 
-def protocol_layer_share(impl: Any, workload: Workload, rounds: int = 7, warmup: int = 1,
+def protocol_layer_share(impl: ImplHandle, workload: Workload, rounds: int = 7, warmup: int = 1,
                          min_time: float = 2.0, max_rounds: int = 60
                          ) -> tuple[float, float, float] | None:
     """The adapter's protocol layer as a share of its engine's time, measured directly:
@@ -216,7 +217,7 @@ def protocol_layer_share(impl: Any, workload: Workload, rounds: int = 7, warmup:
     return 1 / ratio.ratio - 1, 1 / ratio.ci_high - 1, 1 / ratio.ci_low - 1
 
 
-def _print_layers(impl: Any, scenarios: Sequence[str], scale: float, seed: int,
+def _print_layers(impl: ImplHandle, scenarios: Sequence[str], scale: float, seed: int,
                   rounds: int = 7, min_time: float = 2.0, max_rounds: int = 60) -> None:
     from kvcheck.bench.harness import measure_layers
 
@@ -265,7 +266,7 @@ def _print_agreement(runs: Sequence[Sequence[CaseRatio]]) -> None:
                                       for a in agreements))
 
 
-def stability_records(impl: Any, reference: Any, runs: Sequence[Sequence[CaseRatio]],
+def stability_records(impl: ImplHandle, reference: ImplHandle, runs: Sequence[Sequence[CaseRatio]],
                       settings: dict[str, Any], environment: dict[str, Any] | None = None
                       ) -> list[dict[str, Any]]:
     """Result records of the runs (``kind="benchmark"``): one for the implementation and one

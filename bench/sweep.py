@@ -57,6 +57,7 @@ from kvcheck.bench.workloads import (
     Workload,
     working_set_blocks,
 )
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
@@ -146,7 +147,7 @@ class SweepPoint:
         return percentile(values, 50) if values else None
 
 
-def _bench(impl: Any, workload: Workload, level: str) -> RoundBench:
+def _bench(impl: ImplHandle, workload: Workload, level: str) -> RoundBench:
     if level == "manager":
         from kvcheck.bench.native import NativeSchedulerBench, native_factory
 
@@ -159,9 +160,9 @@ def _bench(impl: Any, workload: Workload, level: str) -> RoundBench:
     return bench
 
 
-def measure_point(impl: Any, reference: Any, axis: str, value: int, base: dict[str, int],
-                  rounds: int, warmup: int, seed: int = 0, quick: bool = False,
-                  level: str = "protocol") -> SweepPoint:
+def measure_point(impl: ImplHandle, reference: ImplHandle, axis: str, value: int,
+                  base: dict[str, int], rounds: int, warmup: int, seed: int = 0,
+                  quick: bool = False, level: str = "protocol") -> SweepPoint:
     """Measure one point: ``base`` with ``axis`` set to ``value``, paired rounds."""
     params = {**base, axis: value}
     workload = sweep_workload(params, seed, quick)
@@ -193,7 +194,7 @@ def measure_point(impl: Any, reference: Any, axis: str, value: int, base: dict[s
     return point
 
 
-def run_sweep(impl: Any, reference: Any, axes: Mapping[str, Sequence[int]],
+def run_sweep(impl: ImplHandle, reference: ImplHandle, axes: Mapping[str, Sequence[int]],
               base: dict[str, int] | None = None, rounds: int = 3, warmup: int = 1,
               seed: int = 0, quick: bool = False, level: str = "protocol",
               progress: Callable[[SweepPoint], None] | None = None) -> list[SweepPoint]:
@@ -262,8 +263,8 @@ def format_table(points: Sequence[SweepPoint], impl_name: str, paired: bool) -> 
     return "\n".join(lines)
 
 
-def point_records(points: Sequence[SweepPoint], impl: Any, reference: Any, *, seed: int,
-                  level: str, base: dict[str, int],
+def point_records(points: Sequence[SweepPoint], impl: ImplHandle, reference: ImplHandle, *,
+                  seed: int, level: str, base: dict[str, int],
                   environment: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Result records: one per point and subject (the implementation, and the reference when
     it was measured beside it), validated (``kvcheck.results.schema``)."""

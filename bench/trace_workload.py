@@ -97,6 +97,7 @@ from kvcheck.bench.workloads import (
     working_set_blocks,
 )
 from kvcheck.conformance.bounds import MAX_NUM_BLOCKS, power_of_two
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.recorded import Corpus
 from kvcheck.errors import KVCheckInputError
 
@@ -287,8 +288,8 @@ def resolve_workload(value: str, seed: int = 0, scale: float = 1.0
     return make_workload(value, seed, scale)
 
 
-def scheduler_bench_maker(workload: Workload | RecordedWorkload, impl: Any, reference: Any
-                          ) -> Callable[[Any], RoundBench]:
+def scheduler_bench_maker(workload: Workload | RecordedWorkload, impl: ImplHandle,
+                          reference: ImplHandle) -> Callable[[Any], RoundBench]:
     """``make(side) -> RoundBench`` for ``BenchSession.run_allocator``: kvcheck's scheduler
     loop over a ``Workload``, or the recorded calls of a corpus, restricted to the traces both
     ``impl`` and ``reference`` can run so that paired rounds replay the same calls."""

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from kvcheck.bench.allocator import RoundBench, per_round
 from kvcheck.bench.metrics import Metric
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
 __all__ = ["WireRoundTripBench"]
@@ -29,7 +30,7 @@ _CALLS_AT_SCALE_1: Final = 2000
 class WireRoundTripBench(RoundBench):
     """Per round: ``calls`` empty calls, then ``calls`` lookups of one 512-token request."""
 
-    def __init__(self, impl: Any, scale: float = 1.0) -> None:
+    def __init__(self, impl: ImplHandle, scale: float = 1.0) -> None:
         super().__init__()
         self.impl = impl
         self.calls = max(50, round(_CALLS_AT_SCALE_1 * scale))

@@ -134,7 +134,7 @@ def _group_metadata(spec: Any, events: Sequence[Mapping[str, Any]]
     return meta
 
 
-def encoded_events(dicts: list[Mapping[str, Any]], spec: Any, *, ts: float, release: Release,
+def encoded_events(dicts: Sequence[Mapping[str, Any]], spec: Any, *, ts: float, release: Release,
                    int_hashes: bool, data_parallel_rank: int | None,
                    number: int) -> SourceBatch:
     """One step's ``take_events()`` dicts as ``release``'s payload (kvcheck's encoder)."""
