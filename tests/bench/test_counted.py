@@ -6,6 +6,7 @@ the region is a few requests) and skip without valgrind, naming the package to i
 
 from __future__ import annotations
 
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +20,7 @@ from kvcheck.bench.counted import CaseCount, CountedCase, CountingUnavailable
 from kvcheck.bench.workloads import make_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.errors import KVCheckFailure
+from kvcheck.results.schema import load_records
 
 CASE = CountedCase("scheduler", "burst_short", scale=0.02)
 
@@ -26,6 +28,8 @@ needs_valgrind = pytest.mark.skipif(
     counted.unavailable_reason() is not None,
     reason="valgrind is not installed, so instructions cannot be counted "
            "(apt-get install valgrind)")
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +96,31 @@ def test_an_extra_list_copy_per_allocate_slots_is_counted(
     (slowed,) = counted.count_group([CASE], SLOWED_TARGET)
     assert slowed.calls == reference_counts[0].calls
     assert slowed.instructions > 1.01 * reference_counts[0].instructions
+
+
+def _documented_counts() -> dict[str, int]:
+    """Run 1's count of each case in docs/deterministic-cost.md's spread table, and the
+    reference column of its demonstration table (``scheduler/`` added)."""
+    text = (ROOT / "docs" / "deterministic-cost.md").read_text(encoding="utf-8")
+    counts: dict[str, int] = {}
+    for case, count in re.findall(r"^\| ((?:scheduler|hashing|slot_mapping)/[^|]+?) \| "
+                                  r"([\d,]+) \|", text, re.MULTILINE):
+        counts[case] = int(count.replace(",", ""))
+    for case, count in re.findall(r"^\| ([a-z_]+) \| ([\d,]+) \| [\d,]+ \| \+", text, re.MULTILINE):
+        assert counts[f"scheduler/{case}"] == int(count.replace(",", "")), case
+    return counts
+
+
+def test_the_documented_counts_follow_the_committed_baseline() -> None:
+    """docs/deterministic-cost.md's tables were measured on the code of the committed baseline
+    (results/records/reference-counted.jsonl): a change that moves the baseline by more than
+    the gate's 1% must re-measure them (``kvcheck bench spread``)."""
+    documented = _documented_counts()
+    (record,) = load_records(ROOT / "results" / "records" / "reference-counted.jsonl")
+    baseline = {m["case"]: m["value"] for m in record["metrics"]
+                if m.get("name") == "instructions"}
+    assert set(baseline) <= set(documented), sorted(set(baseline) - set(documented))
+    moved = {case: f"{documented[case]:,} documented, {value:,.0f} in the baseline"
+             for case, value in baseline.items()
+             if abs(documented[case] - value) > 0.01 * value}
+    assert not moved, moved
