@@ -1,15 +1,33 @@
-"""kvcheck.bench: allocator and kernel benchmarks, run with ``pytest --kv-impl=X --kv-bench``.
+"""kvcheck.bench: allocator and kernel benchmarks, run with ``pytest --kv-impl=X --kv-bench``,
+and the benchmark tools, run with ``kvcheck bench TOOL``. Every module, by role:
 
-* ``plugin``: the pytest11 plugin (``--kv-bench-*`` options, tables, result records);
-* ``workloads``: seeded, named request traces; ``scheduler``: the continuous-batching loop
-  that replays them through the adapter protocol; ``allocator``: the allocator measurements;
-  ``paired``: implementation and reference rounds interleaved A B B A, paired ratios;
-  ``harness``: the null adapter's floor and an adapter's protocol layer; ``stability``: two
-  back-to-back runs and how far each ratio moved; ``request_speed``: request construction;
-* ``kernel_inputs``, ``providers``, ``kernel_bench``: kernel cases, the kernels compared
-  (torch references, kvcheck's Triton, the implementation's, vLLM's, FlashInfer's) and one
-  measurement; ``machine``: device, peaks and commit; ``timing``: clocks, CUDA events, L2;
-* ``metrics``: statistics, ratios and bytes-moved models; ``session``: shared state and
-  records; ``table``: the terminal tables;
-* ``bench_allocator.py``, ``bench_kernels.py``: the benchmarks; ``run_gpu.sh``: the GPU set.
+* **pytest layer**: ``plugin`` (the pytest11 plugin: ``--kv-bench-*`` options, hooks, tables,
+  result records), ``session`` (shared state and the records), ``table`` (terminal tables),
+  ``bench_allocator.py`` and ``bench_kernels.py`` (the benchmarks themselves), ``run_gpu.sh``
+  (the GPU set);
+* **command layer**: ``cli`` (``kvcheck bench TOOL``), ``cli_args`` (argument types, bounds,
+  ``BenchTool`` and its runner), ``options`` (the options the tools and the plugin share,
+  declared once), ``errors`` (every error of this package);
+* **workloads**: ``workloads`` (seeded scenarios by name), ``trace_file`` (a request trace
+  file read and bounded), ``trace_workload`` (``--kv-bench-workload`` resolved: a scenario, a
+  request trace or a recorded corpus), ``hybrid`` (a grouped spec's workloads);
+* **replay**: ``scheduler`` (the continuous-batching loop through the protocol), ``native``
+  (the same loop on an engine's own objects), ``recorded_bench`` (a recorded corpus
+  replayed), ``harness`` (the null adapter's floor and an adapter's protocol layer);
+* **measurement**: ``rounds`` (``RoundBench``, the one round type), ``allocator`` (the
+  scheduler, hashing and slot_mapping rounds), ``paired`` (implementation and reference rounds
+  interleaved A B B A, paired ratios), ``timing`` (measured clocks, CUDA events, L2),
+  ``metrics`` (statistics, ratios, bytes-moved models), ``counted`` (instruction counts under
+  callgrind), ``machine`` (device, peaks and commit);
+* **other benchmarks**: ``event_wire_bench`` (``take_event_batch`` and decoding),
+  ``indexer_bench`` (a router's index), ``offload_bench`` (an offload tier), ``wire_bench``
+  (an ``exec:`` engine's round trip);
+* **kernels**: ``kernel_inputs`` (cases and inputs), ``providers`` (the kernels compared:
+  torch references, kvcheck's Triton, the implementation's, vLLM's, FlashInfer's),
+  ``kernel_bench`` (one measurement), ``kernel_crosscheck`` (kvcheck's kernels against
+  vLLM's);
+* **tools** (``kvcheck bench NAME``, each also ``python -m kvcheck.bench.MODULE``):
+  ``stability``, ``sweep``, ``counted``, ``count_spread`` (``spread``), ``request_speed``,
+  ``kernel_crosscheck`` (``kernels``), ``trace_workload`` (``trace``), ``offload_bench``
+  (``offload``), ``event_codec``, ``event_serve``.
 """

@@ -1,9 +1,7 @@
 """Allocator measurements through the adapter protocol, one ``RoundBench`` per benchmark.
 
-A ``RoundBench`` has pytest-benchmark's pedantic shape: ``setup()`` builds a fresh manager and
-inputs (untimed), ``run(*args)`` measures one round, appends its result and advances
-``ALLOCATOR_CLOCK`` by the time spent inside the implementation's calls, and ``metrics()``
-turns the timed rounds into ``Metric`` objects. The same object measures the reference
+Each is a ``kvcheck.bench.rounds.RoundBench`` (``setup`` untimed, ``run`` one measured round:
+the time spent inside the implementation's calls); the same object measures the reference
 baseline without pytest-benchmark (``measure_rounds``), so both sides run identical code on
 identical inputs.
 
@@ -27,8 +25,8 @@ import numpy as np
 
 from kvcheck.bench.errors import BenchCheckFailure
 from kvcheck.bench.metrics import Metric, per_s, percentile
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.timing import ALLOCATOR_CLOCK, MeasuredClock
 from kvcheck.bench.workloads import Draws, Workload, scaled_count, trace_profile
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
@@ -53,42 +51,6 @@ def _median(samples: list[float]) -> float:
 def per_round(name: str, unit: str, direction: str, samples: list[float]) -> Metric:
     """A figure whose value is the median of its per-round ``samples``."""
     return Metric(name, unit, direction, _median(samples), samples)
-
-
-class RoundBench:
-    """Base class: ``setup`` / ``run`` / ``metrics`` (see the module docstring).
-
-    ``clock`` is the clock a round advances by its measured time (``ALLOCATOR_CLOCK``, read
-    by pytest-benchmark); None for the reference side of an interleaved pair, whose rounds
-    must not count as the implementation's.
-    """
-
-    def __init__(self) -> None:
-        self.results: list[Any] = []
-        self.clock: MeasuredClock | None = ALLOCATOR_CLOCK
-
-    def advance(self, seconds: float) -> None:
-        """Add one round's measured time to ``clock`` (if any)."""
-        if self.clock is not None:
-            self.clock.advance(seconds)
-
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:  # pragma: no cover
-        raise NotImplementedError
-
-    def run(self, *args: Any) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def metrics(self, results: list[Any]) -> list[Metric]:  # pragma: no cover
-        raise NotImplementedError
-
-    def info(self) -> dict[str, Any]:
-        """Parameters worth recording (sizes, digests)."""
-        return {}
-
-    def timed_results(self, warmup: int) -> list[Any]:
-        """The rounds after the warm-up ones (all of them when pytest-benchmark was disabled
-        and ran a single untimed round)."""
-        return self.results[warmup:] if len(self.results) > warmup else self.results
 
 
 def measure_rounds(bench: RoundBench, rounds: int, warmup: int) -> list[Metric]:

@@ -19,8 +19,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.bench.allocator import RoundBench, per_round, workload_spec
+from kvcheck.bench.allocator import per_round, workload_spec
 from kvcheck.bench.metrics import Metric, per_s
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.scheduler import iter_steps
 from kvcheck.bench.workloads import Workload
 from kvcheck.conformance.loader import ImplHandle

@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kvcheck.bench.allocator import RoundBench, per_round
+from kvcheck.bench.allocator import per_round
 from kvcheck.bench.metrics import Metric, per_s
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError

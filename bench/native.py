@@ -38,8 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from kvcheck.bench.allocator import RoundBench, scheduler_metrics, workload_spec
+from kvcheck.bench.allocator import scheduler_metrics, workload_spec
 from kvcheck.bench.metrics import Metric
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.workloads import Workload
 from kvcheck.conformance.loader import ImplHandle
@@ -252,8 +253,7 @@ class NativeSchedulerBench(RoundBench):
 
     def __init__(self, factory: Callable[[KVCacheSpec], NativeManager], workload: Workload,
                  name: str = "") -> None:
-        super().__init__()
-        self.clock = None  # never pytest-benchmark's timer: that one times the protocol level
+        super().__init__()  # no clock: pytest-benchmark's timer times the protocol level
         self.factory = factory
         self.workload = workload
         self.name = name

@@ -47,9 +47,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from kvcheck.bench.allocator import RoundBench, per_round
+from kvcheck.bench.allocator import per_round
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.metrics import Metric, PairedRatio, per_s
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.workloads import Draws, scaled_count
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.offload_protocol import OffloadingManagerAdapter, OffloadSpec
@@ -308,7 +309,6 @@ def _measure(impl: ImplHandle, reference: ImplHandle, workload: OffloadWorkload,
     from kvcheck.bench.paired import PairedBench
 
     mine, theirs = OffloadBench(impl, workload), OffloadBench(reference, workload)
-    mine.clock = theirs.clock = None  # no pytest-benchmark here
     pair = PairedBench(mine, theirs)
     pair.measure(rounds, warmup)
     metrics, _ = pair.metrics(warmup)

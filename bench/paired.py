@@ -16,14 +16,14 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from kvcheck.bench.metrics import Metric, PairedRatio, percentile
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
     "PairedBench",
-    "RoundLike",
     "abba_first",
     "median_ci",
     "paired_ratio",
@@ -32,20 +32,6 @@ __all__ = [
 
 #: Confidence level of the interval reported with every paired ratio.
 CONFIDENCE = 0.95
-
-
-class RoundLike(Protocol):
-    """What ``PairedBench`` needs of a bench (``kvcheck.bench.allocator.RoundBench``)."""
-
-    results: list[Any]
-
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]: ...
-
-    def run(self, *args: Any) -> None: ...
-
-    def metrics(self, results: list[Any]) -> list[Metric]: ...
-
-    def timed_results(self, warmup: int) -> list[Any]: ...
 
 
 def abba_first(pair_index: int) -> str:
@@ -111,7 +97,7 @@ def paired_ratio(impl_samples: Sequence[float], ref_samples: Sequence[float],
                        tuple(ratios))
 
 
-def run_one_round(bench: RoundLike) -> None:
+def run_one_round(bench: RoundBench) -> None:
     """Set up and run one round of ``bench``: fresh inputs, a full collection, then the round
     with the collector off (restored afterwards). Both sides of a pair go through here."""
     args, kwargs = bench.setup()
@@ -134,7 +120,7 @@ class PairedBench:
     alone. ``run`` takes no arguments: each side sets its inputs up just before its round.
     """
 
-    def __init__(self, impl: RoundLike, ref: RoundLike) -> None:
+    def __init__(self, impl: RoundBench, ref: RoundBench) -> None:
         self.impl = impl
         self.ref = ref
         self.pairs = 0

@@ -44,8 +44,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kvcheck.bench.allocator import RoundBench, scheduler_metrics
+from kvcheck.bench.allocator import scheduler_metrics
 from kvcheck.bench.metrics import Metric, percentile
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import shared_prefix_blocks
 from kvcheck.conformance.bounds import MAX_DECODE_TOKEN_STEPS, MAX_OPS, power_of_two
@@ -455,8 +456,7 @@ class RecordedBench(RoundBench):
 def recorded_pair(impl: ImplHandle, reference: ImplHandle, corpus: Corpus, name: str
                   ) -> tuple[RecordedBench, RecordedBench]:
     """``(implementation bench, reference bench)`` over the traces both can run (a trace one
-    side skips is skipped by both, so their rounds replay the same ops). The reference's
-    bench has ``clock = None`` (its rounds are not the implementation's)."""
+    side skips is skipped by both, so their rounds replay the same ops)."""
     first = RecordedBench(impl, corpus, name)
     second = RecordedBench(reference, corpus, name)
     both = {t.name for t in first.traces} & {t.name for t in second.traces}
@@ -464,5 +464,4 @@ def recorded_pair(impl: ImplHandle, reference: ImplHandle, corpus: Corpus, name:
         first = RecordedBench(impl, corpus, name, only=both)
     if len(both) < len(second.traces):
         second = RecordedBench(reference, corpus, name, only=both)
-    second.clock = None
     return first, second

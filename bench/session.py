@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kvcheck.bench.metrics import Metric, summarize
+from kvcheck.bench.timing import ALLOCATOR_CLOCK
 from kvcheck.conformance.loader import ImplHandle
 
 __all__ = ["BenchOptions", "BenchResult", "BenchSession"]
@@ -120,6 +121,7 @@ class BenchSession:
         rounds, warmup = self.options.rounds_for("allocator")
         is_reference = impl.module is reference.module
         bench = make(impl)
+        bench.clock = ALLOCATOR_CLOCK  # pytest-benchmark's timer: the implementation's rounds
         if is_reference:
             benchmark.pedantic(bench.run, setup=bench.setup, rounds=rounds,
                                warmup_rounds=warmup)
@@ -128,8 +130,7 @@ class BenchSession:
                 metric.reference_value = metric.value
             baseline = "itself (the implementation is the reference)"
         else:
-            ref_bench = make(reference)
-            ref_bench.clock = None  # pytest-benchmark's timer counts the implementation only
+            ref_bench = make(reference)  # no clock: its rounds are not the implementation's
             pair = PairedBench(bench, ref_bench)
             benchmark.pedantic(pair.run, setup=pair.setup, rounds=rounds,
                                warmup_rounds=warmup)

@@ -47,11 +47,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from kvcheck.bench.allocator import HashingBench, RoundBench, SchedulerBench, workload_spec
+from kvcheck.bench.allocator import HashingBench, SchedulerBench, workload_spec
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.metrics import Metric, PairedRatio, percentile
 from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
 from kvcheck.bench.paired import PairedBench
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.trace_workload import resolve_workload as _resolve_uncached
 from kvcheck.bench.trace_workload import scheduler_bench_maker
 from kvcheck.bench.workloads import SCENARIOS, Workload
@@ -118,8 +119,6 @@ def _measure_pair(impl_bench: RoundBench, ref_bench: RoundBench, group: str, rou
                   warmup: int, min_time: float = 0.0, max_rounds: int = 0
                   ) -> tuple[PairedRatio | None, Metric | None, Metric | None]:
     """``_measure`` on two benches already built (either may be any ``RoundBench``)."""
-    impl_bench.clock = None  # no pytest-benchmark here: nothing reads the clock
-    ref_bench.clock = None
     pair = PairedBench(impl_bench, ref_bench)
     start = time.perf_counter()
     pair.measure(0, warmup)

@@ -45,10 +45,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcheck.bench.allocator import RoundBench, SchedulerBench
+from kvcheck.bench.allocator import SchedulerBench
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.metrics import PairedRatio, percentile
 from kvcheck.bench.paired import PairedBench, paired_ratio, run_one_round
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.workloads import (
     DEFAULT_BLOCK_SIZE,
@@ -155,9 +156,7 @@ def _bench(impl: ImplHandle, workload: Workload, level: str) -> RoundBench:
         if factory is None:
             raise KVCheckInputError(f"{impl.name} has no manager-level hook")
         return NativeSchedulerBench(factory, workload, impl.name)
-    bench = SchedulerBench(impl, workload)
-    bench.clock = None  # no pytest-benchmark here
-    return bench
+    return SchedulerBench(impl, workload)
 
 
 def measure_point(impl: ImplHandle, reference: ImplHandle, axis: str, value: int,

@@ -74,8 +74,9 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.atomic import write_atomic
-from kvcheck.bench.allocator import RoundBench, SchedulerBench
+from kvcheck.bench.allocator import SchedulerBench
 from kvcheck.bench.cli_args import BenchTool, run_tool
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.trace_file import (
     HEADER_DEFAULTS,
     HEADER_KEY,

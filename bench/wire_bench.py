@@ -14,8 +14,9 @@ import gc
 import time
 from typing import Any, Final
 
-from kvcheck.bench.allocator import RoundBench, per_round
+from kvcheck.bench.allocator import per_round
 from kvcheck.bench.metrics import Metric
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 

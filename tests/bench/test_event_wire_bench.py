@@ -35,7 +35,6 @@ def test_a_round_counts_every_event_of_the_stream(profile: str) -> None:
     impl = load_impl("reference", call_timeout=None)
     bench = EventWireBench(impl, make_workload("eviction_pressure", 0, 0.05), profile)
     (manager,), _ = bench.setup()
-    bench.clock = None
     bench.run(manager)
     events, size, ns = bench.results[0]
     assert events > 50 and size > events * 10 and ns > 0
@@ -48,7 +47,6 @@ def test_bytes_no_consumer_decodes_stop_the_benchmark() -> None:
     impl = load_impl("reference", call_timeout=None)
     bench = EventWireBench(impl, make_workload("eviction_pressure", 0, 0.05), "vllm-0.33")
     (manager,), _ = bench.setup()
-    bench.clock = None
     with pytest.raises(KVCheckFailure, match=r"take_event_batch\(2\.0\) after step 2 of "
                                              r"eviction_pressure is not a vllm-0\.33 "):
         bench.run(_Garbled(manager))

@@ -6,8 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from kvcheck.bench.allocator import SchedulerBench
+import pytest
+
+from kvcheck.bench.allocator import SchedulerBench, measure_rounds, per_round
+from kvcheck.bench.metrics import Metric
+from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.session import BenchOptions, BenchSession
+from kvcheck.bench.timing import allocator_time
 from kvcheck.bench.workloads import make_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.results.schema import validate_record
@@ -52,3 +57,58 @@ def test_run_allocator_pairs_with_the_reference() -> None:
     assert len(metric["extra"]["reference_samples"]) == 3
     low, high = metric["extra"]["ratio_ci"]
     assert low <= metric["extra"]["ratio_to_reference"] <= high
+
+
+class _Fixed(RoundBench):
+    """A round that measures a fixed ``seconds`` (as if spent inside the implementation)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (), {}
+
+    def run(self) -> None:
+        self.results.append(self.seconds)
+        self.advance(self.seconds)
+
+    def metrics(self, results: list[Any]) -> list[Metric]:
+        return [per_round("round_s", "s", "lower_is_better", list(results))]
+
+
+class _TimedBenchmark(_Benchmark):
+    """Reads pytest-benchmark's timer (``allocator_time``) around each round, as the plugin
+    configures it (``timer=allocator_time``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timed: list[float] = []
+
+    def pedantic(self, target: Any, setup: Any, rounds: int, warmup_rounds: int) -> None:
+        for _ in range(rounds + warmup_rounds):
+            args, kwargs = setup()
+            start = allocator_time()
+            target(*args, **kwargs)
+            self.timed.append(allocator_time() - start)
+
+
+def test_the_timer_reads_the_implementations_rounds_only() -> None:
+    """``run_allocator`` gives the implementation's bench ``ALLOCATOR_CLOCK``: each timed
+    pair reads exactly its round (2 s), never the reference's (5 s); a bench measured by a tool
+    (no clock: the default) leaves the timer where it was."""
+    reference = load_impl("reference")
+    impl = SimpleNamespace(module=object(), name="copy", info=reference.info,
+                           make_manager=reference.make_manager)
+    session = BenchSession(BenchOptions(enabled=True, rounds=3, warmup=1))
+    benchmark = _TimedBenchmark()
+    request = SimpleNamespace(node=SimpleNamespace(nodeid="bench::x"))
+    session.run_allocator(benchmark, request, impl, reference,
+                          lambda side: _Fixed(2.0 if side is impl else 5.0), "scheduler", "x")
+    assert benchmark.timed == pytest.approx([2.0] * 4)
+    before = allocator_time()
+    tool_bench = _Fixed(7.0)
+    assert tool_bench.clock is None
+    measure_rounds(tool_bench, rounds=2, warmup=1)
+    measure_rounds(SchedulerBench(reference, make_workload("burst_short", scale=0.05)), 1, 0)
+    assert allocator_time() == before
