@@ -48,6 +48,7 @@ from kvcheck.bench.allocator import scheduler_metrics
 from kvcheck.bench.metrics import Metric, percentile
 from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.scheduler import SchedulerRun
+from kvcheck.bench.timing import timed_call
 from kvcheck.bench.workloads import shared_prefix_blocks
 from kvcheck.conformance.bounds import MAX_DECODE_TOKEN_STEPS, MAX_OPS, power_of_two
 from kvcheck.conformance.driver import output_token, view_from_add
@@ -208,12 +209,6 @@ class _Replay:
         self.running: set[str] = set()
         self.preempted: set[str] = set()  # freed while holding blocks, not yet re-admitted
 
-    def timed(self, samples: list[int], fn: Callable[..., Any], *args: Any) -> Any:
-        start = time.perf_counter_ns()
-        result = fn(*args)
-        samples.append(time.perf_counter_ns() - start)
-        return result
-
     def apply(self, op: RecordedOp) -> dict[str, Any]:
         """Run one op; returns the implementation's answer in the corpus's form."""
         kind = op.kind
@@ -227,10 +222,10 @@ class _Replay:
         elif kind == "free":
             self.free(op.rid)
         elif kind == "reset":
-            answer["reset"] = bool(self.timed(self.run.reset_ns,
+            answer["reset"] = bool(timed_call(self.run.reset_ns,
                                               self.manager.reset_prefix_cache))
         elif kind == "lookup" and op.rid not in self.running:
-            found, num_hit = self.timed(self.run.lookup_ns, self.manager.get_computed_blocks,
+            found, num_hit = timed_call(self.run.lookup_ns, self.manager.get_computed_blocks,
                                         self.views[op.rid])
             answer["hits"] = [list(found), int(num_hit)]
             self._release(op.rid)
@@ -252,7 +247,7 @@ class _Replay:
         num_hit = 0
         admitting = rid not in self.running
         if admitting:
-            found, num_hit = self.timed(run.lookup_ns, self.manager.get_computed_blocks, view)
+            found, num_hit = timed_call(run.lookup_ns, self.manager.get_computed_blocks, view)
             hits = list(found)
             answer["hits"] = [hits, int(num_hit)]
         remaining = view.num_tokens - view.num_computed_tokens - num_hit
@@ -264,10 +259,10 @@ class _Replay:
             remaining = num_tokens
         num_new = max(0, remaining if num_tokens is None else min(num_tokens, remaining))
         if op.lookahead:  # passed only when asked for, as the Driver does
-            new = self.timed(run.allocate_ns, self.manager.allocate_slots, view, num_new,
+            new = timed_call(run.allocate_ns, self.manager.allocate_slots, view, num_new,
                              num_hit, hits, op.lookahead)
         else:
-            new = self.timed(run.allocate_ns, self.manager.allocate_slots, view, num_new,
+            new = timed_call(run.allocate_ns, self.manager.allocate_slots, view, num_new,
                              num_hit, hits)
         answer["new"] = None if new is None else list(new)
         if new is None and admitting:
@@ -288,7 +283,7 @@ class _Replay:
         return answer
 
     def free(self, rid: str) -> None:
-        self.timed(self.run.free_ns, self.manager.free, rid)
+        timed_call(self.run.free_ns, self.manager.free, rid)
         if rid in self.running:
             self.running.discard(rid)
             self.preempted.add(rid)

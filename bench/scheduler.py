@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcheck.bench.timing import timed_call
 from kvcheck.bench.workloads import RequestSpec, Workload
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure
@@ -159,13 +160,6 @@ class _Live:
         self.outputs = self.spec.output_token_ids[: self.num_outputs]
 
 
-def _timed(samples: list[int], fn: Any, *args: Any) -> Any:
-    start = time.perf_counter_ns()
-    result = fn(*args)
-    samples.append(time.perf_counter_ns() - start)
-    return result
-
-
 class _StepBatch:
     """What one step schedules: ``(request, num_new_tokens)`` pairs within the token budget."""
 
@@ -260,7 +254,7 @@ class _Scheduler:
         """``allocate_slots`` for ``live``; after each refusal the last running request is
         preempted and the call retried. False when ``live`` itself was the victim. Victims
         come from the tail, which has not been scheduled yet this step."""
-        while _timed(self.run.allocate_ns, self.manager.allocate_slots, live.view(),
+        while timed_call(self.run.allocate_ns, self.manager.allocate_slots, live.view(),
                      num_new) is None:
             if self._preempt_last() is live:
                 return False
@@ -270,7 +264,7 @@ class _Scheduler:
         """Free the lowest-priority (last admitted) request; it recomputes from token 0 and
         goes back to the head of the waiting queue."""
         victim = self.running.pop()
-        _timed(self.run.free_ns, self.manager.free, victim.spec.request_id)
+        timed_call(self.run.free_ns, self.manager.free, victim.spec.request_id)
         victim.num_computed = 0
         self.waiting.appendleft(victim)
         self.run.preemptions += 1
@@ -288,10 +282,10 @@ class _Scheduler:
                and len(self.running) < self.workload.max_num_seqs):
             live = self.waiting[0]
             view = live.view()
-            hit_ids, num_hit = _timed(self.run.lookup_ns, self.manager.get_computed_blocks,
+            hit_ids, num_hit = timed_call(self.run.lookup_ns, self.manager.get_computed_blocks,
                                       view)
             num_new = min(live.num_tokens - num_hit, batch.token_budget)
-            new = _timed(self.run.allocate_ns, self.manager.allocate_slots, view, num_new,
+            new = timed_call(self.run.allocate_ns, self.manager.allocate_slots, view, num_new,
                          num_hit, hit_ids)
             if new is None:
                 if self.pinning:  # a refused admission keeps its lookup's pins: drop them
@@ -327,7 +321,7 @@ class _Scheduler:
             if live.num_outputs < len(live.spec.output_token_ids):
                 still_running.append(live)
                 continue
-            _timed(self.run.free_ns, self.manager.free, live.spec.request_id)
+            timed_call(self.run.free_ns, self.manager.free, live.spec.request_id)
             self.run.finished += 1
             for nxt in self.dependents.pop(live.spec.request_id, ()):
                 self.released.append((step + 1 + nxt.arrival_step, nxt))

@@ -36,6 +36,7 @@ __all__ = [
     "l2_flush_bytes",
     "measure_copy_gbps",
     "theoretical_dram_gbps",
+    "timed_call",
 ]
 
 
@@ -64,6 +65,15 @@ class MeasuredClock:
 ALLOCATOR_CLOCK = MeasuredClock()
 #: Clock of the kernel benchmarks: CUDA-event (or, on the CPU, host) time of one kernel call.
 KERNEL_CLOCK = MeasuredClock()
+
+
+def timed_call(samples: list[int], fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, appending its wall time in nanoseconds (``perf_counter_ns``) to
+    ``samples``: how the scheduler loop and the recorded replay time each protocol call."""
+    start = time.perf_counter_ns()
+    result = fn(*args)
+    samples.append(time.perf_counter_ns() - start)
+    return result
 
 
 def allocator_time() -> float:
