@@ -41,7 +41,6 @@ Command line: ``kvcheck bench counted --help``.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -58,6 +57,7 @@ from typing import Any, cast
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.errors import CountingUnavailable
+from kvcheck.bench.timing import collector_off
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
@@ -188,13 +188,9 @@ def make_bench(impl: ImplHandle, case: CountedCase) -> Any:
 def _run_round(bench: Any) -> None:
     """One round as ``measure_rounds`` runs it: fresh inputs, GC off inside the round."""
     args, kwargs = bench.setup()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # No collection first: a collection would move the heap, and with it the counts.
+    with collector_off(collect=False):
         bench.run(*args, **kwargs)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # ------------------------------------------------------------------------------- the child side

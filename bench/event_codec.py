@@ -26,7 +26,6 @@ Exit 0 after printing the table; 2 when vLLM is missing.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 import time
@@ -36,6 +35,7 @@ from typing import Any
 import msgspec
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
+from kvcheck.bench.timing import collector_off
 from kvcheck.events.codec import decode_batch, encode_batch
 
 __all__ = ["main", "measure"]
@@ -44,14 +44,10 @@ _ENV = "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"
 
 
 def _timed(fn: Callable[[], Any]) -> float:
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         start = time.perf_counter()
         fn()
         return time.perf_counter() - start
-    finally:
-        gc.enable()
 
 
 def _paired(mine: Callable[[], Any], theirs: Callable[[], Any], pairs: int) -> Any:

@@ -23,6 +23,7 @@ from kvcheck.bench.allocator import per_round, workload_spec
 from kvcheck.bench.metrics import Metric, per_s
 from kvcheck.bench.rounds import RoundBench
 from kvcheck.bench.scheduler import iter_steps
+from kvcheck.bench.timing import collector_off
 from kvcheck.bench.workloads import Workload
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
@@ -124,14 +125,11 @@ class EventDecodeBench(RoundBench):
 
     def run(self) -> None:
         decode, release, payloads = self.decode, self.release, self.payloads
-        gc.disable()
-        try:
+        with collector_off(collect=False):  # setup collected
             start = time.perf_counter_ns()
             for payload in payloads:
                 decode(payload, release)
             total_ns = time.perf_counter_ns() - start
-        finally:
-            gc.enable()
         self.results.append((len(payloads), sum(map(len, payloads)), total_ns))
         self.advance(total_ns / 1e9)
 

@@ -18,7 +18,6 @@ layer 2 is what remains of the adapter's time once layers 1 and 3 are taken out.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from kvcheck.bench.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.timing import collector_off
 from kvcheck.bench.workloads import Workload
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckInputError
@@ -225,14 +225,8 @@ def _median(values: list[float]) -> float:
 
 
 def _gc_quiet(fn: Callable[[], SchedulerRun]) -> SchedulerRun:
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         return fn()
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def measure_layers(make_manager: Callable[[KVCacheSpec], Any], spec: KVCacheSpec,

@@ -13,13 +13,13 @@ with a distribution-free confidence interval for that median (``median_ci``).
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from kvcheck.bench.metrics import Metric, PairedRatio, percentile
 from kvcheck.bench.rounds import RoundBench
+from kvcheck.bench.timing import collector_off
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
@@ -101,14 +101,8 @@ def run_one_round(bench: RoundBench) -> None:
     """Set up and run one round of ``bench``: fresh inputs, a full collection, then the round
     with the collector off (restored afterwards). Both sides of a pair go through here."""
     args, kwargs = bench.setup()
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         bench.run(*args, **kwargs)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class PairedBench:

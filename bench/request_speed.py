@@ -15,13 +15,13 @@ the reference builds faster).
 from __future__ import annotations
 
 import argparse
-import gc
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.paired import abba_first, paired_ratio
+from kvcheck.bench.timing import collector_off
 from kvcheck.bench.workloads import Draws
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
@@ -56,17 +56,11 @@ def vllm_factory(spec: KVCacheSpec) -> Factory:
 def time_construction(make: Factory, views: Sequence[RequestView]) -> float:
     """Seconds to build one request per view (GC collected before, off during; CPU time of
     this thread, so another process's time slices do not count)."""
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         start = time.thread_time_ns()
         for view in views:
             make(view)
         return (time.thread_time_ns() - start) / 1e9
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

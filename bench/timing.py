@@ -15,8 +15,10 @@ the CPU.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -31,6 +33,7 @@ __all__ = [
     "L2Flusher",
     "MeasuredClock",
     "allocator_time",
+    "collector_off",
     "copy_bytes",
     "kernel_time",
     "l2_flush_bytes",
@@ -65,6 +68,24 @@ class MeasuredClock:
 ALLOCATOR_CLOCK = MeasuredClock()
 #: Clock of the kernel benchmarks: CUDA-event (or, on the CPU, host) time of one kernel call.
 KERNEL_CLOCK = MeasuredClock()
+
+
+@contextmanager
+def collector_off(*, collect: bool = True) -> Iterator[None]:
+    """The benchmarks' one garbage-collection policy around a measured region: a full
+    collection first (``collect``; so garbage made before is not collected inside), the
+    collector off inside, and put back as it was after. Both sides of a pair, the tools and
+    the counting child all measure this way (pytest-benchmark's ``disable_gc=True`` does the
+    same around its own rounds, after the bench's ``setup`` collected)."""
+    if collect:
+        gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def timed_call(samples: list[int], fn: Callable[..., Any], *args: Any) -> Any:

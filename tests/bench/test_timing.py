@@ -76,3 +76,33 @@ def test_theoretical_peak_prefers_torch_properties(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
     peak, source = theoretical_peak(0)
     assert peak == pytest.approx(3352.32) and source == "torch device properties"
+
+
+@pytest.mark.parametrize("was_enabled", [True, False])
+def test_collector_off_collects_first_and_restores_the_collector(was_enabled: bool) -> None:
+    """The one GC policy: a full collection before the region (``collect=True``), none with
+    ``collect=False``, the collector off inside, and afterwards as it was before."""
+    import gc
+
+    from kvcheck.bench.timing import collector_off
+
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    (gc.enable if was_enabled else gc.disable)()
+    gc.callbacks.append(seen)
+    try:
+        with collector_off():
+            assert not gc.isenabled()
+            assert collections == [2]  # one full collection, before the region
+        assert gc.isenabled() is was_enabled
+        collections.clear()
+        with collector_off(collect=False):
+            assert not gc.isenabled()
+        assert collections == [] and gc.isenabled() is was_enabled
+    finally:
+        gc.callbacks.remove(seen)
+        gc.enable()
