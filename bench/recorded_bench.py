@@ -1,12 +1,13 @@
 """A recorded corpus as a benchmark: every op of every trace replayed on fresh managers, timed.
 
 A corpus (``kvcheck record`` output, ``.cbor.xz``: ``kvcheck.conformance.recorded``) holds what
-a real engine did, op by op. ``RecordedBench`` replays those ops on an implementation through
-a lean copy of ``Driver.apply`` (``replay_trace``): the same calls with the same arguments
-(``add`` builds the ``RequestView`` as ``Driver._add``; ``schedule`` / ``decode`` compute
-``num_new``, the hits and the lookahead exactly as ``Driver._schedule``, decode tokens from
-``output_token``; ``free``; ``reset`` -> ``reset_prefix_cache``), without the repro lines, the
-law checks or the state observation that make the ``Driver`` far too slow to time. The
+a real engine did, op by op. ``RecordedBench`` replays those ops on an implementation (``replay_trace``) with the
+``Driver``'s calls and arguments: ``add`` builds the ``RequestView`` with the Driver's
+``view_from_add``; ``schedule`` / ``decode`` plan ``num_new`` and the sampled tokens with the
+Driver's own ``plan_schedule`` (``kvcheck.conformance.schedule_step``), the hits and the
+lookahead passed as the Driver passes them; ``free``; ``reset`` -> ``reset_prefix_cache``.
+What it leaves out is what makes the ``Driver`` far too slow to time: the repro lines, the law
+checks and the state observation. The
 implementation's own answers are passed on (its hits go into its ``allocate_slots``), never
 the recorded ones, so a divergent implementation replays its own run of the trace.
 
@@ -51,7 +52,7 @@ from kvcheck.bench.scheduler import SchedulerRun
 from kvcheck.bench.timing import timed_call
 from kvcheck.bench.workloads import shared_prefix_blocks
 from kvcheck.conformance.bounds import MAX_DECODE_TOKEN_STEPS, MAX_OPS, power_of_two
-from kvcheck.conformance.driver import output_token, view_from_add
+from kvcheck.conformance.driver import view_from_add
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import (
@@ -63,6 +64,7 @@ from kvcheck.conformance.protocol import (
     reserved_block_ids,
 )
 from kvcheck.conformance.recorded import Corpus, CorpusError, load_corpus, needed_capabilities
+from kvcheck.conformance.schedule_step import plan_schedule
 from kvcheck.conformance.trace_check import check_spec
 
 __all__ = [
@@ -250,14 +252,11 @@ class _Replay:
             found, num_hit = timed_call(run.lookup_ns, self.manager.get_computed_blocks, view)
             hits = list(found)
             answer["hits"] = [hits, int(num_hit)]
-        remaining = view.num_tokens - view.num_computed_tokens - num_hit
-        if not admitting and (op.kind == "decode" or remaining <= 0):
-            num_tokens = 1 if num_tokens is None else num_tokens
-            out = view.output_token_ids
-            view = self.views[rid] = replace(view, output_token_ids=out + tuple(
-                output_token(rid, len(out) + i) for i in range(num_tokens)))
-            remaining = num_tokens
-        num_new = max(0, remaining if num_tokens is None else min(num_tokens, remaining))
+        plan = plan_schedule(rid, view, num_tokens, num_hit, running=not admitting,
+                             decode=op.kind == "decode")
+        view, num_new = plan.view, plan.num_new
+        if plan.decoded:
+            self.views[rid] = view
         if op.lookahead:  # passed only when asked for, as the Driver does
             new = timed_call(run.allocate_ns, self.manager.allocate_slots, view, num_new,
                              num_hit, hits, op.lookahead)

@@ -62,6 +62,7 @@ from kvcheck.conformance.protocol import (
 )
 from kvcheck.conformance.rebinding import CAPABILITY as DEDUP
 from kvcheck.conformance.rebinding import watch_rebindings
+from kvcheck.conformance.schedule_step import output_token, plan_schedule
 from kvcheck.conformance.shared_writes import WriteLog
 from kvcheck.conformance.written import WrittenBlocks
 from kvcheck.errors import KVCheckInputError
@@ -87,11 +88,6 @@ def view_from_add(op: AddOp) -> RequestView:
         cache_salt=op.get("salt"),
         skip_reading_prefix_cache=bool(op.get("skip_read", False)),
     )
-
-
-def output_token(rid: str, index: int) -> int:
-    """The deterministic token a request 'samples' at output position ``index``."""
-    return 50_000 + (sum(map(ord, rid)) * 131 + index * 7) % 10_000
 
 
 class StepResult(TypedDict, total=False):
@@ -282,25 +278,14 @@ class Driver:
         if not was_running:
             hits, num_hit = self._lookup_hits(view)
             out["hits"] = (hits, num_hit)
-        remaining = view.num_tokens - view.num_computed_tokens - num_hit
-        if was_running and (decode or remaining <= 0):
-            # Decode: the request samples `num_tokens` new tokens, then asks for their slots.
-            num_tokens = 1 if num_tokens is None else num_tokens
-            new_out = tuple(output_token(rid, len(view.output_token_ids) + i)
-                            for i in range(num_tokens))
-            view = replace(view, output_token_ids=view.output_token_ids + new_out)
+        plan = plan_schedule(rid, view, num_tokens, num_hit, running=was_running,
+                             decode=decode, external=external, delay=delay)
+        view, num_new, external, delay = plan.view, plan.num_new, plan.external, plan.delay
+        if plan.decoded:  # the request sampled new tokens and asks for their slots
             self.views[rid] = view
             self.lines.append(
                 f"views[{rid!r}] = replace(views[{rid!r}], output_token_ids="
                 f"{view.output_token_ids!r})")
-            remaining = num_tokens
-        # External tokens: only at admission, within the prompt; a synchronous load leaves
-        # at least one token to compute, an asynchronous one computes none in this step.
-        external = 0 if was_running else max(0, min(external, remaining - (not delay)))
-        delay = delay and external > 0
-        remaining -= external
-        num_new = 0 if delay else max(
-            0, remaining if num_tokens is None else min(num_tokens, remaining))
         start = view.num_computed_tokens + num_hit  # hits are read, not written
         text = (f"m.allocate_slots(views[{rid!r}], {num_new}, {num_hit}, "
                 f"{adapter_form(self.spec, hits)!r}")
