@@ -70,7 +70,7 @@ def _paired(mine: Callable[[], Any], theirs: Callable[[], Any], pairs: int) -> A
 def _figures(kv: Any, release: Any, steps: list[Any], int_hashes: bool,
              pairs: int) -> list[tuple[str, str, Any]]:
     """The three paired figures of one hash form (vLLM's environment variable already set)."""
-    from kvcheck.events.crosscheck import _vllm_event
+    from kvcheck.events.crosscheck import vllm_event
 
     form = "int" if int_hashes else "bytes"
 
@@ -79,7 +79,7 @@ def _figures(kv: Any, release: Any, steps: list[Any], int_hashes: bool,
 
     payloads = [encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
                              group_metadata=meta(s)) for s in steps]
-    structs = [[_vllm_event(e, release, s.group_metadata) for e in s.events] for s in steps]
+    structs = [[vllm_event(e, release, s.group_metadata) for e in s.events] for s in steps]
     decoder = msgspec.msgpack.Decoder(kv.KVEventBatch)
     encoder = msgspec.msgpack.Encoder()
 
@@ -102,7 +102,7 @@ def _figures(kv: Any, release: Any, steps: list[Any], int_hashes: bool,
 
     def vllm_build_encode() -> None:
         for s in steps:
-            events = [_vllm_event(e, release, s.group_metadata) for e in s.events]
+            events = [vllm_event(e, release, s.group_metadata) for e in s.events]
             encoder.encode(kv.KVEventBatch(ts=1.0, events=events))
 
     return [("decode", form, _paired(ours_decode, vllm_decode, pairs)),

@@ -287,8 +287,8 @@ def _open(path: Path) -> IO[bytes]:
         return path.open("rb")
     except FileNotFoundError:
         raise TraceFileError(f"trace file {path} does not exist; --kv-bench-workload="
-                             "trace:PATH takes a JSON Lines request trace (see python -m "
-                             "kvcheck.bench.trace_workload --help)") from None
+                             "trace:PATH takes a JSON Lines request trace (see kvcheck bench "
+                             "trace --help)") from None
     except OSError as exc:
         raise TraceFileError(f"cannot read trace file {path}: {exc}") from None
 

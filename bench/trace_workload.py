@@ -284,8 +284,8 @@ def resolve_workload(value: str, seed: int = 0, scale: float = 1.0
     if value not in SCENARIOS:
         raise KVCheckInputError(
             f"unknown workload {value!r}: give a built-in scenario ({', '.join(SCENARIOS)}) "
-            "or trace:PATH for a request trace file (JSON Lines: python -m "
-            "kvcheck.bench.trace_workload --help)")
+            "or trace:PATH for a request trace file (JSON Lines: kvcheck bench trace "
+            "--help)")
     return make_workload(value, seed, scale)
 
 

@@ -37,7 +37,7 @@ from kvcheck.events.stream_check import check_stream
 from kvcheck.events.workload import StepBatch, manager_streams, random_batches
 from kvcheck.reference_impl.events import BlockRemoved, BlockStored, KVCacheEvent
 
-__all__ = ["NoVLLMError", "compare_batch", "installed_release", "main"]
+__all__ = ["NoVLLMError", "compare_batch", "installed_release", "main", "vllm_event"]
 
 _ENV = "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"
 
@@ -61,7 +61,7 @@ def installed_release() -> tuple[Release, str]:
                       "(known: 0.33.x, 0.10.x)")
 
 
-def _vllm_event(event: KVCacheEvent, release: Release, meta: Sequence[Any]) -> Any:
+def vllm_event(event: KVCacheEvent, release: Release, meta: Sequence[Any]) -> Any:
     """vLLM's struct for ``event``, built as vLLM's block pool builds it (hashes through
     vLLM's ``maybe_convert_block_hash``, which reads the environment variable)."""
     from vllm.distributed import kv_events as kv
@@ -131,7 +131,7 @@ def compare_batch(batch: StepBatch, release: Release, *, ts: float,
     ours = encode_batch(batch.events, ts=ts, data_parallel_rank=data_parallel_rank,
                         release=release, int_hashes=int_hashes,
                         group_metadata=meta if release == "vllm-0.33" else None)
-    structs = kv.KVEventBatch(ts=ts, events=[_vllm_event(e, release, meta)
+    structs = kv.KVEventBatch(ts=ts, events=[vllm_event(e, release, meta)
                                              for e in batch.events],
                               data_parallel_rank=data_parallel_rank)
     theirs = msgspec.msgpack.Encoder().encode(structs)
@@ -195,7 +195,7 @@ def compare_publishers(release: Release, seed: int, count: int = 60) -> str | No
     payloads = [encode_batch(b.events, ts=float(n), data_parallel_rank=0, release=release,
                              group_metadata=m if release == "vllm-0.33" else None)
                 for n, (b, m) in enumerate(zip(batches, meta, strict=True))]
-    structs = [kv.KVEventBatch(ts=float(n), events=[_vllm_event(e, release, m)
+    structs = [kv.KVEventBatch(ts=float(n), events=[vllm_event(e, release, m)
                                                     for e in b.events], data_parallel_rank=0)
                for n, (b, m) in enumerate(zip(batches, meta, strict=True))]
     pub_port, replay_port = _free_ports(2)

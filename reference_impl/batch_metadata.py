@@ -37,9 +37,9 @@ import numpy.typing as npt
 from kvcheck.reference_impl.block_table import (
     PAD_SLOT_ID,
     BlockTableRows,
-    _as_block_table,
-    _as_int_1d,
-    _check_dcp,
+    as_block_table,
+    as_int_1d,
+    check_dcp,
     compute_slot_mapping,
 )
 from kvcheck.reference_impl.errors import KVCacheMisuseError
@@ -68,7 +68,7 @@ class BatchMetadata:
 
 
 def _non_negative(name: str, values: npt.ArrayLike) -> np.ndarray:
-    arr = _as_int_1d(name, values)
+    arr = as_int_1d(name, values)
     if arr.size and arr.min() < 0:
         i = int(np.argmax(arr < 0))
         raise KVCacheMisuseError(f"{name}[{i}] = {int(arr[i])} is negative")
@@ -124,7 +124,7 @@ def build_batch(
         ...             dcp_rank=1).slot_mapping.tolist()
         [-1, 28, -1, 29, -1, -1, 22, -1, -1, -1]
     """
-    _check_dcp(block_size, dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
+    check_dcp(block_size, dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
     computed = _non_negative("num_computed_tokens", num_computed_tokens)
     scheduled = _non_negative("num_scheduled_tokens", num_scheduled_tokens)
     if computed.size != scheduled.size:
@@ -132,7 +132,7 @@ def build_batch(
             f"num_computed_tokens has {computed.size} entries, num_scheduled_tokens has "
             f"{scheduled.size}")
     num_reqs = computed.size
-    table, num_blocks = _as_block_table(block_table_rows)
+    table, num_blocks = as_block_table(block_table_rows)
     if num_reqs > table.shape[0]:
         raise KVCacheMisuseError(
             f"{num_reqs} requests but the block table has {table.shape[0]} rows")
@@ -211,7 +211,7 @@ def req_to_token(
             raise KVCacheMisuseError(
                 f"max_context_len={max_context_len} < the longest seq_len {width}")
         width = max_context_len
-    table, num_blocks = _as_block_table(block_table_rows)
+    table, num_blocks = as_block_table(block_table_rows)
     out = np.zeros((lens.size, width), dtype=np.int64)
     if lens.size:
         # One request per row of the table: a "batch" whose tokens are all positions.

@@ -29,6 +29,10 @@ from kvcheck.reference_impl.errors import KVCacheMisuseError
 __all__ = [
     "PAD_SLOT_ID",
     "BlockTable",
+    "as_block_table",
+    "as_int_1d",
+    "check_dcp",
+    "check_offsets",
     "compute_slot_mapping",
     "compute_slot_mapping_v0_10",
     "slot_mapping_for_request",
@@ -49,7 +53,7 @@ BlockTableRows: TypeAlias = np.ndarray | Iterable[npt.ArrayLike]
 # --------------------------------------------------------------------------------------------
 
 
-def _as_int_1d(name: str, values: npt.ArrayLike) -> np.ndarray:
+def as_int_1d(name: str, values: npt.ArrayLike) -> np.ndarray:
     """``values`` as a 1-D int64 array; KVCacheMisuseError when not 1-D integers."""
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -62,7 +66,7 @@ def _as_int_1d(name: str, values: npt.ArrayLike) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def _check_offsets(name: str, offsets: np.ndarray, count: str) -> np.ndarray:
+def check_offsets(name: str, offsets: np.ndarray, count: str) -> np.ndarray:
     """Validate a prefix-sum array (``query_start_loc``, ``kv_indptr``): at least one entry,
     starts at 0, non-decreasing. Returns the per-entry lengths ``np.diff(offsets)``."""
     if offsets.size == 0:
@@ -79,7 +83,7 @@ def _check_offsets(name: str, offsets: np.ndarray, count: str) -> np.ndarray:
     return lengths
 
 
-def _as_block_table(block_table_rows: BlockTableRows) -> tuple[np.ndarray, np.ndarray]:
+def as_block_table(block_table_rows: BlockTableRows) -> tuple[np.ndarray, np.ndarray]:
     """Normalise block table rows.
 
     Returns ``(table, num_blocks)``: ``table`` int ``[num_rows, width]`` and ``num_blocks``
@@ -116,7 +120,9 @@ def _as_block_table(block_table_rows: BlockTableRows) -> tuple[np.ndarray, np.nd
     return table, num_blocks
 
 
-def _check_dcp(block_size: int, dcp_world_size: int, dcp_rank: int, interleave: int) -> None:
+def check_dcp(block_size: int, dcp_world_size: int, dcp_rank: int, interleave: int) -> None:
+    """Refuse impossible decode-context-parallel arguments (KVCacheMisuseError naming the
+    argument): a block size, world size or interleave below 1, a rank outside the world."""
     if block_size < 1:
         raise KVCacheMisuseError(f"block_size must be >= 1, got {block_size}")
     if dcp_world_size < 1:
@@ -241,10 +247,10 @@ def compute_slot_mapping(
         ...                      dcp_world_size=2, dcp_rank=1).tolist()
         [-1, 28, -1, 29, -1, 12, -1, 22, -1, -1, -1, -1]
     """
-    _check_dcp(block_size, dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
-    table, num_blocks = _as_block_table(block_table_rows)
+    check_dcp(block_size, dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
+    table, num_blocks = as_block_table(block_table_rows)
     if num_blocks_per_row is not None:
-        num_blocks = _as_int_1d("num_blocks_per_row", num_blocks_per_row)
+        num_blocks = as_int_1d("num_blocks_per_row", num_blocks_per_row)
         if num_blocks.shape[0] != table.shape[0]:
             raise KVCacheMisuseError(
                 f"num_blocks_per_row has {num_blocks.shape[0]} entries, block table has "
@@ -253,8 +259,8 @@ def compute_slot_mapping(
         if num_blocks.size and (num_blocks.min() < 0 or num_blocks.max() > table.shape[1]):
             raise KVCacheMisuseError(f"num_blocks_per_row must lie in [0, {table.shape[1]}]")
 
-    qsl = _as_int_1d("query_start_loc", query_start_loc)
-    query_lens = _check_offsets("query_start_loc", qsl, "num_reqs + 1")
+    qsl = as_int_1d("query_start_loc", query_start_loc)
+    query_lens = check_offsets("query_start_loc", qsl, "num_reqs + 1")
     num_reqs = qsl.size - 1
     if num_reqs > table.shape[0]:
         raise KVCacheMisuseError(
@@ -265,7 +271,7 @@ def compute_slot_mapping(
             f"num_tokens={num_tokens} exceeds max_num_batched_tokens={max_num_batched_tokens}"
         )
 
-    pos = _as_int_1d("positions", positions)
+    pos = as_int_1d("positions", positions)
     if pos.size != num_tokens:
         raise KVCacheMisuseError(
             f"positions has {pos.size} entries but query_start_loc[-1] = num_tokens = {num_tokens}"
@@ -334,10 +340,10 @@ def compute_slot_mapping_v0_10(
         >>> compute_slot_mapping_v0_10([[7, 3, 9], [5, 2]], 4, [0, 0, 1], [0, 5, 7]).tolist()
         [28, 13, 11]
     """
-    _check_dcp(block_size, dcp_world_size, dcp_rank, 1)
-    table, num_blocks = _as_block_table(block_table_rows)
-    req = _as_int_1d("req_indices", req_indices)
-    pos = _as_int_1d("positions", positions)
+    check_dcp(block_size, dcp_world_size, dcp_rank, 1)
+    table, num_blocks = as_block_table(block_table_rows)
+    req = as_int_1d("req_indices", req_indices)
+    pos = as_int_1d("positions", positions)
     if req.size != pos.size:
         raise KVCacheMisuseError(f"req_indices has {req.size} entries, positions has {pos.size}")
     if pos.size == 0:
@@ -428,7 +434,7 @@ class BlockTable:
         dcp_rank: int = 0,
         cp_kv_cache_interleave_size: int = 1,
     ) -> None:
-        _check_dcp(block_size, dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
+        check_dcp(block_size, dcp_world_size, dcp_rank, cp_kv_cache_interleave_size)
         for name, value in (
             ("max_num_reqs", max_num_reqs),
             ("max_num_blocks_per_req", max_num_blocks_per_req),

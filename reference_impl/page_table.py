@@ -22,9 +22,9 @@ import numpy.typing as npt
 
 from kvcheck.reference_impl.block_table import (
     BlockTableRows,
-    _as_block_table,
-    _as_int_1d,
-    _check_offsets,
+    as_block_table,
+    as_int_1d,
+    check_offsets,
 )
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 
@@ -93,8 +93,8 @@ def to_flashinfer_csr(
         ([0, 3, 4, 6, 8], [4, 9, 1, 7, 2, 5, 8, 3], [13, 8, 9, 6])
     """
     _check_block_size(block_size)
-    table, num_blocks = _as_block_table(block_table_rows)
-    lens = _as_int_1d("seq_lens", seq_lens)
+    table, num_blocks = as_block_table(block_table_rows)
+    lens = as_int_1d("seq_lens", seq_lens)
     batch_size = lens.size
     if batch_size > table.shape[0]:
         raise KVCacheMisuseError(
@@ -131,7 +131,7 @@ def to_flashinfer_csr(
 
 def _check_indptr(kv_indptr: np.ndarray, num_indices: int) -> np.ndarray:
     """Validate a CSR ``kv_indptr`` against ``len(kv_indices)``; returns the page counts."""
-    num_pages = _check_offsets("kv_indptr", kv_indptr, "B + 1")
+    num_pages = check_offsets("kv_indptr", kv_indptr, "B + 1")
     if kv_indptr[-1] > num_indices:
         raise KVCacheMisuseError(
             f"kv_indptr[-1] = {int(kv_indptr[-1])} exceeds len(kv_indices) = {num_indices}"
@@ -169,9 +169,9 @@ def from_flashinfer_csr(
             outside ``[1, P]``, or ids outside int32.
     """
     _check_block_size(block_size)
-    indptr = _as_int_1d("kv_indptr", kv_indptr)
-    indices = _as_int_1d("kv_indices", kv_indices)
-    last = _as_int_1d("kv_last_page_len", kv_last_page_len)
+    indptr = as_int_1d("kv_indptr", kv_indptr)
+    indices = as_int_1d("kv_indices", kv_indices)
+    last = as_int_1d("kv_last_page_len", kv_last_page_len)
     num_pages = _check_indptr(indptr, indices.size)
     batch_size = num_pages.size
     if last.size != batch_size:
@@ -229,11 +229,11 @@ def slot_from_csr(
             page ``pos // P`` is not among the request's ``num_pages`` pages.
     """
     _check_block_size(block_size)
-    indptr = _as_int_1d("kv_indptr", kv_indptr)
-    indices = _as_int_1d("kv_indices", kv_indices)
+    indptr = as_int_1d("kv_indptr", kv_indptr)
+    indices = as_int_1d("kv_indices", kv_indices)
     num_pages = _check_indptr(indptr, indices.size)
-    batch = _as_int_1d("batch_indices", batch_indices)
-    pos = _as_int_1d("positions", positions)
+    batch = as_int_1d("batch_indices", batch_indices)
+    pos = as_int_1d("positions", positions)
     if batch.size != pos.size:
         raise KVCacheMisuseError(
             f"batch_indices has {batch.size} entries, positions has {pos.size}")
@@ -305,8 +305,8 @@ def block_table_from_sglang_req_to_token(
     if r2t.size and r2t.dtype.kind not in "iu":
         raise KVCacheMisuseError(f"req_to_token must hold integers, got dtype {r2t.dtype}")
     pool_size, max_context_len = r2t.shape
-    rows = _as_int_1d("req_pool_indices", req_pool_indices)
-    lens = _as_int_1d("seq_lens", seq_lens)
+    rows = as_int_1d("req_pool_indices", req_pool_indices)
+    lens = as_int_1d("seq_lens", seq_lens)
     if rows.size != lens.size:
         raise KVCacheMisuseError(
             f"req_pool_indices has {rows.size} entries, seq_lens has {lens.size}")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,52 @@ def test_every_subpackage_is_layered() -> None:
     mapped = {name.removeprefix("kvcheck.") if name != "kvcheck" else "kvcheck": folder
               for name, folder in package_dir.items()}
     assert mapped == FOLDERS
+
+
+def private_imports(source: str, is_module: Callable[[str, str], bool]
+                    ) -> list[tuple[int, str, str]]:
+    """``(line, module, name)`` of each private name (``_x``, not a dunder) a module imports
+    from another kvcheck module. Package-private modules are not counted: imported from their
+    package (``from kvcheck.gpu_kernels import _host``: ``is_module(package, name)``) or
+    imported from (``from kvcheck.gpu_kernels._attention_core import ...``), they exist to be
+    shared inside their package. What a private name means is that no other file relies on
+    it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.ImportFrom) and node.module
+                and node.module.startswith("kvcheck")):
+            continue
+        if node.module.rpartition(".")[2].startswith("_"):
+            continue
+        found += [(node.lineno, node.module, alias.name) for alias in node.names
+                  if alias.name.startswith("_") and not alias.name.startswith("__")
+                  and not is_module(node.module, alias.name)]
+    return found
+
+
+def _is_module(package: str, name: str) -> bool:
+    """Whether ``package.name`` is a module file of kvcheck (``kvcheck.gpu_kernels._host``)."""
+    sub = package.removeprefix("kvcheck.") if package != "kvcheck" else "kvcheck"
+    return sub in FOLDERS and (ROOT / FOLDERS[sub] / f"{name}.py").is_file()
+
+
+def test_the_private_import_reader() -> None:
+    source = ("from kvcheck.a import _secret, public\nfrom kvcheck import __version__\n"
+              "from kvcheck.gpu_kernels._core import _tile\nfrom kvcheck.gpu_kernels import _host\n"
+              "def f():\n    from kvcheck.b.c import _lazy\n")
+    found = private_imports(source, lambda package, name: name == "_host")
+    assert found == [(1, "kvcheck.a", "_secret"), (6, "kvcheck.b.c", "_lazy")]
+    assert _is_module("kvcheck.gpu_kernels", "_host")
+    assert not _is_module("kvcheck.reference_impl", "_as_block_table")
+
+
+@pytest.mark.parametrize("sub", sorted(FOLDERS))
+def test_no_module_imports_another_modules_private_names(sub: str) -> None:
+    """A private name stays in its file (``hybrid_scheduler`` imported ``_Scheduler``,
+    ``event_codec`` ``_vllm_event``, the batch tables ``block_table``'s checks): a name two
+    files share is public, with a docstring and a place in ``__all__``."""
+    found = [f"{path.name}:{line}: from {module} import {name}"
+             for path in sorted((ROOT / FOLDERS[sub]).glob("*.py"))
+             for line, module, name in private_imports(path.read_text(encoding="utf-8"),
+                                                       _is_module)]
+    assert not found, "\n".join(found)
