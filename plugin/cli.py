@@ -517,7 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the benchmark tools: stability, sweep, counted, spread, "
                                 "request-speed, kernels, trace, offload, event-codec, "
                                 "event-serve (kvcheck bench --help)")
-    bench.add_argument("words", nargs=argparse.REMAINDER)
+    bench.add_argument("words", nargs=argparse.REMAINDER, metavar="TOOL ...",
+                       help="a tool and its options (kvcheck bench TOOL --help)")
     bench.set_defaults(func=lambda args: _installed_command("bench", args.words))
     return parser
 

@@ -151,7 +151,10 @@ def kvcheck_options() -> dict[str, set[str]]:
                     walk(f"{prefix} {name}".strip(), child)
 
     walk("", build_parser())
-    for name in BENCH_TOOLS:  # `kvcheck bench` hands its words to the tool's own parser
+    # `kvcheck bench` hands its words to kvcheck.bench.cli, which reads --help and a tool's
+    # name, and the tool's own parser reads the rest.
+    table["bench"] = {"-h", "--help"}
+    for name in BENCH_TOOLS:
         walk(f"bench {name}", tool_parser(name))
     return table
 
@@ -231,6 +234,8 @@ def test_the_checker_catches_wrong_commands(kv_options: set[str]) -> None:
         == ["kvcheck bench sweep has no option --round"]
     assert check_command(["kvcheck", "bench", "sweep", "--quick", "--rounds", "3"],
                          kv_options) == []
+    assert check_command(["kvcheck", "bench", "--help"], kv_options) == []
+    assert check_command(["kvcheck", "bench", "--rounds", "3"], kv_options) != []
 
 
 @pytest.mark.parametrize("block", SHELL, ids=lambda b: b.where)
