@@ -1,15 +1,16 @@
 """A recorded corpus as a benchmark: every op of every trace replayed on fresh managers, timed.
 
 A corpus (``kvcheck record`` output, ``.cbor.xz``: ``kvcheck.conformance.recorded``) holds what
-a real engine did, op by op. ``RecordedBench`` replays those ops on an implementation (``replay_trace``) with the
-``Driver``'s calls and arguments: ``add`` builds the ``RequestView`` with the Driver's
-``view_from_add``; ``schedule`` / ``decode`` plan ``num_new`` and the sampled tokens with the
-Driver's own ``plan_schedule`` (``kvcheck.conformance.schedule_step``), the hits and the
-lookahead passed as the Driver passes them; ``free``; ``reset`` -> ``reset_prefix_cache``.
-What it leaves out is what makes the ``Driver`` far too slow to time: the repro lines, the law
-checks and the state observation. The
-implementation's own answers are passed on (its hits go into its ``allocate_slots``), never
-the recorded ones, so a divergent implementation replays its own run of the trace.
+a real engine did, op by op. ``RecordedBench`` replays those ops on an implementation
+(``replay_trace``) with the ``Driver``'s calls and arguments: ``add`` builds the
+``RequestView`` with the Driver's ``view_from_add``; ``schedule`` / ``decode`` plan
+``num_new`` and the sampled tokens with the Driver's own ``plan_schedule``
+(``kvcheck.conformance.schedule_step``), the hits and the lookahead passed as the Driver
+passes them; ``free``; ``reset`` -> ``reset_prefix_cache``. What it leaves out is what makes
+the ``Driver`` far too slow to time: the repro lines, the law checks and the state
+observation. The implementation's own answers are passed on (its hits go into its
+``allocate_slots``), never the recorded ones, so a divergent implementation replays its own
+run of the trace.
 
 Timing follows ``kvcheck.bench.scheduler``: ``perf_counter_ns`` around each call into the
 implementation only, the sum scaled by the whole replay's on-CPU fraction (``thread_time_ns``
