@@ -32,14 +32,19 @@ class _Benchmark:
             self.calls += 1
 
 
-def test_run_allocator_pairs_with_the_reference() -> None:
+def _setting() -> tuple[Any, Any, BenchSession, Any]:
+    """The reference, the reference under another module (the session must treat it as "not
+    the reference"), a session of 3 rounds after 1 warm-up, and a test's ``request``."""
     reference = load_impl("reference")
-    # The reference under another module: the session must treat it as "not the reference".
     impl = SimpleNamespace(module=object(), name="copy", info=reference.info,
                            make_manager=reference.make_manager)
     session = BenchSession(BenchOptions(enabled=True, rounds=3, warmup=1))
+    return reference, impl, session, SimpleNamespace(node=SimpleNamespace(nodeid="bench::x"))
+
+
+def test_run_allocator_pairs_with_the_reference() -> None:
+    reference, impl, session, request = _setting()
     benchmark = _Benchmark()
-    request = SimpleNamespace(node=SimpleNamespace(nodeid="bench::x"))
     workload = make_workload("burst_short", scale=0.05)
     result = session.run_allocator(benchmark, request, impl, reference,
                                    lambda i: SchedulerBench(i, workload), "scheduler",
@@ -97,12 +102,8 @@ def test_the_timer_reads_the_implementations_rounds_only() -> None:
     """``run_allocator`` gives the implementation's bench ``ALLOCATOR_CLOCK``: each timed
     pair reads exactly its round (2 s), never the reference's (5 s); a bench measured by a tool
     (no clock: the default) leaves the timer where it was."""
-    reference = load_impl("reference")
-    impl = SimpleNamespace(module=object(), name="copy", info=reference.info,
-                           make_manager=reference.make_manager)
-    session = BenchSession(BenchOptions(enabled=True, rounds=3, warmup=1))
+    reference, impl, session, request = _setting()
     benchmark = _TimedBenchmark()
-    request = SimpleNamespace(node=SimpleNamespace(nodeid="bench::x"))
     session.run_allocator(benchmark, request, impl, reference,
                           lambda side: _Fixed(2.0 if side is impl else 5.0), "scheduler", "x")
     assert benchmark.timed == pytest.approx([2.0] * 4)
