@@ -8,9 +8,11 @@ and the benchmark tools, run with ``kvcheck bench TOOL``. Every module, by role:
 * **command layer**: ``cli`` (``kvcheck bench TOOL``), ``cli_args`` (argument types, bounds,
   ``BenchTool`` and its runner), ``options`` (the options the tools and the plugin share,
   declared once), ``errors`` (every error of this package);
-* **workloads**: ``workloads`` (seeded scenarios by name), ``trace_file`` (a request trace
-  file read and bounded), ``trace_workload`` (``--kv-bench-workload`` resolved: a scenario, a
-  request trace or a recorded corpus), ``hybrid`` (a grouped spec's workloads);
+* **workloads**: ``workload_source`` (the one resolver of a workload's name: a scenario, a
+  request trace or a recorded corpus, and the scheduler benchmark it becomes), ``workloads``
+  (seeded scenarios by name), ``request_trace`` (a request trace file as a workload, and
+  back), ``trace_file`` (a request trace file read and bounded), ``hybrid`` (a grouped spec's
+  workloads);
 * **replay**: ``scheduler`` (the continuous-batching loop through the protocol), ``native``
   (the same loop on an engine's own objects), ``recorded_bench`` (a recorded corpus
   replayed), ``harness`` (the null adapter's floor and an adapter's protocol layer);

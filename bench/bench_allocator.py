@@ -16,7 +16,7 @@ import pytest
 from kvcheck.bench.allocator import HashingBench, SlotMappingBench
 from kvcheck.bench.hybrid import HYBRID_SCENARIOS, HybridBench, hybrid_spec, make_hybrid_workload
 from kvcheck.bench.timing import allocator_time
-from kvcheck.bench.trace_workload import scheduler_bench_maker
+from kvcheck.bench.workload_source import scheduler_bench_maker
 from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
 

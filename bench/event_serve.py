@@ -31,7 +31,7 @@ from kvcheck.bench.recorded_bench import (
     missing_capabilities,
 )
 from kvcheck.bench.scheduler import iter_steps
-from kvcheck.bench.trace_workload import RecordedWorkload, resolve_workload
+from kvcheck.bench.workload_source import RecordedWorkload, resolve_workload
 from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.errors import KVCheckError, KVCheckInputError
@@ -70,7 +70,7 @@ def wire_route(impl: ImplHandle, int_hashes: bool | None) -> bool | None:
 def impl_source(impl: ImplHandle, workload: Any, *, release: Release, int_hashes: bool | None,
                 data_parallel_rank: int | None, trace: str | None = None) -> BatchSource:
     """``impl``'s events (a loaded ``--kv-impl``, ``kvcheck.conformance.loader.ImplHandle``)
-    over ``workload`` (``kvcheck.bench.trace_workload.resolve_workload``'s answer): a
+    over ``workload`` (``kvcheck.bench.workload_source.resolve_workload``'s answer): a
     scheduled ``Workload`` on the pool it names, or one recorded trace (``trace``, default
     the corpus's first) replayed op by op on its recorded pool. ``int_hashes`` as
     ``wire_route`` takes it.

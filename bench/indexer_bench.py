@@ -53,7 +53,7 @@ def corpus_streams(release: str, *, int_hashes: bool, scale: float) -> IndexerSt
         KVCheckInputError: the release has no shipped corpus.
     """
     from kvcheck.bench.event_serve import impl_source
-    from kvcheck.bench.trace_workload import RecordedWorkload, resolve_workload
+    from kvcheck.bench.workload_source import RecordedWorkload, resolve_workload
     from kvcheck.conformance.loader import load_impl
     from kvcheck.conformance.recorded import corpus_path
     from kvcheck.events.codec import decode_batch

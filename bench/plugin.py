@@ -247,7 +247,7 @@ def _claim_report(config: pytest.Config, options: BenchOptions) -> None:
     """``--kv-bench-report``, checked and locked before any benchmark runs (a folder, an
     unwritable place, a trace file it would replace, the same file as ``--kv-report``, a
     report another run is writing: a usage error now, not a traceback after the run)."""
-    from kvcheck.bench.trace_workload import is_trace_workload, trace_path
+    from kvcheck.bench.workload_source import is_trace_workload, trace_path
     from kvcheck.plugin.outputs import claim_session_output
 
     traces = {f"--kv-bench-workload={v}": trace_path(v) for v in options.workloads
@@ -283,7 +283,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             or metafunc.definition.path.name != "bench_allocator.py"
             or "scenario" not in metafunc.fixturenames):
         return
-    from kvcheck.bench.trace_workload import is_trace_workload, trace_path
+    from kvcheck.bench.workload_source import is_trace_workload, trace_path
     from kvcheck.bench.workloads import SCENARIOS
 
     chosen = metafunc.config.getoption("kv_bench_workload", None) or list(SCENARIOS)

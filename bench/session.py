@@ -97,7 +97,7 @@ class BenchSession:
             KVCheckInputError: an unknown name or a bad trace file (the message says which).
         """
         if scenario not in self._workloads:
-            from kvcheck.bench.trace_workload import resolve_workload
+            from kvcheck.bench.workload_source import resolve_workload
 
             self._workloads[scenario] = resolve_workload(scenario, self.options.seed,
                                                          self.options.scale)

@@ -53,8 +53,8 @@ from kvcheck.bench.metrics import Metric, PairedRatio, percentile
 from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
 from kvcheck.bench.paired import PairedBench
 from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.trace_workload import resolve_workload as _resolve_uncached
-from kvcheck.bench.trace_workload import scheduler_bench_maker
+from kvcheck.bench.workload_source import resolve_workload as _resolve_uncached
+from kvcheck.bench.workload_source import scheduler_bench_maker
 from kvcheck.bench.workloads import SCENARIOS, Workload
 from kvcheck.conformance.loader import ImplHandle
 

@@ -1,4 +1,4 @@
-"""Reading and checking a request trace file (``kvcheck.bench.trace_workload``), bounded.
+"""Reading and checking a request trace file (``kvcheck.bench.request_trace``), bounded.
 
 ``read_trace`` checks every field of every line, and the trace's totals, before a single
 token is drawn: what it returns is small (the file's own token lists and a few numbers per

@@ -142,7 +142,7 @@ def test_trace_workloads_replace_the_scenarios(pytester: pytest.Pytester) -> Non
     """--kv-bench-workload: a request trace file, a recorded corpus (two traces of the shipped
     vLLM 0.33 one) and a scenario name become test_scheduler's cases, in that order; each
     record names its case ``trace:<file name>`` and carries what the trace produced."""
-    from kvcheck.bench.trace_workload import dump_workload
+    from kvcheck.bench.request_trace import dump_workload
     from kvcheck.bench.workloads import make_workload
     from kvcheck.conformance.recorded import (
         FORMAT,
