@@ -1,4 +1,4 @@
-"""What the adapters' manager-level benchmark hooks share (``kvcheck.bench.native``).
+"""What the adapters' manager-level benchmark hooks share (``kvcheck.bench.replay.native``).
 
 An adapter module's ``make_native_manager(spec)`` exposes one engine manager with the
 engine's own request and block objects, for single-group specs only. ``SingleGroupNativeManager``
@@ -15,8 +15,8 @@ __all__ = ["SingleGroupNativeManager"]
 
 
 class SingleGroupNativeManager:
-    """Base of a ``kvcheck.bench.native.NativeManager``: keeps ``spec``, refuses a multi-group
-    one, and frees through the engine manager the subclass stores in ``manager``.
+    """Base of a ``kvcheck.bench.replay.native.NativeManager``: keeps ``spec``, refuses a
+    multi-group one, and frees through the engine manager the subclass stores in ``manager``.
 
     Raises:
         UnsupportedSpec: ``spec.kv_cache_groups`` is set (the hook covers single-group specs).

@@ -529,7 +529,7 @@ def make_kv_cache_manager(spec: KVCacheSpec) -> ReferenceManager:
 
 def make_native_manager(spec: KVCacheSpec) -> ReferenceNativeManager:
     """The reference manager for ``spec`` with its own objects (benchmark hook,
-    ``kvcheck.bench.native``), built as ``ReferenceManager`` builds it.
+    ``kvcheck.bench.replay.native``), built as ``ReferenceManager`` builds it.
 
     Raises:
         UnsupportedSpec: ``spec.kv_cache_groups`` is set (the hook covers single-group specs).
@@ -559,7 +559,7 @@ def kernels() -> Any:
     return kvcheck_kernel_set()
 
 
-#: Benchmark hook (``kvcheck.bench.event_wire_bench.EventDecodeBench``):
+#: Benchmark hook (``kvcheck.bench.kinds.event_wire.EventDecodeBench``):
 #: ``decode_event_batch(payload, release)`` is kvcheck's own decoder,
 #: ``kvcheck.events.codec.decode_batch``, which validates as it decodes (bound as is: a
 #: wrapper's Python frame would be a tenth of a batch's decode time).

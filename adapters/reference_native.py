@@ -1,4 +1,4 @@
-"""The reference's manager-level benchmark hook (``kvcheck.bench.native``).
+"""The reference's manager-level benchmark hook (``kvcheck.bench.replay.native``).
 
 ``kvcheck.adapters.reference.make_native_manager(spec)`` gives ``ReferenceNativeManager``
 that module's own builders (``reference_kv_cache_manager``, ``request_factory``), so the
@@ -25,7 +25,7 @@ __all__ = ["ReferenceNativeManager"]
 
 
 class ReferenceNativeManager(SingleGroupNativeManager):
-    """``kvcheck.bench.native.NativeManager`` over a reference ``KVCacheManager``: as in
+    """``kvcheck.bench.replay.native.NativeManager`` over a reference ``KVCacheManager``: as in
     vLLM's scheduler, the hits of ``get_computed_blocks`` go back into ``allocate_slots`` as
     they are (one list per group).
 

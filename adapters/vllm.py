@@ -100,7 +100,7 @@ def make_block_pool(spec: KVCacheSpec) -> VLLMBlockPool:
 
 
 def decode_event_batch(payload: bytes, release: str) -> Any:
-    """Benchmark hook (``kvcheck.bench.event_wire_bench.EventDecodeBench``): vLLM's own
+    """Benchmark hook (``kvcheck.bench.kinds.event_wire.EventDecodeBench``): vLLM's own
     decoder of its ``KVEventBatch`` (``release`` is the installed one's), as a consumer
     written against vLLM decodes a payload."""
     if _EVENT_DECODE is None:

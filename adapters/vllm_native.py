@@ -1,4 +1,4 @@
-"""vLLM's manager-level benchmark hook (``kvcheck.bench.native``), 0.10.2 and later.
+"""vLLM's manager-level benchmark hook (``kvcheck.bench.replay.native``), 0.10.2 and later.
 
 ``make_native_manager(spec)`` builds vLLM's ``KVCacheManager`` with the builder
 ``kvcheck.adapters.vllm.VLLMManager`` uses (``kvcheck.adapters.vllm_kv_config``: one
@@ -21,7 +21,7 @@ __all__ = ["VLLMNativeManager", "make_native_manager"]
 
 
 class VLLMNativeManager(SingleGroupNativeManager):
-    """``kvcheck.bench.native.NativeManager`` over vLLM's ``KVCacheManager``."""
+    """``kvcheck.bench.replay.native.NativeManager`` over vLLM's ``KVCacheManager``."""
 
     def __init__(self, spec: KVCacheSpec) -> None:
         super().__init__(spec)

@@ -1,7 +1,7 @@
 """Allocator benchmarks through the adapter protocol (CPU; every implementation).
 
 Each figure is measured on the implementation through pytest-benchmark and on kvcheck's
-reference, same inputs, rounds interleaved A B B A (``kvcheck.bench.paired``), and reported
+reference, same inputs, rounds interleaved A B B A (``kvcheck.bench.measure.paired``), and reported
 with the median of the paired ratios. The timer is the time spent inside the implementation's
 calls (``ALLOCATOR_CLOCK``), GC is collected before and off during every round of both sides,
 and each round starts from a fresh manager.
@@ -13,10 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kvcheck.bench.allocator import HashingBench, SlotMappingBench
-from kvcheck.bench.hybrid import HYBRID_SCENARIOS, HybridBench, hybrid_spec, make_hybrid_workload
-from kvcheck.bench.timing import allocator_time
-from kvcheck.bench.workload_source import scheduler_bench_maker
+from kvcheck.bench.measure.allocator import HashingBench, SlotMappingBench
+from kvcheck.bench.measure.timing import allocator_time
+from kvcheck.bench.workload.hybrid import (
+    HYBRID_SCENARIOS,
+    HybridBench,
+    hybrid_spec,
+    make_hybrid_workload,
+)
+from kvcheck.bench.workload.source import scheduler_bench_maker
 from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
 
@@ -76,10 +81,10 @@ def test_event_wire(
         kv_impl: ImplHandle, kv_reference: ImplHandle) -> None:
     """take_event_batch after every scheduler step of the eviction-pressure workload (stores
     and removals): events and payload bytes encoded per second, paired with the reference on
-    the same steps (kvcheck.bench.event_wire_bench; with --kv-impl=vllm: vLLM's encoder)."""
+    the same steps (kvcheck.bench.kinds.event_wire; with --kv-impl=vllm: vLLM's encoder)."""
     _require(kv_impl, "event_wire", "KV-event encoding")
     pytest.importorskip("msgspec", reason="the event_wire benchmark decodes with msgspec")
-    from kvcheck.bench.event_wire_bench import EventWireBench
+    from kvcheck.bench.kinds.event_wire import EventWireBench
 
     profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
     profile = next(iter(profiles.values())) if profiles else kv_impl.info.profile
@@ -96,12 +101,12 @@ def test_event_decode(
     """Decoding the eviction-pressure workload's payloads (the reference's bytes) with the
     module's ``decode_event_batch`` hook, paired with kvcheck's ``decode_batch`` (which
     validates as it decodes) on the same bytes: payloads and bytes decoded per second
-    (kvcheck.bench.event_wire_bench; with --kv-impl=vllm: vLLM's own decoder)."""
+    (kvcheck.bench.kinds.event_wire; with --kv-impl=vllm: vLLM's own decoder)."""
     if not callable(getattr(kv_impl.module, "decode_event_batch", None)):
         pytest.skip(f"{kv_impl.name} defines no decode_event_batch(payload, release) (an "
                     "optional module-level hook for this benchmark)")
     pytest.importorskip("msgspec", reason="the event_decode benchmark decodes with msgspec")
-    from kvcheck.bench.event_wire_bench import EventDecodeBench
+    from kvcheck.bench.kinds.event_wire import EventDecodeBench
 
     profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
     profile = next(iter(profiles.values())) if profiles else kv_impl.info.profile
@@ -118,9 +123,9 @@ def test_indexer(
         kv_impl: ImplHandle) -> None:
     """A router's index (--kv-indexer) on the event streams of the recorded corpus's traces,
     one worker each, delivered round-robin: events applied and matches answered per second,
-    paired with kvcheck's reference index on the same streams (kvcheck.bench.indexer_bench)."""
+    paired with kvcheck's reference index on the same streams (kvcheck.bench.kinds.indexer)."""
     _require(kv_impl, "indexer", "a router's index")
-    from kvcheck.bench.indexer_bench import IndexerBench, corpus_streams
+    from kvcheck.bench.kinds.indexer import IndexerBench, corpus_streams
     from kvcheck.conformance.loader import load_indexers
 
     profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
@@ -163,12 +168,12 @@ def test_wire_round_trip(
         kv_impl: ImplHandle, kv_reference: ImplHandle) -> None:
     """An ``exec:`` implementation's cost per call over the wire (docs/wire-protocol.md): an
     empty call and a 512-token lookup in microseconds, paired with the same calls on the
-    reference in process (kvcheck.bench.wire_bench)."""
+    reference in process (kvcheck.bench.kinds.wire)."""
     _require(kv_impl, "manager", "calls over the wire")
     if not kv_impl.target.startswith("exec:"):
         pytest.skip(f"{kv_impl.name} runs in process (--kv-impl=exec:COMMAND runs over the "
                     "wire)")
-    from kvcheck.bench.wire_bench import WireRoundTripBench
+    from kvcheck.bench.kinds.wire import WireRoundTripBench
 
     scale = kv_bench.options.scale
     kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,

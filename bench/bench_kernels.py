@@ -4,7 +4,7 @@ Providers side by side on the same cases: ``torch_ref`` (kvcheck's fp32 referenc
 ``kvcheck_triton``, ``impl`` (the implementation's ``kernels()``), ``vllm`` and ``flashinfer``
 when importable. CUDA only (CUDA events, L2 flushed before every timed call); with
 ``--kv-bench-device=cpu`` only the torch references run, host-timed, on tiny shapes. See
-``kvcheck.bench.kernel_bench`` for the measurement steps and ``kernel_inputs`` for the inputs.
+``kvcheck.bench.kernels.measure`` for the measurement steps and ``kernel_inputs`` for the inputs.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kvcheck.bench.kernel_inputs import kernel_cases
+from kvcheck.bench.kernels.inputs import kernel_cases
+from kvcheck.bench.kernels.providers import PROVIDERS, ProviderUnavailable, make_provider
+from kvcheck.bench.measure.timing import kernel_time
 from kvcheck.bench.plugin import BENCH_STATE
-from kvcheck.bench.providers import PROVIDERS, ProviderUnavailable, make_provider
 from kvcheck.bench.session import BenchResult
-from kvcheck.bench.timing import kernel_time
 
 if TYPE_CHECKING:
-    from kvcheck.bench.kernel_inputs import KernelBenchCase
+    from kvcheck.bench.kernels.inputs import KernelBenchCase
     from kvcheck.bench.session import BenchSession
     from kvcheck.conformance.loader import ImplHandle
 
@@ -45,7 +45,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _measure(
         benchmark: BenchmarkFixture, request: pytest.FixtureRequest, kv_bench: BenchSession,
         kv_impl: ImplHandle, kernel_case: KernelBenchCase, provider: str) -> None:
-    from kvcheck.bench.kernel_bench import measure_kernel
+    from kvcheck.bench.kernels.measure import measure_kernel
 
     device = kv_bench.kernel_device()  # skips (with the reason) when kernels cannot run here
     if device.device == "cpu" and provider != "torch_ref":

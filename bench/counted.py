@@ -57,7 +57,7 @@ from typing import Any, cast
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.errors import CountingUnavailable
-from kvcheck.bench.timing import collector_off
+from kvcheck.bench.measure.timing import collector_off
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
@@ -156,7 +156,7 @@ class CaseCount:
 def default_cases(benches: Sequence[str] = BENCHES, scale: float = DEFAULT_SCALE,
                   seed: int = 0) -> list[CountedCase]:
     """Every case of the named benchmarks: scheduler scenarios, hash algorithms, slot_mapping."""
-    from kvcheck.bench.workloads import SCENARIOS
+    from kvcheck.bench.workload.scenarios import SCENARIOS
     from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
 
     names: dict[str, list[str]] = {"scheduler": list(SCENARIOS),
@@ -171,9 +171,10 @@ def default_cases(benches: Sequence[str] = BENCHES, scale: float = DEFAULT_SCALE
 
 # ------------------------------------------------------------------------ building a benchmark
 def make_bench(impl: ImplHandle, case: CountedCase) -> Any:
-    """The ``RoundBench`` (``kvcheck.bench.allocator``) that measures ``case`` on ``impl``."""
-    from kvcheck.bench.allocator import HashingBench, SchedulerBench, SlotMappingBench
-    from kvcheck.bench.workloads import make_workload
+    """The ``RoundBench`` (``kvcheck.bench.measure.allocator``) that measures ``case`` on
+    ``impl``."""
+    from kvcheck.bench.measure.allocator import HashingBench, SchedulerBench, SlotMappingBench
+    from kvcheck.bench.workload.scenarios import make_workload
 
     if case.bench == "scheduler":
         return SchedulerBench(impl, make_workload(case.case, seed=case.seed, scale=case.scale))
@@ -416,9 +417,9 @@ def count_cases(cases: Sequence[CountedCase], impl: str = "reference", *, jobs: 
 
 def wall_time_metrics(case: CountedCase, impl: str = "reference", rounds: int = 5,
                       warmup: int = 1) -> list[Any]:
-    """The case's own wall-time metrics (``kvcheck.bench.metrics.Metric``), measured natively
-    in this process at the case's scale: what the counts stand beside."""
-    from kvcheck.bench.allocator import measure_rounds
+    """The case's own wall-time metrics (``kvcheck.bench.measure.metrics.Metric``), measured
+    natively in this process at the case's scale: what the counts stand beside."""
+    from kvcheck.bench.measure.allocator import measure_rounds
     from kvcheck.conformance.loader import load_impl
 
     handle = load_impl(impl, call_timeout=None)

@@ -5,8 +5,8 @@
 Needs vLLM installed (CI's vLLM stages; ``scripts/vllm-cpu-env.sh``). The batches are the
 reference's (``kvcheck.events.workload.random_batches``) in the installed release's form, in
 both hash forms. Four figures, each the median of per-pair time ratios kvcheck / vLLM
-(below 1: kvcheck is faster) with a 95% interval (``kvcheck.bench.paired``), the two sides of
-a pair run back to back in the order A B B A A B ..., the collector off:
+(below 1: kvcheck is faster) with a 95% interval (``kvcheck.bench.measure.paired``), the two sides
+of a pair run back to back in the order A B B A A B ..., the collector off:
 
 * ``decode``: ``decode_batch(payload)`` (validating: one hash form, u64 ints, digest widths,
   ``group_idx >= 0``) against vLLM's ``msgspec.msgpack.Decoder(KVEventBatch).decode``
@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.timing import collector_off
+from kvcheck.bench.measure.timing import collector_off
 from kvcheck.events.codec import decode_batch, encode_batch
 
 __all__ = ["main", "measure"]
@@ -51,7 +51,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def _paired(mine: Callable[[], Any], theirs: Callable[[], Any], pairs: int) -> Any:
-    from kvcheck.bench.paired import abba_first, paired_ratio
+    from kvcheck.bench.measure.paired import abba_first, paired_ratio
 
     a: list[float] = []
     b: list[float] = []

@@ -7,8 +7,8 @@ publisher, options and faults; that command serves the reference's own random en
     kvcheck bench event-serve --workload trace:corpus.cbor.xz --trace t07-mixed-bs2-events
 
 The workload is a built-in scenario or a request trace run through kvcheck's scheduler loop
-(``bench.scheduler.iter_steps``, as ``--kv-bench-workload``), or one trace of a recorded corpus
-replayed op by op (``bench.recorded_bench.iter_ops``) on its recorded pool. After every step
+(``bench.replay.scheduler.iter_steps``, as ``--kv-bench-workload``), or one trace of a recorded
+corpus replayed op by op (``bench.replay.recorded.iter_ops``) on its recorded pool. After every step
 (every op) the implementation's events are drained; a step with events is one batch (vLLM's
 scheduler publishes nothing for a step without). It lives in ``bench`` because the workloads
 and the scheduler loop do: the layering keeps the plugin (``kvcheck``'s CLI) below ``bench``.
@@ -22,16 +22,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from kvcheck.bench.allocator import workload_spec
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.recorded_bench import (
+from kvcheck.bench.measure.allocator import workload_spec
+from kvcheck.bench.replay.recorded import (
     RecordedRun,
     decode_trace,
     iter_ops,
     missing_capabilities,
 )
-from kvcheck.bench.scheduler import iter_steps
-from kvcheck.bench.workload_source import RecordedWorkload, resolve_workload
+from kvcheck.bench.replay.scheduler import iter_steps
+from kvcheck.bench.workload.source import RecordedWorkload, resolve_workload
 from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.errors import KVCheckError, KVCheckInputError
@@ -70,7 +70,7 @@ def wire_route(impl: ImplHandle, int_hashes: bool | None) -> bool | None:
 def impl_source(impl: ImplHandle, workload: Any, *, release: Release, int_hashes: bool | None,
                 data_parallel_rank: int | None, trace: str | None = None) -> BatchSource:
     """``impl``'s events (a loaded ``--kv-impl``, ``kvcheck.conformance.loader.ImplHandle``)
-    over ``workload`` (``kvcheck.bench.workload_source.resolve_workload``'s answer): a
+    over ``workload`` (``kvcheck.bench.workload.source.resolve_workload``'s answer): a
     scheduled ``Workload`` on the pool it names, or one recorded trace (``trace``, default
     the corpus's first) replayed op by op on its recorded pool. ``int_hashes`` as
     ``wire_route`` takes it.

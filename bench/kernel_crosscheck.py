@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.kernel_inputs import KERNEL_OPS, KernelBenchCase
+from kvcheck.bench.kernels.inputs import KERNEL_OPS, KernelBenchCase
 from kvcheck.errors import KVCheckError
 
 __all__ = ["CROSSCHECK_CASES", "CaseOutcome", "crosscheck", "main"]
@@ -105,7 +105,7 @@ def _run(provider: Any, inputs: Any) -> Any:
 def _check_case(case: KernelBenchCase, device: str, ours: Any, theirs: Any) -> CaseOutcome:
     import torch
 
-    from kvcheck.bench.kernel_inputs import KernelInputPool
+    from kvcheck.bench.kernels.inputs import KernelInputPool
     from kvcheck.gpu_kernels.conformance import assert_attention_close
 
     inputs = KernelInputPool(case, device).next_round()
@@ -147,7 +147,7 @@ def crosscheck(cases: Sequence[KernelBenchCase] = CROSSCHECK_CASES,
     op vLLM's release lacks (0.10.2 has no Triton store) becomes a failed outcome naming it."""
     import torch
 
-    from kvcheck.bench.providers import ProviderUnavailable, make_provider
+    from kvcheck.bench.kernels.providers import ProviderUnavailable, make_provider
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and not _interpreted():
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                      f"--op selects ({', '.join(args.op)}); Fix: add --op {unselected[0]} or "
                      "drop that --allow-missing")
     _prepare_environment()
-    from kvcheck.bench.providers import ProviderUnavailable
+    from kvcheck.bench.kernels.providers import ProviderUnavailable
 
     cases = [c for c in CROSSCHECK_CASES if not args.op or c.op in args.op]
     try:

@@ -23,7 +23,7 @@ chunks of 16 (``prepare_store``, then ``complete_store`` of the keys it took); `
 A round replays the whole stream on a fresh tier of the implementation (its own object, no
 guard: ``handle.make_offloading_manager(spec).raw``) and times every call
 (``perf_counter_ns``), scaled by the round's on-CPU fraction as the other benchmarks do. Rounds
-of the implementation and the reference alternate A B B A (``kvcheck.bench.paired``: a
+of the implementation and the reference alternate A B B A (``kvcheck.bench.measure.paired``: a
 collection before, the collector off during each round). Figures, each per round, median over
 the timed rounds:
 
@@ -47,11 +47,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from kvcheck.bench.allocator import per_round
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.metrics import Metric, PairedRatio, per_s
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.workloads import Draws, scaled_count
+from kvcheck.bench.measure.allocator import per_round
+from kvcheck.bench.measure.metrics import Metric, PairedRatio, per_s
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.workload.scenarios import Draws, scaled_count
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.offload_protocol import OffloadingManagerAdapter, OffloadSpec
 from kvcheck.errors import KVCheckInputError
@@ -306,7 +306,7 @@ def _fmt_ratio(r: PairedRatio | None) -> str:
 
 def _measure(impl: ImplHandle, reference: ImplHandle, workload: OffloadWorkload, rounds: int,
              warmup: int) -> tuple[list[Metric], OffloadBench, OffloadBench]:
-    from kvcheck.bench.paired import PairedBench
+    from kvcheck.bench.measure.paired import PairedBench
 
     mine, theirs = OffloadBench(impl, workload), OffloadBench(reference, workload)
     pair = PairedBench(mine, theirs)

@@ -148,7 +148,7 @@ class BenchState:
 
     def write_report(self, report: str) -> Path:
         """Write the result records to ``report`` (``--kv-bench-report``), atomically."""
-        from kvcheck.bench.machine import kvcheck_commit
+        from kvcheck.bench.measure.machine import kvcheck_commit
         from kvcheck.results.environment import collect_environment
         from kvcheck.results.io import write_records
 
@@ -247,7 +247,7 @@ def _claim_report(config: pytest.Config, options: BenchOptions) -> None:
     """``--kv-bench-report``, checked and locked before any benchmark runs (a folder, an
     unwritable place, a trace file it would replace, the same file as ``--kv-report``, a
     report another run is writing: a usage error now, not a traceback after the run)."""
-    from kvcheck.bench.workload_source import is_trace_workload, trace_path
+    from kvcheck.bench.workload.source import is_trace_workload, trace_path
     from kvcheck.plugin.outputs import claim_session_output
 
     traces = {f"--kv-bench-workload={v}": trace_path(v) for v in options.workloads
@@ -283,8 +283,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             or metafunc.definition.path.name != "bench_allocator.py"
             or "scenario" not in metafunc.fixturenames):
         return
-    from kvcheck.bench.workload_source import is_trace_workload, trace_path
-    from kvcheck.bench.workloads import SCENARIOS
+    from kvcheck.bench.workload.scenarios import SCENARIOS
+    from kvcheck.bench.workload.source import is_trace_workload, trace_path
 
     chosen = metafunc.config.getoption("kv_bench_workload", None) or list(SCENARIOS)
     metafunc.parametrize("scenario", chosen, ids=[
@@ -298,7 +298,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config,
     state = config.stash.get(BENCH_STATE, None)
     if state is None or not state.session.results:
         return
-    from kvcheck.bench.machine import kvcheck_commit
+    from kvcheck.bench.measure.machine import kvcheck_commit
     from kvcheck.results.environment import collect_environment
 
     env = collect_environment()

@@ -7,9 +7,9 @@
 
 Both sides build the same ``RequestView`` prompts through their adapter's own factory (the one
 their request sync calls), block hasher included (both hash a prompt's full blocks on
-construction), in interleaved rounds (A B B A, ``kvcheck.bench.paired``). Printed: microseconds
-per request for each side and the median of the paired time ratios reference / vLLM (below 1:
-the reference builds faster).
+construction), in interleaved rounds (A B B A, ``kvcheck.bench.measure.paired``). Printed:
+microseconds per request for each side and the median of the paired time ratios reference / vLLM
+(below 1: the reference builds faster).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.paired import abba_first, paired_ratio
-from kvcheck.bench.timing import collector_off
-from kvcheck.bench.workloads import Draws
+from kvcheck.bench.measure.paired import abba_first, paired_ratio
+from kvcheck.bench.measure.timing import collector_off
+from kvcheck.bench.workload.scenarios import Draws
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
 __all__ = ["main", "reference_factory", "time_construction", "vllm_factory"]

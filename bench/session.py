@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvcheck.bench.metrics import Metric, summarize
-from kvcheck.bench.timing import ALLOCATOR_CLOCK
+from kvcheck.bench.measure.metrics import Metric, summarize
+from kvcheck.bench.measure.timing import ALLOCATOR_CLOCK
 from kvcheck.conformance.loader import ImplHandle
 
 __all__ = ["BenchOptions", "BenchResult", "BenchSession"]
@@ -97,7 +97,7 @@ class BenchSession:
             KVCheckInputError: an unknown name or a bad trace file (the message says which).
         """
         if scenario not in self._workloads:
-            from kvcheck.bench.workload_source import resolve_workload
+            from kvcheck.bench.workload.source import resolve_workload
 
             self._workloads[scenario] = resolve_workload(scenario, self.options.seed,
                                                          self.options.scale)
@@ -113,10 +113,10 @@ class BenchSession:
                       reference: ImplHandle, make: Callable[[Any], Any], group: str,
                       case: str) -> BenchResult:
         """Measure ``make(impl)`` through pytest-benchmark, interleaved round by round with
-        ``make(reference)`` on the same inputs (``bench.paired``: A B B A ..., GC handled the
-        same way for both), unless the implementation *is* the reference. The ratios are the
+        ``make(reference)`` on the same inputs (``bench.measure.paired``: A B B A ..., GC handled
+        the same way for both), unless the implementation *is* the reference. The ratios are the
         medians of the per-pair ratios, with their confidence intervals."""
-        from kvcheck.bench.paired import PairedBench
+        from kvcheck.bench.measure.paired import PairedBench
 
         rounds, warmup = self.options.rounds_for("allocator")
         is_reference = impl.module is reference.module
@@ -176,7 +176,7 @@ class BenchSession:
     def kernel_device(self) -> Any:
         """The session's ``KernelDevice`` (created, and the copy peak measured, on first use)."""
         if self._device is None:
-            from kvcheck.bench.machine import KernelDevice
+            from kvcheck.bench.measure.machine import KernelDevice
 
             device = self.resolve_device()
             if device is None:
@@ -198,7 +198,7 @@ class BenchSession:
 
     def kernel_pool(self, case: Any) -> Any:
         """The input pool of ``case``; the previous case's pool is released first."""
-        from kvcheck.bench.kernel_inputs import KernelInputPool
+        from kvcheck.bench.kernels.inputs import KernelInputPool
 
         if self._pool is not None and self._pool.case == case:
             return self._pool
@@ -291,14 +291,14 @@ class BenchSession:
 def _manager_level(bench: Any, impl: ImplHandle, reference: ImplHandle, rounds: int, warmup: int
                    ) -> tuple[list[Metric], dict[str, Any]]:
     """Scheduler benchmarks also get the manager-level figures (``manager_<name>``, paired with
-    the reference's own hook: ``kvcheck.bench.native``) when both sides have the hook, and a
+    the reference's own hook: ``kvcheck.bench.replay.native``) when both sides have the hook, and a
     note saying why not otherwise. Other groups, and hybrid (multi-group) scenarios, which the
     hook does not cover: nothing."""
-    from kvcheck.bench.allocator import SchedulerBench
+    from kvcheck.bench.measure.allocator import SchedulerBench
 
     if not isinstance(bench, SchedulerBench) or not bench.native_level:
         return [], {}
-    from kvcheck.bench.native import manager_level_metrics
+    from kvcheck.bench.replay.native import manager_level_metrics
 
     return manager_level_metrics(impl, reference, bench.workload, rounds, warmup)
 

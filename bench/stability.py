@@ -7,7 +7,7 @@
     kvcheck bench stability --impl mypkg.adapter --rounds 9 --scale 0.5
 
 Each run measures every scheduler scenario and every hashing algorithm the implementation
-lists, interleaved with the reference on the same inputs (``kvcheck.bench.paired``: rounds
+lists, interleaved with the reference on the same inputs (``kvcheck.bench.measure.paired``: rounds
 A B B A ..., GC collected before and off during every round of both sides). Per case it prints
 the median of the paired ratios of the headline figure (``scheduled_tokens_per_s`` or
 ``hash_blocks_per_s``, implementation over reference: above 1 is faster) with its 95 %
@@ -22,12 +22,12 @@ corpus, as ``--kv-bench-workload``). ``--report PATH`` writes the figures as res
 (``stability_records``), with the environment, for ``results/``.
 
 ``--layers`` adds, per scenario, the harness's share (the null adapter's floor over the
-implementation's time, ``kvcheck.bench.harness``) and the protocol layer's share of the
+implementation's time, ``kvcheck.bench.replay.harness``) and the protocol layer's share of the
 engine's own time, for adapters that expose their engine manager.
 
 ``--level protocol|manager|both`` (default ``protocol``) chooses where scheduler scenarios
 are timed: through the adapter protocol, or on the engine's own objects through the
-adapters' ``make_native_manager`` hook (``kvcheck.bench.native``), the implementation's
+adapters' ``make_native_manager`` hook (``kvcheck.bench.replay.native``), the implementation's
 hook paired with the reference's, same A B B A interleaving. Without a hook on either side
 the manager level is not reported (a line says so). ``both`` also prints, per scenario and
 run, how far the protocol-level ratio is from the manager-level one
@@ -47,15 +47,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from kvcheck.bench.allocator import HashingBench, SchedulerBench, workload_spec
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.metrics import Metric, PairedRatio, percentile
-from kvcheck.bench.native import NativeSchedulerBench, missing_hook_note, native_factory
-from kvcheck.bench.paired import PairedBench
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.workload_source import resolve_workload as _resolve_uncached
-from kvcheck.bench.workload_source import scheduler_bench_maker
-from kvcheck.bench.workloads import SCENARIOS, Workload
+from kvcheck.bench.measure.allocator import HashingBench, SchedulerBench, workload_spec
+from kvcheck.bench.measure.metrics import Metric, PairedRatio, percentile
+from kvcheck.bench.measure.paired import PairedBench
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.replay.native import NativeSchedulerBench, missing_hook_note, native_factory
+from kvcheck.bench.workload.scenarios import SCENARIOS, Workload
+from kvcheck.bench.workload.source import resolve_workload as _resolve_uncached
+from kvcheck.bench.workload.source import scheduler_bench_maker
 from kvcheck.conformance.loader import ImplHandle
 
 __all__ = ["LEVELS", "CaseRatio", "adaptive_rounds", "main", "measure_cases", "moved",
@@ -78,7 +78,7 @@ class CaseRatio:
     case: str
     ratio: PairedRatio | None
     seconds: float  # wall time of the case (both sides, warm-up included)
-    level: str = "protocol"  # or "manager": engine objects (kvcheck.bench.native)
+    level: str = "protocol"  # or "manager": engine objects (kvcheck.bench.replay.native)
     mine: Metric | None = None  # the implementation's headline, per-pair samples
     theirs: Metric | None = None  # the reference's, same pairs
 
@@ -199,7 +199,7 @@ def protocol_layer_share(impl: ImplHandle, workload: Workload, rounds: int = 7, 
                          ) -> tuple[float, float, float] | None:
     """The adapter's protocol layer as a share of its engine's time, measured directly:
     the same workload at the protocol level (``SchedulerBench``) and at the manager level
-    (the adapter's ``make_native_manager`` hook, ``kvcheck.bench.native``) in interleaved
+    (the adapter's ``make_native_manager`` hook, ``kvcheck.bench.replay.native``) in interleaved
     pairs, ``share = protocol time / manager time - 1`` per pair. Returns ``(median share,
     interval low, interval high)``, or None without the hook. Both levels time the same
     engine work (manager calls plus the engine's own request building and token appends), so
@@ -218,7 +218,7 @@ def protocol_layer_share(impl: ImplHandle, workload: Workload, rounds: int = 7, 
 
 def _print_layers(impl: ImplHandle, scenarios: Sequence[str], scale: float, seed: int,
                   rounds: int = 7, min_time: float = 2.0, max_rounds: int = 60) -> None:
-    from kvcheck.bench.harness import measure_layers
+    from kvcheck.bench.replay.harness import measure_layers
 
     print(f"\nlayers of {impl.name}: harness floor (null adapter) over the adapter's time, and "
           "the protocol layer over the engine's own time, from a timing proxy (median of 5 "
@@ -274,8 +274,8 @@ def stability_records(impl: ImplHandle, reference: ImplHandle, runs: Sequence[Se
     the paired ratio over all pairs (``ratio_to_reference`` and its interval), each run's
     ratio and interval, and ``moved``. Manager-level metrics are named ``manager_<name>``,
     as in ``--kv-bench`` records."""
-    from kvcheck.bench.native import MANAGER_PREFIX
-    from kvcheck.bench.paired import paired_ratio
+    from kvcheck.bench.measure.paired import paired_ratio
+    from kvcheck.bench.replay.native import MANAGER_PREFIX
     from kvcheck.conformance import SUITE_VERSION
     from kvcheck.results.environment import collect_environment
     from kvcheck.results.schema import make_benchmark_record, make_metric

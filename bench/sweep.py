@@ -17,14 +17,14 @@ base):
 Every point is a synthetic trace (``sweep_workload``): ``max(2 * concurrency, 64)`` requests
 (``--quick``: ``max(concurrency, 16)``) of unique random prompts (no shared prefix), 16
 output tokens each, all arriving at step 0, replayed by the scheduler loop
-(``kvcheck.bench.scheduler``) with a 2048-token step budget. The base point is chosen so that
+(``kvcheck.bench.replay.scheduler``) with a 2048-token step budget. The base point is chosen so that
 every point's running requests fit in its pool: cost is measured without preemptions (the
 ``preemptions`` column says when that did not hold).
 
 Per point, the implementation and the reference run in interleaved rounds (A B B A,
-``kvcheck.bench.paired``; one side only when the implementation is the reference), at the
+``kvcheck.bench.measure.paired``; one side only when the implementation is the reference), at the
 protocol level or, with ``--level manager``, on the engines' own objects
-(``kvcheck.bench.native``). Reported per side: **ns per scheduled token** (time inside the
+(``kvcheck.bench.replay.native``). Reported per side: **ns per scheduled token** (time inside the
 allocator, scaled by the round's on-CPU fraction, over the tokens the step scheduled) and
 **ns per allocate_slots call**, medians over the rounds, and the median of the paired cost
 ratios implementation / reference (above 1: the implementation costs more).
@@ -45,13 +45,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcheck.bench.allocator import SchedulerBench
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.metrics import PairedRatio, percentile
-from kvcheck.bench.paired import PairedBench, paired_ratio, run_one_round
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.scheduler import SchedulerRun
-from kvcheck.bench.workloads import (
+from kvcheck.bench.measure.allocator import SchedulerBench
+from kvcheck.bench.measure.metrics import PairedRatio, percentile
+from kvcheck.bench.measure.paired import PairedBench, paired_ratio, run_one_round
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.replay.scheduler import SchedulerRun
+from kvcheck.bench.workload.scenarios import (
     DEFAULT_BLOCK_SIZE,
     Draws,
     RequestSpec,
@@ -150,7 +150,7 @@ class SweepPoint:
 
 def _bench(impl: ImplHandle, workload: Workload, level: str) -> RoundBench:
     if level == "manager":
-        from kvcheck.bench.native import NativeSchedulerBench, native_factory
+        from kvcheck.bench.replay.native import NativeSchedulerBench, native_factory
 
         factory = native_factory(impl)
         if factory is None:
@@ -318,7 +318,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sweep only this axis (repeatable; default: all three)")
     add("--level", choices=("protocol", "manager"), default="protocol",
         help="time through the adapter protocol, or on the engines' own objects "
-             "(make_native_manager hook, kvcheck.bench.native)")
+             "(make_native_manager hook, kvcheck.bench.replay.native)")
     add_rounds_option(add, default=None, per="point", default_text="3; --quick: 2")
     add_warmup_option(add, default=1, per="point")
     add_seed_option(add)
@@ -338,7 +338,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     impl = load_impl(args.impl, call_timeout=None)
     reference = load_impl("reference", call_timeout=None)
     if args.level == "manager":
-        from kvcheck.bench.native import missing_hook_note, native_factory
+        from kvcheck.bench.replay.native import missing_hook_note, native_factory
 
         for side in (impl, reference):
             if native_factory(side) is None:

@@ -14,7 +14,7 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
-from kvcheck.bench.metrics import Metric, summarize
+from kvcheck.bench.measure.metrics import Metric, summarize
 from kvcheck.bench.session import BenchResult
 
 __all__ = ["fmt_number", "render_tables"]
@@ -65,7 +65,7 @@ def _produced(result: BenchResult) -> str:
             f"{p['shared_prefix_fraction']:.1%}"
             + (f", hit rate {p['prefix_hit_rate']:.1%}, preemptions {p['preemptions']:.0f}"
                if "prefix_hit_rate" in p else ""))
-    if "window_freed_blocks" in p:  # a hybrid scenario (kvcheck.bench.hybrid): per group
+    if "window_freed_blocks" in p:  # a hybrid scenario (kvcheck.bench.workload.hybrid): per group
         names = "/".join(result.info.get("kv_cache_groups") or [])
         line += (f"; per group ({names}): window-freed "
                  + "/".join(f"{n:.0f}" for n in p["window_freed_blocks"])

@@ -1,7 +1,7 @@
 """``kvcheck bench trace``: write a built-in scenario as a request trace file (``dump``), or
 describe a request trace or a recorded corpus (``inspect``). The file format is
-``kvcheck.bench.request_trace``'s; a workload's name is resolved by
-``kvcheck.bench.workload_source``.
+``kvcheck.bench.workload.request_trace``'s; a workload's name is resolved by
+``kvcheck.bench.workload.source``.
 
 ::
 
@@ -16,17 +16,17 @@ import os
 from collections.abc import Sequence
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
-from kvcheck.bench.request_trace import dump_workload
-from kvcheck.bench.workload_source import (
+from kvcheck.bench.workload.request_trace import dump_workload
+from kvcheck.bench.workload.scenarios import (
+    SCENARIOS,
+    make_workload,
+    trace_profile,
+)
+from kvcheck.bench.workload.source import (
     TRACE_PREFIX,
     RecordedWorkload,
     WorkloadSource,
     resolve_workload,
-)
-from kvcheck.bench.workloads import (
-    SCENARIOS,
-    make_workload,
-    trace_profile,
 )
 
 __all__ = ["MAX_DUMP_SCALE", "TOOL", "describe", "main"]

@@ -1,8 +1,8 @@
 """What an input file may ask of kvcheck: the bounds shared by every reader of traces.
 
 One place for the limits that ``kvcheck replay`` (``kvcheck.conformance.trace_check``), the
-benchmark's request traces (``kvcheck.bench.request_trace``) and recorded corpora replayed
-as benchmarks (``kvcheck.bench.recorded_bench``) apply before anything runs, so the three
+benchmark's request traces (``kvcheck.bench.workload.request_trace``) and recorded corpora replayed
+as benchmarks (``kvcheck.bench.replay.recorded``) apply before anything runs, so the three
 agree. Each bound is far above what kvcheck's own suite, scenarios and shipped corpora use
 (noted beside it) and low enough that a file at the bound loads and runs in bounded time
 and memory.

@@ -1,6 +1,6 @@
 """What one ``schedule`` / ``decode`` op asks of ``allocate_slots``, as vLLM's scheduler
 computes it: written once, for the conformance ``Driver`` and the recorded-corpus benchmark
-(``kvcheck.bench.recorded_bench``), which must make the same calls.
+(``kvcheck.bench.replay.recorded``), which must make the same calls.
 
 The planning is pure: the caller has already made the lookup (a request that holds no blocks
 is admitted with ``num_hit`` hit tokens; a running one passes none) and makes the call itself.

@@ -39,7 +39,7 @@ ALLOWED_BARE: dict[tuple[str, str], str] = {
         "an internal invariant of kvcheck itself (a kvcheck bug), not a check",
     ("gpu_kernels/cases.py", "one form allocates"):
         "an internal invariant of kvcheck itself (a kvcheck bug), not a check",
-    ("bench/workloads.py", "unreachable"):
+    ("bench/workload/scenarios.py", "unreachable"):
         "an internal invariant of kvcheck itself (a kvcheck bug), not a check",
     ("wire/methods.py", "{self.name}() takes"):
         "a wire method proxy called with the wrong arguments raises what a Python call does",
@@ -71,9 +71,9 @@ FORMER_HOMES = {
     "kvcheck.conformance.indexer_driver": ["IndexerMismatch"],
     "kvcheck.conformance.offload_model": ["OffloadLawBroken"],
     "kvcheck.conformance.offload_driver": ["OffloadMismatch"],
-    "kvcheck.bench.trace_file": ["TraceFileError"],
+    "kvcheck.bench.workload.trace_file": ["TraceFileError"],
     "kvcheck.bench.counted": ["CountingUnavailable"],
-    "kvcheck.bench.providers": ["ProviderUnavailable"],
+    "kvcheck.bench.kernels.providers": ["ProviderUnavailable"],
     "kvcheck.results.schema": ["RecordError"],
     "kvcheck.results.io": ["OutputPathError"],
     "kvcheck.results.gate": ["GateInputError"],
@@ -89,7 +89,7 @@ FORMER_HOMES = {
 
 def _sources() -> dict[str, ast.Module]:
     return {str(path.relative_to(ROOT)): ast.parse(path.read_text(encoding="utf-8"))
-            for folder in PACKAGES for path in sorted((ROOT / folder).glob("*.py"))}
+            for folder in PACKAGES for path in sorted((ROOT / folder).rglob("*.py"))}
 
 
 SOURCES = _sources()

@@ -116,22 +116,30 @@ def imported_subpackages(source: str) -> dict[str, int]:
 
 
 def module_graph(sub: str) -> dict[str, dict[str, str]]:
-    """Module of subpackage ``sub`` -> {module of ``sub`` it imports: 'file:line'}. The
-    package's ``__init__`` is a node like the others, imported by ``from kvcheck.x import
-    name`` when ``name`` is not one of its modules (importing a module also runs ``__init__``,
-    but only a name defined there ties the importer to it)."""
+    """Module of subpackage ``sub`` -> {module of ``sub`` it imports: 'file:line'}, modules
+    named relative to ``sub`` (``replay.scheduler``; a package's ``__init__`` as
+    ``replay.__init__``, the top one as ``__init__``). A package ``__init__`` is a node like
+    the others, imported by ``from kvcheck.x import name`` when ``name`` is not one of its
+    modules (importing a module also runs ``__init__``, but only a name defined there ties the
+    importer to it)."""
     folder = ROOT / FOLDERS[sub]
     prefix = "kvcheck" if sub == "kvcheck" else f"kvcheck.{sub}"
-    files = {path.stem: path for path in sorted(folder.glob("*.py"))}
+    files = {".".join(path.relative_to(folder).with_suffix("").parts): path
+             for path in sorted(folder.rglob("*.py"))}
     graph: dict[str, dict[str, str]] = {}
     for stem, path in files.items():
         edges = graph.setdefault(stem, {})
         for name, line in imported_modules(path.read_text(encoding="utf-8")).items():
-            if not name.startswith(prefix + ".") or name.count(".") != prefix.count(".") + 1:
+            if not name.startswith(prefix + "."):
                 continue  # another subpackage, or the package itself (``import kvcheck.x``)
-            dep = name.rsplit(".", 1)[1]
-            if dep not in files:  # ``from kvcheck.x import name``: a name __init__ defines
-                dep = "__init__"
+            dep = name[len(prefix) + 1:]
+            if f"{dep}.__init__" in files:
+                continue  # a package named in ``from kvcheck.x.pkg import module``
+            if dep not in files:  # ``from kvcheck.x[.pkg] import name``: a name __init__ defines
+                parent = dep.rpartition(".")[0]
+                dep = f"{parent}.__init__" if parent else "__init__"
+                if dep not in files:
+                    continue  # ``from kvcheck.x.module import name``: the module's own name
             if dep != stem:
                 edges.setdefault(dep, f"{path.relative_to(ROOT)}:{line}")
     return graph
@@ -142,7 +150,7 @@ def dependency_graph() -> dict[str, dict[str, str]]:
     graph: dict[str, dict[str, str]] = {}
     for sub, folder in FOLDERS.items():
         edges = graph.setdefault(sub, {})
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             for dep, line in imported_subpackages(path.read_text(encoding="utf-8")).items():
                 if dep != sub:
                     edges.setdefault(dep, f"{path.relative_to(ROOT)}:{line}")
@@ -183,13 +191,13 @@ def test_the_reader_sees_every_kind_of_import() -> None:
 def test_the_reader_sees_lazy_type_only_and_importlib_imports() -> None:
     source = ("import importlib\nfrom typing import TYPE_CHECKING\n"
               "if TYPE_CHECKING:\n    from kvcheck.conformance.driver import Driver\n"
-              "def f():\n    return importlib.import_module('kvcheck.bench.paired')\n"
+              "def f():\n    return importlib.import_module('kvcheck.bench.measure.paired')\n"
               "def g(name):\n    return importlib.import_module(f'kvcheck.gpu_kernels.{name}')\n"
               "def h():\n    return __import__('kvcheck.results.io')\n"
               "importlib.import_module('vllm.v1.core')\n")
     assert imported_modules(source) == {
         "kvcheck.conformance.driver": 4, "kvcheck.conformance.driver.Driver": 4,
-        "kvcheck.bench.paired": 6, "kvcheck.gpu_kernels": 8, "kvcheck.results.io": 10}
+        "kvcheck.bench.measure.paired": 6, "kvcheck.gpu_kernels": 8, "kvcheck.results.io": 10}
     assert imported_subpackages(source) == {"conformance": 4, "bench": 6, "gpu_kernels": 8,
                                             "results": 10}
 
@@ -299,7 +307,7 @@ def test_no_module_imports_another_modules_private_names(sub: str) -> None:
     ``event_codec`` ``_vllm_event``, the batch tables ``block_table``'s checks): a name two
     files share is public, with a docstring and a place in ``__all__``."""
     found = [f"{path.name}:{line}: from {module} import {name}"
-             for path in sorted((ROOT / FOLDERS[sub]).glob("*.py"))
+             for path in sorted((ROOT / FOLDERS[sub]).rglob("*.py"))
              for line, module, name in private_imports(path.read_text(encoding="utf-8"),
                                                        _is_module)]
     assert not found, "\n".join(found)

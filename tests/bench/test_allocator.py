@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from kvcheck.bench.allocator import (
+from kvcheck.bench.measure.allocator import (
     HashingBench,
     SchedulerBench,
     SlotMappingBench,
     measure_rounds,
     scheduler_metrics,
 )
-from kvcheck.bench.scheduler import SchedulerRun
-from kvcheck.bench.workloads import make_workload
+from kvcheck.bench.replay.scheduler import SchedulerRun
+from kvcheck.bench.workload.scenarios import make_workload
 from kvcheck.conformance.loader import load_impl
 
 

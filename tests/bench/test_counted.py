@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from kvcheck.bench import counted
-from kvcheck.bench.allocator import SchedulerBench
 from kvcheck.bench.count_spread import SLOWED_TARGET
 from kvcheck.bench.counted import CaseCount, CountedCase, CountingUnavailable
-from kvcheck.bench.workloads import make_workload
+from kvcheck.bench.measure.allocator import SchedulerBench
+from kvcheck.bench.workload.scenarios import make_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.errors import KVCheckFailure
 from kvcheck.results.schema import load_records

@@ -15,8 +15,8 @@ pytest.importorskip("zmq")
 pytest.importorskip("msgspec")
 
 from kvcheck.bench.event_serve import impl_source, main
-from kvcheck.bench.request_trace import dump_workload
-from kvcheck.bench.workload_source import resolve_workload
+from kvcheck.bench.workload.request_trace import dump_workload
+from kvcheck.bench.workload.source import resolve_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.capture import capture

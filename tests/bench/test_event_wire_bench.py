@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("msgspec")
 
-from kvcheck.bench.event_wire_bench import EventWireBench
-from kvcheck.bench.workloads import make_workload
+from kvcheck.bench.kinds.event_wire import EventWireBench
+from kvcheck.bench.workload.scenarios import make_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.errors import KVCheckFailure
 

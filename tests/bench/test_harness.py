@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.adapters.reference import make_kv_cache_manager
-from kvcheck.bench.allocator import workload_spec
-from kvcheck.bench.harness import (
+from kvcheck.bench.measure.allocator import workload_spec
+from kvcheck.bench.replay.harness import (
     LayerTimes,
     NullManager,
     measure_layers,
     record_answers,
 )
-from kvcheck.bench.scheduler import run_workload
-from kvcheck.bench.workloads import make_workload
+from kvcheck.bench.replay.scheduler import run_workload
+from kvcheck.bench.workload.scenarios import make_workload
 from kvcheck.errors import KVCheckInputError
 
 

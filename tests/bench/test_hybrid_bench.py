@@ -1,5 +1,5 @@
-"""The hybrid allocator benchmark (``bench/hybrid.py`` over the scheduler loop of
-``bench/scheduler.py``, its tables observed per group): the replay on the reference at a tiny
+"""The hybrid allocator benchmark (``bench/workload/hybrid.py`` over the scheduler loop of
+``bench/replay/scheduler.py``, its tables observed per group): the replay on the reference at a tiny
 scale, the one-group case of the observation, determinism, the skip of an implementation
 without the capability, and the ``--kv-bench -k hybrid`` run from the command line."""
 
@@ -15,15 +15,15 @@ import pytest
 import kvcheck.adapters.reference
 import kvcheck.bench.bench_allocator
 import kvcheck.bench.bench_kernels
-from kvcheck.bench.hybrid import (
+from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.workload.hybrid import (
     HYBRID_GROUPS,
     HYBRID_SCENARIOS,
     hybrid_spec,
     make_hybrid_workload,
     request_peak_blocks,
 )
-from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.workloads import make_workload
+from kvcheck.bench.workload.scenarios import make_workload
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 
@@ -253,8 +253,8 @@ def test_hybrid_results_carry_no_manager_level_figures() -> None:
     """The manager-level hook covers single-group pools only: a hybrid benchmark must not be
     timed there on the single-group spec of its workload (``HybridBench`` is a
     ``SchedulerBench``, so the session asks the bench, not its type)."""
-    from kvcheck.bench.hybrid import HybridBench
     from kvcheck.bench.session import _manager_level
+    from kvcheck.bench.workload.hybrid import HybridBench
     from kvcheck.conformance.loader import load_impl
 
     reference = load_impl("reference", call_timeout=None)

@@ -16,10 +16,10 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
 
-from kvcheck.bench.kernel_bench import measure_kernel  # noqa: E402
-from kvcheck.bench.kernel_inputs import KernelBenchCase, KernelInputPool  # noqa: E402
-from kvcheck.bench.machine import KernelDevice  # noqa: E402
-from kvcheck.bench.providers import ProviderUnavailable, _csr, make_provider  # noqa: E402
+from kvcheck.bench.kernels.inputs import KernelBenchCase, KernelInputPool  # noqa: E402
+from kvcheck.bench.kernels.measure import measure_kernel  # noqa: E402
+from kvcheck.bench.kernels.providers import ProviderUnavailable, _csr, make_provider  # noqa: E402
+from kvcheck.bench.measure.machine import KernelDevice  # noqa: E402
 from kvcheck.gpu_kernels.reference import (  # noqa: E402
     attention_ref,
     paged_attention_varlen_ref,

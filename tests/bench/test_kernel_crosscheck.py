@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from kvcheck.bench import kernel_crosscheck  # noqa: E402
 from kvcheck.bench.kernel_crosscheck import CROSSCHECK_CASES, crosscheck  # noqa: E402
-from kvcheck.bench.kernel_inputs import KERNEL_OPS  # noqa: E402
+from kvcheck.bench.kernels.inputs import KERNEL_OPS  # noqa: E402
 from kvcheck.gpu_kernels.reference import (  # noqa: E402
     paged_attention_decode_ref,
     paged_attention_varlen_ref,
@@ -64,7 +64,7 @@ def _provider(label: str, scale_factor: float = 1.0, drop_first_token: bool = Fa
 def stand_ins(monkeypatch):
     """Both providers replaced by torch references; vLLM 'ships' a Triton store."""
     providers = {"kvcheck_triton": _provider("kvcheck"), "vllm": _provider("vllm fake")}
-    monkeypatch.setattr("kvcheck.bench.providers.make_provider",
+    monkeypatch.setattr("kvcheck.bench.kernels.providers.make_provider",
                         lambda name, impl=None: providers[name])
     monkeypatch.setattr(kernel_crosscheck, "_has_triton_store", lambda: True)
     monkeypatch.setenv("TRITON_INTERPRET", "1")

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from kvcheck.bench.kernel_inputs import (
+from kvcheck.bench.kernels.inputs import (
     KERNEL_OPS,
     KernelBenchCase,
     bytes_per_call,
@@ -79,7 +79,7 @@ def test_input_pool_rotates_disjoint_sets_with_fresh_inputs() -> None:
     """Consecutive rounds use other blocks and new queries; the slot mapping matches the
     rows handed out; after num_input_sets rounds the block sets come back."""
     torch = pytest.importorskip("torch")
-    from kvcheck.bench.kernel_inputs import KernelInputPool
+    from kvcheck.bench.kernels.inputs import KernelInputPool
 
     case = KernelBenchCase("t", "paged_attention_decode", (20, 5, 33), (1, 1, 1),
                            num_kv_heads=2, queries_per_kv=2, head_size=16, block_size=16,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kvcheck.bench.metrics import (
+from kvcheck.bench.measure.metrics import (
     Metric,
     gbps,
     paged_decode_bytes,

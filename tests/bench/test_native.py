@@ -9,10 +9,10 @@ import types
 import pytest
 
 from kvcheck.adapters import reference as reference_adapter
-from kvcheck.bench import native
-from kvcheck.bench.allocator import workload_spec
-from kvcheck.bench.harness import record_answers
-from kvcheck.bench.workloads import make_workload
+from kvcheck.bench.measure.allocator import workload_spec
+from kvcheck.bench.replay import native
+from kvcheck.bench.replay.harness import record_answers
+from kvcheck.bench.workload.scenarios import make_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, UnsupportedSpec
 from kvcheck.errors import KVCheckInputError
@@ -45,7 +45,7 @@ def test_native_replay_makes_the_protocol_levels_calls(reference, scenario: str)
     assert len(run.answers) == len(protocol)
     assert run.answers == [tuple(a) if isinstance(a, tuple) else a for a in protocol]
     # The same counters as a protocol-level replay.
-    from kvcheck.bench.scheduler import run_workload
+    from kvcheck.bench.replay.scheduler import run_workload
 
     proto_run = run_workload(reference.make_manager(spec, guard=False), workload)
     for name in ("scheduled_tokens", "hit_tokens", "preemptions", "steps", "finished",
@@ -145,7 +145,7 @@ class _Benchmark:
 
 
 def _kv_bench_scheduler(impl, reference):
-    from kvcheck.bench.allocator import SchedulerBench
+    from kvcheck.bench.measure.allocator import SchedulerBench
     from kvcheck.bench.session import BenchOptions, BenchSession
 
     session = BenchSession(BenchOptions(enabled=True, rounds=3, warmup=1))
@@ -213,7 +213,7 @@ def test_stability_manager_level_without_hook(monkeypatch, capsys) -> None:
 
 
 def test_level_agreement() -> None:
-    from kvcheck.bench.metrics import PairedRatio
+    from kvcheck.bench.measure.metrics import PairedRatio
     from kvcheck.bench.stability import CaseRatio, level_agreement
 
     def ratio(value: float) -> PairedRatio:

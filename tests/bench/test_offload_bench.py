@@ -13,13 +13,13 @@ from typing import Any, cast
 import pytest
 
 from kvcheck.bench import offload_bench
+from kvcheck.bench.measure.paired import PairedBench
 from kvcheck.bench.offload_bench import (
     POLICIES,
     OffloadBench,
     make_offload_workload,
     replay,
 )
-from kvcheck.bench.paired import PairedBench
 from kvcheck.conformance.loader import load_impl
 
 PROG = "python -m kvcheck.bench.offload_bench"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from kvcheck.bench.metrics import Metric
-from kvcheck.bench.paired import PairedBench, abba_first, median_ci, paired_ratio
-from kvcheck.bench.timing import ALLOCATOR_CLOCK, MeasuredClock
+from kvcheck.bench.measure.metrics import Metric
+from kvcheck.bench.measure.paired import PairedBench, abba_first, median_ci, paired_ratio
+from kvcheck.bench.measure.timing import ALLOCATOR_CLOCK, MeasuredClock
 from kvcheck.errors import KVCheckInputError
 
 

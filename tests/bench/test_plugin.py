@@ -23,7 +23,7 @@ try:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton's first import
     import triton  # noqa: F401
 
-    import kvcheck.bench.kernel_bench
+    import kvcheck.bench.kernels.measure
     import kvcheck.gpu_kernels.conformance
     import kvcheck.gpu_kernels.reference  # noqa: F401
 
@@ -142,8 +142,8 @@ def test_trace_workloads_replace_the_scenarios(pytester: pytest.Pytester) -> Non
     """--kv-bench-workload: a request trace file, a recorded corpus (two traces of the shipped
     vLLM 0.33 one) and a scenario name become test_scheduler's cases, in that order; each
     record names its case ``trace:<file name>`` and carries what the trace produced."""
-    from kvcheck.bench.request_trace import dump_workload
-    from kvcheck.bench.workloads import make_workload
+    from kvcheck.bench.workload.request_trace import dump_workload
+    from kvcheck.bench.workload.scenarios import make_workload
     from kvcheck.conformance.recorded import (
         FORMAT,
         FORMAT_VERSION,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.adapters.reference import make_kv_cache_manager
-from kvcheck.bench.allocator import workload_spec
-from kvcheck.bench.scheduler import run_workload
-from kvcheck.bench.workloads import RequestSpec, make_workload, trace_profile
+from kvcheck.bench.measure.allocator import workload_spec
+from kvcheck.bench.replay.scheduler import run_workload
+from kvcheck.bench.workload.scenarios import RequestSpec, make_workload, trace_profile
 
 #: Preemptions the reference must at least produce on eviction_pressure at the default
 #: scale and seed (it produces 31; at the old 50 % pool and 16 running it produced 0).

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from kvcheck.bench.allocator import measure_rounds
-from kvcheck.bench.metrics import PairedRatio
-from kvcheck.bench.paired import PairedBench
-from kvcheck.bench.recorded_bench import (
+from kvcheck.bench.measure.allocator import measure_rounds
+from kvcheck.bench.measure.metrics import PairedRatio
+from kvcheck.bench.measure.paired import PairedBench
+from kvcheck.bench.replay.recorded import (
     RecordedBench,
     RecordedRun,
     decode_trace,

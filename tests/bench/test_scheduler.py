@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.adapters.reference import make_kv_cache_manager
-from kvcheck.bench.scheduler import run_workload
-from kvcheck.bench.workloads import RequestSpec, Workload
+from kvcheck.bench.replay.scheduler import run_workload
+from kvcheck.bench.workload.scenarios import RequestSpec, Workload
 from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.errors import KVCheckFailure
 

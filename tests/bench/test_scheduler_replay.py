@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from kvcheck.adapters.reference import make_kv_cache_manager
-from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.workloads import Workload, make_workload
+from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.workload.scenarios import Workload, make_workload
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
 

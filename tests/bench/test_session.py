@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcheck.bench.metrics import Metric
+from kvcheck.bench.measure.metrics import Metric
 from kvcheck.bench.session import BenchOptions, BenchResult, BenchSession
 from kvcheck.bench.table import fmt_number, render_tables
 from kvcheck.results.schema import metric_key, validate_record

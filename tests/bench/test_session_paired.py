@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from kvcheck.bench.allocator import SchedulerBench, measure_rounds, per_round
-from kvcheck.bench.metrics import Metric
-from kvcheck.bench.rounds import RoundBench
+from kvcheck.bench.measure.allocator import SchedulerBench, measure_rounds, per_round
+from kvcheck.bench.measure.metrics import Metric
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.timing import allocator_time
 from kvcheck.bench.session import BenchOptions, BenchSession
-from kvcheck.bench.timing import allocator_time
-from kvcheck.bench.workloads import make_workload
+from kvcheck.bench.workload.scenarios import make_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.results.schema import validate_record
 

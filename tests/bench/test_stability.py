@@ -70,7 +70,7 @@ def test_protocol_layer_share_is_paired_against_the_manager_level(
     """The reference has the manager-level hook: its protocol layer is measured by pairing
     the two levels (a share with an interval around it), and ``--layers`` prints it."""
     from kvcheck.bench.stability import protocol_layer_share
-    from kvcheck.bench.workloads import make_workload
+    from kvcheck.bench.workload.scenarios import make_workload
     from kvcheck.conformance.loader import load_impl
 
     reference = load_impl("reference", call_timeout=None)
@@ -91,9 +91,9 @@ def test_protocol_layer_share_is_paired_against_the_manager_level(
 def test_protocol_layer_share_needs_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from kvcheck.bench import native
+    from kvcheck.bench.replay import native
     from kvcheck.bench.stability import protocol_layer_share
-    from kvcheck.bench.workloads import make_workload
+    from kvcheck.bench.workload.scenarios import make_workload
     from kvcheck.conformance.loader import load_impl
 
     reference = load_impl("reference", call_timeout=None)

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from kvcheck.bench import sweep
-from kvcheck.bench.workloads import DEFAULT_BLOCK_SIZE
+from kvcheck.bench.workload.scenarios import DEFAULT_BLOCK_SIZE
 from kvcheck.conformance.loader import load_impl
 from kvcheck.errors import KVCheckInputError
 from kvcheck.results.schema import load_records, validate_record

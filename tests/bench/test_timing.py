@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvcheck.bench.timing import (
+from kvcheck.bench.measure.timing import (
     HostTimer,
     L2Flusher,
     MeasuredClock,
@@ -61,7 +61,7 @@ def test_copy_moves_each_byte_twice() -> None:
 def test_measured_copy_bandwidth_on_the_cpu() -> None:
     """The copy-peak probe runs anywhere torch runs: positive GB/s, one sample per repeat."""
     pytest.importorskip("torch")
-    from kvcheck.bench.timing import measure_copy_gbps
+    from kvcheck.bench.measure.timing import measure_copy_gbps
 
     median, samples = measure_copy_gbps("cpu", 4 * 2**20, repeats=3)
     assert len(samples) == 3 and median > 0
@@ -70,7 +70,7 @@ def test_measured_copy_bandwidth_on_the_cpu() -> None:
 def test_theoretical_peak_prefers_torch_properties(monkeypatch) -> None:
     """With memory clock and bus width in torch's device properties, those are used."""
     torch = pytest.importorskip("torch")
-    from kvcheck.bench.machine import theoretical_peak
+    from kvcheck.bench.measure.machine import theoretical_peak
 
     props = SimpleNamespace(memory_clock_rate=2_619_000, memory_bus_width=5120)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
@@ -84,7 +84,7 @@ def test_collector_off_collects_first_and_restores_the_collector(was_enabled: bo
     ``collect=False``, the collector off inside, and afterwards as it was before."""
     import gc
 
-    from kvcheck.bench.timing import collector_off
+    from kvcheck.bench.measure.timing import collector_off
 
     collections: list[int] = []
 

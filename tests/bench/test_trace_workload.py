@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.bench.request_trace import dump_workload, load_trace_workload
-from kvcheck.bench.scheduler import run_workload
-from kvcheck.bench.trace_file import TraceFileError
+from kvcheck.bench.replay.scheduler import run_workload
 from kvcheck.bench.trace_workload import main
-from kvcheck.bench.workload_source import trace_path
-from kvcheck.bench.workloads import make_workload, trace_profile
+from kvcheck.bench.workload.request_trace import dump_workload, load_trace_workload
+from kvcheck.bench.workload.scenarios import make_workload, trace_profile
+from kvcheck.bench.workload.source import trace_path
+from kvcheck.bench.workload.trace_file import TraceFileError
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.protocol import KVCacheSpec
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvcheck.bench.workloads import (
+from kvcheck.bench.workload.scenarios import (
     SCENARIOS,
     VOCAB_SIZE,
     Draws,
@@ -55,7 +55,7 @@ def test_seed_and_scale_are_part_of_the_trace() -> None:
 
 def test_digest_is_stable_across_processes() -> None:
     """A fresh interpreter with a different PYTHONHASHSEED computes the same digests."""
-    code = ("from kvcheck.bench.workloads import make_workload as m\n"
+    code = ("from kvcheck.bench.workload.scenarios import make_workload as m\n"
             "print(m('burst_short').digest(), m('uniform_random', seed=7, scale=0.25).digest())")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

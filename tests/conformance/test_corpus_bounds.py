@@ -18,8 +18,8 @@ from typing import Any
 import cbor2
 import pytest
 
-import kvcheck.bench.recorded_bench as recorded_bench
-from kvcheck.bench.recorded_bench import load_recorded_workload
+import kvcheck.bench.replay.recorded as recorded_bench
+from kvcheck.bench.replay.recorded import load_recorded_workload
 from kvcheck.conformance.bounds import MAX_REQUEST_TOKENS
 from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.conformance.recorded import (

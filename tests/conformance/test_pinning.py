@@ -386,9 +386,9 @@ def test_random_workloads_look_up_without_scheduling_only_with_pinning(load: Any
 def test_bench_loop_releases_refused_lookups(load: Any) -> None:
     """The benchmark's scheduler loop releases a refused admission's pins for a design that
     declares pinning_lookup; without the release the design leaks and stalls."""
-    from kvcheck.bench.allocator import workload_spec
-    from kvcheck.bench.scheduler import run_workload
-    from kvcheck.bench.workloads import make_workload
+    from kvcheck.bench.measure.allocator import workload_spec
+    from kvcheck.bench.replay.scheduler import run_workload
+    from kvcheck.bench.workload.scenarios import make_workload
     from kvcheck.errors import KVCheckFailure
 
     impl = load("pinning_kv")

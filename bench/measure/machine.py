@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvcheck.bench.timing import (
+from kvcheck.bench.measure.timing import (
     CallTimer,
     CudaEventTimer,
     HostTimer,

@@ -17,9 +17,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kvcheck.bench.metrics import Metric, PairedRatio, percentile
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.timing import collector_off
+from kvcheck.bench.measure.metrics import Metric, PairedRatio, percentile
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.timing import collector_off
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [

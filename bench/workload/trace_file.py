@@ -1,4 +1,4 @@
-"""Reading and checking a request trace file (``kvcheck.bench.request_trace``), bounded.
+"""Reading and checking a request trace file (``kvcheck.bench.workload.request_trace``), bounded.
 
 ``read_trace`` checks every field of every line, and the trace's totals, before a single
 token is drawn: what it returns is small (the file's own token lists and a few numbers per
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvcheck.bench.errors import TraceFileError
-from kvcheck.bench.workloads import DEFAULT_BLOCK_SIZE
+from kvcheck.bench.workload.scenarios import DEFAULT_BLOCK_SIZE
 from kvcheck.conformance.bounds import (
     MAX_ARRIVAL_STEP,
     MAX_BLOCK_SIZE,

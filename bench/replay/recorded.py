@@ -12,7 +12,7 @@ observation. The implementation's own answers are passed on (its hits go into it
 ``allocate_slots``), never the recorded ones, so a divergent implementation replays its own
 run of the trace.
 
-Timing follows ``kvcheck.bench.scheduler``: ``perf_counter_ns`` around each call into the
+Timing follows ``kvcheck.bench.replay.scheduler``: ``perf_counter_ns`` around each call into the
 implementation only, the sum scaled by the whole replay's on-CPU fraction (``thread_time_ns``
 over wall time). A round replays the whole corpus (the runnable traces, each on a fresh
 manager built untimed by ``setup``) and yields one ``RecordedRun``, a ``SchedulerRun`` whose
@@ -34,7 +34,7 @@ states are not rebuilt). ``load_recorded_workload`` bounds a corpus as a benchma
 all, decode work) on top of ``load_corpus``'s checks. Traces the
 implementation cannot run (a capability their requests need, a pool its factory declines) are
 skipped and counted; ``recorded_pair`` builds an implementation bench and a reference bench
-over the traces both can run, for ``kvcheck.bench.paired.PairedBench``.
+over the traces both can run, for ``kvcheck.bench.measure.paired.PairedBench``.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kvcheck.bench.allocator import scheduler_metrics
-from kvcheck.bench.metrics import Metric, percentile
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.scheduler import SchedulerRun
-from kvcheck.bench.timing import timed_call
-from kvcheck.bench.workloads import shared_prefix_blocks
+from kvcheck.bench.measure.allocator import scheduler_metrics
+from kvcheck.bench.measure.metrics import Metric, percentile
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.timing import timed_call
+from kvcheck.bench.replay.scheduler import SchedulerRun
+from kvcheck.bench.workload.scenarios import shared_prefix_blocks
 from kvcheck.conformance.bounds import MAX_DECODE_TOKEN_STEPS, MAX_OPS, power_of_two
 from kvcheck.conformance.driver import view_from_add
 from kvcheck.conformance.loader import ImplHandle

@@ -19,12 +19,12 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from kvcheck.bench.allocator import per_round, workload_spec
-from kvcheck.bench.metrics import Metric, per_s
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.scheduler import iter_steps
-from kvcheck.bench.timing import collector_off
-from kvcheck.bench.workloads import Workload
+from kvcheck.bench.measure.allocator import per_round, workload_spec
+from kvcheck.bench.measure.metrics import Metric, per_s
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.timing import collector_off
+from kvcheck.bench.replay.scheduler import iter_steps
+from kvcheck.bench.workload.scenarios import Workload
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.errors import KVCheckFailure

@@ -1,7 +1,7 @@
 """Allocator measurements through the adapter protocol, one ``RoundBench`` per benchmark.
 
-Each is a ``kvcheck.bench.rounds.RoundBench`` (``setup`` untimed, ``run`` one measured round:
-the time spent inside the implementation's calls); the same object measures the reference
+Each is a ``kvcheck.bench.measure.rounds.RoundBench`` (``setup`` untimed, ``run`` one measured
+round: the time spent inside the implementation's calls); the same object measures the reference
 baseline without pytest-benchmark (``measure_rounds``), so both sides run identical code on
 identical inputs.
 
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from kvcheck.bench.errors import BenchCheckFailure
-from kvcheck.bench.metrics import Metric, per_s, percentile
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.workloads import Draws, Workload, scaled_count, trace_profile
+from kvcheck.bench.measure.metrics import Metric, per_s, percentile
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.workload.scenarios import Draws, Workload, scaled_count, trace_profile
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
@@ -56,7 +56,7 @@ def per_round(name: str, unit: str, direction: str, samples: list[float]) -> Met
 def measure_rounds(bench: RoundBench, rounds: int, warmup: int) -> list[Metric]:
     """Run ``warmup + rounds`` rounds without pytest-benchmark (a collection before, GC off
     inside each round, as in ``paired.run_one_round``) and return the timed rounds' metrics."""
-    from kvcheck.bench.paired import run_one_round
+    from kvcheck.bench.measure.paired import run_one_round
 
     for _ in range(warmup + rounds):
         run_one_round(bench)
@@ -74,11 +74,11 @@ class SchedulerBench(RoundBench):
     """One workload per round through ``run_workload`` on a fresh manager.
 
     Subclasses replay on another pool or loop by overriding ``spec`` and ``replay``
-    (``kvcheck.bench.hybrid.HybridBench``: a grouped pool, the per-group loop).
+    (``kvcheck.bench.workload.hybrid.HybridBench``: a grouped pool, the per-group loop).
     """
 
     #: Whether the same workload can also be timed at the manager level (the adapters'
-    #: ``make_native_manager`` hook, ``kvcheck.bench.native``: single-group pools only).
+    #: ``make_native_manager`` hook, ``kvcheck.bench.replay.native``: single-group pools only).
     native_level: bool = True
 
     def __init__(self, impl: ImplHandle, workload: Workload) -> None:

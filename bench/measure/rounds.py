@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcheck.bench.metrics import Metric
-from kvcheck.bench.timing import MeasuredClock
+from kvcheck.bench.measure.metrics import Metric
+from kvcheck.bench.measure.timing import MeasuredClock
 
 __all__ = ["RoundBench"]
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.timing import collector_off
-from kvcheck.bench.workloads import Workload
+from kvcheck.bench.measure.timing import collector_off
+from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.workload.scenarios import Workload
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckInputError
 
@@ -267,7 +267,7 @@ def measure_layers(make_manager: Callable[[KVCacheSpec], Any], spec: KVCacheSpec
 
 def iter_scenarios(names: list[str] | None) -> Iterator[str]:
     """The scenario names to run (all of ``SCENARIOS`` when ``names`` is None)."""
-    from kvcheck.bench.workloads import SCENARIOS
+    from kvcheck.bench.workload.scenarios import SCENARIOS
 
     for name in names or list(SCENARIOS):
         if name not in SCENARIOS:

@@ -27,10 +27,10 @@ trace's whole working set), ``max_num_seqs`` (64), ``max_num_batched_tokens`` (2
 ``hash_block_tokens`` (512), ``ms_per_step`` (20: one scheduler step per 20 ms of
 ``timestamp``), ``seed`` (0: the stream private and hash-id tokens are drawn from).
 
-Tokens are drawn with ``kvcheck.bench.workloads.Draws`` (seeded PCG64, integer-only), so a
+Tokens are drawn with ``kvcheck.bench.workload.scenarios.Draws`` (seeded PCG64, integer-only), so a
 file gives the same ``Workload`` (same ``digest()``) on every machine. ``load_trace_workload``
-checks everything first (``kvcheck.bench.trace_file``), before any token is drawn, and raises
-``TraceFileError`` naming ``file:line``, the field, the limit and the fix.
+checks everything first (``kvcheck.bench.workload.trace_file``), before any token is drawn, and
+raises ``TraceFileError`` naming ``file:line``, the field, the limit and the fix.
 
 Bounds (``kvcheck.conformance.bounds``, those of ``kvcheck replay`` first; the built-in
 scenarios stay far below them):
@@ -71,20 +71,20 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.atomic import write_atomic
-from kvcheck.bench.trace_file import (
+from kvcheck.bench.workload.scenarios import (
+    VOCAB_SIZE,
+    Draws,
+    RequestSpec,
+    Workload,
+    working_set_blocks,
+)
+from kvcheck.bench.workload.trace_file import (
     HEADER_KEY,
     HEADER_VERSION,
     TraceFileError,
     TraceLine,
     TraceOptions,
     read_trace,
-)
-from kvcheck.bench.workloads import (
-    VOCAB_SIZE,
-    Draws,
-    RequestSpec,
-    Workload,
-    working_set_blocks,
 )
 from kvcheck.conformance.bounds import MAX_NUM_BLOCKS, power_of_two
 
@@ -145,7 +145,7 @@ def _outputs(line: TraceLine, source: _TokenSource) -> tuple[int, ...]:
 def load_trace_workload(path: str | Path) -> Workload:
     """Read a trace file into a ``Workload`` (scenario ``trace:<file name>``, scale 1).
 
-    Every line and the trace's totals are checked first (``kvcheck.bench.trace_file``:
+    Every line and the trace's totals are checked first (``kvcheck.bench.workload.trace_file``:
     the bounds of ``kvcheck replay`` and those of the module docstring); only then are
     tokens drawn, so a file that asks for too much costs no more than reading it.
 

@@ -216,7 +216,7 @@ def measure_copy_gbps(device: Any, num_bytes: int, repeats: int = 10) -> tuple[f
     """
     import torch
 
-    from kvcheck.bench.metrics import gbps, percentile
+    from kvcheck.bench.measure.metrics import gbps, percentile
 
     src = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)

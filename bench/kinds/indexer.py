@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kvcheck.bench.allocator import per_round
-from kvcheck.bench.metrics import Metric, per_s
-from kvcheck.bench.rounds import RoundBench
+from kvcheck.bench.measure.allocator import per_round
+from kvcheck.bench.measure.metrics import Metric, per_s
+from kvcheck.bench.measure.rounds import RoundBench
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
@@ -53,7 +53,7 @@ def corpus_streams(release: str, *, int_hashes: bool, scale: float) -> IndexerSt
         KVCheckInputError: the release has no shipped corpus.
     """
     from kvcheck.bench.event_serve import impl_source
-    from kvcheck.bench.workload_source import RecordedWorkload, resolve_workload
+    from kvcheck.bench.workload.source import RecordedWorkload, resolve_workload
     from kvcheck.conformance.loader import load_impl
     from kvcheck.conformance.recorded import corpus_path
     from kvcheck.events.codec import decode_batch

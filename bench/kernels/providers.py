@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcheck.bench.errors import ProviderUnavailable
-from kvcheck.bench.kernel_inputs import KernelInputs
+from kvcheck.bench.kernels.inputs import KernelInputs
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
 

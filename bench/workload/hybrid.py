@@ -36,9 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvcheck.bench.allocator import SchedulerBench
-from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.workloads import (
+from kvcheck.bench.measure.allocator import SchedulerBench
+from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.workload.scenarios import (
     DEFAULT_BLOCK_SIZE,
     Draws,
     RequestSpec,

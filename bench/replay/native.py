@@ -1,6 +1,6 @@
 """Manager-level timing: the scheduler loop replayed on an engine's own objects.
 
-The protocol level (``kvcheck.bench.scheduler``) times every call through the adapter, so an
+The protocol level (``kvcheck.bench.replay.scheduler``) times every call through the adapter, so an
 implementation's figure includes the adapter's marshalling (``RequestView`` snapshots turned
 into engine requests, block objects turned into id lists). An adapter module may also expose
 an optional, module-level **benchmark hook**::
@@ -9,7 +9,7 @@ an optional, module-level **benchmark hook**::
 
 returning an object with the methods of ``NativeManager`` below, which speak the engine's own
 request and block objects. ``run_native_workload`` then replays a workload through the very
-same loop (``kvcheck.bench.scheduler.run_workload``: same calls, same order, same preemption
+same loop (``kvcheck.bench.replay.scheduler.run_workload``: same calls, same order, same preemption
 rule) with a ``NativeDriver`` in place of the adapter: the driver keeps one engine request per
 request id, and times only the engine's work:
 
@@ -38,11 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from kvcheck.bench.allocator import scheduler_metrics, workload_spec
-from kvcheck.bench.metrics import Metric
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.scheduler import SchedulerRun, run_workload
-from kvcheck.bench.workloads import Workload
+from kvcheck.bench.measure.allocator import scheduler_metrics, workload_spec
+from kvcheck.bench.measure.metrics import Metric
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.workload.scenarios import Workload
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckInputError
@@ -123,14 +123,14 @@ def native_factory(impl: ImplHandle) -> Callable[[KVCacheSpec], NativeManager] |
         raise KVCheckInputError(
             f"{getattr(module, '__name__', module)}.{NATIVE_HOOK} is a "
             f"{type(hook).__name__}, not a function; define def {NATIVE_HOOK}(spec) -> "
-            "manager (see kvcheck.bench.native) or remove it")
+            "manager (see kvcheck.bench.replay.native) or remove it")
     return cast("Callable[[KVCacheSpec], NativeManager]", hook)
 
 
 def missing_hook_note(name: str) -> str:
     """What the output says when an implementation has no manager-level hook."""
     return (f"manager level not reported: {name} has no {NATIVE_HOOK} hook "
-            "(see kvcheck.bench.native)")
+            "(see kvcheck.bench.replay.native)")
 
 
 @dataclass
@@ -149,8 +149,8 @@ class NativeDriver:
     objects underneath, the engine's time recorded per call in its own lists.
 
     ``record=True`` keeps every answer in protocol form (block ids, counts), untimed, in
-    ``answers`` (the order ``kvcheck.bench.harness.RecordingManager`` uses), so a replay can be
-    compared call by call with the protocol level's.
+    ``answers`` (the order ``kvcheck.bench.replay.harness.RecordingManager`` uses), so a replay can
+    be compared call by call with the protocol level's.
     """
 
     def __init__(self, native: NativeManager, record: bool = False) -> None:
@@ -283,8 +283,8 @@ def manager_level_metrics(impl: ImplHandle, reference: ImplHandle, workload: Wor
     interleaved A B B A, as the protocol level), renamed ``manager_<name>``, and the info to
     record. No metrics (and a note saying why) when either side lacks the hook.
     """
-    from kvcheck.bench.allocator import measure_rounds
-    from kvcheck.bench.paired import PairedBench
+    from kvcheck.bench.measure.allocator import measure_rounds
+    from kvcheck.bench.measure.paired import PairedBench
 
     mine, theirs = native_factory(impl), native_factory(reference)
     if mine is None or theirs is None:
@@ -305,5 +305,5 @@ def manager_level_metrics(impl: ImplHandle, reference: ImplHandle, workload: Wor
             metric.name = MANAGER_PREFIX + metric.name
             out.append(metric)
     share = bench.request_share()
-    return out, {"manager_level": "engine objects, no adapter (kvcheck.bench.native)",
+    return out, {"manager_level": "engine objects, no adapter (kvcheck.bench.replay.native)",
                  "manager_request_share": share}

@@ -21,11 +21,11 @@ import time
 from typing import Any
 
 from kvcheck.bench.errors import BenchCheckFailure
-from kvcheck.bench.kernel_inputs import KernelInputPool, KernelInputs, bytes_per_call
-from kvcheck.bench.machine import KernelDevice
-from kvcheck.bench.metrics import Metric, gbps, pct_of_peak, percentile
-from kvcheck.bench.providers import Provider
-from kvcheck.bench.timing import KERNEL_CLOCK
+from kvcheck.bench.kernels.inputs import KernelInputPool, KernelInputs, bytes_per_call
+from kvcheck.bench.kernels.providers import Provider
+from kvcheck.bench.measure.machine import KernelDevice
+from kvcheck.bench.measure.metrics import Metric, gbps, pct_of_peak, percentile
+from kvcheck.bench.measure.timing import KERNEL_CLOCK
 
 __all__ = ["kernel_metrics", "measure_kernel", "verify_output"]
 
@@ -127,7 +127,7 @@ def measure_kernel(benchmark: Any, pool: KernelInputPool, provider: Provider,
     bytes_moved = bytes_per_call(pool.case)
     info = {
         **pool.case.describe(), "provider": provider.name, "provider_label": provider.label,
-        "bytes_per_call": bytes_moved, "bytes_model": "compulsory (kvcheck.bench.metrics)",
+        "bytes_per_call": bytes_moved, "bytes_model": "compulsory (kvcheck.bench.measure.metrics)",
         "first_call_s": first_call_s, "rounds": len(timed), "warmup_rounds": warmup,
         "l2": device.l2_mode, "l2_flush_bytes": device.flush_bytes,
         "timer": type(device.timer).__name__, "recheck": checked,

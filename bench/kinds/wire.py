@@ -14,9 +14,9 @@ import gc
 import time
 from typing import Any, Final
 
-from kvcheck.bench.allocator import per_round
-from kvcheck.bench.metrics import Metric
-from kvcheck.bench.rounds import RoundBench
+from kvcheck.bench.measure.allocator import per_round
+from kvcheck.bench.measure.metrics import Metric
+from kvcheck.bench.measure.rounds import RoundBench
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 

@@ -25,8 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvcheck.bench.metrics import paged_decode_bytes, paged_varlen_bytes, store_kv_cache_bytes
-from kvcheck.bench.workloads import Draws
+from kvcheck.bench.measure.metrics import (
+    paged_decode_bytes,
+    paged_varlen_bytes,
+    store_kv_cache_bytes,
+)
+from kvcheck.bench.workload.scenarios import Draws
 from kvcheck.errors import KVCheckInputError
 
 if TYPE_CHECKING:
@@ -191,7 +195,7 @@ def slots_of_new_tokens(rows: Sequence[Sequence[int]], seq_lens: Sequence[int],
 
 
 def bytes_per_call(case: KernelBenchCase) -> int:
-    """Compulsory bytes of one call of ``case`` (``kvcheck.bench.metrics`` models): int64
+    """Compulsory bytes of one call of ``case`` (``kvcheck.bench.measure.metrics`` models): int64
     slots, int32 block tables, ``seq_lens`` and ``query_start_loc``; output in the input dtype."""
     size = ITEMSIZE[case.dtype]
     if case.op == "store_kv_cache":

@@ -52,8 +52,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcheck.bench.timing import timed_call
-from kvcheck.bench.workloads import RequestSpec, Workload
+from kvcheck.bench.measure.timing import timed_call
+from kvcheck.bench.workload.scenarios import RequestSpec, Workload
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure
 

@@ -149,7 +149,8 @@ def ratio(value: float | None, reference: float | None) -> float | None:
 @dataclass(frozen=True)
 class PairedRatio:
     """The median of per-pair ratios ``implementation / reference`` of one figure (computed
-    by ``kvcheck.bench.paired.paired_ratio``; kept here beside the ``Metric`` that carries it).
+    by ``kvcheck.bench.measure.paired.paired_ratio``; kept here beside the ``Metric`` that carries
+    it).
 
     ``ci_low`` / ``ci_high`` bound the median at ``confidence`` (``median_ci``); the
     direction of the figure is the metric's (a throughput ratio of 2 is twice as fast).
@@ -192,7 +193,7 @@ class Metric:
     @property
     def ratio_to_reference(self) -> float | None:
         """The paired ratio when there is one, else ``value / reference_value`` (see
-        ``kvcheck.bench.metrics.ratio``)."""
+        ``kvcheck.bench.measure.metrics.ratio``)."""
         if self.paired is not None:
             return self.paired.ratio
         return ratio(self.value, self.reference_value)

@@ -1,7 +1,7 @@
 """The one resolver of a workload's name (``--kv-bench-workload``, the tools' ``--scenarios``
-and ``--workload``): a built-in scenario (``kvcheck.bench.workloads``), ``trace:PATH`` of a
-request trace file (``kvcheck.bench.request_trace``) or ``trace:PATH.cbor.xz`` of a recorded
-corpus (``kvcheck.bench.recorded_bench``), and the scheduler benchmark each one becomes
+and ``--workload``): a built-in scenario (``kvcheck.bench.workload.scenarios``), ``trace:PATH`` of a
+request trace file (``kvcheck.bench.workload.request_trace``) or ``trace:PATH.cbor.xz`` of a
+recorded corpus (``kvcheck.bench.replay.recorded``), and the scheduler benchmark each one becomes
 (``scheduler_bench_maker``).
 """
 
@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvcheck.bench.allocator import SchedulerBench
-from kvcheck.bench.request_trace import TRACE_PREFIX, load_trace_workload
-from kvcheck.bench.rounds import RoundBench
-from kvcheck.bench.trace_file import (
-    TraceFileError,
-)
-from kvcheck.bench.workloads import (
+from kvcheck.bench.measure.allocator import SchedulerBench
+from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.workload.request_trace import TRACE_PREFIX, load_trace_workload
+from kvcheck.bench.workload.scenarios import (
     SCENARIOS,
     Workload,
     make_workload,
+)
+from kvcheck.bench.workload.trace_file import (
+    TraceFileError,
 )
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.recorded import Corpus
@@ -61,7 +61,7 @@ def trace_path(value: str) -> Path:
 @dataclass(frozen=True)
 class RecordedWorkload:
     """A recorded corpus named as a workload (``trace:PATH.cbor.xz``): its calls are replayed
-    as recorded (``kvcheck.bench.recorded_bench``), not scheduled by kvcheck's loop."""
+    as recorded (``kvcheck.bench.replay.recorded``), not scheduled by kvcheck's loop."""
 
     scenario: str  # trace:<file name>
     corpus: Corpus
@@ -90,7 +90,7 @@ def resolve_workload(value: str, seed: int = 0, scale: float = 1.0) -> WorkloadS
     if is_trace_workload(value):
         path = trace_path(value)
         if is_recorded_corpus(path):
-            from kvcheck.bench.recorded_bench import load_recorded_workload
+            from kvcheck.bench.replay.recorded import load_recorded_workload
 
             return RecordedWorkload(f"{TRACE_PREFIX}{path.name}", load_recorded_workload(path))
         return load_trace_workload(path)
@@ -109,7 +109,7 @@ def scheduler_bench_maker(workload: WorkloadSource, impl: ImplHandle,
     ``impl`` and ``reference`` can run so that paired rounds replay the same calls."""
     if isinstance(workload, Workload):
         return lambda side: SchedulerBench(side, workload)
-    from kvcheck.bench.recorded_bench import recorded_pair
+    from kvcheck.bench.replay.recorded import recorded_pair
 
     mine, theirs = recorded_pair(impl, reference, workload.corpus, workload.scenario)
     return lambda side: mine if side is impl else theirs
