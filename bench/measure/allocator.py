@@ -26,7 +26,7 @@ import numpy as np
 from kvcheck.bench.errors import BenchCheckFailure
 from kvcheck.bench.measure.metrics import Metric, per_s, percentile
 from kvcheck.bench.measure.rounds import RoundBench
-from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.replay.scheduler import SchedulerManager, SchedulerRun, run_workload
 from kvcheck.bench.workload.scenarios import Draws, Workload, scaled_count, trace_profile
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
@@ -90,7 +90,7 @@ class SchedulerBench(RoundBench):
         """The pool each round's fresh manager is built for."""
         return workload_spec(self.workload)
 
-    def replay(self, manager: Any) -> SchedulerRun:
+    def replay(self, manager: SchedulerManager) -> SchedulerRun:
         """One round: the workload through the scheduler loop."""
         return run_workload(manager, self.workload, pinning=declares_pinning(self.impl))
 
@@ -98,7 +98,7 @@ class SchedulerBench(RoundBench):
         gc.collect()
         return (self.impl.make_manager(self.spec(), guard=False),), {}
 
-    def run(self, manager: Any) -> None:
+    def run(self, manager: SchedulerManager) -> None:
         result = self.replay(manager)
         self.results.append(result)
         self.advance(result.on_cpu_ns / 1e9)

@@ -50,14 +50,35 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 
 from kvcheck.bench.measure.timing import timed_call
 from kvcheck.bench.workload.scenarios import RequestSpec, Workload
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import (
+    KVCacheManagerAdapter,
+    KVCacheSpec,
+    RequestView,
+    SupportsReleaseComputed,
+)
 from kvcheck.errors import KVCheckFailure
 
-__all__ = ["SchedulerRun", "drive", "iter_steps", "run_workload"]
+__all__ = ["SchedulerManager", "SchedulerRun", "drive", "iter_steps", "run_workload"]
+
+
+class SchedulerManager(Protocol):
+    """What the scheduler loop calls, by position: an adapter (``KVCacheManagerAdapter``), or
+    a stand-in with the same methods (``harness.RecordingManager`` and ``NullManager``,
+    ``native.NativeDriver``). Besides these, ``release_computed`` is called only with
+    ``pinning`` (the adapter declares ``pinning_lookup``) and ``get_block_ids`` only with
+    ``observe`` (a real adapter)."""
+
+    def get_computed_blocks(self, request: RequestView, /) -> Any: ...
+
+    def allocate_slots(self, request: RequestView, /, *args: Any, **kwargs: Any) -> Any: ...
+
+    def free(self, request_id: str, /) -> Any: ...
+
+    def num_free_blocks(self) -> int: ...
 
 
 @dataclass
@@ -182,7 +203,7 @@ class _Scheduler:
     the spec whose per-group tables ``observe_groups`` reads after each step (None: none).
     """
 
-    def __init__(self, manager: Any, workload: Workload, run: SchedulerRun, *,
+    def __init__(self, manager: SchedulerManager, workload: Workload, run: SchedulerRun, *,
                  pinning: bool = False, observe: KVCacheSpec | None = None) -> None:
         self.manager = manager
         self.pinning = pinning  # its lookups pin their hits (pinning_lookup)
@@ -289,7 +310,8 @@ class _Scheduler:
                          num_hit, hit_ids)
             if new is None:
                 if self.pinning:  # a refused admission keeps its lookup's pins: drop them
-                    self.manager.release_computed(view.request_id)
+                    cast(SupportsReleaseComputed, self.manager).release_computed(
+                        view.request_id)
                 if not self.running:
                     raise KVCheckFailure(
                         f"{self.workload.scenario}: {live.spec.request_id} ({live.num_tokens} "
@@ -339,10 +361,10 @@ class _Scheduler:
         nulls_by_rid: dict[str, list[int]] = {}
         for live in self.running:
             rid = live.spec.request_id
-            tables = self.manager.get_block_ids(rid)
-            if not self.grouped:
-                tables = [tables]  # a single-group spec's flat table: its one group
-            elif len(tables) != g:
+            # A flat table for a single-group spec (its one group), one list per group else.
+            answer: Any = cast(KVCacheManagerAdapter, self.manager).get_block_ids(rid)
+            tables: list[list[int]] = answer if self.grouped else [answer]
+            if self.grouped and len(tables) != g:
                 raise KVCheckFailure(
                     f"{self.workload.scenario}: get_block_ids({rid!r}) returned {len(tables)} "
                     f"lists on a spec of {g} KV-cache groups")
@@ -369,7 +391,7 @@ class _Scheduler:
         self.run.peak_used_blocks = max(self.run.peak_used_blocks, used)
 
 
-def run_workload(manager: Any, workload: Workload, max_steps: int | None = None, *,
+def run_workload(manager: SchedulerManager, workload: Workload, max_steps: int | None = None, *,
                  pinning: bool = False, observe: KVCacheSpec | None = None) -> SchedulerRun:
     """Replay ``workload`` on a fresh ``manager`` (a ``KVCacheManagerAdapter``, or one of a
     spec with ``kv_cache_groups``: ``SupportsKVCacheGroups``; ``pinning``: its implementation
@@ -399,7 +421,8 @@ def _step_limit(requests: tuple[RequestSpec, ...] | list[RequestSpec]) -> int:
             + sum(r.arrival_step for r in requests if r.after is not None) + 1000)
 
 
-def iter_steps(manager: Any, workload: Workload, *, pinning: bool = False) -> Iterator[int]:
+def iter_steps(manager: SchedulerManager, workload: Workload, *,
+               pinning: bool = False) -> Iterator[int]:
     """Replay ``workload`` on a fresh ``manager`` as ``run_workload`` does, yielding each
     step's number once the step has run (its frees included), for a caller that reads the
     manager between steps (``kvcheck events serve`` takes each step's KV events).

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcheck.bench.measure.allocator import SchedulerBench
-from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.replay.scheduler import SchedulerManager, SchedulerRun, run_workload
 from kvcheck.bench.workload.scenarios import (
     DEFAULT_BLOCK_SIZE,
     Draws,
@@ -226,7 +226,7 @@ class HybridBench(SchedulerBench):
     def spec(self) -> KVCacheSpec:
         return hybrid_spec(self.hybrid)
 
-    def replay(self, manager: Any) -> SchedulerRun:
+    def replay(self, manager: SchedulerManager) -> SchedulerRun:
         return run_workload(manager, self.workload, pinning=declares_pinning(self.impl),
                             observe=self.spec())
 
