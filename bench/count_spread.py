@@ -26,6 +26,7 @@ from typing import Any
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.errors import CountingUnavailable
+from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
 
 # IMPL_INFO is built on first use (the module's __getattr__), so it is not in __all__.
@@ -39,7 +40,7 @@ HEADLINE = {"scheduler": "scheduled_tokens_per_s", "hashing": "hash_blocks_per_s
             "slot_mapping": "slot_mapping_tokens_per_s"}
 
 
-def _reference() -> Any:
+def _reference() -> ImplHandle:
     # Through the loader, not an import of kvcheck.adapters (bench sits beside adapters).
     from kvcheck.conformance.loader import load_impl
 

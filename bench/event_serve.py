@@ -31,7 +31,7 @@ from kvcheck.bench.replay.recorded import (
     missing_capabilities,
 )
 from kvcheck.bench.replay.scheduler import iter_steps
-from kvcheck.bench.workload.source import RecordedWorkload, resolve_workload
+from kvcheck.bench.workload.source import RecordedWorkload, WorkloadSource, resolve_workload
 from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.errors import KVCheckError, KVCheckInputError
@@ -67,8 +67,9 @@ def wire_route(impl: ImplHandle, int_hashes: bool | None) -> bool | None:
                             "docs/writing-an-adapter.md)")
 
 
-def impl_source(impl: ImplHandle, workload: Any, *, release: Release, int_hashes: bool | None,
-                data_parallel_rank: int | None, trace: str | None = None) -> BatchSource:
+def impl_source(impl: ImplHandle, workload: WorkloadSource, *, release: Release,
+                int_hashes: bool | None, data_parallel_rank: int | None,
+                trace: str | None = None) -> BatchSource:
     """``impl``'s events (a loaded ``--kv-impl``, ``kvcheck.conformance.loader.ImplHandle``)
     over ``workload`` (``kvcheck.bench.workload.source.resolve_workload``'s answer): a
     scheduled ``Workload`` on the pool it names, or one recorded trace (``trace``, default
@@ -100,7 +101,7 @@ def impl_source(impl: ImplHandle, workload: Any, *, release: Release, int_hashes
     return batches
 
 
-def _plan(impl: ImplHandle, workload: Any, release: Release, trace: str | None
+def _plan(impl: ImplHandle, workload: WorkloadSource, release: Release, trace: str | None
           ) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
     """The spec to build managers for and ``steps(manager)``, which drives one."""
     if not isinstance(workload, RecordedWorkload):
@@ -113,8 +114,8 @@ def _plan(impl: ImplHandle, workload: Any, release: Release, trace: str | None
     return _recorded_plan(impl, workload, release, trace)
 
 
-def _recorded_plan(impl: ImplHandle, workload: Any, release: Release, trace: str | None
-                   ) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
+def _recorded_plan(impl: ImplHandle, workload: RecordedWorkload, release: Release,
+                   trace: str | None) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
     traces = workload.corpus["traces"]
     names = [t["name"] for t in traces]
     raw = traces[0] if trace is None else next((t for t in traces if t["name"] == trace), None)

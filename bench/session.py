@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kvcheck.bench.measure.metrics import Metric, summarize
+from kvcheck.bench.measure.rounds import RoundBench
 from kvcheck.bench.measure.timing import ALLOCATOR_CLOCK
 from kvcheck.conformance.loader import ImplHandle
 
@@ -110,7 +111,7 @@ class BenchSession:
             self.workload(value)
 
     def run_allocator(self, benchmark: Any, request: pytest.FixtureRequest, impl: ImplHandle,
-                      reference: ImplHandle, make: Callable[[Any], Any], group: str,
+                      reference: ImplHandle, make: Callable[[ImplHandle], RoundBench], group: str,
                       case: str) -> BenchResult:
         """Measure ``make(impl)`` through pytest-benchmark, interleaved round by round with
         ``make(reference)`` on the same inputs (``bench.measure.paired``: A B B A ..., GC handled

@@ -104,8 +104,8 @@ def adaptive_rounds(rounds: int, pair_seconds: float, min_time: float,
     return max(rounds, min(max_rounds, math.ceil(min_time / pair_seconds)))
 
 
-def _measure(make: Callable[[Any], RoundBench], group: str, rounds: int, warmup: int,
-             sides: tuple[Any, Any], min_time: float = 0.0, max_rounds: int = 0
+def _measure(make: Callable[[ImplHandle], RoundBench], group: str, rounds: int, warmup: int,
+             sides: tuple[ImplHandle, ImplHandle], min_time: float = 0.0, max_rounds: int = 0
              ) -> tuple[PairedRatio | None, Metric | None, Metric | None]:
     """One case, paired: ``warmup`` pairs, then ``adaptive_rounds`` timed pairs (``rounds``
     when ``min_time`` is 0 or there is no warm-up to estimate from). Returns the headline's
