@@ -361,7 +361,8 @@ class _Scheduler:
         nulls_by_rid: dict[str, list[int]] = {}
         for live in self.running:
             rid = live.spec.request_id
-            # A flat table for a single-group spec (its one group), one list per group else.
+            # observe reads the tables of a real adapter: a flat table for a single-group spec
+            # (its one group), one list per group otherwise.
             answer: Any = cast(KVCacheManagerAdapter, self.manager).get_block_ids(rid)
             tables: list[list[int]] = answer if self.grouped else [answer]
             if self.grouped and len(tables) != g:
