@@ -7,14 +7,24 @@ is the common part of those hooks; the engine-specific methods are the subclass'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec
 
 __all__ = ["SingleGroupNativeManager"]
 
+#: The engine's request type.
+Req = TypeVar("Req")
+_Req_contra = TypeVar("_Req_contra", contravariant=True)
 
-class SingleGroupNativeManager:
+
+class _FreeingManager(Protocol[_Req_contra]):
+    """What the base calls on the engine manager."""
+
+    def free(self, request: _Req_contra, /) -> None: ...
+
+
+class SingleGroupNativeManager(Generic[Req]):
     """Base of a ``kvcheck.bench.replay.native.NativeManager``: keeps ``spec``, refuses a
     multi-group one, and frees through the engine manager the subclass stores in ``manager``.
 
@@ -22,7 +32,7 @@ class SingleGroupNativeManager:
         UnsupportedSpec: ``spec.kv_cache_groups`` is set (the hook covers single-group specs).
     """
 
-    manager: Any
+    manager: _FreeingManager[Req]
 
     def __init__(self, spec: KVCacheSpec) -> None:
         if spec.kv_cache_groups:
@@ -30,5 +40,5 @@ class SingleGroupNativeManager:
                                   "specs only (kv_cache_groups is set)")
         self.spec = spec
 
-    def free(self, request: Any) -> None:
+    def free(self, request: Req) -> None:
         self.manager.free(request)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
-from kvcheck.conformance.offload_protocol import EVENT_FIELDS
+from kvcheck.conformance.offload_protocol import EVENT_FIELDS, StoreAnswer
 
 __all__ = ["OffloadTier"]
 
@@ -25,16 +25,24 @@ def _plain(value: object) -> object:
     return value.value if isinstance(value, Enum) else value
 
 
+class _Context(Protocol):
+    """What the tier writes on the manager's per-request context (``ReqContext``)."""
+
+    def set_offload_key_position(self, key: bytes, end_token: int, /) -> None: ...
+
+
 class OffloadTier:
     """The protocol over ``manager`` (vLLM's API); ``make_context(req_id)`` builds the
     manager's per-request context."""
 
-    def __init__(self, manager: Any, make_context: Callable[[str], Any]) -> None:
+    # Any: vLLM's CPUOffloadingManager (untyped: vLLM is imported at run time) or the
+    # reference's, driven through the one API they share.
+    def __init__(self, manager: Any, make_context: Callable[[str], _Context]) -> None:
         self.manager = manager
         self._make_context = make_context
-        self._contexts: dict[str, Any] = {}
+        self._contexts: dict[str, _Context] = {}
 
-    def _context(self, req_id: str) -> Any:
+    def _context(self, req_id: str) -> _Context:
         context = self._contexts.get(req_id)
         if context is None:
             context = self._contexts[req_id] = self._make_context(req_id)
@@ -61,7 +69,7 @@ class OffloadTier:
     def complete_load(self, keys: Sequence[bytes], req_id: str) -> None:
         self.manager.complete_load(list(keys), self._context(req_id))
 
-    def prepare_store(self, keys: Sequence[bytes], req_id: str) -> dict[str, Any] | None:
+    def prepare_store(self, keys: Sequence[bytes], req_id: str) -> StoreAnswer | None:
         out = self.manager.prepare_store(list(keys), self._context(req_id))
         if out is None:
             return None
@@ -75,7 +83,7 @@ class OffloadTier:
     def on_request_finished(self, req_id: str) -> None:
         self.manager.on_request_finished(self._context(req_id))
 
-    def take_events(self) -> list[dict[str, Any]]:
+    def take_events(self) -> list[dict[str, object]]:
         return [{name: (list(event.keys) if name == "keys" else _plain(getattr(event, name)))
                  for name in EVENT_FIELDS} for event in self.manager.take_events()]
 

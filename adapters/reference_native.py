@@ -13,18 +13,17 @@ so the two form no import cycle.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from kvcheck.adapters.native_hook import SingleGroupNativeManager
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.reference_impl.block_hasher import RequestBlockHasher
-from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+from kvcheck.reference_impl.kv_cache_manager import GroupBlocks, KVCacheManager
 from kvcheck.reference_impl.request import Request
 
 __all__ = ["ReferenceNativeManager"]
 
 
-class ReferenceNativeManager(SingleGroupNativeManager):
+class ReferenceNativeManager(SingleGroupNativeManager[Request]):
     """``kvcheck.bench.replay.native.NativeManager`` over a reference ``KVCacheManager``: as in
     vLLM's scheduler, the hits of ``get_computed_blocks`` go back into ``allocate_slots`` as
     they are (one list per group).
@@ -53,16 +52,17 @@ class ReferenceNativeManager(SingleGroupNativeManager):
     def append_output(self, request: Request, token_ids: list[int]) -> None:
         request.append_output_token_ids(token_ids)
 
-    def get_computed_blocks(self, request: Request) -> tuple[Any, int]:
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
         return self.manager.get_computed_blocks(request)
 
     def allocate_slots(self, request: Request, num_new_tokens: int,
-                       num_new_computed_tokens: int, new_computed_blocks: Any) -> Any:
+                       num_new_computed_tokens: int,
+                       new_computed_blocks: GroupBlocks | None) -> GroupBlocks | None:
         return self.manager.allocate_slots(request, num_new_tokens, num_new_computed_tokens,
                                            new_computed_blocks)
 
     def num_free_blocks(self) -> int:
         return self.manager.num_free_blocks
 
-    def block_ids(self, blocks: Any) -> list[int]:
+    def block_ids(self, blocks: GroupBlocks) -> list[int]:
         return [b.block_id for b in blocks[0]]

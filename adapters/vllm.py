@@ -36,9 +36,9 @@ Known vLLM bugs hit by the suite are listed in ``vllm-<version>.xfails`` beside 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kvcheck.adapters import vllm_runtime
 from kvcheck.adapters.vllm_features import (
@@ -74,6 +74,9 @@ from kvcheck.adapters.vllm_sizing import (
 from kvcheck.adapters.vllm_slots import HAS_INTERLEAVE, slot_mapping_problem
 from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["BEHAVIOUR", "HINT", "IMPL_INFO", "PROFILE_CHOICE", "PROFILE_NOTE", "RELEASE",
            "VERSION", "XFAILS_FILE", "VLLMBlockPool", "VLLMManager", "decode_event_batch",
            "event_to_dict",
@@ -99,7 +102,7 @@ def make_block_pool(spec: KVCacheSpec) -> VLLMBlockPool:
     return VLLMBlockPool(spec)
 
 
-def decode_event_batch(payload: bytes, release: str) -> Any:
+def decode_event_batch(payload: bytes, release: str) -> object:
     """Benchmark hook (``kvcheck.bench.kinds.event_wire.EventDecodeBench``): vLLM's own
     decoder of its ``KVEventBatch`` (``release`` is the installed one's), as a consumer
     written against vLLM decodes a payload."""
@@ -108,13 +111,13 @@ def decode_event_batch(payload: bytes, release: str) -> Any:
     return _EVENT_DECODE(payload)
 
 
-def _event_decode() -> Callable[[bytes], Any] | None:
+def _event_decode() -> Callable[[bytes], object] | None:
     try:
         import msgspec
         from vllm.distributed.kv_events import KVEventBatch
     except ImportError:
         return None
-    decode: Callable[[bytes], Any] = msgspec.msgpack.Decoder(KVEventBatch).decode
+    decode: Callable[[bytes], object] = msgspec.msgpack.Decoder(KVEventBatch).decode
     return decode
 
 
@@ -122,22 +125,29 @@ _EVENT_DECODE = _event_decode()
 
 
 # ------------------------------------------------------------------------------ detection
-def _probe_extra_keys(**extras: Any) -> Callable[[], Any]:
+class _ProbeExtras(TypedDict, total=False):
+    lora: tuple[str, int, str]
+    mm_features: tuple[tuple[str, int, int], ...]
+
+
+def _probe_extra_keys(**extras: Unpack[_ProbeExtras]) -> Callable[[], Sequence[object] | None]:
     """The extra keys vLLM generates for block 0 of a probe request with ``extras``."""
-    def keys() -> Any:
+    def keys() -> Sequence[object] | None:
         hashing = Hashing(KVCacheSpec(num_blocks=4, block_size=4))
         view = RequestView("kvcheck-probe", (1, 2, 3, 4, 5), **extras)
         req = make_request(view, hashing.block_hasher)
-        return kcu.generate_block_hash_extra_keys(req, 0, 4, 0)[0]
+        extra_keys: Sequence[object] | None = kcu.generate_block_hash_extra_keys(req, 0, 4, 0)[0]
+        return extra_keys
     return keys
 
 
-def _block_stored_fields() -> Any:
+def _block_stored_fields() -> tuple[str, ...] | None:
     try:
         from vllm.distributed.kv_events import BlockStored
     except ImportError:
         return None
-    return getattr(BlockStored, "__struct_fields__", None)
+    fields: tuple[str, ...] | None = getattr(BlockStored, "__struct_fields__", None)
+    return fields
 
 
 def _detect() -> Behaviour:

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 from kvcheck.errors import KVCheckFailure
 
@@ -256,7 +256,27 @@ def describe_profile(version: str, choice: ProfileChoice, extra: Sequence[str] =
 
 
 # ------------------------------------------------------------------------------ detection
-def detect_free_order(make_pool: Callable[[bool], Any]) -> tuple[str, str]:
+class _ProbeBlock(Protocol):
+    @property
+    def block_id(self) -> int: ...
+
+
+class _ProbeFreeQueue(Protocol):
+    def get_all_free_blocks(self) -> Sequence[_ProbeBlock]: ...
+
+
+class ProbePool(Protocol):
+    """What ``detect_free_order`` drives of vLLM's ``BlockPool``."""
+
+    def get_new_blocks(self, num_blocks: int, /) -> Sequence[_ProbeBlock]: ...
+
+    def free_blocks(self, ordered_blocks: Sequence[_ProbeBlock], /) -> None: ...
+
+    @property
+    def free_block_queue(self) -> _ProbeFreeQueue: ...
+
+
+def detect_free_order(make_pool: Callable[[bool], ProbePool]) -> tuple[str, str]:
     """``(free_unhashed, free_caching_off)``, observed on two 10-block pools.
 
     ``make_pool(enable_caching)`` builds a vLLM ``BlockPool``; three blocks are allocated and
@@ -296,7 +316,8 @@ def pythonhashseed(seed: str | None) -> Iterator[None]:
             os.environ["PYTHONHASHSEED"] = old
 
 
-def detect_none_hash(utils: Any, hash_fn: Callable[[Any], bytes]) -> str:
+# Any: vLLM's kv_cache_utils module, whose NONE_HASH global is swapped and restored.
+def detect_none_hash(utils: Any, hash_fn: Callable[[object], bytes]) -> str:
     """``"default_seed"`` or ``"urandom"``: what ``utils.init_none_hash(hash_fn)`` (sha256)
     gives with PYTHONHASHSEED unset. ``utils`` is vLLM's ``kv_cache_utils``; its module global
     ``NONE_HASH`` is restored afterwards."""
@@ -314,7 +335,8 @@ def detect_none_hash(utils: Any, hash_fn: Callable[[Any], bytes]) -> str:
     return "urandom"
 
 
-def detect_mm_key_format(extra_keys_of_mm_block: Callable[[], Any]) -> str | None:
+def detect_mm_key_format(
+        extra_keys_of_mm_block: Callable[[], Sequence[object] | None]) -> str | None:
     """``"tagged"``, ``"with_offset"`` or ``"bare"`` from the extra keys vLLM generates for the
     first block of a request whose only extra is one multimodal item; None when they cannot be
     observed."""
@@ -334,7 +356,7 @@ def detect_mm_key_format(extra_keys_of_mm_block: Callable[[], Any]) -> str | Non
     return None
 
 
-def detect_event_extra_keys(block_stored_fields: Any) -> str | None:
+def detect_event_extra_keys(block_stored_fields: Iterable[str] | None) -> str | None:
     """``"published"`` or ``"absent"``: whether vLLM's ``BlockStored`` has ``extra_keys``
     (``block_stored_fields``: its field names; None when unknown)."""
     if block_stored_fields is None:
@@ -342,7 +364,8 @@ def detect_event_extra_keys(block_stored_fields: Any) -> str | None:
     return "published" if "extra_keys" in set(block_stored_fields) else "absent"
 
 
-def detect_extra_key_format(extra_keys_of_lora_block: Callable[[], Any]) -> str | None:
+def detect_extra_key_format(
+        extra_keys_of_lora_block: Callable[[], Sequence[object] | None]) -> str | None:
     """``"tagged"``, ``"lora_name"`` or ``"bare"`` from the extra keys vLLM generates for the
     first block of a request with LoRA adapter ``("kvcheck-probe", 7, "/kvcheck/probe")`` and
     nothing else; None when they cannot be observed."""

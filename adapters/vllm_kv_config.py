@@ -28,9 +28,9 @@ not the scheduler block size. A malformed group (unknown kind, missing window / 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from kvcheck.adapters.vllm_runtime import (
     MANAGER_PARAMS,
@@ -62,6 +62,20 @@ _UNCAPPED_MODEL_LEN = 1 << 20
 
 
 # ------------------------------------------------------------------------------ translation
+class _VllmAttentionSpec(Protocol):
+    """What the adapter reads of a vLLM attention ``KVCacheSpec``."""
+
+    @property
+    def block_size(self) -> int: ...
+
+
+class _VllmGroup(Protocol):
+    """What the adapter reads of a vLLM ``KVCacheGroupSpec``."""
+
+    @property
+    def kv_cache_spec(self) -> _VllmAttentionSpec: ...
+
+
 def _check_group(where: str, group: KVCacheGroupSpec, block_size: int) -> None:
     """``KVCheckInputError`` for a group no model could have."""
     if group.kind not in ATTENTION_KINDS:
@@ -76,12 +90,12 @@ def _check_group(where: str, group: KVCacheGroupSpec, block_size: int) -> None:
                                 f"attention_chunk_size >= 1, got {group.attention_chunk_size!r}")
 
 
-def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> Any:
+def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> _VllmAttentionSpec:
     """vLLM's spec for one group (dummy heads and dtype)."""
-    common: dict[str, Any] = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1,
+    common: dict[str, object] = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1,
                               "dtype": torch.float32, "use_mla": False}
     if group.kind == "sliding_window":
-        cls: Any = SlidingWindowSpec
+        cls: Callable[..., _VllmAttentionSpec] = SlidingWindowSpec
         common["sliding_window"] = group.sliding_window
     elif group.kind == "chunked_local_attention":
         cls = ChunkedLocalAttentionSpec
@@ -95,12 +109,12 @@ def _group_sizes(spec: KVCacheSpec) -> list[int]:
     return [spec.group_block_size(i) for i in range(len(spec.groups))]
 
 
-def _vllm_groups(spec: KVCacheSpec, sizes: Sequence[int]) -> list[Any]:
+def _vllm_groups(spec: KVCacheSpec, sizes: Sequence[int]) -> list[_VllmGroup]:
     return [VLLMKVCacheGroupSpec([f"layer.{i}"], _attention_spec(g, s))
             for i, (g, s) in enumerate(zip(spec.groups, sizes, strict=True))]
 
 
-def _vllm_config(spec: KVCacheSpec, groups: Sequence[Any]) -> Any:
+def _vllm_config(spec: KVCacheSpec, groups: Sequence[_VllmGroup]) -> SimpleNamespace:
     """The few ``VllmConfig`` fields vLLM's block-size resolution reads (no connector, no
     DCP, no ``prefix_match_unit``)."""
     first = groups[0].kv_cache_spec.block_size
@@ -188,9 +202,9 @@ def _check_groups(spec: KVCacheSpec) -> None:
         _check_group(f"kv_cache_groups[{i}]" if spec.kv_cache_groups else "spec", group, size)
 
 
-def _kv_cache_config(spec: KVCacheSpec, scheduler: int, hashed: int) -> Any:
+def _kv_cache_config(spec: KVCacheSpec, scheduler: int, hashed: int) -> object:
     """vLLM's ``KVCacheConfig`` for ``spec``'s groups at these block sizes."""
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     if not LEGACY_HYBRID:
         extra = accepting(
             KVCacheConfig, prefix_cache_retention_interval=spec.prefix_cache_retention_interval,
@@ -203,7 +217,7 @@ def _kv_cache_config(spec: KVCacheSpec, scheduler: int, hashed: int) -> Any:
 class VLLMCache(NamedTuple):
     """vLLM's ``KVCacheManager`` for a spec, with the block sizes it was built with."""
 
-    manager: Any
+    manager: Any  # Any: vLLM's KVCacheManager (untyped here: vLLM is imported at run time)
     scheduler_block_size: int
     hash_block_size: int
 

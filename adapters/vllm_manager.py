@@ -37,7 +37,8 @@ from kvcheck.adapters.vllm_runtime import (
     params,
 )
 from kvcheck.adapters.vllm_slots import SlotMapper, build_batch
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView, UnsupportedSpec
+from kvcheck.conformance.groups import AdapterBlockIds
+from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView, UnsupportedSpec
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.wire_events import wire_event_to_dict
 
@@ -52,7 +53,7 @@ HAS_EVICT_BLOCKS: bool = hasattr(KVCacheManager, "evict_blocks")
 
 
 # ------------------------------------------------------------------------------ events
-def _hash_bytes(value: Any) -> Any:
+def _hash_bytes(value: object) -> bytes | None:
     if value is None or isinstance(value, (bytes, bytearray)):
         return None if value is None else bytes(value)
     raise KVCheckInputError(
@@ -60,7 +61,7 @@ def _hash_bytes(value: Any) -> Any:
         "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES must be 0 before vLLM reads it")
 
 
-def event_to_dict(event: Any, group_fields: bool = False) -> dict[str, Any]:
+def event_to_dict(event: object, group_fields: bool = False) -> KVEvent:
     """A vLLM KV event as the protocol's dict: ``"type"`` plus exactly the fields of
     ``kvcheck.reference_impl.events`` (fields an older vLLM lacks get the reference's
     default), hashes as bytes. ``group_fields``: vLLM's own group fields instead, present
@@ -97,7 +98,7 @@ class VLLMManager:
         self._slot_capacity = 0
 
     # -- manager
-    def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]:
+    def get_computed_blocks(self, request: RequestView) -> tuple[AdapterBlockIds, int]:
         """``(hit block ids, hit tokens)``: one list per group, or group 0's for a spec
         without ``kv_cache_groups``."""
         req = self._requests.sync(request)
@@ -117,12 +118,13 @@ class VLLMManager:
         request: RequestView,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
+        # Any: the protocol's two forms, flat ids or one list per group (``grouped``).
         new_computed_block_ids: Sequence[Any] = (),
         num_lookahead_tokens: int = 0,
         *,
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
-    ) -> Any:
+    ) -> AdapterBlockIds | None:
         """The newly allocated block ids (one list per group, or group 0's for a spec
         without ``kv_cache_groups``), or None when the pool cannot hold the request.
 
@@ -181,7 +183,7 @@ class VLLMManager:
         if req is not None:  # vLLM never saw a request the adapter has no Request for
             self.manager.free(req)
 
-    def get_block_ids(self, request_id: str) -> Any:
+    def get_block_ids(self, request_id: str) -> AdapterBlockIds:
         """The request's block table: one list per group, or group 0's."""
         tables = self.manager.get_block_ids(request_id)
         if not self.grouped:
@@ -207,7 +209,7 @@ class VLLMManager:
         req = self._requests.get(request_id)
         return [] if req is None else [bytes(h) for h in req.block_hashes]
 
-    def take_events(self) -> list[dict[str, Any]]:
+    def take_events(self) -> list[KVEvent]:
         return [event_to_dict(e, self.grouped) for e in self.manager.take_events()]
 
     def take_event_batch(self, ts: float) -> bytes:
@@ -268,7 +270,7 @@ class VLLMManager:
 
 # ------------------------------------------------------------------------------ the block pool
 def make_block_pool(num_blocks: int, block_size: int, enable_caching: bool,
-                    enable_kv_cache_events: bool = False) -> Any:
+                    enable_kv_cache_events: bool = False) -> Any:  # Any: vLLM's BlockPool
     """vLLM's ``BlockPool`` with the arguments this release accepts."""
     return BlockPool(**accepting(
         BlockPool.__init__, num_gpu_blocks=num_blocks, enable_caching=enable_caching,
@@ -299,7 +301,7 @@ class VLLMBlockPool:
                                     spec.enable_kv_cache_events)
         self._requests = request_sync(Hashing(spec))
 
-    def _blocks(self, block_ids: Sequence[int]) -> list[Any]:
+    def _blocks(self, block_ids: Sequence[int]) -> list[object]:
         return [self.pool.blocks[i] for i in block_ids]
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:

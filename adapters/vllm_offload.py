@@ -5,7 +5,7 @@ vLLM's ``vllm.v1.kv_offload.cpu.manager.CPUOffloadingManager`` (0.33; releases w
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from types import ModuleType
 
 from kvcheck.adapters.offload_tier import OffloadTier
 from kvcheck.conformance.offload_protocol import OffloadSpec
@@ -14,7 +14,7 @@ from kvcheck.conformance.protocol import UnsupportedSpec
 __all__ = ["HAS_OFFLOAD", "make_offloading_manager"]
 
 
-def _import(name: str) -> Any:
+def _import(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(name)
     except ImportError:
@@ -36,8 +36,10 @@ def make_offloading_manager(spec: OffloadSpec) -> OffloadTier:
     if not HAS_OFFLOAD:
         raise UnsupportedSpec("this vLLM release has no vllm.v1.kv_offload (CPU offloading "
                               "arrived after 0.10.2)")
-    manager = _manager_module.CPUOffloadingManager(
+    manager_module, base_module = _manager_module, _base_module
+    assert manager_module is not None and base_module is not None  # HAS_OFFLOAD
+    manager = manager_module.CPUOffloadingManager(
         spec.num_chunks, cache_policy=spec.cache_policy, enable_events=spec.enable_events,
         store_threshold=spec.store_threshold, max_tracker_size=spec.max_tracker_size)
-    req_context = _base_module.ReqContext
+    req_context = base_module.ReqContext
     return OffloadTier(manager, lambda req_id: req_context(req_id=req_id))

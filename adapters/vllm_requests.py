@@ -12,7 +12,8 @@ different algorithms or seeds coexist in one process.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
 from kvcheck.adapters.reference import SnapshotSync
 from kvcheck.adapters.vllm_features import pythonhashseed
@@ -29,9 +30,9 @@ from kvcheck.adapters.vllm_runtime import (
     params,
 )
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
-from kvcheck.conformance.view_sync import RequestViewSync
+from kvcheck.conformance.view_sync import EngineRequest, RequestViewSync
 
-__all__ = ["HAS_EXTRAS", "Hashing", "make_request", "request_sync"]
+__all__ = ["HAS_EXTRAS", "Hashing", "VllmRequest", "make_request", "request_sync"]
 
 _REQUEST_PARAMS = params(Request.__init__)
 _SAMPLING_PARAMS = params(SamplingParams)
@@ -42,8 +43,23 @@ HAS_EXTRAS = {"lora_request", "cache_salt"} <= _REQUEST_PARAMS and _HAS_MM
 _MAX_TOKENS = 1 << 20
 
 
-def _sampling_params(skip_reading_prefix_cache: bool) -> Any:
-    kwargs: dict[str, Any] = {"max_tokens": _MAX_TOKENS}
+class VllmRequest(EngineRequest, Protocol):
+    """What the adapter reads and writes of vLLM's ``Request``."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def block_hashes(self) -> Sequence[bytes]: ...
+
+    #: 0.33: set after a lookup, as vLLM's scheduler does (the sliding-window cache mask).
+    shared_prefix_boundary: int
+
+    def append_output_token_ids(self, token_ids: int | list[int], /) -> None: ...
+
+
+def _sampling_params(skip_reading_prefix_cache: bool) -> object:
+    kwargs: dict[str, object] = {"max_tokens": _MAX_TOKENS}
     if skip_reading_prefix_cache:
         if "skip_reading_prefix_cache" in _SAMPLING_PARAMS:
             kwargs["skip_reading_prefix_cache"] = True
@@ -52,20 +68,20 @@ def _sampling_params(skip_reading_prefix_cache: bool) -> Any:
     return SamplingParams(**kwargs)
 
 
-def _mm_feature(identifier: str, offset: int, length: int) -> Any:
+def _mm_feature(identifier: str, offset: int, length: int) -> object:
     return MultiModalFeatureSpec(**accepting(
         MultiModalFeatureSpec, data=None, modality="image", identifier=identifier,
         mm_position=PlaceholderRange(offset=offset, length=length), mm_hash=identifier))
 
 
-def make_request(view: RequestView, block_hasher: Any) -> Any:
+def make_request(view: RequestView, block_hasher: object) -> VllmRequest:
     """A vLLM ``Request`` for ``view`` (prompt only; outputs are appended by the caller)."""
     extras = bool(view.lora or view.mm_features or view.cache_salt)
     if extras and not HAS_EXTRAS:
         raise NotImplementedError(
             f"vLLM {VERSION}'s Request cannot take LoRA / multimodal / cache_salt inputs the "
             "way this adapter knows (the 'extra_keys' capability is not declared)")
-    kwargs: dict[str, Any] = {
+    kwargs: dict[str, object] = {
         "request_id": view.request_id,
         "prompt_token_ids": list(view.prompt_token_ids),
         "sampling_params": _sampling_params(view.skip_reading_prefix_cache),
@@ -81,7 +97,8 @@ def make_request(view: RequestView, block_hasher: Any) -> Any:
         kwargs["mm_features"] = [_mm_feature(*f) for f in view.mm_features]
     if view.cache_salt is not None:
         kwargs["cache_salt"] = view.cache_salt
-    return Request(**{k: v for k, v in kwargs.items() if k in _REQUEST_PARAMS})
+    request: VllmRequest = Request(**{k: v for k, v in kwargs.items() if k in _REQUEST_PARAMS})
+    return request
 
 
 class Hashing:
@@ -101,7 +118,7 @@ class Hashing:
         kcu.NONE_HASH = self.none_hash
 
 
-def request_sync(hashing: Hashing) -> RequestViewSync[Any]:
+def request_sync(hashing: Hashing) -> RequestViewSync[VllmRequest]:
     """One vLLM ``Request`` per request id, kept in step with the immutable views; the
     spec's NONE_HASH is reinstalled before vLLM hashes new blocks."""
     return SnapshotSync(lambda view: make_request(view, hashing.block_hasher),

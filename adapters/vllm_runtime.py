@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import cast
 
 __all__ = ["BLOCK_TABLE_ERROR", "CPU_ONLY", "HASH_ALGOS", "HAS_TRITON", "HINT", "MANAGER_PARAMS",
            "VERSION", "BlockPool", "BlockTable", "ChunkedLocalAttentionSpec", "FullAttentionSpec",
@@ -135,7 +135,7 @@ except ImportError as exc:
 logging.getLogger("vllm.v1.core.block_pool").setLevel(logging.ERROR)
 
 
-def _hash_fn_lookup() -> Callable[[str], Callable[[Any], bytes]]:
+def _hash_fn_lookup() -> Callable[[str], Callable[[object], bytes]]:
     """``get_hash_fn_by_name`` wherever this release keeps it."""
     for module_name in ("vllm.utils.hashing", "vllm.utils"):
         try:
@@ -144,7 +144,7 @@ def _hash_fn_lookup() -> Callable[[str], Callable[[Any], bytes]]:
             continue
         fn = getattr(module, "get_hash_fn_by_name", None)
         if fn is not None:
-            return cast("Callable[[str], Callable[[Any], bytes]]", fn)
+            return cast("Callable[[str], Callable[[object], bytes]]", fn)
     raise ImportError(
         f"vLLM {vllm.__version__} has no get_hash_fn_by_name / request block hasher (0.10.0 "
         "hashed blocks inside the manager, as integers): kvcheck's vLLM adapter supports "
@@ -176,12 +176,12 @@ HASH_ALGOS = _offered_algos()
 
 
 # ------------------------------------------------------------------------------ signatures
-def params(fn: Any) -> set[str]:
+def params(fn: Callable[..., object]) -> set[str]:
     """The parameter names of ``fn``."""
     return set(inspect.signature(fn).parameters)
 
 
-def accepting(fn: Any, **candidates: Any) -> dict[str, Any]:
+def accepting(fn: Callable[..., object], **candidates: object) -> dict[str, object]:
     """The subset of ``candidates`` that ``fn`` takes (feature detection by name)."""
     accepted = params(fn)
     return {k: v for k, v in candidates.items() if k in accepted}

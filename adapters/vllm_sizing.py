@@ -30,7 +30,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 if importlib.util.find_spec("vllm") is None:
     raise ImportError("vLLM is not installed in this environment; build one with "
@@ -47,12 +47,30 @@ from kvcheck.conformance.sizing_protocol import (
 )
 from kvcheck.errors import KVCheckInputError
 
-kvi: Any = importlib.import_module("vllm.v1.kv_cache_interface")
+kvi = importlib.import_module("vllm.v1.kv_cache_interface")
 try:
     _planning: ModuleType | None = importlib.import_module("vllm.v1.core.kv_cache_planning")
 except ImportError:
     _planning = None
-_utils: Any = importlib.import_module("vllm.v1.core.kv_cache_utils")
+_utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
+
+
+class VllmKVCacheSpec(Protocol):
+    """What kvcheck reads of a vLLM ``KVCacheSpec`` (the rest goes to vLLM's functions)."""
+
+    @property
+    def page_size_bytes(self) -> int: ...
+
+
+class VllmKVCacheTensor(Protocol):
+    """What kvcheck reads of a vLLM 0.33 per-group KV-cache tensor."""
+
+    @property
+    def layers(self) -> Sequence[str]: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def layer_stride(self) -> int: ...
 
 __all__ = ["SIZING_PROFILE", "kv_block_sizes", "kv_cache_view_shape", "kv_page_size_bytes",
            "kv_sizing_plan", "vllm_spec"]
@@ -84,7 +102,7 @@ def _dtype(name: str) -> torch.dtype:
     return value
 
 
-def vllm_spec(spec: LayerKVSpec) -> Any:
+def vllm_spec(spec: LayerKVSpec) -> VllmKVCacheSpec:
     """The installed vLLM's ``KVCacheSpec`` object for ``spec``.
 
     Raises:
@@ -96,13 +114,13 @@ def vllm_spec(spec: LayerKVSpec) -> Any:
                               "model (0.33 CircularBufferSpec...); vLLM's kinds here are all "
                               "prefix-cacheable")
     if spec.kind == "mamba":
-        kwargs: dict[str, Any] = {"block_size": spec.block_size, "shapes": spec.shapes,
+        kwargs: dict[str, object] = {"block_size": spec.block_size, "shapes": spec.shapes,
                                   "dtypes": tuple(_dtype(d) for d in spec.dtypes),
                                   "page_size_padded": spec.page_size_padded}
         if not _OLD:
             kwargs["mamba_cache_mode"] = spec.mamba_cache_mode
         return _build(kvi.MambaSpec, kwargs)
-    common: dict[str, Any] = {"block_size": spec.block_size, "num_kv_heads": spec.num_kv_heads,
+    common: dict[str, object] = {"block_size": spec.block_size, "num_kv_heads": spec.num_kv_heads,
                               "head_size": spec.head_size, "dtype": _dtype(spec.dtype)}
     if _OLD:
         if spec.head_size_v not in (None, spec.head_size):
@@ -114,7 +132,7 @@ def vllm_spec(spec: LayerKVSpec) -> Any:
         if spec.head_size_v is not None and spec.kind != "mla_attention":
             common["head_size_v"] = spec.head_size_v
         common["page_size_padded"] = spec.page_size_padded
-    classes: dict[str, tuple[Any, dict[str, Any]]] = {
+    classes: dict[str, tuple[Callable[..., VllmKVCacheSpec], dict[str, object]]] = {
         "full_attention": (kvi.FullAttentionSpec, {}),
         "sliding_window": (kvi.SlidingWindowSpec, {"sliding_window": spec.sliding_window}),
         "chunked_local_attention": (kvi.ChunkedLocalAttentionSpec,
@@ -127,7 +145,7 @@ def vllm_spec(spec: LayerKVSpec) -> Any:
     return _build(cls, {**common, **extra})
 
 
-def _build(cls: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+def _build(cls: Callable[..., VllmKVCacheSpec], kwargs: dict[str, object]) -> VllmKVCacheSpec:
     try:
         return cls(**kwargs)
     except (AssertionError, TypeError) as exc:
@@ -135,7 +153,7 @@ def _build(cls: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
                                 f"{kwargs}: {exc}") from None
 
 
-def _page_size(vspec: Any) -> int:
+def _page_size(vspec: VllmKVCacheSpec) -> int:
     try:
         return int(vspec.page_size_bytes)
     except AssertionError as exc:  # page_size_padded below the page
@@ -170,7 +188,7 @@ def _config(num_gpu_blocks_override: int | None, block_size: int) -> SimpleNames
     )
 
 
-def _non_uniform(specs: Mapping[str, Any]) -> None:
+def _non_uniform(specs: Mapping[str, VllmKVCacheSpec]) -> None:
     sizes: dict[int, list[str]] = {}
     for name, vspec in specs.items():
         sizes.setdefault(_page_size(vspec), []).append(name)
@@ -200,7 +218,9 @@ def kv_sizing_plan(layers: Mapping[str, LayerKVSpec], available_memory: int, pro
         tensors = tuple(KVCacheTensorPlan(int(t.size), tuple(t.shared_by))
                         for t in cfg.kv_cache_tensors)
         return KVSizingPlan(groups, page, len(tensors), int(cfg.num_blocks), tensors)
-    planning: Any = _planning
+    planning = _planning
+    # _check_profile passed: the installed vLLM sizes as 0.33, which has the planning module.
+    assert planning is not None
     if planning.is_kv_cache_spec_uniform(specs):
         vgroups = planning._get_kv_cache_groups_uniform_spec(specs)
     elif kvi.UniformTypeKVCacheSpecs.from_specs(specs) is not None:
@@ -216,7 +236,7 @@ def kv_sizing_plan(layers: Mapping[str, LayerKVSpec], available_memory: int, pro
                         _shared_regions(cfg.kv_cache_tensors, groups, page * num_blocks))
 
 
-def _shared_regions(tensors: Sequence[Any], groups: tuple[tuple[str, ...], ...],
+def _shared_regions(tensors: Sequence[VllmKVCacheTensor], groups: tuple[tuple[str, ...], ...],
                     region: int) -> tuple[KVCacheTensorPlan, ...]:
     """0.33's per-group tensors as ``shared_by`` tensors: layer ``k`` of a tensor occupies
     ``[offset + k * layer_stride, + region)`` of the aliased allocation; layers at the same
@@ -251,9 +271,11 @@ def kv_cache_view_shape(spec: LayerKVSpec, num_blocks: int, layout: str,
                  ).layer_view_order
         return tuple(int(shape[i]) for i in order)
     if spec.kind == "mla_attention":
-        mla: Any = importlib.import_module("vllm.v1.attention.backends.mla.common")
+        mla = importlib.import_module("vllm.v1.attention.backends.mla.common")
         return tuple(mla.MLACommonBackend.get_kv_cache_shape(
             num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size))
+    # Any: vLLM's module, whose get_kv_cache_layout is swapped below (a module attribute
+    # assigned, which ModuleType does not type).
     fa: Any = importlib.import_module("vllm.v1.attention.backends.flash_attn")
     shape = fa.FlashAttentionBackend.get_kv_cache_shape(
         num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size)

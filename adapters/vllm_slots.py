@@ -11,7 +11,7 @@ here, or None.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvcheck.adapters.vllm_runtime import (
     BLOCK_TABLE_ERROR,
@@ -26,6 +26,10 @@ from kvcheck.adapters.vllm_runtime import (
 from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.errors import KVCheckInputError
 
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
 __all__ = ["HAS_INTERLEAVE", "SlotMapper", "build_batch", "slot_mapping_problem"]
 
 _SLOT_KIND: str | None = None
@@ -37,7 +41,7 @@ if BlockTable is not None:
         _SLOT_KIND = "triton"  # newer: vLLM's Triton kernel
 
 
-def _slot_device() -> Any:
+def _slot_device() -> torch.device:
     return torch.device("cpu" if CPU_ONLY else "cuda")
 
 
@@ -147,8 +151,9 @@ class _StepTable:
         for row_idx, row in enumerate(block_tables[:num_reqs]):
             self.table.add_row([int(b) for b in row], row_idx)
 
-    def slot_mapping(self, num_scheduled_tokens: Sequence[int], req_indices: Any,
-                     positions: Any, num_padded_tokens: int) -> list[int]:
+    def slot_mapping(self, num_scheduled_tokens: Sequence[int],
+                     req_indices: npt.NDArray[np.int64], positions: npt.NDArray[np.int64],
+                     num_padded_tokens: int) -> list[int]:
         """vLLM's slot mapping of the step, ``num_padded_tokens`` entries."""
         import numpy as np
 

@@ -9,7 +9,7 @@ and each round starts from a fresh manager.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,16 +21,16 @@ from kvcheck.bench.workload.hybrid import (
     hybrid_spec,
     make_hybrid_workload,
 )
+from kvcheck.bench.workload.scenarios import Workload
 from kvcheck.bench.workload.source import scheduler_bench_maker
 from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.reference_impl.hashing import HASH_FUNCTIONS
 
 if TYPE_CHECKING:
+    from kvcheck.bench.measure.rounds import BenchmarkFixture
     from kvcheck.bench.session import BenchSession
     from kvcheck.conformance.loader import ImplHandle
 
-#: pytest-benchmark's ``benchmark`` fixture (the package ships no type information).
-BenchmarkFixture = Any
 
 
 def _require(kv_impl: ImplHandle, capability: str, what: str) -> None:
@@ -89,6 +89,7 @@ def test_event_wire(
     profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
     profile = next(iter(profiles.values())) if profiles else kv_impl.info.profile
     workload = kv_bench.workload("eviction_pressure")
+    assert isinstance(workload, Workload)  # a built-in scenario's name resolves to one
     kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
                            lambda impl: EventWireBench(impl, workload, profile), "event_wire",
                            "eviction_pressure")
@@ -111,6 +112,7 @@ def test_event_decode(
     profiles = request.config.hook.pytest_kvcheck_profiles(config=request.config)
     profile = next(iter(profiles.values())) if profiles else kv_impl.info.profile
     workload = kv_bench.workload("eviction_pressure")
+    assert isinstance(workload, Workload)  # a built-in scenario's name resolves to one
     kv_bench.run_allocator(benchmark, request, kv_impl, kv_reference,
                            lambda impl: EventDecodeBench(impl, workload, profile),
                            "event_decode", "eviction_pressure")

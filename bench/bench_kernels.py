@@ -9,7 +9,7 @@ when importable. CUDA only (CUDA events, L2 flushed before every timed call); wi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,11 +21,10 @@ from kvcheck.bench.session import BenchResult
 
 if TYPE_CHECKING:
     from kvcheck.bench.kernels.inputs import KernelBenchCase
+    from kvcheck.bench.measure.rounds import BenchmarkFixture
     from kvcheck.bench.session import BenchSession
     from kvcheck.conformance.loader import ImplHandle
 
-#: pytest-benchmark's ``benchmark`` fixture (the package ships no type information).
-BenchmarkFixture = Any
 
 _THIRD_PARTY = ("vllm", "flashinfer")
 

@@ -21,13 +21,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.errors import CountingUnavailable
 from kvcheck.conformance.loader import ImplHandle
-from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import (
+    ImplInfo,
+    KVCacheSpec,
+    ManagerWithCapabilities,
+    RequestView,
+)
+
+if TYPE_CHECKING:
+    from kvcheck.results.schema import RecordMetric
 
 # IMPL_INFO is built on first use (the module's __getattr__), so it is not in __all__.
 __all__ = ["SLOWED_TARGET", "SlowedReferenceManager", "main", "make_kv_cache_manager"]
@@ -63,16 +71,17 @@ class SlowedReferenceManager:
     prompt's token ids (hundreds to thousands of items), thrown away. Every other method is
     the reference's own."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: ManagerWithCapabilities) -> None:
         self._inner = inner
 
+    # Any: the rest of allocate_slots' positional arguments, passed on as they came
     def allocate_slots(self, request: RequestView, num_new_tokens: int,
                        *args: Any) -> list[int] | None:
         list(request.prompt_token_ids)  # the slowdown
         result: list[int] | None = self._inner.allocate_slots(request, num_new_tokens, *args)
         return result
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
 
@@ -86,8 +95,14 @@ def _spread(a: float, b: float) -> float:
     return 100.0 * abs(b - a) / a if a else 0.0
 
 
-def _headline(record: dict[str, Any], case: str, bench: str) -> float | None:
-    for metric in record["metrics"]:
+def _metrics(record: Mapping[str, object]) -> list[RecordMetric]:
+    """The metrics of a record ``counted_record`` built (``make_benchmark_record`` validated
+    it: ``validate_record``)."""
+    return cast("list[RecordMetric]", record["metrics"])
+
+
+def _headline(record: Mapping[str, object], case: str, bench: str) -> float | None:
+    for metric in _metrics(record):
         if metric.get("case") == case and metric["name"] == HEADLINE[bench]:
             return float(metric["value"])
     return None
@@ -137,7 +152,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                       implementation=reference))
         timings.append(time.perf_counter() - start)
         print(f"run {run}: {len(cases)} case(s) counted and timed in {timings[-1]:.1f} s")
-    first, second = ({m["case"]: int(m["value"]) for m in r["metrics"]
+    first, second = ({m["case"]: int(m["value"]) for m in _metrics(r)
                       if m.get("deterministic")} for r in records)
     print(f"\n{'case':<36} {'count 1':>13} {'count 2':>13} {'spread':>8}   "
           f"{'wall 1':>10} {'wall 2':>10} {'spread':>8}  (wall: headline figure)")
@@ -164,7 +179,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                             implementation={**reference, "module": SLOWED_TARGET})
     # The baseline's counts of the same cases only, so that the report lists what moved.
     keys = {c.case.key for c in slowed_counts}
-    baseline = {**records[0], "metrics": [m for m in records[0]["metrics"]
+    baseline = {**records[0], "metrics": [m for m in _metrics(records[0])
                                           if m.get("deterministic") and m["case"] in keys]}
     print("== gate: the slowed reference (one extra list copy per allocate_slots) against "
           "run 1 (must fail) ==")

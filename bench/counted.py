@@ -49,17 +49,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.errors import CountingUnavailable
 from kvcheck.bench.measure.timing import collector_off
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
+
+if TYPE_CHECKING:
+    from kvcheck.bench.measure.allocator import HashingBench, SchedulerBench, SlotMappingBench
+    from kvcheck.bench.measure.metrics import Metric
+    from kvcheck.bench.measure.rounds import Bench
+    from kvcheck.conformance.protocol import KVCacheSpec, ManagerWithCapabilities
+
+T = TypeVar("T")
 
 __all__ = [
     "BENCHES",
@@ -150,7 +158,7 @@ class CaseCount:
     instructions: int
     calls: int
     wall_s: float
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, object] = field(default_factory=dict)
 
 
 def default_cases(benches: Sequence[str] = BENCHES, scale: float = DEFAULT_SCALE,
@@ -170,7 +178,8 @@ def default_cases(benches: Sequence[str] = BENCHES, scale: float = DEFAULT_SCALE
 
 
 # ------------------------------------------------------------------------ building a benchmark
-def make_bench(impl: ImplHandle, case: CountedCase) -> Any:
+def make_bench(impl: ImplHandle, case: CountedCase
+               ) -> SchedulerBench | HashingBench | SlotMappingBench:
     """The ``RoundBench`` (``kvcheck.bench.measure.allocator``) that measures ``case`` on
     ``impl``."""
     from kvcheck.bench.measure.allocator import HashingBench, SchedulerBench, SlotMappingBench
@@ -186,7 +195,7 @@ def make_bench(impl: ImplHandle, case: CountedCase) -> Any:
                             f"{list(BENCHES)}")
 
 
-def _run_round(bench: Any) -> None:
+def _run_round(bench: Bench) -> None:
     """One round as ``measure_rounds`` runs it: fresh inputs, GC off inside the round."""
     args, kwargs = bench.setup()
     # No collection first: a collection would move the heap, and with it the counts.
@@ -204,7 +213,7 @@ class _Region:
         self.calls = 0
         self.call_tracing = sys.call_tracing
 
-    def call(self, method: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def call(self, method: Callable[..., T], args: tuple[object, ...]) -> T:
         if not self.armed:
             return method(*args)
         self.calls += 1
@@ -214,7 +223,7 @@ class _Region:
         finally:
             self.inside = False
 
-    def guard(self, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def guard(self, func: Callable[..., T], args: tuple[object, ...]) -> T:
         """Stands in for ``sys.call_tracing`` in the child: a nested call would switch
         collection off inside the region, so it is refused there."""
         if self.inside:
@@ -231,18 +240,19 @@ class _CountedManager:
     ones are forwarded as they are.
     """
 
-    def __init__(self, manager: Any, methods: Sequence[str], region: _Region) -> None:
+    def __init__(self, manager: ManagerWithCapabilities, methods: Sequence[str],
+                 region: _Region) -> None:
         self._manager = manager
         for name in methods:
             setattr(self, name, self._wrap(getattr(manager, name), region))
 
     @staticmethod
-    def _wrap(method: Callable[..., Any], region: _Region) -> Callable[..., Any]:
-        def counted(*args: Any) -> Any:
+    def _wrap(method: Callable[..., T], region: _Region) -> Callable[..., T]:
+        def counted(*args: object) -> T:
             return region.call(method, args)
         return counted
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._manager, name)
 
 
@@ -254,15 +264,40 @@ class _CountedImpl:
         self._methods = tuple(methods)
         self._region = region
 
-    def make_manager(self, spec: Any, *, guard: bool = True) -> _CountedManager:
+    def make_manager(self, spec: KVCacheSpec, *, guard: bool = True) -> _CountedManager:
         return _CountedManager(self._impl.make_manager(spec, guard=guard), self._methods,
                                self._region)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._impl, name)
 
 
-def _child(spec: dict[str, Any], prime_only: bool = False) -> list[dict[str, Any]]:
+class _CaseFields(TypedDict):
+    """A ``CountedCase`` as the parent sends it (``asdict``)."""
+
+    bench: str
+    case: str
+    scale: float
+    seed: int
+    rounds: int
+    warmup: int
+
+
+class _ChildSpec(TypedDict):
+    """What the parent sends the child (JSON, ``--child`` / ``--prime``)."""
+
+    impl: str
+    cases: list[_CaseFields]
+
+
+class _ChildResult(TypedDict):
+    """What the child prints per case (JSON)."""
+
+    calls: int
+    info: dict[str, object]
+
+
+def _child(spec: _ChildSpec, prime_only: bool = False) -> list[_ChildResult]:
     """Run cases under callgrind (this process), in order: per case the warm-up rounds
     direct, the measured rounds through the toggle, then ``sys.getallocatedblocks()``, whose
     C function (``DUMP_SYMBOL``) makes callgrind dump the case's count to a file of its own.
@@ -273,7 +308,7 @@ def _child(spec: dict[str, Any], prime_only: bool = False) -> list[dict[str, Any
     region = _Region()
     sys.call_tracing = region.guard
     impl = load_impl(spec["impl"], call_timeout=None)
-    out = []
+    out: list[_ChildResult] = []
     for fields in spec["cases"]:
         case = CountedCase(**fields)
         # An ImplHandle in everything but its managers (it forwards every other attribute).
@@ -378,7 +413,7 @@ def count_group(cases: Sequence[CountedCase], impl: str = "reference", *,
         if proc.returncode != 0:
             raise KVCheckFailure(f"{what} failed (exit {proc.returncode}):\n"
                                  f"{proc.stderr.strip()[-2000:]}")
-        results = json.loads(proc.stdout.strip().splitlines()[-1])
+        results: list[_ChildResult] = json.loads(proc.stdout.strip().splitlines()[-1])
         totals = [_parse_total(Path(f"{out_file}.{i}")) if Path(f"{out_file}.{i}").exists()
                   else None for i in range(1, len(cases) + 1)]
     counts = []
@@ -416,20 +451,19 @@ def count_cases(cases: Sequence[CountedCase], impl: str = "reference", *, jobs: 
 
 
 def wall_time_metrics(case: CountedCase, impl: str = "reference", rounds: int = 5,
-                      warmup: int = 1) -> list[Any]:
+                      warmup: int = 1) -> list[Metric]:
     """The case's own wall-time metrics (``kvcheck.bench.measure.metrics.Metric``), measured
     natively in this process at the case's scale: what the counts stand beside."""
     from kvcheck.bench.measure.allocator import measure_rounds
     from kvcheck.conformance.loader import load_impl
 
     handle = load_impl(impl, call_timeout=None)
-    result: list[Any] = measure_rounds(make_bench(handle, case), rounds, warmup)
-    return result
+    return measure_rounds(make_bench(handle, case), rounds, warmup)
 
 
 def counted_record(impl: str, counts: Sequence[CaseCount], *, profile: str = "vllm-0.33",
-                   wall_rounds: int = 5, implementation: dict[str, Any] | None = None,
-                   reference: Sequence[CaseCount] = ()) -> dict[str, Any]:
+                   wall_rounds: int = 5, implementation: Mapping[str, object] | None = None,
+                   reference: Sequence[CaseCount] = ()) -> dict[str, object]:
     """A validated benchmark record: per case an ``instructions`` metric (``deterministic:
     true``) and, unless ``wall_rounds`` is 0, the case's wall-time metrics measured natively
     beside it. The hardware key is ``counted_hardware_key()``; the machine's own key is kept
@@ -449,7 +483,7 @@ def counted_record(impl: str, counts: Sequence[CaseCount], *, profile: str = "vl
     environment = collect_environment()
     environment["machine_key"] = environment["hardware_key"]
     environment["hardware_key"] = counted_hardware_key()
-    metrics: list[dict[str, Any]] = []
+    metrics: list[dict[str, object]] = []
     benchmarks = []
     reference_counts = {c.case.key: c.instructions for c in reference}
     for count in counts:
@@ -470,8 +504,8 @@ def counted_record(impl: str, counts: Sequence[CaseCount], *, profile: str = "vl
                            for m in wall_time_metrics(case, impl, rounds=wall_rounds))
         benchmarks.append({"case": case.key, "scale": case.scale, "seed": case.seed,
                            "info": count.info})
-    block: Any = implementation if implementation is not None else load_impl(
-        impl, call_timeout=None)
+    block: Mapping[str, object] | ImplHandle = (
+        implementation if implementation is not None else load_impl(impl, call_timeout=None))
     return make_benchmark_record(
         block, metrics, profile=profile, suite_version=SUITE_VERSION,
         environment=environment, seed=counts[0].case.seed if counts else None,

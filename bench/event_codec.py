@@ -30,7 +30,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -38,19 +39,25 @@ from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.measure.timing import collector_off
 from kvcheck.events.codec import decode_batch, encode_batch
 
+if TYPE_CHECKING:
+    from kvcheck.bench.measure.metrics import PairedRatio
+    from kvcheck.events.codec import GroupMetadata, Release
+    from kvcheck.events.workload import StepBatch
+
 __all__ = ["main", "measure"]
 
 _ENV = "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"
 
 
-def _timed(fn: Callable[[], Any]) -> float:
+def _timed(fn: Callable[[], object]) -> float:
     with collector_off():
         start = time.perf_counter()
         fn()
         return time.perf_counter() - start
 
 
-def _paired(mine: Callable[[], Any], theirs: Callable[[], Any], pairs: int) -> Any:
+def _paired(mine: Callable[[], object], theirs: Callable[[], object], pairs: int
+            ) -> PairedRatio | None:
     from kvcheck.bench.measure.paired import abba_first, paired_ratio
 
     a: list[float] = []
@@ -67,14 +74,14 @@ def _paired(mine: Callable[[], Any], theirs: Callable[[], Any], pairs: int) -> A
     return paired_ratio(a, b)
 
 
-def _figures(kv: Any, release: Any, steps: list[Any], int_hashes: bool,
-             pairs: int) -> list[tuple[str, str, Any]]:
+def _figures(kv: ModuleType, release: Release, steps: list[StepBatch], int_hashes: bool,
+             pairs: int) -> list[tuple[str, str, PairedRatio | None]]:
     """The three paired figures of one hash form (vLLM's environment variable already set)."""
     from kvcheck.events.crosscheck import vllm_event
 
     form = "int" if int_hashes else "bytes"
 
-    def meta(step: Any) -> Any:
+    def meta(step: StepBatch) -> GroupMetadata | None:
         return step.group_metadata if release == "vllm-0.33" else None
 
     payloads = [encode_batch(s.events, ts=1.0, release=release, int_hashes=int_hashes,
@@ -110,7 +117,7 @@ def _figures(kv: Any, release: Any, steps: list[Any], int_hashes: bool,
             ("encode+build", form, _paired(ours_encode, vllm_build_encode, pairs))]
 
 
-def measure(batches: int, pairs: int, seed: int) -> list[tuple[str, str, Any]]:
+def measure(batches: int, pairs: int, seed: int) -> list[tuple[str, str, PairedRatio | None]]:
     """``(figure, hash form, PairedRatio)`` rows (see the module doc)."""
     from vllm.distributed import kv_events as kv
 
@@ -160,6 +167,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print(f"kvcheck / vLLM time per {args.batches} batches, median of {args.pairs} "
           "interleaved pairs (below 1: kvcheck faster)")
     for figure, form, ratio in rows:
+        assert ratio is not None  # None only when every reference time is 0 (no real work)
         print(f"  {figure:13} {form:5} {ratio.ratio:6.3f}  "
               f"[{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] at {ratio.confidence:.0%}")
     engine, encode = _engine_rate(args.batches, args.seed)

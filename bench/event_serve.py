@@ -20,7 +20,6 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.measure.allocator import workload_spec
@@ -34,6 +33,7 @@ from kvcheck.bench.replay.scheduler import iter_steps
 from kvcheck.bench.workload.source import RecordedWorkload, WorkloadSource, resolve_workload
 from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.pinning import declares_pinning
+from kvcheck.conformance.protocol import KVCacheSpec, ManagerWithCapabilities
 from kvcheck.errors import KVCheckError, KVCheckInputError
 from kvcheck.events.codec import Release
 from kvcheck.events.sources import BatchSource, SourceBatch, encoded_events, with_rank
@@ -65,6 +65,11 @@ def wire_route(impl: ImplHandle, int_hashes: bool | None) -> bool | None:
     raise KVCheckInputError(f"{impl.name} declares neither 'event_wire' nor 'events': it has "
                             "no KV events to serve (declare one, see "
                             "docs/writing-an-adapter.md)")
+
+
+#: ``steps(manager)``: drives one manager through the workload, yielding after each step
+#: (``iter_steps``) or op (``iter_ops``); what it yields is not read.
+_Steps = Callable[[ManagerWithCapabilities], Iterator[object]]
 
 
 def impl_source(impl: ImplHandle, workload: WorkloadSource, *, release: Release,
@@ -102,7 +107,7 @@ def impl_source(impl: ImplHandle, workload: WorkloadSource, *, release: Release,
 
 
 def _plan(impl: ImplHandle, workload: WorkloadSource, release: Release, trace: str | None
-          ) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
+          ) -> tuple[KVCacheSpec, _Steps]:
     """The spec to build managers for and ``steps(manager)``, which drives one."""
     if not isinstance(workload, RecordedWorkload):
         if trace is not None:
@@ -115,7 +120,7 @@ def _plan(impl: ImplHandle, workload: WorkloadSource, release: Release, trace: s
 
 
 def _recorded_plan(impl: ImplHandle, workload: RecordedWorkload, release: Release,
-                   trace: str | None) -> tuple[Any, Callable[[Any], Iterator[Any]]]:
+                   trace: str | None) -> tuple[KVCacheSpec, _Steps]:
     traces = workload.corpus["traces"]
     names = [t["name"] for t in traces]
     raw = traces[0] if trace is None else next((t for t in traces if t["name"] == trace), None)

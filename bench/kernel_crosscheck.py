@@ -32,11 +32,15 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.kernels.inputs import KERNEL_OPS, KernelBenchCase
 from kvcheck.errors import KVCheckError
+
+if TYPE_CHECKING:
+    from kvcheck.bench.kernels.inputs import KernelInputs
+    from kvcheck.bench.kernels.providers import Provider
 
 __all__ = ["CROSSCHECK_CASES", "CaseOutcome", "crosscheck", "main"]
 
@@ -97,12 +101,13 @@ def _as_sm90_if_interpreted() -> Iterator[None]:
         torch.cuda.get_device_capability = saved
 
 
-def _run(provider: Any, inputs: Any) -> Any:
+def _run(provider: Provider, inputs: KernelInputs) -> Any:  # Any: Prepared's result
     with _as_sm90_if_interpreted():
         return provider.prepare(inputs)()
 
 
-def _check_case(case: KernelBenchCase, device: str, ours: Any, theirs: Any) -> CaseOutcome:
+def _check_case(case: KernelBenchCase, device: str, ours: Provider, theirs: Provider
+                ) -> CaseOutcome:
     import torch
 
     from kvcheck.bench.kernels.inputs import KernelInputPool

@@ -45,12 +45,12 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.measure.allocator import per_round
 from kvcheck.bench.measure.metrics import Metric, PairedRatio, per_s
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import RoundBench, SetupArgs
 from kvcheck.bench.workload.scenarios import Draws, scaled_count
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.offload_protocol import OffloadingManagerAdapter, OffloadSpec
@@ -256,7 +256,7 @@ def _rate(count: int, ns: int) -> float:
     return per_s(count, ns / 1e9) if count and ns > 0 else 0.0
 
 
-class OffloadBench(RoundBench):
+class OffloadBench(RoundBench[OffloadRound]):
     """One replay of ``workload`` per round, on a fresh tier of ``impl`` (its own object)."""
 
     def __init__(self, impl: ImplHandle, workload: OffloadWorkload) -> None:
@@ -264,18 +264,18 @@ class OffloadBench(RoundBench):
         self.impl = impl
         self.workload = workload
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         gc.collect()
         return (self.impl.make_offloading_manager(self.workload.spec()).raw,), {}
 
-    def run(self, tier: Any) -> None:
+    def run(self, tier: OffloadingManagerAdapter) -> None:
         result = replay(tier, self.workload)
         self.results.append(result)
         self.advance(result.total_ns / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         w = self.workload
-        info: dict[str, Any] = {
+        info: dict[str, object] = {
             "policy": w.policy, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
             "requests": len(w.requests), "keys": w.num_keys, "working_set": w.working_set,
             "num_chunks": w.num_chunks, "tier_fraction": w.tier_fraction,

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -133,7 +133,7 @@ class BenchState:
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, object, object]:
         # Before pytest-benchmark writes its JSON: cross-provider ratios into extra_info.
         self.session.finalize()
         self.session.close()
@@ -162,7 +162,7 @@ class BenchState:
         records = self.session.records(_profile(self.config), environment, extra)
         return write_records(report, records)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.is_xdist_worker or not (self.session.results or self.session.options.enabled):
             return
         from kvcheck.bench.table import render_tables
@@ -293,7 +293,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config,
-                                         machine_info: dict[str, Any]) -> None:
+                                         machine_info: dict[str, object]) -> None:
     """GPU, driver, CUDA, torch, triton and the kvcheck commit in pytest-benchmark's JSON."""
     state = config.stash.get(BENCH_STATE, None)
     if state is None or not state.session.results:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.measure.paired import abba_first, paired_ratio
@@ -27,7 +26,7 @@ from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 
 __all__ = ["main", "reference_factory", "time_construction", "vllm_factory"]
 
-Factory = Callable[[RequestView], Any]
+Factory = Callable[[RequestView], object]
 #: Tokens held by one round's prompts (the views live for the whole run): 2^27 tokens are
 #: about 4 GiB of Python ints in tuples.
 _MAX_ROUND_TOKENS = 1 << 27

@@ -9,16 +9,21 @@ records (``records``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from kvcheck.bench.measure.metrics import Metric, summarize
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import Bench, BenchmarkFixture
 from kvcheck.bench.measure.timing import ALLOCATOR_CLOCK
 from kvcheck.conformance.loader import ImplHandle
+
+if TYPE_CHECKING:
+    from kvcheck.bench.kernels.inputs import KernelBenchCase, KernelInputPool
+    from kvcheck.bench.measure.machine import DeviceInfo, KernelDevice
+    from kvcheck.bench.workload.source import WorkloadSource
 
 __all__ = ["BenchOptions", "BenchResult", "BenchSession"]
 
@@ -68,10 +73,12 @@ class BenchResult:
     nodeid: str
     device: str
     metrics: list[Metric]
+    # Any: each benchmark's own info (RoundBench.info and what the session adds); table.py
+    # reads the scheduler's "produced" figures from it
     info: dict[str, Any] = field(default_factory=dict)
     baseline: str = ""
-    implementation: Any = None  # ImplHandle when the subject is the implementation
-    extra_info: dict[str, Any] | None = field(default=None, repr=False)  # pytest-benchmark's
+    implementation: ImplHandle | None = None  # when the subject is the implementation
+    extra_info: dict[str, object] | None = field(default=None, repr=False)  # pytest-benchmark's
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -83,14 +90,14 @@ class BenchSession:
     def __init__(self, options: BenchOptions) -> None:
         self.options = options
         self.results: list[BenchResult] = []
-        self._workloads: dict[str, Any] = {}
-        self._device: Any = None
+        self._workloads: dict[str, WorkloadSource] = {}
+        self._device: KernelDevice | None = None
         self._device_error: str | None = None
-        self._pool: Any = None
+        self._pool: KernelInputPool | None = None
         self._measured_once: dict[tuple[str, str], str] = {}
 
     # ------------------------------------------------------------------------------ allocator
-    def workload(self, scenario: str) -> Any:
+    def workload(self, scenario: str) -> WorkloadSource:
         """The session's workload of ``scenario``: a built-in scenario's trace
         (``--kv-bench-seed``, ``--kv-bench-scale``) or a ``trace:PATH`` file's, read once.
 
@@ -110,9 +117,10 @@ class BenchSession:
         for value in self.options.workloads:
             self.workload(value)
 
-    def run_allocator(self, benchmark: Any, request: pytest.FixtureRequest, impl: ImplHandle,
-                      reference: ImplHandle, make: Callable[[ImplHandle], RoundBench], group: str,
-                      case: str) -> BenchResult:
+    def run_allocator(self, benchmark: BenchmarkFixture, request: pytest.FixtureRequest,
+                      impl: ImplHandle, reference: ImplHandle,
+                      make: Callable[[ImplHandle], Bench], group: str, case: str
+                      ) -> BenchResult:
         """Measure ``make(impl)`` through pytest-benchmark, interleaved round by round with
         ``make(reference)`` on the same inputs (``bench.measure.paired``: A B B A ..., GC handled
         the same way for both), unless the implementation *is* the reference. The ratios are the
@@ -174,7 +182,7 @@ class BenchSession:
         """Why kernel benchmarks are skipped in this session, or None."""
         return self._device_error if self.resolve_device() is None else None
 
-    def kernel_device(self) -> Any:
+    def kernel_device(self) -> KernelDevice:
         """The session's ``KernelDevice`` (created, and the copy peak measured, on first use)."""
         if self._device is None:
             from kvcheck.bench.measure.machine import KernelDevice
@@ -193,11 +201,11 @@ class BenchSession:
         if self._device is not None:
             self._device.restore()
 
-    def device_info(self) -> dict[str, Any] | None:
+    def device_info(self) -> DeviceInfo | None:
         """The kernel device's description, or None when no kernel benchmark ran."""
         return None if self._device is None else self._device.describe()
 
-    def kernel_pool(self, case: Any) -> Any:
+    def kernel_pool(self, case: KernelBenchCase) -> KernelInputPool:
         """The input pool of ``case``; the previous case's pool is released first."""
         from kvcheck.bench.kernels.inputs import KernelInputPool
 
@@ -223,7 +231,7 @@ class BenchSession:
         return None
 
     # -------------------------------------------------------------------------------- results
-    def add(self, result: BenchResult, benchmark: Any = None) -> None:
+    def add(self, result: BenchResult, benchmark: BenchmarkFixture | None = None) -> None:
         """Keep ``result`` and mirror it into pytest-benchmark's ``extra_info``."""
         self.results.append(result)
         if benchmark is not None:
@@ -254,8 +262,8 @@ class BenchSession:
             if r.extra_info is not None:
                 r.extra_info.update(extra_info(r))
 
-    def records(self, profile: str, environment: dict[str, Any],
-                extra: dict[str, Any]) -> list[dict[str, Any]]:
+    def records(self, profile: str, environment: Mapping[str, object],
+                extra: Mapping[str, object]) -> list[dict[str, object]]:
         """One ``kind="benchmark"`` record per subject (implementation or kernel provider)."""
         from kvcheck.conformance import SUITE_VERSION
         from kvcheck.results.schema import make_benchmark_record, make_metric
@@ -268,9 +276,9 @@ class BenchSession:
         for subject, results in by_subject.items():
             impl = next((r.implementation for r in results if r.implementation is not None),
                         None)
-            block: Any = impl if impl is not None else {
+            block: ImplHandle | dict[str, object] = impl if impl is not None else {
                 "name": subject, "version": results[0].subject_version}
-            metrics: list[dict[str, Any]] = []
+            metrics: list[dict[str, object]] = []
             for r in results:
                 case = f"{r.group}/{r.case}"
                 metrics.extend(make_metric(
@@ -289,8 +297,8 @@ class BenchSession:
         return records
 
 
-def _manager_level(bench: Any, impl: ImplHandle, reference: ImplHandle, rounds: int, warmup: int
-                   ) -> tuple[list[Metric], dict[str, Any]]:
+def _manager_level(bench: Bench, impl: ImplHandle, reference: ImplHandle, rounds: int,
+                   warmup: int) -> tuple[list[Metric], dict[str, object]]:
     """Scheduler benchmarks also get the manager-level figures (``manager_<name>``, paired with
     the reference's own hook: ``kvcheck.bench.replay.native``) when both sides have the hook, and a
     note saying why not otherwise. Other groups, and hybrid (multi-group) scenarios, which the
@@ -304,9 +312,9 @@ def _manager_level(bench: Any, impl: ImplHandle, reference: ImplHandle, rounds: 
     return manager_level_metrics(impl, reference, bench.workload, rounds, warmup)
 
 
-def _paired_extra(metric: Metric) -> dict[str, Any]:
+def _paired_extra(metric: Metric) -> dict[str, object]:
     """The interleaved reference's samples and the paired ratio's interval, when measured."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if metric.reference_samples is not None:
         out["reference_samples"] = list(metric.reference_samples)
     if metric.paired is not None:
@@ -314,9 +322,9 @@ def _paired_extra(metric: Metric) -> dict[str, Any]:
     return out
 
 
-def extra_info(result: BenchResult) -> dict[str, Any]:
+def extra_info(result: BenchResult) -> dict[str, object]:
     """``benchmark.extra_info`` of a result: the figures with units and ratios, and the info."""
-    out: dict[str, Any] = {"kvcheck_group": result.group, "kvcheck_case": result.case,
+    out: dict[str, object] = {"kvcheck_group": result.group, "kvcheck_case": result.case,
                            "kvcheck_subject": result.subject, "device": result.device,
                            "baseline": result.baseline}
     for m in result.metrics:

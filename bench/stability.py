@@ -42,16 +42,16 @@ import functools
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TypedDict
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.measure.allocator import HashingBench, SchedulerBench, workload_spec
 from kvcheck.bench.measure.metrics import Metric, PairedRatio, percentile
 from kvcheck.bench.measure.paired import PairedBench
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import Bench
 from kvcheck.bench.replay.native import NativeSchedulerBench, missing_hook_note, native_factory
 from kvcheck.bench.workload.scenarios import SCENARIOS, Workload
 from kvcheck.bench.workload.source import resolve_workload as _resolve_uncached
@@ -104,7 +104,7 @@ def adaptive_rounds(rounds: int, pair_seconds: float, min_time: float,
     return max(rounds, min(max_rounds, math.ceil(min_time / pair_seconds)))
 
 
-def _measure(make: Callable[[ImplHandle], RoundBench], group: str, rounds: int, warmup: int,
+def _measure(make: Callable[[ImplHandle], Bench], group: str, rounds: int, warmup: int,
              sides: tuple[ImplHandle, ImplHandle], min_time: float = 0.0, max_rounds: int = 0
              ) -> tuple[PairedRatio | None, Metric | None, Metric | None]:
     """One case, paired: ``warmup`` pairs, then ``adaptive_rounds`` timed pairs (``rounds``
@@ -115,7 +115,7 @@ def _measure(make: Callable[[ImplHandle], RoundBench], group: str, rounds: int, 
                          max_rounds)
 
 
-def _measure_pair(impl_bench: RoundBench, ref_bench: RoundBench, group: str, rounds: int,
+def _measure_pair(impl_bench: Bench, ref_bench: Bench, group: str, rounds: int,
                   warmup: int, min_time: float = 0.0, max_rounds: int = 0
                   ) -> tuple[PairedRatio | None, Metric | None, Metric | None]:
     """``_measure`` on two benches already built (either may be any ``RoundBench``)."""
@@ -132,17 +132,17 @@ def _measure_pair(impl_bench: RoundBench, ref_bench: RoundBench, group: str, rou
     return headline.paired, headline, next((m for m in theirs if m.name == name), None)
 
 
-def _scheduler_bench(impl: ImplHandle, workload: Workload) -> RoundBench:
+def _scheduler_bench(impl: ImplHandle, workload: Workload) -> Bench:
     return SchedulerBench(impl, workload)
 
 
-def _native_bench(impl: ImplHandle, workload: Workload) -> RoundBench:
+def _native_bench(impl: ImplHandle, workload: Workload) -> Bench:
     factory = native_factory(impl)
     assert factory is not None  # measure_cases checked both sides
     return NativeSchedulerBench(factory, workload, impl.name)
 
 
-def _hashing_bench(impl: ImplHandle, algo: str, seed: int, scale: float) -> RoundBench:
+def _hashing_bench(impl: ImplHandle, algo: str, seed: int, scale: float) -> Bench:
     return HashingBench(impl, algo, seed, scale)
 
 
@@ -265,9 +265,24 @@ def _print_agreement(runs: Sequence[Sequence[CaseRatio]]) -> None:
                                       for a in agreements))
 
 
+class StabilitySettings(TypedDict, total=False):
+    """The command's settings, as the records keep them (``extra.stability``)."""
+
+    scale: float
+    seed: int
+    rounds: int
+    warmup: int
+    min_time_s: float
+    max_rounds: int
+    level: str
+    largest_move: float
+    tolerance: float
+
+
 def stability_records(impl: ImplHandle, reference: ImplHandle, runs: Sequence[Sequence[CaseRatio]],
-                      settings: dict[str, Any], environment: dict[str, Any] | None = None
-                      ) -> list[dict[str, Any]]:
+                      settings: StabilitySettings,
+                      environment: Mapping[str, object] | None = None
+                      ) -> list[dict[str, object]]:
     """Result records of the runs (``kind="benchmark"``): one for the implementation and one
     for the reference (none for the reference when it is the implementation). Per case and
     level, the headline metric with every run's samples pooled; the implementation's carries
@@ -291,7 +306,7 @@ def stability_records(impl: ImplHandle, reference: ImplHandle, runs: Sequence[Se
             if any(m is None for m in got) or any(c.ratio is None for c in cells):
                 continue
             samples = [x for m in got if m is not None for x in m.samples]
-            extra: dict[str, Any] = {"level": first.level, "group": first.group}
+            extra: dict[str, object] = {"level": first.level, "group": first.group}
             if side == "impl":
                 theirs = [x for c in cells if c.theirs is not None for x in c.theirs.samples]
                 pooled = paired_ratio(samples, theirs)
@@ -425,10 +440,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         _print_layers(impl, scenarios, args.scale, args.seed, args.rounds, args.min_time,
                       args.max_rounds)
     if args.report is not None:
-        settings = {"scale": args.scale, "seed": args.seed, "rounds": args.rounds,
-                    "warmup": args.warmup, "min_time_s": args.min_time,
-                    "max_rounds": args.max_rounds, "level": args.level,
-                    "largest_move": worst, "tolerance": args.tolerance}
+        settings: StabilitySettings = {
+            "scale": args.scale, "seed": args.seed, "rounds": args.rounds,
+            "warmup": args.warmup, "min_time_s": args.min_time, "max_rounds": args.max_rounds,
+            "level": args.level, "largest_move": worst, "tolerance": args.tolerance}
         records = stability_records(impl, reference, runs, settings)
         write_records(args.report, records)
         print(f"wrote {len(records)} records to {args.report}")

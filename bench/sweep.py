@@ -43,13 +43,12 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvcheck.bench.cli_args import BenchTool, run_tool
 from kvcheck.bench.measure.allocator import SchedulerBench
 from kvcheck.bench.measure.metrics import PairedRatio, percentile
 from kvcheck.bench.measure.paired import PairedBench, paired_ratio, run_one_round
-from kvcheck.bench.measure.rounds import RoundBench
 from kvcheck.bench.replay.scheduler import SchedulerRun
 from kvcheck.bench.workload.scenarios import (
     DEFAULT_BLOCK_SIZE,
@@ -60,6 +59,9 @@ from kvcheck.bench.workload.scenarios import (
 )
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
+
+if TYPE_CHECKING:
+    from kvcheck.bench.replay.native import NativeSchedulerBench
 
 __all__ = [
     "AXES",
@@ -148,7 +150,8 @@ class SweepPoint:
         return percentile(values, 50) if values else None
 
 
-def _bench(impl: ImplHandle, workload: Workload, level: str) -> RoundBench:
+def _bench(impl: ImplHandle, workload: Workload, level: str
+           ) -> SchedulerBench | NativeSchedulerBench:
     if level == "manager":
         from kvcheck.bench.replay.native import NativeSchedulerBench, native_factory
 
@@ -184,7 +187,7 @@ def measure_point(impl: ImplHandle, reference: ImplHandle, axis: str, value: int
     if "ref" in samples:
         point.ratios = {name: paired_ratio(samples["impl"][name], samples["ref"][name])
                         for name, _ in METRICS}
-    first: SchedulerRun = mine.results[0]
+    first = mine.results[0]
     point.produced = {"preemptions": float(first.preemptions), "steps": float(first.steps),
                       "peak_usage": first.peak_usage,
                       "scheduled_tokens": float(first.scheduled_tokens),
@@ -264,7 +267,7 @@ def format_table(points: Sequence[SweepPoint], impl_name: str, paired: bool) -> 
 
 def point_records(points: Sequence[SweepPoint], impl: ImplHandle, reference: ImplHandle, *,
                   seed: int, level: str, base: dict[str, int],
-                  environment: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                  environment: Mapping[str, object] | None = None) -> list[dict[str, object]]:
     """Result records: one per point and subject (the implementation, and the reference when
     it was measured beside it), validated (``kvcheck.results.schema``)."""
     from kvcheck.conformance import SUITE_VERSION
@@ -282,7 +285,7 @@ def point_records(points: Sequence[SweepPoint], impl: ImplHandle, reference: Imp
                 continue
             metrics = []
             for name, unit in METRICS:
-                extra: dict[str, Any] = dict(common)
+                extra: dict[str, object] = dict(common)
                 if side == "impl" and point.ratios:
                     ratio = point.ratios.get(name)
                     extra["reference_value"] = point.median("ref", name)

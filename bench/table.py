@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvcheck.bench.measure.metrics import Metric, summarize
 from kvcheck.bench.session import BenchResult
+
+if TYPE_CHECKING:
+    from kvcheck.bench.measure.machine import DeviceInfo
 
 __all__ = ["fmt_number", "render_tables"]
 
@@ -95,7 +98,7 @@ def _table(title: str, columns: list[tuple[str, str]], rows: Iterable[list[str]]
     return buf.getvalue().rstrip("\n").splitlines()
 
 
-def render_tables(results: list[BenchResult], device: dict[str, Any] | None = None) -> list[str]:
+def render_tables(results: list[BenchResult], device: DeviceInfo | None = None) -> list[str]:
     """Every group's table as text lines (groups without results are left out)."""
     lines: list[str] = []
     sched = [r for r in results if r.group == "scheduler"]

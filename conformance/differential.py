@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TypedDict
+from typing import NoReturn, Protocol, TypedDict
 
 from kvcheck.atomic import write_atomic
 from kvcheck.conformance import bounds
@@ -158,7 +158,7 @@ def _failure_text(exc: Exception, source: str) -> str:
     return f"{type(exc).__name__} from {source}: {exc}"
 
 
-def _answer_check(got: Mapping[str, Any], want: Mapping[str, Any]) -> Check | None:
+def _answer_check(got: Mapping[str, object], want: Mapping[str, object]) -> Check | None:
     """The repro's check for a differing answer (both in the adapter's form,
     ``shown_result``): the call whose answer differs."""
     if got.get("hits") != want.get("hits"):

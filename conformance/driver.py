@@ -44,13 +44,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from kvcheck.conformance.groups import adapter_form, null_of
 from kvcheck.conformance.guard import GuardedManager
 from kvcheck.conformance.laws import check_hits
 from kvcheck.conformance.loader import ImplHandle
-from kvcheck.conformance.ops import AddOp, Op
+from kvcheck.conformance.ops import AddOp, Op, StepResult
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import pinned_ids
 from kvcheck.conformance.protocol import (
@@ -88,18 +88,6 @@ def view_from_add(op: AddOp) -> RequestView:
         cache_salt=op.get("salt"),
         skip_reading_prefix_cache=bool(op.get("skip_read", False)),
     )
-
-
-class StepResult(TypedDict, total=False):
-    """What the implementation answered to one op (compared with the oracle's answer), block
-    ids one list per KV-cache group (one list for a single-group spec): ``hits`` is
-    ``get_computed_blocks``'s ``(per-group block ids, num_computed_tokens)`` when the op
-    admitted or looked up a request, ``new`` what ``allocate_slots`` returned (per-group new
-    ids, or None), ``reset`` what ``reset_prefix_cache`` returned."""
-
-    hits: tuple[list[list[int]], int]
-    new: list[list[int]] | None
-    reset: bool
 
 
 _T = TypeVar("_T")

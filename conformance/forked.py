@@ -32,7 +32,7 @@ import os
 import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, NoReturn
+from typing import NoReturn, TypedDict
 
 from kvcheck.conformance import guard
 from kvcheck.conformance.call_limit import CallLimit
@@ -45,8 +45,16 @@ FORKED_CHILD_EXIT_CODE = 1
 _CALL_CODE = CallLimit.call.__code__
 # The process that started the session (0: none yet), whether the fork in progress happens
 # inside an adapter call (and which), and what this process is when it is such a child.
-_state: dict[str, Any] = {"owner": 0, "fork_in": None, "child_of": None, "registered": False,
-                          "before_exit": None}
+class _State(TypedDict):
+    owner: int
+    fork_in: tuple[str, FrameType] | None
+    child_of: tuple[int, str] | None
+    registered: bool
+    before_exit: Callable[[], None] | None
+
+
+_state: _State = {"owner": 0, "fork_in": None, "child_of": None, "registered": False,
+                  "before_exit": None}
 
 
 def watch_forks(before_exit: Callable[[], None] | None = None) -> None:

@@ -15,14 +15,19 @@ A single-group spec has no null positions (under ``generic`` id 0 is an ordinary
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
+from kvcheck.conformance.ops import StepResult
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
 
-__all__ = ["NULL_BLOCK", "adapter_form", "null_floor", "null_of", "one_group",
-           "one_group_tables", "shown_result", "shown_tables", "skipped_tokens", "window_slack"]
+__all__ = ["NULL_BLOCK", "AdapterBlockIds", "OneGroupResult", "adapter_form", "null_floor",
+           "null_of", "one_group", "one_group_tables", "shown_result", "shown_tables",
+           "skipped_tokens", "window_slack"]
 
 NULL_BLOCK = 0
+#: Block ids in an adapter's own form: one list for a spec without ``kv_cache_groups``, one
+#: list per group otherwise (what ``adapter_form`` gives).
+AdapterBlockIds = list[int] | list[list[int]]
 
 
 def null_of(spec: KVCacheSpec) -> int | None:
@@ -53,7 +58,7 @@ def window_slack(spec: KVCacheSpec, group: int) -> int:
     return 1 if spec.profile == "vllm-0.10" and kind == "chunked_local_attention" else 0
 
 
-def adapter_form(spec: KVCacheSpec, groups: Sequence[Any]) -> Any:
+def adapter_form(spec: KVCacheSpec, groups: list[list[int]]) -> AdapterBlockIds:
     """Per-group block ids as the adapter itself answered them: the one list of a
     single-group spec, the per-group lists otherwise (no lists at all: ``[]``, the empty
     hits a running request passes)."""
@@ -62,31 +67,48 @@ def adapter_form(spec: KVCacheSpec, groups: Sequence[Any]) -> Any:
     return groups[0]
 
 
-def shown_result(spec: KVCacheSpec, result: Mapping[str, Any]) -> dict[str, Any]:
+def shown_result(spec: KVCacheSpec, result: StepResult) -> dict[str, object]:
     """A ``StepResult`` with its block ids in the adapter's form (for messages and records)."""
-    out = dict(result)
-    if "hits" in out:
-        ids, num = out["hits"]
+    out: dict[str, object] = dict(result)
+    if "hits" in result:
+        ids, num = result["hits"]
         out["hits"] = (adapter_form(spec, ids), num)
-    if out.get("new") is not None:
-        out["new"] = adapter_form(spec, out["new"])
+    new = result.get("new")
+    if new is not None:
+        out["new"] = adapter_form(spec, new)
     return out
 
 
-def shown_tables(spec: KVCacheSpec, tables: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+def shown_tables(spec: KVCacheSpec,
+                 tables: Mapping[str, list[list[int]]]) -> dict[str, AdapterBlockIds]:
     """``Driver.tables()`` in the adapter's form: ``{rid: table}`` for a single-group spec."""
     return {rid: adapter_form(spec, t) for rid, t in tables.items()}
 
 
-def one_group(result: Mapping[str, Any]) -> dict[str, Any]:
+class OneGroupResult(TypedDict, total=False):
+    """A single-group ``StepResult`` in the adapter's flat form (``one_group``)."""
+
+    hits: tuple[list[int], int]
+    new: list[int] | None
+    reset: bool
+
+
+def one_group(result: StepResult) -> OneGroupResult:
     """A single-group spec's ``StepResult`` as the adapter answered it (flat lists): what the
     scripted single-group tests read and print."""
-    out = dict(result)
-    if "hits" in out:
-        (ids,), num = out["hits"]
+    # Keys in the StepResult's order (hits, new, reset), as a copy of it would have them.
+    out: OneGroupResult = {}
+    if "hits" in result:
+        (ids,), num = result["hits"]
         out["hits"] = (ids, num)
-    if out.get("new") is not None:
-        (out["new"],) = out["new"]
+    if "new" in result:
+        new = result["new"]
+        if new is None:
+            out["new"] = None
+        else:
+            (out["new"],) = new
+    if "reset" in result:
+        out["reset"] = result["reset"]
     return out
 
 

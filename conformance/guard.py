@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 from kvcheck.conformance.call_limit import CallLimit, arg_text
@@ -232,6 +232,7 @@ class _Guard:
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
         # The adapter: any object. Its answers are untrusted (``object``) until checked.
+        # Any: its methods are looked up by name (the protocols' and any other).
         self._raw: Any = raw
         self._impl = impl
         self._own_call: AdapterCall = limit.call
@@ -243,7 +244,7 @@ class _Guard:
             self._call: AdapterCall = self._own_call if diversion is None else diversion(impl)
             _LIVE.add(self)
 
-    def __getattr__(self, name: str) -> Any:  # anything the guard does not know about
+    def __getattr__(self, name: str) -> Any:  # Any: whatever the adapter has, passed through
         return getattr(object.__getattribute__(self, "_raw"), name)
 
     def __repr__(self) -> str:
@@ -493,6 +494,8 @@ class GuardedManager(_Guard):
     # by the flat rules (``_ids``) and named as the adapter wrote it. The protocol methods
     # (repros and scripted tests call them) hand back the adapter's own form.
 
+    # Any: the protocol methods answer in the adapter's own form, flat (KVCacheManagerAdapter)
+    # or per group (SupportsKVCacheGroups): the guard stands for both protocols.
     def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]:
         __tracebackhide__ = True
         hits, num = self.get_computed_blocks_per_group(request)
@@ -629,10 +632,10 @@ class GuardedManager(_Guard):
 
     def allocate_slots(self, request: RequestView, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
-                       new_computed_block_ids: Sequence[Any] = (),
+                       new_computed_block_ids: Sequence[Any] = (),  # Any: either form
                        num_lookahead_tokens: int = 0, *,
                        num_external_computed_tokens: int = 0,
-                       delay_cache_blocks: bool = False) -> Any:
+                       delay_cache_blocks: bool = False) -> Any:  # Any: either form
         __tracebackhide__ = True
         hits = ([list(h) for h in new_computed_block_ids] if self._grouped
                 else [list(new_computed_block_ids)])
@@ -759,7 +762,7 @@ class GuardedManager(_Guard):
         self._steps.pop(request_id, None)
         self._set_tables(request_id, [])
 
-    def get_block_ids(self, request_id: str) -> Any:
+    def get_block_ids(self, request_id: str) -> Any:  # Any: either form
         __tracebackhide__ = True
         return adapter_form(self._spec, self.get_block_ids_per_group(request_id))
 
@@ -920,7 +923,7 @@ class GuardedManager(_Guard):
                             f"{ops} state-changing calls can take")
         return payload
 
-    def _event_sizes(self, value: object, event: dict[Any, Any], tokens: int) -> None:
+    def _event_sizes(self, value: object, event: Mapping[object, object], tokens: int) -> None:
         """One event of a ``take_events`` answer: at most ``_EVENT_FIELDS`` fields, each list
         field at most ``tokens`` (the pool's) entries."""
         __tracebackhide__ = True

@@ -20,6 +20,7 @@ negative count breaks ``ref_cnt``'s contract).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,6 +33,7 @@ from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import release_after_lookup
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
+    KVEvent,
     RequestView,
     effective_capabilities,
 )
@@ -70,7 +72,11 @@ class _Hashes:
         return None
 
 
-def _groups(value: Any) -> list[list[int]]:
+#: ``replay_golden``'s ``fail(row, column, expected, got)``: raises GoldenMismatch.
+_Fail = Callable[[GoldenRow, str, object, object], None]
+
+
+def _groups(value: Iterable[Iterable[int]]) -> list[list[int]]:
     return [list(part) for part in value]
 
 
@@ -87,6 +93,8 @@ def replay_golden(impl: ImplHandle, sc: GoldenScenario) -> None:
     """
     __tracebackhide__ = True
     caps = effective_capabilities(impl.info, sc.profile)
+    # Any: the manager speaks the per-group protocol (SupportsKVCacheGroups) for this grouped
+    # spec, which ManagerWithCapabilities (the flat form) does not type.
     mgr: Any = impl.make_manager(sc.spec)
     ngroups = sc.num_groups
     transcript: list[str] = []
@@ -147,8 +155,9 @@ def replay_golden(impl: ImplHandle, sc: GoldenScenario) -> None:
         release_after_lookup(mgr, rid, pinning=pinning)
 
 
+# Any: mgr as in replay_golden (the per-group protocol).
 def _check_state(mgr: Any, sc: GoldenScenario, row: GoldenRow, caps: frozenset[str],
-                 hashes: _Hashes, fail: Any) -> None:
+                 hashes: _Hashes, fail: _Fail) -> None:
     """Compare the declared observations after ``row`` with its recorded columns."""
     __tracebackhide__ = True
     ngroups = sc.num_groups
@@ -187,8 +196,8 @@ def _check_state(mgr: Any, sc: GoldenScenario, row: GoldenRow, caps: frozenset[s
                          problem)
 
 
-def _check_events(events: list[dict[str, Any]], sc: GoldenScenario, row: GoldenRow,
-                  hashes: _Hashes, fail: Any) -> None:
+def _check_events(events: list[KVEvent], sc: GoldenScenario, row: GoldenRow,
+                  hashes: _Hashes, fail: _Fail) -> None:
     __tracebackhide__ = True
     want = [_event_text(e) for e in row.events]
     got_events = [e for e in events if e.get("type") in ("BlockStored", "BlockRemoved")]

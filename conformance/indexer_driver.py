@@ -137,7 +137,7 @@ def _kept_before_restart(run: ClusterRun) -> set[tuple[int, int, int]]:
     return keep
 
 
-def batch_dict(payload: bytes, release: Release, int_hashes: bool) -> dict[str, Any]:
+def batch_dict(payload: bytes, release: Release, int_hashes: bool) -> dict[str, object]:
     """A payload decoded as ``apply_events`` receives it: ``{"ts", "events",
     "data_parallel_rank"}``, each event a dict with ``"type"`` and the release's fields."""
     decoded = decode_batch(payload, release=release, int_hashes=int_hashes)
@@ -193,7 +193,7 @@ class IndexerRun:
         self._probe_hashes = [hashes_of(hasher, p.tokens, p.context, config.hash_form)
                               for p in plan.probes]
         self._payloads: dict[tuple[int, int, int], bytes] = {}
-        self.done: list[dict[str, Any]] = []  # the deliveries made, as the trace lists them
+        self.done: list[dict[str, object]] = []  # the deliveries made, as the trace lists them
         self.streams: dict[int, _Stream] = {}
         self.removed: set[int] = set()
 
@@ -283,7 +283,7 @@ class IndexerRun:
         raise IndexerMismatch("\n".join(lines))
 
 
-def _describe(entry: Mapping[str, Any]) -> str:
+def _describe(entry: Mapping[str, object]) -> str:
     if "remove" in entry:
         return f"remove_worker({entry['remove']!r})"
     how = "replayed" if entry["replay"] else "live"
@@ -298,7 +298,7 @@ def _probe_text(probe: Probe) -> str:
 
 # ------------------------------------------------------------------------------- traces
 def write_indexer_trace(name: str, target: str, config: IndexerConfig,
-                        done: Sequence[Mapping[str, Any]], probe: Probe,
+                        done: Sequence[Mapping[str, object]], probe: Probe,
                         expected: Mapping[str, int], directory: Path | None = None) -> Path:
     """The deliveries, then the probe and the workers' truth, as JSON (atomically)."""
     from kvcheck.conformance.differential import safe_name  # one file-naming rule
@@ -311,6 +311,8 @@ def write_indexer_trace(name: str, target: str, config: IndexerConfig,
     return write_atomic(path, json.dumps(trace, indent=1) + "\n")
 
 
+# Any: one JSON entry, read duck-typed: a malformed one raises KeyError / TypeError, which
+# replay_indexer_trace reports.
 def _trace_action(action: Any) -> tuple[str, int, bytes | None, bool]:
     """One entry of a trace's ``actions``: ``(worker, seq, payload, replay)``, the payload
     None for a ``remove_worker`` (raises KVCheckInputError, KeyError or TypeError when

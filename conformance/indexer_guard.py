@@ -36,6 +36,8 @@ class GuardedIndexer:
     removed since); ``decoded`` says whether it takes ``apply_events`` (``decoded_events``).
     """
 
+    # Any: the implementation's object, whose methods are looked up by name; their answers
+    # are checked as they come back.
     def __init__(self, raw: Any, *, impl: str, config: IndexerConfig, limit: CallLimit,
                  decoded: bool) -> None:
         self.raw = raw
@@ -59,7 +61,7 @@ class GuardedIndexer:
         if value is not None:
             raise self._violation(method, args, value, "must return None")
 
-    def deliver(self, worker_id: str, seq: int, payload: bytes, batch: Mapping[str, Any],
+    def deliver(self, worker_id: str, seq: int, payload: bytes, batch: Mapping[str, object],
                 replay: bool) -> None:
         """One batch, in the form the indexer takes (``payload`` bytes, or ``batch``, the
         decoded dict, for ``decoded_events``)."""

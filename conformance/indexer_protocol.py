@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 __all__ = ["INDEXER_CAPABILITIES", "HashForm", "IndexerAdapter", "IndexerConfig",
            "MatchContext", "SupportsDecodedEvents", "SupportsWireBatches"]
@@ -127,7 +127,7 @@ class SupportsWireBatches(Protocol):
 class SupportsDecodedEvents(Protocol):
     """Capability ``decoded_events``: batches decoded, events as dicts."""
 
-    def apply_events(self, worker_id: str, seq: int, batch: Mapping[str, Any],
+    def apply_events(self, worker_id: str, seq: int, batch: Mapping[str, object],
                      replay: bool = False) -> None:
         """As ``apply_batch``, with ``batch`` = ``{"ts": float, "events": [dict, ...],
         "data_parallel_rank": int | None}``, each event a dict with ``"type"`` and vLLM's

@@ -23,7 +23,6 @@ Hypothesis shrinks a failing plan to fewer workers, steps and probes.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from hypothesis import strategies as st
 
@@ -90,7 +89,7 @@ def cluster_plans(draw: st.DrawFn, *, capabilities: Collection[str], profile: st
     prompt = st.builds(PromptPlan, system=st.integers(0, len(systems) - 1),
                        user=st.lists(_TOKENS, max_size=block_size * 2 + 1).map(tuple),
                        context=contexts, skip_read=st.sampled_from((False,) * 5 + (True,)))
-    faults: st.SearchStrategy[Any] = (st.sampled_from(("none",) * 4 + ("drop", "duplicate"))
+    faults: st.SearchStrategy[str] = (st.sampled_from(("none",) * 4 + ("drop", "duplicate"))
                                       if "replay" in capabilities else st.just("none"))
     op = st.builds(WorkerOp, worker=st.integers(0, workers - 1), kind=st.sampled_from(_KINDS),
                    index=st.integers(0, 7), count=st.integers(1, block_size + 1),

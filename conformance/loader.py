@@ -256,6 +256,8 @@ def _check_text_fields(target: str, info: ImplInfo) -> None:
                      "give the source revision as a string (e.g. a git sha) or None")
 
 
+# Any: an IMPL_INFO field as the module wrote it; list() / tuple() tell whether it is a
+# collection (TypeError: it is not), as the messages say.
 def _str_collection(target: str, field_name: str, value: Any, example: str) -> list[str]:
     """A field that must be a collection of names: refuse a str (its letters would be taken
     as names) and anything not iterable."""
@@ -274,7 +276,7 @@ def _str_collection(target: str, field_name: str, value: Any, example: str) -> l
     return cast("list[str]", items)  # every entry checked just above
 
 
-def _int_tuple(target: str, field_name: str, value: Any, *, low: int, fix: str,
+def _int_tuple(target: str, field_name: str, value: Any, *, low: int, fix: str,  # Any: as above
                pair: bool = False) -> tuple[int, ...] | None:
     if value is None:
         return None

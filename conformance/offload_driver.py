@@ -23,12 +23,13 @@ from kvcheck.conformance.short_repr import short_repr
 
 __all__ = ["OffloadMismatch", "OffloadRun"]
 
-_Call = tuple[str, tuple[Any, ...]]
+_Call = tuple[str, tuple[object, ...]]
 
 
-def _compared(name: str, answer: Any) -> Any:
+def _compared(name: str, answer: object) -> object:
     """The part of an answer the oracle comparison looks at."""
     if name == "prepare_store" and answer is not None:
+        assert isinstance(answer, dict)  # the guard's prepare_store: a StoreAnswer or None
         return {"keys_to_store": answer["keys_to_store"], "evicted_keys": answer["evicted_keys"]}
     if name == "prepare_load":
         return None
@@ -50,6 +51,8 @@ class OffloadRun:
         self.log: list[_Call] = []
         self.trace_name: str | None = None
 
+    # Any: the arguments and the answer of the tier method named ``name`` (each method has its
+    # own types: lookup answers a str, prepare_store a StoreAnswer or None...).
     def call(self, name: str, *args: Any) -> Any:
         """``tier.name(*args)``, checked; returns the implementation's answer."""
         self.log.append((name, args))
@@ -68,7 +71,7 @@ class OffloadRun:
                     f"{short_repr(want, 400)}")
         return answer
 
-    def _laws(self, name: str, args: tuple[Any, ...], answer: Any) -> None:
+    def _laws(self, name: str, args: tuple[Any, ...], answer: Any) -> None:  # Any: as call
         model = self.model
         if name == "lookup":
             model.lookup(args[0], answer)
@@ -108,7 +111,7 @@ class OffloadRun:
                     if isinstance(key, bytes):
                         keys.setdefault(key, len(keys))
 
-        def show(arg: Any) -> str:
+        def show(arg: object) -> str:
             if isinstance(arg, bytes):
                 return f"K[{keys[arg]}]"
             if isinstance(arg, list):

@@ -23,11 +23,16 @@ a tier raises passes through unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from kvcheck.conformance.call_limit import CallLimit, arg_text
 from kvcheck.conformance.guard import ProtocolViolation
-from kvcheck.conformance.offload_protocol import EVENT_FIELDS, LOOKUP_RESULTS, OffloadSpec
+from kvcheck.conformance.offload_protocol import (
+    EVENT_FIELDS,
+    LOOKUP_RESULTS,
+    OffloadSpec,
+    StoreAnswer,
+)
 from kvcheck.conformance.short_repr import short_repr
 
 __all__ = ["GuardedOffloadingManager"]
@@ -35,9 +40,24 @@ __all__ = ["GuardedOffloadingManager"]
 _BOOL_FIELDS = ("removed", "removal_expected", "metadata_only")
 
 
+class OffloadEvent(TypedDict):
+    """One event as the guard hands it on: exactly ``EVENT_FIELDS``, ``keys`` checked (a
+    non-empty list of bytes), the other fields as the tier gave them."""
+
+    keys: list[bytes]
+    medium: object
+    removed: object
+    locality: object
+    ownership: object
+    removal_expected: object
+    metadata_only: object
+
+
 class GuardedOffloadingManager:
     """An offload tier whose every call is limited and every answer's form validated."""
 
+    # Any: the implementation's tier, whose methods are looked up by name; their answers are
+    # checked as they come back.
     def __init__(self, raw: Any, *, impl: str, spec: OffloadSpec, limit: CallLimit) -> None:
         self.raw = raw
         self.impl = impl
@@ -53,10 +73,10 @@ class GuardedOffloadingManager:
         return ProtocolViolation(f"{self.impl}.{method}({shown}) returned "
                                  f"{short_repr(value)}: {rule}")
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: object) -> object:
         return self._limit.call(method, getattr(self.raw, method), *args)
 
-    def _none(self, method: str, *args: Any) -> None:
+    def _none(self, method: str, *args: object) -> None:
         value = self._call(method, *args)
         if value is not None:
             raise self._violation(method, args, value, "must return None")
@@ -99,7 +119,7 @@ class GuardedOffloadingManager:
     def complete_load(self, keys: Sequence[bytes], req_id: str) -> None:
         self._none("complete_load", list(keys), req_id)
 
-    def prepare_store(self, keys: Sequence[bytes], req_id: str) -> dict[str, Any] | None:
+    def prepare_store(self, keys: Sequence[bytes], req_id: str) -> StoreAnswer | None:
         args = (list(keys), req_id)
         value = self._call("prepare_store", list(keys), req_id)
         if value is None:
@@ -140,7 +160,7 @@ class GuardedOffloadingManager:
     def reset_cache(self) -> None:
         self._none("reset_cache")
 
-    def take_events(self) -> list[dict[str, Any]]:
+    def take_events(self) -> list[OffloadEvent]:
         value = self._call("take_events")
         if not isinstance(value, list):
             raise self._violation("take_events", (), value, "must be a list of event dicts")
@@ -148,7 +168,8 @@ class GuardedOffloadingManager:
             rule = _event_problem(event)
             if rule:
                 raise self._violation("take_events", (), value, rule)
-        return [{**event, "keys": list(event["keys"])} for event in value]
+        # _event_problem passed for each: exactly EVENT_FIELDS, keys a list of bytes.
+        return [cast("OffloadEvent", {**event, "keys": list(event["keys"])}) for event in value]
 
 
 def _event_problem(event: object) -> str | None:

@@ -23,13 +23,25 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kvcheck.conformance.errors import OffloadLawBroken
-from kvcheck.conformance.offload_protocol import OffloadSpec
+from kvcheck.conformance.offload_protocol import OffloadSpec, StoreAnswer
 from kvcheck.reference_impl.offload_manager import count_offer
 
+if TYPE_CHECKING:
+    from kvcheck.conformance.offload_guard import OffloadEvent
+
 __all__ = ["OffloadLawBroken", "TierModel"]
+
+
+class _LawEvent(TypedDict):
+    """The fields of an event the laws compare, in this order."""
+
+    keys: list[bytes]
+    removed: object
+    removal_expected: object
+    metadata_only: object
 
 _PENDING = -1
 
@@ -52,7 +64,7 @@ class TierModel:
         self.slot: dict[bytes, int] = {}
         self.counts: OrderedDict[bytes, int] | None = (
             OrderedDict() if spec.store_threshold >= 2 else None)
-        self._owed: list[dict[str, Any]] = []
+        self._owed: list[_LawEvent] = []
 
     # --- queries the driver uses to choose legal calls --------------------------------------
 
@@ -96,7 +108,7 @@ class TierModel:
             return absent
         return [key for key in absent if counts.get(key, 0) >= self.spec.store_threshold]
 
-    def prepare_store(self, keys: Sequence[bytes], answer: dict[str, Any] | None) -> None:
+    def prepare_store(self, keys: Sequence[bytes], answer: StoreAnswer | None) -> None:
         call = f"prepare_store({_hex(keys)})"
         want = self._admitted(keys)
         offered = set(keys)
@@ -165,8 +177,8 @@ class TierModel:
         self.state.clear()
         self.slot.clear()
 
-    def take_events(self, answer: list[dict[str, Any]]) -> None:
-        want = []
+    def take_events(self, answer: list[OffloadEvent]) -> None:
+        want: list[_LawEvent] = []
         for event in self._owed:
             if not event["metadata_only"]:
                 want.append(event)
@@ -175,7 +187,10 @@ class TierModel:
             if keys:
                 want.append({**event, "keys": keys})
         self._owed = []
-        got = [{name: event[name] for name in _LAW_FIELDS} for event in answer]
+        got: list[_LawEvent] = [
+            {"keys": event["keys"], "removed": event["removed"],
+             "removal_expected": event["removal_expected"], "metadata_only": event["metadata_only"]}
+            for event in answer]
         if got != want:
             raise OffloadLawBroken(
                 "take_events() answered " + _events_text(got) + ", expected "
@@ -184,15 +199,12 @@ class TierModel:
                 "(without the keys stored again since)")
 
 
-_LAW_FIELDS = ("keys", "removed", "removal_expected", "metadata_only")
-
-
-def _event(keys: list[bytes], *, removed: bool, metadata_only: bool = False) -> dict[str, Any]:
+def _event(keys: list[bytes], *, removed: bool, metadata_only: bool = False) -> _LawEvent:
     return {"keys": keys, "removed": removed, "removal_expected": False,
             "metadata_only": metadata_only}
 
 
-def _events_text(events: list[dict[str, Any]]) -> str:
+def _events_text(events: list[_LawEvent]) -> str:
     parts = [("removed" if e["removed"] else "stored")
              + (" (metadata only)" if e["metadata_only"] else "") + " " + _hex(e["keys"])
              for e in events]

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 __all__ = ["EVENT_FIELDS", "LOOKUP_RESULTS", "OFFLOAD_CAPABILITIES", "OFFLOAD_FACTORY",
-           "OffloadSpec", "OffloadingManagerAdapter"]
+           "OffloadSpec", "OffloadingManagerAdapter", "StoreAnswer"]
 
 #: The factory an offload module defines (capability ``offload``).
 OFFLOAD_FACTORY = "make_offloading_manager"
@@ -65,6 +65,15 @@ class OffloadSpec:
     key_width: int = 36
 
 
+class StoreAnswer(TypedDict):
+    """``prepare_store``'s answer: the keys to write (in offer order), the keys evicted for
+    them and the slot of each key to write (None: not said)."""
+
+    keys_to_store: list[bytes]
+    evicted_keys: list[bytes]
+    chunk_ids: list[int] | None
+
+
 @runtime_checkable
 class OffloadingManagerAdapter(Protocol):
     """Capability ``offload``: the tier's calls, each naming the request it is made for."""
@@ -96,7 +105,7 @@ class OffloadingManagerAdapter(Protocol):
         """The load of ``keys`` (as prepared) finished: unpin them."""
         ...
 
-    def prepare_store(self, keys: Sequence[bytes], req_id: str) -> dict[str, Any] | None:
+    def prepare_store(self, keys: Sequence[bytes], req_id: str) -> StoreAnswer | None:
         """Make room for the keys of the offer that are not in the tier yet (each key listed
         once). Returns ``{"keys_to_store": [...], "evicted_keys": [...], "chunk_ids":
         [...] | None}``: the keys to write (in offer order, each now ``HIT_PENDING``), the
@@ -113,7 +122,7 @@ class OffloadingManagerAdapter(Protocol):
         """``req_id`` ends: no prepare call for it follows (completions still may)."""
         ...
 
-    def take_events(self) -> list[dict[str, Any]]:
+    def take_events(self) -> list[dict[str, object]]:
         """The events since the last call, oldest first, each ``{"keys": [bytes], "medium":
         str, "removed": bool, "locality": str | None, "ownership": str | None,
         "removal_expected": bool, "metadata_only": bool}`` (vLLM's ``OffloadingEvent``);

@@ -25,6 +25,7 @@ __all__ = [
     "RequestExtras",
     "ResetOp",
     "ScheduleOp",
+    "StepResult",
     "add",
     "cache",
     "decode",
@@ -213,3 +214,15 @@ def one_token_decodes(ops: Iterable[Op], multi_token: bool) -> list[Op]:
         else:
             out.append(op)
     return out
+
+
+class StepResult(TypedDict, total=False):
+    """What the implementation answered to one op (compared with the oracle's answer), block
+    ids one list per KV-cache group (one list for a single-group spec): ``hits`` is
+    ``get_computed_blocks``'s ``(per-group block ids, num_computed_tokens)`` when the op
+    admitted or looked up a request, ``new`` what ``allocate_slots`` returned (per-group new
+    ids, or None), ``reset`` what ``reset_prefix_cache`` returned."""
+
+    hits: tuple[list[list[int]], int]
+    new: list[list[int]] | None
+    reset: bool

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kvcheck.conformance.errors import PinningMisuse
 from kvcheck.conformance.protocol import RequestView
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.groups import AdapterBlockIds
 
 __all__ = [
     "CAPABILITY",
@@ -50,7 +53,7 @@ _SHOWN = 8
 class _Lookups(Protocol):
     """What the helpers call: a (guarded) manager."""
 
-    def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]: ...
+    def get_computed_blocks(self, request: RequestView) -> tuple[AdapterBlockIds, int]: ...
     def release_computed(self, request_id: str) -> None: ...
 
 
@@ -200,7 +203,8 @@ def release_after_lookup(manager: _Lookups, request_id: str, *, pinning: bool) -
         manager.release_computed(request_id)
 
 
-def probe_computed_blocks(manager: _Lookups, request: RequestView) -> tuple[Any, int]:
+def probe_computed_blocks(manager: _Lookups,
+                          request: RequestView) -> tuple[AdapterBlockIds, int]:
     """``get_computed_blocks(request)`` as a test that only looks (no allocation follows):
     the answer, with the pins released at once when the guarded ``manager`` follows pins."""
     answer = manager.get_computed_blocks(request)

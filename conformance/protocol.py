@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, get_args, runtime_checkable
 
 from kvcheck.conformance.errors import UnsupportedSpec
 from kvcheck.conformance.indexer_protocol import INDEXER_CAPABILITIES
@@ -43,6 +43,8 @@ __all__ = [
     "KVCacheGroupSpec",
     "KVCacheManagerAdapter",
     "KVCacheSpec",
+    "KVCacheSpecFields",
+    "KVCacheSpecOptions",
     "KVEvent",
     "ManagerWithCapabilities",
     "Profile",
@@ -165,6 +167,8 @@ HASH_ALGOS: tuple[str, ...] = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 
 #: One KV event (``SupportsEvents.take_events``): ``"type"`` plus vLLM's field names. The
 #: fields and their types depend on the event type, as in vLLM's event classes.
+# Any: a field's type depends on the event's "type" (hashes, token lists, ints, None...);
+# the suite reads them by name, as the event type says.
 KVEvent = dict[str, Any]
 
 
@@ -239,6 +243,27 @@ class KVCacheSpec:
         """Tokens per block of group ``group``."""
         size = self.groups[group].block_size
         return self.block_size if size is None else size
+
+
+class KVCacheSpecOptions(TypedDict, total=False):
+    """``KVCacheSpec``'s fields beyond its sizes and profile, as keyword arguments."""
+
+    enable_caching: bool
+    hash_algo: str
+    pythonhashseed: str | None
+    enable_kv_cache_events: bool
+    max_model_len: int | None
+    kv_cache_groups: tuple[KVCacheGroupSpec, ...]
+    prefix_cache_retention_interval: int | None
+
+
+class _KVCacheSpecSizes(TypedDict):
+    num_blocks: int
+    block_size: int
+
+
+class KVCacheSpecFields(_KVCacheSpecSizes, KVCacheSpecOptions, total=False):
+    """``KVCacheSpec``'s fields but ``profile``, as keyword arguments."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,10 +385,10 @@ def reserved_block_ids(info: ImplInfo, profile: str) -> tuple[int, ...]:
     return () if profile == "generic" else (0,)
 
 
-def spec_to_dict(spec: KVCacheSpec) -> dict[str, Any]:
+def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
     """``spec`` as JSON-able primitives (traces, repro snippets). The hybrid fields are left
     out while they hold their defaults, so single-group traces read as they always did."""
-    raw: dict[str, Any] = {
+    raw: dict[str, object] = {
         f: getattr(spec, f) for f in KVCacheSpec.__dataclass_fields__
         if f not in ("kv_cache_groups", "prefix_cache_retention_interval")}
     if spec.kv_cache_groups:
@@ -375,6 +400,8 @@ def spec_to_dict(spec: KVCacheSpec) -> dict[str, Any]:
     return raw
 
 
+# Any: decoded JSON in spec_to_dict's form, given to the constructors as it is (a wrong or
+# unknown field is their TypeError).
 def spec_from_dict(raw: dict[str, Any]) -> KVCacheSpec:
     """The inverse of ``spec_to_dict`` (group dicts become ``KVCacheGroupSpec``)."""
     fields = dict(raw)

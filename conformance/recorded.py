@@ -37,10 +37,10 @@ from __future__ import annotations
 import lzma
 import stat
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import cbor2
 
@@ -55,6 +55,10 @@ from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheSpec
 from kvcheck.conformance.recorder import (
     STEPS_PER_TRACE,
+    RecordedAnswer,
+    RecordedState,
+    RecordedStep,
+    RecordedTrace,
     normalize_answer,
     observe_state,
     record_trace,
@@ -89,7 +93,8 @@ FORMAT_VERSION = 1
 #: Where the shipped corpora live (package data of kvcheck.conformance).
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 #: Every state field a step may record.
-STATE_FIELDS = ("free", "tables", "queue", "refs", "hashes", "events")
+STATE_FIELDS: tuple[Literal["free", "tables", "queue", "refs", "hashes", "events"], ...] = (
+    "free", "tables", "queue", "refs", "hashes", "events")
 #: Largest corpus file read, and largest CBOR it may decompress to.
 MAX_FILE_BYTES = 64 << 20
 MAX_CBOR_BYTES = 512 << 20
@@ -116,6 +121,8 @@ _HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
 _ANSWER_KEYS = frozenset({"hits", "new", "reset"})
 
 #: A loaded corpus: ``{"format", "format_version", "header", "traces"}`` (see the module doc).
+# Any: decoded CBOR, validated by _check_corpus and read by key: the header's fields and the
+# traces (``RecordedTrace``, their states only what changed), by the benchmarks too.
 Corpus = dict[str, Any]
 
 
@@ -128,31 +135,31 @@ def corpus_path(profile: str) -> Path:
 
 
 # ---------------------------------------------------------------------- making and writing
-def _delta(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _delta(steps: list[RecordedStep]) -> list[dict[str, object]]:
     """Steps with full states -> steps whose states hold only what changed."""
-    out: list[dict[str, Any]] = []
-    previous: dict[str, Any] = {}
+    out: list[dict[str, object]] = []
+    previous: RecordedState = {}
     for step in steps:
         state = step["state"]
-        delta: dict[str, Any] = {}
+        delta: dict[str, object] = {}
         for key, value in state.items():
             if key == "events":
                 if value:
                     delta[key] = value
             elif key == "hashes" and key in previous:
                 # Per request: only the lists that changed (the requests are the tables').
-                changed = {rid: hs for rid, hs in value.items()
-                           if previous[key].get(rid) != hs}
+                hashes, before = state.get("hashes", {}), previous.get("hashes", {})
+                changed = {rid: hs for rid, hs in hashes.items() if before.get(rid) != hs}
                 if changed:
                     delta[key] = changed
-            elif key not in previous or previous[key] != value:
+            elif key not in previous or previous.get(key) != value:
                 delta[key] = value
         previous = state
         out.append({"op": step["op"], "answer": step["answer"], "state": delta})
     return out
 
 
-def make_corpus(traces: list[dict[str, Any]], *, profile: str, impl: ImplHandle, seed: int,
+def make_corpus(traces: list[RecordedTrace], *, profile: str, impl: ImplHandle, seed: int,
                 steps_per_trace: int = STEPS_PER_TRACE) -> Corpus:
     """A corpus of ``traces`` (``kvcheck.conformance.recorder.record_corpus``, full states)."""
     header = {
@@ -337,7 +344,7 @@ def _check_trace(trace: object, at: str, profile: str) -> int:
     return len(steps)
 
 
-def _check_step(step: dict[str, Any], at: str, fields: set[str], first: bool) -> None:
+def _check_step(step: dict[str, object], at: str, fields: set[str], first: bool) -> None:
     answer, state = step["answer"], step["state"]
     if not isinstance(answer, dict) or not set(answer) <= _ANSWER_KEYS:
         raise CorpusError(f"{at}: answer {_short(answer)}: a map of {sorted(_ANSWER_KEYS)}")
@@ -365,7 +372,7 @@ def _ints(value: object) -> bool:
 
 
 #: State field -> whether a recorded value has its shape.
-_STATE_CHECKS: dict[str, Callable[[Any], bool]] = {
+_STATE_CHECKS: dict[str, Callable[[object], bool]] = {
     "free": lambda v: type(v) is int and v >= 0,
     "tables": lambda v: isinstance(v, dict) and all(
         isinstance(k, str) and _ints(ids) for k, ids in v.items()),
@@ -387,19 +394,20 @@ def shipped_corpus(profile: str) -> Corpus:
 
 
 # ---------------------------------------------------------------------- reading steps
-def iter_steps(trace: dict[str, Any]) -> Iterator[tuple[Op, dict[str, Any], dict[str, Any]]]:
+def iter_steps(trace: RecordedTrace) -> Iterator[tuple[Op, RecordedAnswer, RecordedState]]:
     """``(op, answer, full state)`` of every step of a loaded trace."""
-    state: dict[str, Any] = {}
+    state: RecordedState = {}
     for step in trace["steps"]:
         delta = step["state"]
         hashes = state.get("hashes", {})
-        state = {k: v for k, v in state.items() if k != "events"}
+        state = state.copy()  # a new state without the previous step's events
+        state.pop("events", None)
         state.update(delta)
         if "hashes" in trace["fields"]:
             changed = delta.get("hashes", {})
             state["hashes"] = {rid: changed[rid] if rid in changed else hashes.get(rid, [])
                                for rid in state.get("tables", {})}
-        full = dict(state)
+        full = state.copy()
         if "events" in trace["fields"]:
             full.setdefault("events", [])
         yield step["op"], step["answer"], full
@@ -442,6 +450,7 @@ def rerecord(corpus: Corpus, impl: ImplHandle) -> Corpus:
 
 
 # ---------------------------------------------------------------------- replay
+# Any: a loaded corpus's trace, as the benchmarks pass it (Corpus).
 def needed_capabilities(trace: dict[str, Any]) -> frozenset[str]:
     """Capabilities a trace's ops need beyond ``manager`` (and the design capabilities a
     vLLM profile implies): ``extra_keys`` for LoRA, salt or multimodal requests,
@@ -471,7 +480,7 @@ def _expression(field: str, driver: Driver) -> str | None:
     }.get(field)
 
 
-def replay_recorded(impl: ImplHandle, trace: dict[str, Any], header: dict[str, Any]) -> int:
+def replay_recorded(impl: ImplHandle, trace: RecordedTrace, header: Mapping[str, object]) -> int:
     """Replay one loaded trace on ``impl``; returns the number of steps replayed.
 
     Answers are always compared; of the state, only the recorded fields ``impl`` declares.
@@ -510,7 +519,7 @@ def replay_recorded(impl: ImplHandle, trace: dict[str, Any], header: dict[str, A
     return len(ops)
 
 
-def _answer_check(got: dict[str, Any], want: dict[str, Any]) -> Check | None:
+def _answer_check(got: RecordedAnswer, want: RecordedAnswer) -> Check | None:
     if got.get("hits") != want.get("hits"):
         return Check("get_computed_blocks answer", want.get("hits"), call="get_computed_blocks",
                      normalize="[list({0}[0]), {0}[1]]")
@@ -520,7 +529,7 @@ def _answer_check(got: dict[str, Any], want: dict[str, Any]) -> Check | None:
     return None
 
 
-def _fail(driver: Driver, spec: KVCacheSpec, trace: dict[str, Any], ops: list[Op],
+def _fail(driver: Driver, spec: KVCacheSpec, trace: RecordedTrace, ops: list[Op],
           problem: str, check: Check | None = None) -> NoReturn:
     __tracebackhide__ = True
     message = [problem]

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kvcheck.conformance.differential import normalize_events
 from kvcheck.conformance.driver import Driver, StepResult
-from kvcheck.conformance.groups import adapter_form, shown_tables
+from kvcheck.conformance.groups import AdapterBlockIds, adapter_form, shown_tables
 from kvcheck.conformance.guard import read_ref_cnts
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import (
@@ -50,6 +50,7 @@ from kvcheck.conformance.ops import (
 )
 from kvcheck.conformance.protocol import (
     KVCacheSpec,
+    KVEvent,
     effective_capabilities,
     extra_key_kinds,
     spec_to_dict,
@@ -57,12 +58,19 @@ from kvcheck.conformance.protocol import (
 from kvcheck.conformance.workload_machine import OFFERED_HASH_ALGOS, same_extras
 from kvcheck.errors import KVCheckInputError
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
     "BLOCK_SIZES",
     "DEFAULT_SEED",
     "DEFAULT_TRACES",
     "FLAVOURS",
     "STEPS_PER_TRACE",
+    "RecordedAnswer",
+    "RecordedState",
+    "RecordedStep",
+    "RecordedTrace",
     "TracePlan",
     "normalize_answer",
     "observe_state",
@@ -161,10 +169,47 @@ def plan_spec(plan: TracePlan, profile: str) -> KVCacheSpec:
         max_model_len=plan.max_model_len, profile=profile)
 
 
-def normalize_answer(spec: KVCacheSpec, answer: StepResult) -> dict[str, Any]:
+class RecordedAnswer(TypedDict, total=False):
+    """An op's answer as a corpus stores it (``normalize_answer``): ``hits`` is
+    ``[block ids, num_computed_tokens]``, block ids in the adapter's form."""
+
+    hits: list[AdapterBlockIds | int]
+    new: AdapterBlockIds | None
+    reset: bool
+
+
+class RecordedState(TypedDict, total=False):
+    """The observable state after an op (``observe_state``; in a corpus, only what changed)."""
+
+    free: int
+    tables: dict[str, AdapterBlockIds]
+    queue: list[int]
+    refs: list[list[int]]
+    hashes: dict[str, list[bytes]]
+    events: list[KVEvent]
+
+
+class RecordedStep(TypedDict):
+    """One step of a trace: the op, its answer and the state after it."""
+
+    op: Op
+    answer: RecordedAnswer
+    state: RecordedState
+
+
+class RecordedTrace(TypedDict):
+    """One recorded trace (``record_trace``)."""
+
+    name: str
+    spec: dict[str, object]
+    fields: list[str]
+    steps: list[RecordedStep]
+
+
+def normalize_answer(spec: KVCacheSpec, answer: StepResult) -> RecordedAnswer:
     """An op's answer as plain lists in the adapter's form (``adapter_form``: one list for a
     single-group spec), what the corpus stores and replays compare."""
-    out: dict[str, Any] = {}
+    out: RecordedAnswer = {}
     if "hits" in answer:
         ids, num = answer["hits"]
         out["hits"] = [adapter_form(spec, [list(g) for g in ids]), int(num)]
@@ -176,14 +221,14 @@ def normalize_answer(spec: KVCacheSpec, answer: StepResult) -> dict[str, Any]:
     return out
 
 
-def observe_state(driver: Driver, fields: frozenset[str]) -> dict[str, Any]:
+def observe_state(driver: Driver, fields: frozenset[str]) -> RecordedState:
     """The observable state named by ``fields`` (``STATE_FIELDS`` of
     ``kvcheck.conformance.recorded``): ``free`` (num_free_blocks), ``tables`` (block tables of
     the requests holding blocks), ``queue`` (the free queue, head first), ``refs`` ([block,
     ref_cnt] of every block with a non-zero count, reserved ones left out), ``hashes`` (block
     hashes of each request holding blocks) and ``events`` (the KV events of the step, drained)."""
     mgr = driver.manager
-    state: dict[str, Any] = {"free": mgr.num_free_blocks(),
+    state: RecordedState = {"free": mgr.num_free_blocks(),
                              "tables": shown_tables(driver.spec, driver.tables())}
     if "queue" in fields:
         state["queue"] = list(mgr.free_block_ids())
@@ -233,7 +278,7 @@ class _Workload:
         self.running: list[str] = []
         self.prompts: list[list[int]] = []
         self.next_id = 0
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[RecordedStep] = []
         weights = _WEIGHTS[plan.flavour]
         self.moves = list(_MOVES)
         caps = driver.capabilities
@@ -249,7 +294,7 @@ class _Workload:
     # ------------------------------------------------------------ recording
     def apply(self, op: Op) -> StepResult:
         answer = self.d.apply(op)
-        self.steps.append({"op": dict(op), "answer": normalize_answer(self.d.spec, answer),
+        self.steps.append({"op": op.copy(), "answer": normalize_answer(self.d.spec, answer),
                            "state": observe_state(self.d, self.fields)})
         return answer
 
@@ -270,7 +315,7 @@ class _Workload:
         return [self.rng.choice(_TOKENS) for _ in range(self.rng.randint(low, high))]
 
     def _add(self, prompt: list[int], remember: bool = True,
-             **kwargs: Any) -> str | None:
+             **kwargs: Unpack[RequestExtras]) -> str | None:
         mml = self.plan.max_model_len
         if not prompt or (mml is not None and len(prompt) >= mml):
             return None
@@ -468,7 +513,7 @@ class _Workload:
 
 
 def record_trace(impl: ImplHandle, profile: str, index: int, seed: int,
-                 steps: int = STEPS_PER_TRACE) -> dict[str, Any]:
+                 steps: int = STEPS_PER_TRACE) -> RecordedTrace:
     """Run trace ``index`` on ``impl`` under ``profile``: ``{"name", "spec" (spec_to_dict),
     "fields" (the state fields recorded), "steps": [{"op", "answer", "state"}, ...]}``."""
     plan = trace_plan(index, profile)
@@ -484,7 +529,7 @@ def record_trace(impl: ImplHandle, profile: str, index: int, seed: int,
 
 
 def record_corpus(impl: ImplHandle, profile: str, traces: int = DEFAULT_TRACES,
-                  seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
+                  seed: int = DEFAULT_SEED) -> list[RecordedTrace]:
     """``traces`` traces of ``impl`` under ``profile`` (see ``record_trace``)."""
     if traces < 1:
         raise KVCheckInputError(f"--traces {traces}: record at least one trace")

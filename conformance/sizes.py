@@ -27,9 +27,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec
+from kvcheck.conformance.protocol import ImplInfo, KVCacheSpec, KVCacheSpecOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["BLOCK_SIZES_PROPERTY", "DeclaredSizes", "note_spec", "recording_block_sizes",
            "tokens"]
@@ -88,7 +91,7 @@ class DeclaredSizes:
         return min(max(usual, low), high)
 
     def spec(self, *, num_blocks: int, block_size: int, profile: str,
-             **fields: Any) -> KVCacheSpec:
+             **fields: Unpack[KVCacheSpecOptions]) -> KVCacheSpec:
         """A single-group ``KVCacheSpec`` at the sizes a test written for ``num_blocks`` blocks
         of ``block_size`` tokens runs at; ``fields``: its other fields."""
         return KVCacheSpec(num_blocks=self.num_blocks(num_blocks),

@@ -12,7 +12,7 @@ accepted as the ints they are; ``bool`` is refused.
 from __future__ import annotations
 
 import operator
-from typing import Any, NoReturn
+from typing import Literal, NoReturn, overload
 
 from kvcheck.conformance.call_limit import abbreviate, arg_text
 from kvcheck.conformance.errors import SizingAnswerError
@@ -55,7 +55,16 @@ def _ints(impl: str, name: str, args: tuple[object, ...], value: object, what: s
     return tuple(out)
 
 
-def check_sizing_answer(impl: str, name: str, args: tuple[object, ...], value: Any) -> Any:
+@overload
+def check_sizing_answer(impl: str, name: Literal["kv_page_size_bytes"],
+                        args: tuple[object, ...], value: object) -> int: ...
+@overload
+def check_sizing_answer(impl: str, name: Literal["kv_cache_view_shape", "kv_block_sizes"],
+                        args: tuple[object, ...], value: object) -> tuple[int, ...]: ...
+@overload
+def check_sizing_answer(impl: str, name: str, args: tuple[object, ...],
+                        value: object) -> object: ...
+def check_sizing_answer(impl: str, name: str, args: tuple[object, ...], value: object) -> object:
     """``value``, the answer of sizing function ``name``, with its type checked (and ints
     made ``int``); ``kv_sizing_plan``'s fields are checked by ``plan_int`` as they are read.
 

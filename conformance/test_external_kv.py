@@ -25,7 +25,7 @@ adapter (``--kv-impl=vllm``, or ``--kv-oracle=vllm`` for the reference):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -34,7 +34,12 @@ from hypothesis import strategies as st
 from kvcheck.conformance.groups import NULL_BLOCK, one_group
 from kvcheck.conformance.guard import read_ref_cnts
 from kvcheck.conformance.ops import Op, add, cache, decode, evict, free, schedule
-from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheGroupSpec, effective_capabilities
+from kvcheck.conformance.protocol import (
+    VLLM_PROFILES,
+    KVCacheGroupSpec,
+    KVEvent,
+    effective_capabilities,
+)
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
@@ -50,14 +55,14 @@ _WINDOWED = (KVCacheGroupSpec("full_attention", 4), KVCacheGroupSpec("sliding_wi
                                                                      sliding_window=8))
 
 
-def _events(pair: Pair) -> list[dict[str, Any]]:
+def _events(pair: Pair) -> list[KVEvent]:
     """The implementation's events since the last drain ([] without the capability)."""
     if "events" not in pair.impl.capabilities:
         return []
     return list(pair.impl.manager.take_events())
 
 
-def _stored(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _stored(events: list[KVEvent]) -> list[KVEvent]:
     return [e for e in events if e["type"] == "BlockStored"]
 
 
@@ -88,7 +93,7 @@ def test_delayed_load_caches_nothing_until_cache_blocks(kv_pair: PairFactory) ->
     pair.apply(add("a", prompt))
     got = one_group(pair.apply(schedule("a", external=4 * bs, delay=True)))
     assert got["hits"][1] == 2 * bs, f"the local hit must be the 2 cached blocks, got {got}"
-    assert len(got["new"]) == 4, (
+    assert got["new"] is not None and len(got["new"]) == 4, (
         f"4 fresh blocks for 4 blocks of external tokens, got {got['new']}\n"
         + pair.impl.snippet())
     assert not _stored(_events(pair)), (
@@ -117,7 +122,8 @@ def test_sync_load_caches_in_the_same_call(kv_pair: PairFactory) -> None:
     prompt = list(range(1, 6 * bs + 2))
     pair.apply(add("a", prompt))
     got = one_group(pair.apply(schedule("a", external=3 * bs)))
-    assert len(got["new"]) == 7, f"7 blocks for {len(prompt)} tokens, got {got['new']}"
+    assert got["new"] is not None and len(got["new"]) == 7, (
+        f"7 blocks for {len(prompt)} tokens, got {got['new']}")
     stored = _stored(_events(pair))
     if "events" in pair.impl.capabilities:
         assert sum(len(e["block_hashes"]) for e in stored) == 6, (
@@ -376,7 +382,7 @@ def _golden_ops(evicts: bool) -> list[Op]:
 #: answer], then the free queue at the end. Recorded from vLLM 0.33.0's and 0.10.2's own
 #: KVCacheManager through the vLLM adapter (the reference gives the same); block size 4, a
 #: pool of 30 blocks.
-GOLDEN: dict[str, dict[str, list[list[Any]]]] = {
+GOLDEN: dict[str, dict[str, list[list[object]]]] = {
     "vllm-0.33": {
         "one_group": [
             ["warm", 0, [[1, 2, 3]]],
@@ -433,7 +439,7 @@ GOLDEN: dict[str, dict[str, list[list[Any]]]] = {
 def _run_golden(kv_pair: PairFactory, kv_profile: str, layout: str) -> None:
     groups = _WINDOWED if layout == "windowed" else ()
     pair = kv_pair(num_blocks=30, block_size=4, kv_cache_groups=groups, with_oracle=False)
-    steps: list[list[Any]] = []
+    steps: list[list[object]] = []
     for op in _golden_ops(kv_profile == "vllm-0.33"):
         got = pair.apply(op)
         if "new" in got and (op["op"] == "schedule" or op["op"] == "decode"):
@@ -513,7 +519,8 @@ def _workload(actions: list[tuple[int, int, int]], block_size: int, num_blocks: 
     return ops
 
 
-def _random_external(pair_for: Any, settings: Settings, evicts: bool, grouped: bool) -> None:
+def _random_external(pair_for: PairFactory, settings: Settings, evicts: bool,
+                     grouped: bool) -> None:
     @settings
     @given(actions=_ACTIONS, pool=st.integers(10, 30))
     def run(actions: list[tuple[int, int, int]], pool: int) -> None:

@@ -90,7 +90,7 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
     decode, frees, re-hits, pool pressure, caching off), with no oracle."""
     caps = effective_capabilities(kv_impl.info, kv_profile)
 
-    def laws_only(**fields: Any) -> Pair:
+    def laws_only(**fields: object) -> Pair:
         return kv_pair(with_oracle=False, **fields)
 
     run_workload_machine(laws_only, kv_settings, kv_seed, extras=extra_key_kinds(caps),
@@ -317,6 +317,8 @@ def _admit_after_freed_prefix(kv_impl: ImplHandle, kv_profile: str,
     if not kv_impl.info.supports(spec):
         pytest.skip(f"{kv_impl.name} does not support a {spec.num_blocks}-block pool of "
                     "2-token blocks (IMPL_INFO.block_sizes, num_blocks_range)")
+    # Any: the manager speaks the per-group protocol (SupportsKVCacheGroups) for this grouped
+    # spec, which ManagerWithCapabilities (the flat form) does not type.
     mgr: Any = kv_impl.make_manager(spec)
     a = RequestView("a", _PREFIX)
     assert mgr.allocate_slots(a, len(_PREFIX), 0, [[], []]) is not None, (

@@ -11,7 +11,7 @@ is one consumer bug seen in a real router, named in its docstring.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import pytest
 from hypothesis import given
@@ -33,6 +33,11 @@ from kvcheck.events.codec import encode_batch
 from kvcheck.reference_impl.events import BlockRemoved, BlockStored
 
 if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+    from typing_extensions import Unpack
+
+    from kvcheck.conformance.indexer_cluster import Fault
+    from kvcheck.conformance.indexer_guard import GuardedIndexer
     from kvcheck.conformance.loader import ImplHandle
 
 pytestmark = [pytest.mark.kv_capability("indexer"), pytest.mark.kv_generic]
@@ -64,20 +69,40 @@ def _run(impl: ImplHandle, plan: ClusterPlan, name: str, *, faults: bool = False
     return checked
 
 
+class _Faults(TypedDict, total=False):
+    fault: Fault
+    delay: int
+    overlap: int
+
+
+class _PlanOptions(TypedDict, total=False):
+    sliding_window: int | None
+    retention: int | None
+
+
+class _Bounds(TypedDict, total=False):
+    max_workers: int
+    max_steps: int
+    min_workers: int
+    min_steps: int
+
+
 def _admit(worker: int, user: tuple[int, ...] = USER, context: MatchContext | None = None,
-           **fields: Any) -> WorkerOp:
+           **fields: Unpack[_Faults]) -> WorkerOp:
     """Worker ``worker`` admits ``SYSTEM + user`` (``fields``: the op's fault fields)."""
     return WorkerOp(worker, "admit", prompt=PromptPlan(0, user, context or MatchContext()),
                     **fields)
 
 
 def _plan(config: IndexerConfig, ops: list[WorkerOp], probes: list[Probe], *,
-          num_blocks: tuple[int, ...] = (16, 16), **fields: Any) -> ClusterPlan:
+          num_blocks: tuple[int, ...] = (16, 16),
+          **fields: Unpack[_PlanOptions]) -> ClusterPlan:
     return ClusterPlan(config, num_blocks, (SYSTEM,), tuple(ops), tuple(probes), **fields)
 
 
 # ----------------------------------------------------------------------------- random
-def _random(impl: ImplHandle, profile: str, form: HashForm, **bounds: Any) -> Any:
+def _random(impl: ImplHandle, profile: str, form: HashForm,
+            **bounds: Unpack[_Bounds]) -> SearchStrategy[ClusterPlan]:
     info = impl.info
     return cluster_plans(capabilities=info.capabilities, profile=profile, hash_form=form,
                          hash_algos=info.hash_algos, block_sizes=info.block_sizes, **bounds)
@@ -373,7 +398,8 @@ def _stream_form(hashes: tuple[bytes, ...], config: IndexerConfig) -> set[bytes]
     return {h[-8:] if config.hash_form == "int" else h for h in hashes}
 
 
-def _decoded(indexer: Any, payload: bytes, profile: str, config: IndexerConfig) -> Any:
+def _decoded(indexer: GuardedIndexer, payload: bytes, profile: str,
+             config: IndexerConfig) -> dict[str, object]:
     return (batch_dict(payload, release_of(profile), config.hash_form == "int")  # type: ignore[arg-type]
             if indexer.decoded else {})
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypedDict, overload
 
 import pytest
 from hypothesis import given
@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from kvcheck.conformance.differential import Pair
 from kvcheck.conformance.groups import one_group
 from kvcheck.conformance.offload_driver import OffloadRun
-from kvcheck.conformance.offload_protocol import OffloadSpec
+from kvcheck.conformance.offload_protocol import OffloadSpec, StoreAnswer
 from kvcheck.conformance.offload_workloads import ACTIONS, block_keys, run_actions
 from kvcheck.conformance.ops import add, cache, free, schedule
 from kvcheck.conformance.protocol import KVCacheSpec
@@ -76,9 +76,9 @@ def _request(run: OffloadRun, req_id: str, positions: dict[bytes, int]) -> None:
     run.call("set_key_positions", req_id, positions)
 
 
-def _store(run: OffloadRun, req_id: str, keys: list[bytes]) -> dict[str, Any] | None:
+def _store(run: OffloadRun, req_id: str, keys: list[bytes]) -> StoreAnswer | None:
     """Offer ``keys`` and complete whatever the tier stores; returns the offer's answer."""
-    answer: dict[str, Any] | None = run.call("prepare_store", keys, req_id)
+    answer: StoreAnswer | None = run.call("prepare_store", keys, req_id)
     if answer is not None and answer["keys_to_store"]:
         run.call("complete_store", answer["keys_to_store"], req_id, True)
     return answer
@@ -232,13 +232,42 @@ def test_store_threshold_admits_on_the_nth_offer(kv_impl: ImplHandle) -> None:
 
 
 # --------------------------------------------------------------------------- golden scenarios
-def _golden() -> list[dict[str, Any]]:
+class _GoldenSpec(TypedDict, total=False):
+    num_chunks: int
+    cache_policy: Literal["lru", "arc"]
+    enable_events: bool
+    store_threshold: int
+    max_tracker_size: int
+    key_width: int
+
+
+class _GoldenCall(TypedDict):
+    call: str
+    args: list[object]
+    answer: object
+
+
+class _GoldenScenario(TypedDict):
+    """A scenario of ``offload_golden.json`` (package data kvcheck ships)."""
+
+    name: str
+    spec: _GoldenSpec
+    keys: list[str]
+    calls: list[_GoldenCall]
+    vllm: str
+
+
+def _golden() -> list[_GoldenScenario]:
     text = resources.files("kvcheck.conformance").joinpath("offload_golden.json").read_text()
-    scenarios: list[dict[str, Any]] = json.loads(text)["scenarios"]
+    scenarios: list[_GoldenScenario] = json.loads(text)["scenarios"]
     return scenarios
 
 
-def _decode(value: Any, keys: list[bytes]) -> Any:
+@overload
+def _decode(value: list[object], keys: list[bytes]) -> list[object]: ...
+@overload
+def _decode(value: object, keys: list[bytes]) -> object: ...
+def _decode(value: object, keys: list[bytes]) -> object:
     """Keys are stored as ``{"k": i}`` (``keys[i]``), positions as ``{"positions": [[i,
     end_token], ...]}``."""
     if isinstance(value, dict) and set(value) == {"k"}:
@@ -301,7 +330,7 @@ def test_random_offload_workloads_match_reference(kv_impl: ImplHandle, kv_oracle
 
 
 # ------------------------------------------------------------------------ the two tiers together
-def _two_tiers(impl: ImplHandle, profile: str) -> list[Any]:
+def _two_tiers(impl: ImplHandle, profile: str) -> list[object]:
     """A GPU pool of 12 blocks and a tier of 8 chunks: a prompt's cached blocks are evicted from
     the pool by a long request, stored in the tier as their ``BlockRemoved`` events arrive, and
     come back to a request with the same prompt as external tokens (an asynchronous load, then
@@ -311,7 +340,7 @@ def _two_tiers(impl: ImplHandle, profile: str) -> list[Any]:
     manager = pair.impl.manager
     tier_spec = OffloadSpec(num_chunks=8)
     run = OffloadRun(impl.make_offloading_manager(tier_spec), None, tier_spec, impl.target)
-    seen: list[Any] = []
+    seen: list[object] = []
     bs = spec.block_size
     prompt = list(range(1, 6 * bs + 2))
     pair.run([add("a", prompt), schedule("a"), free("a")])
@@ -366,7 +395,9 @@ def test_gpu_evictions_come_back_as_external_tokens(kv_impl: ImplHandle, kv_orac
     if not kv_oracle.has("offload") or not kv_oracle.has("external_kv"):
         pytest.skip(f"the oracle {kv_oracle.name} lacks 'offload' or 'external_kv'")
     mine = _two_tiers(kv_impl, kv_profile)
-    local, loaded = mine[3]
+    hits = mine[3]
+    assert isinstance(hits, tuple)  # _two_tiers' 4th observation: (local hit, tier hits)
+    local, loaded = hits
     assert loaded > 0, f"the tier must hold evicted blocks of the prompt: {mine}"
     assert mine[-1] == local + loaded * 4 == 24, (
         f"after the load and cache_blocks the whole prompt (6 blocks) hits: {mine}")

@@ -17,19 +17,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
 import pytest
 
 from kvcheck.conformance.protocol import UnsupportedSpec
 from kvcheck.conformance.sizing_answers import check_sizing_answer, plan_int
-from kvcheck.conformance.sizing_protocol import LayerKVSpec
+from kvcheck.conformance.sizing_protocol import LayerKVSpec, SpecKind
 from kvcheck.conformance.spec_seal import call_with_private_args
 from kvcheck.errors import KVCheckFailure
 from kvcheck.reference_impl import sizing as ref
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
+    from hypothesis.strategies import DrawFn, SearchStrategy
 
     from kvcheck.conformance.loader import ImplHandle
 
@@ -43,22 +44,41 @@ MAMBA = LayerKVSpec("mamba", 16, shapes=((3, 4), (2, 8)), dtypes=("float32", "bf
 #: 0.33-only fields and functions (head_size_v, attention page_size_padded,
 #: resolve_kv_cache_block_sizes): not applicable under vllm-0.10.
 ONLY_033 = pytest.mark.kv_profiles("vllm-0.33")
+_T = TypeVar("_T")
+#: A plan as plain tuples: ``(groups, page_size, group_size, num_blocks, ((size, shared_by),
+#: ...))``; the layer names as the implementation gave them.
+PlanTuple = tuple[tuple[tuple[object, ...], ...], int, int, int,
+                  tuple[tuple[int, tuple[object, ...]], ...]]
+#: The reference's plan as plain tuples (layer names are str).
+RefPlanTuple = tuple[tuple[tuple[str, ...], ...], int, int, int,
+                     tuple[tuple[int, tuple[str, ...]], ...]]
+#: ``_outcome``'s answer: the result, or a ValueError's message.
+Outcome = tuple[Literal["ok"], _T] | tuple[Literal["ValueError"], str]
 
 
-def _call(kv_impl: ImplHandle, name: str, *args: Any) -> Any:
+@overload
+def _call(kv_impl: ImplHandle, name: Literal["kv_page_size_bytes"], *args: object) -> int: ...
+@overload
+def _call(kv_impl: ImplHandle, name: Literal["kv_cache_view_shape", "kv_block_sizes"],
+          *args: object) -> tuple[int, ...]: ...
+@overload
+def _call(kv_impl: ImplHandle, name: str, *args: object) -> object: ...
+def _call(kv_impl: ImplHandle, name: str, *args: object) -> object:
     """``name(*args)`` under the call limit, on private copies of the specs (a write to one
     is reported as such: ``kvcheck.conformance.spec_seal``), its answer's type checked
     (``kvcheck.conformance.sizing_answers``: a float or str size is a protocol violation)."""
-    fn: Callable[..., Any] = getattr(kv_impl.module, name)
+    fn: Callable[..., object] = getattr(kv_impl.module, name)
     answer = call_with_private_args(kv_impl.limit, name, fn, *args)
     return check_sizing_answer(kv_impl.name, name, args, answer)
 
 
 def _plan(kv_impl: ImplHandle, layers: Mapping[str, LayerKVSpec], memory: int,
-          profile: str, override: int | None = None) -> tuple[Any, ...]:
+          profile: str, override: int | None = None) -> PlanTuple:
     """The implementation's plan as plain tuples:
     ``(groups, page_size, group_size, num_blocks, ((size, shared_by), ...))``."""
-    plan = _call(kv_impl, "kv_sizing_plan", dict(layers), memory, profile, override)
+    # Any: the answer is read duck-typed (a KVSizingPlan or any object with its fields); a
+    # missing field or a wrong shape is the AttributeError / TypeError caught below.
+    plan: Any = _call(kv_impl, "kv_sizing_plan", dict(layers), memory, profile, override)
     name = kv_impl.name
     try:
         return (tuple(tuple(g) for g in plan.groups), plan_int(name, "page_size", plan.page_size),
@@ -71,7 +91,7 @@ def _plan(kv_impl: ImplHandle, layers: Mapping[str, LayerKVSpec], memory: int,
                              f"KVSizingPlan ({exc})") from None
 
 
-def _expect_value_error(kv_impl: ImplHandle, what: str, name: str, *args: Any) -> None:
+def _expect_value_error(kv_impl: ImplHandle, what: str, name: str, *args: object) -> None:
     """``name(*args)`` must raise ValueError (vLLM rejects the input)."""
     try:
         result = _call(kv_impl, name, *args)
@@ -86,7 +106,7 @@ def _ref_spec(spec: LayerKVSpec) -> ref.LayerKVSpec:
 
 
 def _ref_plan(layers: Mapping[str, LayerKVSpec], memory: int, profile: str,
-              override: int | None = None) -> tuple[Any, ...]:
+              override: int | None = None) -> RefPlanTuple:
     plan = ref.kv_sizing_plan({n: _ref_spec(s) for n, s in layers.items()}, memory, profile,
                               override)
     return (plan.groups, plan.page_size, plan.group_size, plan.num_blocks,
@@ -230,11 +250,13 @@ def test_view_shape_flash_attention_block_size_16(kv_impl: ImplHandle,
 
 
 # ------------------------------------------------------------------ block sizes (0.33)
-def _bs(kind: str, block_size: int, **kw: Any) -> LayerKVSpec:
+def _bs(kind: SpecKind, block_size: int, mamba_cache_mode: str = "none") -> LayerKVSpec:
     if kind == "mamba":
-        return LayerKVSpec("mamba", block_size, shapes=((4,),), dtypes=("float32",), **kw)
-    extra = {"sliding_window": 8} if kind == "sliding_window" else {}
-    return LayerKVSpec(kind, block_size, 8, 128, **extra, **kw)  # type: ignore[arg-type]
+        return LayerKVSpec("mamba", block_size, shapes=((4,),), dtypes=("float32",),
+                           mamba_cache_mode=mamba_cache_mode)
+    window = 8 if kind == "sliding_window" else None
+    return LayerKVSpec(kind, block_size, 8, 128, sliding_window=window,
+                       mamba_cache_mode=mamba_cache_mode)
 
 
 BLOCK_SIZES = [
@@ -281,15 +303,15 @@ def test_block_sizes_value_errors(kv_impl: ImplHandle, kv_profile: str,
 
 
 # ------------------------------------------------------------------ properties vs the reference
-def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
+def _outcome(fn: Callable[[], _T]) -> Outcome[_T]:
     try:
         return "ok", fn()
     except ValueError as exc:
         return "ValueError", str(exc)
 
 
-def _same_outcome(kv_impl: ImplHandle, what: str, got: tuple[str, Any],
-                  want: tuple[str, Any]) -> None:
+def _same_outcome(kv_impl: ImplHandle, what: str, got: tuple[str, object],
+                  want: tuple[str, object]) -> None:
     if got[0] != want[0] or (got[0] == "ok" and got[1] != want[1]):
         raise KVCheckFailure(f"{kv_impl.name}: {what}\n  implementation: {got}\n  "
                              f"reference (vLLM's rules): {want}")
@@ -298,14 +320,22 @@ def _same_outcome(kv_impl: ImplHandle, what: str, got: tuple[str, Any],
 _DTYPES = ("bfloat16", "float16", "float32", "uint8", "float8_e4m3fn")
 
 
-def _attention_specs(st: Any, profile: str) -> Any:
-    kinds = st.sampled_from(["full_attention", "sliding_window", "chunked_local_attention",
-                             "mla_attention"])
+class _AttentionOptions(TypedDict, total=False):
+    sliding_window: int
+    attention_chunk_size: int
+    head_size_v: int | None
 
-    def build(draw: Any) -> LayerKVSpec:
+
+def _attention_specs(profile: str) -> SearchStrategy[LayerKVSpec]:
+    from hypothesis import strategies as st
+
+    kinds: SearchStrategy[SpecKind] = st.sampled_from(
+        ["full_attention", "sliding_window", "chunked_local_attention", "mla_attention"])
+
+    def build(draw: DrawFn) -> LayerKVSpec:
         kind = draw(kinds)
         head = draw(st.sampled_from([64, 128, 576]))
-        kw: dict[str, Any] = {}
+        kw: _AttentionOptions = {}
         if kind == "sliding_window":
             kw["sliding_window"] = draw(st.integers(1, 4096))
         if kind == "chunked_local_attention":
@@ -319,11 +349,13 @@ def _attention_specs(st: Any, profile: str) -> Any:
     return st.composite(build)()
 
 
-def _mamba_specs(st: Any) -> Any:
+def _mamba_specs() -> SearchStrategy[LayerKVSpec]:
+    from hypothesis import strategies as st
+
     shapes = st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple),
                       min_size=1, max_size=3).map(tuple)
 
-    def build(draw: Any) -> LayerKVSpec:
+    def build(draw: DrawFn) -> LayerKVSpec:
         shp = draw(shapes)
         dtypes = tuple(draw(st.sampled_from(_DTYPES)) for _ in shp)
         padded = draw(st.one_of(st.none(), st.integers(1, 4096)))
@@ -340,7 +372,7 @@ def test_page_size_matches_reference(kv_impl: ImplHandle, kv_profile: str,
     from hypothesis import strategies as st
 
     @kv_settings
-    @given(spec=st.one_of(_attention_specs(st, kv_profile), _mamba_specs(st)))
+    @given(spec=st.one_of(_attention_specs(kv_profile), _mamba_specs()))
     def run(spec: LayerKVSpec) -> None:
         got = _outcome(lambda: _call(kv_impl, "kv_page_size_bytes", spec, kv_profile))
         want = _outcome(lambda: ref.page_size_bytes(_ref_spec(spec), kv_profile))
@@ -349,11 +381,13 @@ def test_page_size_matches_reference(kv_impl: ImplHandle, kv_profile: str,
     run()
 
 
-def _models(st: Any, profile: str) -> Any:
+def _models(profile: str) -> SearchStrategy[tuple[dict[str, LayerKVSpec], int, int | None]]:
     """Models whose layers share one page size: specs of one (block_size, heads, head,
     dtype) with different kinds and windows, plus MLA layers of twice the head size (same
     page under both releases), in a random order."""
-    def build(draw: Any) -> tuple[dict[str, LayerKVSpec], int, int | None]:
+    from hypothesis import strategies as st
+
+    def build(draw: DrawFn) -> tuple[dict[str, LayerKVSpec], int, int | None]:
         bs = draw(st.sampled_from([1, 2, 16]))
         heads = draw(st.integers(1, 4))
         head = draw(st.sampled_from([8, 64]))
@@ -382,10 +416,9 @@ def test_sizing_plan_matches_reference_and_invariants(kv_impl: ImplHandle, kv_pr
     of every group, ``group_size`` tensors of ``page_size * num_blocks`` bytes, and
     ``num_blocks * page_size * group_size <= memory`` (without an override)."""
     from hypothesis import assume, given, reject
-    from hypothesis import strategies as st
 
     @kv_settings
-    @given(model=_models(st, kv_profile))
+    @given(model=_models(kv_profile))
     def run(model: tuple[dict[str, LayerKVSpec], int, int | None]) -> None:
         layers, memory, override = model
         ref_layers = {n: _ref_spec(s) for n, s in layers.items()}
@@ -407,7 +440,7 @@ def test_sizing_plan_matches_reference_and_invariants(kv_impl: ImplHandle, kv_pr
 
 
 def _check_plan(name: str, layers: Mapping[str, LayerKVSpec], memory: int,
-                override: int | None, plan: tuple[Any, ...]) -> None:
+                override: int | None, plan: RefPlanTuple) -> None:
     groups, page, group_size, num_blocks, tensors = plan
     flat = [layer for g in groups for layer in g]
     problems = []
@@ -442,7 +475,7 @@ def test_view_shape_matches_reference(kv_impl: ImplHandle, kv_profile: str,
     from hypothesis import strategies as st
 
     @kv_settings
-    @given(spec=_attention_specs(st, kv_profile), num_blocks=st.integers(0, 50),
+    @given(spec=_attention_specs(kv_profile), num_blocks=st.integers(0, 50),
            layout=st.sampled_from(["NHD", "HND"]))
     def run(spec: LayerKVSpec, num_blocks: int, layout: str) -> None:
         got = _outcome(lambda: tuple(_call(kv_impl, "kv_cache_view_shape", spec, num_blocks,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hypothesis import Phase, assume
 from hypothesis import seed as hypothesis_seed
@@ -46,6 +46,8 @@ from kvcheck.conformance.protocol import (
     HASH_ALGOS,
     ImplInfo,
     KVCacheSpec,
+    KVCacheSpecFields,
+    KVCacheSpecOptions,
     UnsupportedSpec,
     effective_capabilities,
     reserved_block_ids,
@@ -58,6 +60,8 @@ from kvcheck.conformance.scaled_workloads import (
 from kvcheck.errors import KVCheckInputError
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from kvcheck.conformance.differential import Pair
     from kvcheck.conformance.driver import Driver, StepResult
     from kvcheck.conformance.loader import ImplHandle
@@ -185,7 +189,8 @@ def answer_block_ids(groups: Sequence[Sequence[int]], null: int | None) -> list[
 
 
 def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] = (),
-                profile: str = "", scale: int = 1, **fields: Any) -> dict[str, Any]:
+                profile: str = "", scale: int = 1,
+                **fields: Unpack[KVCacheSpecOptions]) -> KVCacheSpecFields:
     """The spec fields of one engine (``make_pair(**fields)``): ``num_blocks`` blocks of
     ``block_size`` tokens as drawn, plus ``fields`` (hash algorithm, caching, events, model
     length, PYTHONHASHSEED). Without ``group_kinds``: a single-group spec. With them: the
@@ -193,7 +198,7 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     (``layouts.layout_for`` under ``profile``, sliding windows ``scale`` times ``WINDOWS``),
     its pool grown with the number of groups (each token needs a slot in every group), and
     KV events off where ``profile``'s vLLM crashes on them (``layouts.events_crash``)."""
-    out: dict[str, Any] = {"num_blocks": num_blocks, "block_size": block_size, **fields}
+    out: KVCacheSpecFields = {"num_blocks": num_blocks, "block_size": block_size, **fields}
     if not group_kinds:
         return out
     groups, retention = layout_for(profile, group_kinds, block_size, num_blocks, scale)

@@ -20,5 +20,5 @@ ExternalBlockHash = bytes | int
 
 class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
-    events: list[Any]
+    events: list[Any]  # Any: msgspec decodes any value here (each release narrows it)
     data_parallel_rank: int | None = None

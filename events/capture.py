@@ -23,13 +23,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from types import ModuleType
+from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 import msgspec
 
 from kvcheck.atomic import write_atomic_bytes
 from kvcheck.events.errors import StreamError
 from kvcheck.events.frames import SEQ_BYTES, is_replay_end, replay_body, replay_request
+
+if TYPE_CHECKING:
+    import zmq
 
 __all__ = ["CAPTURE_FORMAT", "Capture", "capture", "read_capture", "write_capture"]
 
@@ -76,7 +80,7 @@ def read_capture(path: str | Path) -> Capture:
         raise StreamError(f"{where}: cannot read it ({error.strerror or error}); write one "
                            "with `kvcheck events capture ENDPOINT -o FILE`") from None
     try:
-        doc: Any = msgspec.msgpack.decode(data)
+        doc: object = msgspec.msgpack.decode(data)
     except msgspec.DecodeError as error:
         raise StreamError(f"{where}: not msgpack ({error}); is it a file `kvcheck events "
                            "capture` wrote?") from None
@@ -102,7 +106,17 @@ def read_capture(path: str | Path) -> Capture:
     return cap
 
 
-def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+
+
+@overload
+def _field(doc: dict[str, object], name: str, kind: type[_T], where: str) -> _T: ...
+@overload
+def _field(doc: dict[str, object], name: str, kind: tuple[type[_T], type[_U]],
+           where: str) -> _T | _U: ...
+def _field(doc: dict[str, object], name: str, kind: type | tuple[type, ...],
+           where: str) -> object:
     value = doc.get(name)
     if name not in doc or not isinstance(value, kind) or isinstance(value, bool):
         raise StreamError(f"{where}: field {name!r} is missing or a "
@@ -111,7 +125,7 @@ def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...], where:
 
 
 # ----------------------------------------------------------------------------- capture
-def import_zmq() -> Any:
+def import_zmq() -> ModuleType:
     """pyzmq, or a ``StreamError`` naming the fix (it is in the ``events`` extra)."""
     try:
         import zmq
@@ -161,7 +175,7 @@ def capture(endpoint: str, *, replay_endpoint: str | None = None, topic: str = "
     return cap
 
 
-def _attach(sock: Any, endpoint: str, bind: bool, what: str) -> None:
+def _attach(sock: zmq.SyncSocket, endpoint: str, bind: bool, what: str) -> None:
     import zmq
 
     try:
@@ -174,7 +188,7 @@ def _attach(sock: Any, endpoint: str, bind: bool, what: str) -> None:
                            f"({error}); {hint}") from None
 
 
-def _replay(ctx: Any, endpoint: str, timeout_s: float, cap: Capture, replayed: set[int],
+def _replay(ctx: zmq.SyncContext, endpoint: str, timeout_s: float, cap: Capture, replayed: set[int],
             on_message: Callable[[str, list[bytes]], None] | None) -> None:
     import zmq
 
@@ -202,7 +216,7 @@ def _replay(ctx: Any, endpoint: str, timeout_s: float, cap: Capture, replayed: s
         dealer.close(0)
 
 
-def _live(sub: Any, cap: Capture, replayed: set[int], count: int | None, idle_s: float,
+def _live(sub: zmq.SyncSocket, cap: Capture, replayed: set[int], count: int | None, idle_s: float,
           duration_s: float | None, on_message: Callable[[str, list[bytes]], None] | None,
           ) -> None:
     deadline = None if duration_s is None else time.monotonic() + duration_s

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from types import ModuleType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import msgspec
 
 from kvcheck.events import vllm_010, vllm_033
+from kvcheck.events.batch import EventBatch
 from kvcheck.events.decoded import DecodedBatch, batch_class, extra_keys_from_wire
 from kvcheck.events.diagnose import explain_decode_error, explain_validation_error
 from kvcheck.events.errors import WireFormatError
@@ -44,7 +45,7 @@ class _Form:
     structs: ModuleType
     map_form: bool
     #: vLLM's own decoder (either hash form, no constraints): the general path.
-    decoder: msgspec.msgpack.Decoder[Any]
+    decoder: msgspec.msgpack.Decoder[EventBatch]
     event_fields: dict[str, tuple[str, ...]]
     #: One validating decoder per hash form (``kvcheck.events.strict``): the fast path.
     strict: tuple[StrictDecoder, ...]
@@ -153,10 +154,16 @@ def _kind(event: object) -> str | None:
     return name if tuple(f.name for f in fields(event)) == want else None
 
 
-def _event_to_033(event: Any, index: int, int_hashes: bool,
-                  meta: Mapping[int, tuple[str, int | None]] | None) -> Any:
+# Typed loosely (as in wire_events): the reference holds extra_keys as a tuple of objects where
+# vLLM's struct declares a list of tuples; msgspec checks no type when a struct is built.
+_STORED_033: Final[Callable[..., vllm_033.BlockStored]] = vllm_033.BlockStored
+
+
+def _event_to_033(event: object, index: int, int_hashes: bool,
+                  meta: Mapping[int, tuple[str, int | None]] | None) -> vllm_033.KVCacheEvent:
     kind_of = _kind(event)
     if kind_of == "BlockStored":
+        event = cast(BlockStored, event)  # _kind: the reference's class or a copy (same fields)
         kind: str | None = None
         window: int | None = None
         if meta is not None:
@@ -164,7 +171,7 @@ def _event_to_033(event: Any, index: int, int_hashes: bool,
                 raise WireFormatError(f"group_metadata has no entry for group {event.group_idx}",
                                       event_index=index, field="group_idx")
             kind, window = meta[event.group_idx]
-        return vllm_033.BlockStored(
+        return _STORED_033(
             block_hashes=_hashes(event.block_hashes, int_hashes, index),
             parent_block_hash=_parent(event, int_hashes, index),
             token_ids=list(event.token_ids), block_size=event.block_size,
@@ -173,6 +180,7 @@ def _event_to_033(event: Any, index: int, int_hashes: bool,
             group_idx=event.group_idx, kv_cache_spec_kind=kind,
             kv_cache_spec_sliding_window=window)
     if kind_of == "BlockRemoved":
+        event = cast(BlockRemoved, event)  # _kind: as above
         return vllm_033.BlockRemoved(block_hashes=_hashes(event.block_hashes, int_hashes, index),
                                      medium=event.medium, group_idx=event.group_idx)
     if kind_of == "AllBlocksCleared":
@@ -180,7 +188,7 @@ def _event_to_033(event: Any, index: int, int_hashes: bool,
     raise _not_an_event(event, index)
 
 
-def _only_010_fields(event: Any, index: int) -> None:
+def _only_010_fields(event: BlockStored | BlockRemoved, index: int) -> None:
     """0.10.2 has no place for these: refuse rather than drop them silently."""
     if event.group_idx != 0:
         raise WireFormatError(
@@ -195,11 +203,12 @@ def _only_010_fields(event: Any, index: int) -> None:
                                       field=name)
 
 
-def _event_to_010(event: Any, index: int, int_hashes: bool,
-                  meta: Mapping[int, tuple[str, int | None]] | None) -> Any:
+def _event_to_010(event: object, index: int, int_hashes: bool,
+                  meta: Mapping[int, tuple[str, int | None]] | None) -> vllm_010.KVCacheEvent:
     del meta  # refused above for 0.10
     kind_of = _kind(event)
     if kind_of == "BlockStored":
+        event = cast(BlockStored, event)  # _kind: the reference's class or a copy (same fields)
         _only_010_fields(event, index)
         return vllm_010.BlockStored(
             block_hashes=_hashes(event.block_hashes, int_hashes, index),
@@ -207,6 +216,7 @@ def _event_to_010(event: Any, index: int, int_hashes: bool,
             token_ids=list(event.token_ids), block_size=event.block_size,
             lora_id=event.lora_id, medium=event.medium)
     if kind_of == "BlockRemoved":
+        event = cast(BlockRemoved, event)  # _kind: as above
         _only_010_fields(event, index)
         return vllm_010.BlockRemoved(block_hashes=_hashes(event.block_hashes, int_hashes, index),
                                      medium=event.medium)
@@ -244,7 +254,7 @@ def decode_batch(payload: bytes | bytearray | memoryview, release: Release = "vl
         head = _LAST.get(release)
         if head is not None and head.int_hashes is int_hashes:
             try:
-                return head.decode(payload)  # type: ignore[no-any-return]
+                return head.decode(payload)
             except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
                 pass
     form = _get_form(release)
@@ -263,7 +273,7 @@ def decode_batch(payload: bytes | bytearray | memoryview, release: Release = "vl
         order.insert(0, candidate)
         _LAST[release] = candidate
         _FAST[release] = candidate.decode
-        return wire  # type: ignore[no-any-return]
+        return wire
     return _decode_general(payload, form, release, int_hashes)
 
 
@@ -275,7 +285,7 @@ _STRICT_ORDER: Final[dict[str, list[StrictDecoder]]] = {
 _LAST: Final[dict[str, StrictDecoder]] = {
     release: order[0] for release, order in _STRICT_ORDER.items()}
 #: Release -> its head's bound ``decode`` (the fast path's one lookup).
-_FAST: Final[dict[str, Callable[[Any], DecodedBatch]]] = {
+_FAST: Final[dict[str, Callable[[bytes | bytearray | memoryview], DecodedBatch]]] = {
     release: head.decode for release, head in _LAST.items()}
 
 
@@ -321,6 +331,7 @@ def _group(value: int | None, index: int) -> int:
     return value
 
 
+# Any: a struct of vLLM's own decoder for either release, read by field name.
 def _event_from_wire(event: Any, index: int, int_hashes: bool | None,
                      forms: set[bool]) -> KVCacheEvent:
     name = type(event).__name__

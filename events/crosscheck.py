@@ -24,13 +24,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import msgspec
 
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.capture import Capture, capture
-from kvcheck.events.codec import Release, decode_batch, encode_batch
+from kvcheck.events.codec import GroupMetadata, Release, decode_batch, encode_batch
 from kvcheck.events.errors import NoVLLMError
 from kvcheck.events.publisher import EventPublisher, offset_endpoint_port
 from kvcheck.events.stream_check import check_stream
@@ -61,7 +60,7 @@ def installed_release() -> tuple[Release, str]:
                       "(known: 0.33.x, 0.10.x)")
 
 
-def vllm_event(event: KVCacheEvent, release: Release, meta: Sequence[Any]) -> Any:
+def vllm_event(event: KVCacheEvent, release: Release, meta: GroupMetadata) -> object:
     """vLLM's struct for ``event``, built as vLLM's block pool builds it (hashes through
     vLLM's ``maybe_convert_block_hash``, which reads the environment variable)."""
     from vllm.distributed import kv_events as kv
@@ -92,11 +91,12 @@ def vllm_event(event: KVCacheEvent, release: Release, meta: Sequence[Any]) -> An
     return kv.AllBlocksCleared()
 
 
-def _expected_events(events: Sequence[KVCacheEvent], int_hashes: bool) -> list[Any]:
+def _expected_events(events: Sequence[KVCacheEvent], int_hashes: bool
+                     ) -> list[KVCacheEvent]:
     """The events ``decode_batch`` must give back: int-form hashes keep their last 8 bytes."""
     def cut(h: bytes) -> bytes:
         return h[-8:] if int_hashes else h
-    out: list[Any] = []
+    out: list[KVCacheEvent] = []
     for event in events:
         if isinstance(event, BlockStored):
             parent = None if event.parent_block_hash is None else cut(event.parent_block_hash)
@@ -112,7 +112,7 @@ def _expected_events(events: Sequence[KVCacheEvent], int_hashes: bool) -> list[A
     return out
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """``value`` with every tuple a list, as msgpack (which has only arrays) gives it back."""
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]

@@ -12,10 +12,12 @@ events when ``events`` is read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import msgspec
 
+from kvcheck.events.batch import EventBatch
 from kvcheck.events.errors import WireFormatError
 from kvcheck.reference_impl.events import (
     AllBlocksCleared,
@@ -38,10 +40,10 @@ class DecodedBatch(msgspec.Struct, array_like=True, gc=False):
     """
 
     ts: float
-    wire_events: list[Any]
+    wire_events: list[Any]  # Any: msgspec's field type (each decoder's subclass narrows it)
     data_parallel_rank: int | None = None
     #: The release's ``KVEventBatch`` class (``vllm_033`` / ``vllm_010``), set per subclass.
-    wire_class: ClassVar[type[Any]]
+    wire_class: ClassVar[type[EventBatch]]
 
     @property
     def events(self) -> tuple[KVCacheEvent, ...]:
@@ -51,7 +53,7 @@ class DecodedBatch(msgspec.Struct, array_like=True, gc=False):
         return tuple(map(event_from_valid_wire, self.wire_events))
 
     @property
-    def wire(self) -> Any:
+    def wire(self) -> EventBatch:
         """The release's ``KVEventBatch`` (``kvcheck.events.vllm_033`` / ``vllm_010``) holding
         ``wire_events``."""
         return self.wire_class(ts=self.ts, events=self.wire_events,
@@ -82,7 +84,9 @@ class DecodedBatch(msgspec.Struct, array_like=True, gc=False):
         return found
 
 
-def batch_class(wire_class: type[Any], wire_events: Any = list[Any]) -> type[DecodedBatch]:
+def batch_class(wire_class: type[EventBatch],
+                # Any: the default type form, msgspec's "any value" (vLLM's own decoder's)
+                wire_events: object = list[Any]) -> type[DecodedBatch]:
     """A ``DecodedBatch`` subclass for the release whose ``KVEventBatch`` is ``wire_class``,
     decoding its events as ``wire_events`` (a strict decoder's validating twins, or any)."""
     cls = msgspec.defstruct(
@@ -96,14 +100,16 @@ def _valid_hash(value: int | bytes) -> bytes:
     return value.to_bytes(8, "big") if isinstance(value, int) else value
 
 
-def extra_keys_from_wire(value: list[Any] | None) -> tuple[Any, ...] | None:
+def extra_keys_from_wire(value: Sequence[object] | None) -> tuple[object, ...] | None:
     """``extra_keys`` as the reference holds them: msgpack has no tuples, so the
     ``(identifier, offset)`` pairs come back as lists."""
-    def freeze(item: Any) -> Any:
+    def freeze(item: object) -> object:
         return tuple(freeze(x) for x in item) if isinstance(item, (list, tuple)) else item
     return None if value is None else tuple(None if k is None else freeze(k) for k in value)
 
 
+# Any: a validated wire struct of either release, or a strict decoder's twin of one (a class
+# built at run time), read by field name.
 def event_from_valid_wire(event: Any) -> KVCacheEvent:
     """The reference's event for a wire event a decoder has validated (one hash form, u64
     ints, digest widths, ``group_idx >= 0``): a plain conversion, nothing to check."""

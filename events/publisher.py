@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcheck.events.capture import import_zmq
 from kvcheck.events.errors import StreamError
 from kvcheck.events.frames import END_SEQ, pack_seq
+
+if TYPE_CHECKING:
+    import zmq
 
 __all__ = ["EventPublisher", "is_bind_endpoint", "offset_endpoint_port"]
 
@@ -65,12 +68,14 @@ def offset_endpoint_port(endpoint: str | None, data_parallel_rank: int,
     return f"{base}:{int(port) + data_parallel_rank}"
 
 
-def _reachable(sock: Any, endpoint: str) -> str:
+def _reachable(sock: zmq.SyncSocket, endpoint: str) -> str:
     import zmq
 
     if not endpoint.startswith("tcp://") or not is_bind_endpoint(endpoint):
         return endpoint
-    bound = str(sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+    raw = sock.getsockopt(zmq.LAST_ENDPOINT)
+    assert isinstance(raw, bytes)  # LAST_ENDPOINT is a string option: zmq returns bytes
+    bound = str(raw.decode())
     return bound.replace("tcp://0.0.0.0:", "tcp://127.0.0.1:").replace("tcp://[::]:",
                                                                          "tcp://[::1]:")
 
@@ -109,7 +114,8 @@ class EventPublisher:
         self._stop = threading.Event()
         endpoint = offset_endpoint_port(endpoint, data_parallel_rank, release) or endpoint
         replay_endpoint = offset_endpoint_port(replay_endpoint, data_parallel_rank, release)
-        self._pub = self._socket(zmq.PUB, endpoint, is_bind_endpoint(endpoint), hwm)
+        # Any: the PUB socket, None once closed (a publish after close fails on None)
+        self._pub: Any = self._socket(zmq.PUB, endpoint, is_bind_endpoint(endpoint), hwm)
         self._replay_thread: threading.Thread | None = None
         #: Where a local subscriber reaches the sockets (the bound port, for ``:0``; a
         #: wildcard host as loopback).
@@ -124,10 +130,10 @@ class EventPublisher:
                                                    name="kvcheck-replay", daemon=True)
             self._replay_thread.start()
 
-    def _socket(self, kind: int, endpoint: str, bind: bool, hwm: int) -> Any:
+    def _socket(self, kind: int, endpoint: str, bind: bool, hwm: int) -> zmq.SyncSocket:
         import zmq
 
-        sock = self._ctx.socket(kind)
+        sock: zmq.SyncSocket = self._ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, hwm)
         try:
@@ -166,7 +172,7 @@ class EventPublisher:
             self._seq = 0
             self._buffer.clear()
 
-    def _serve_replay(self, router: Any) -> None:
+    def _serve_replay(self, router: zmq.SyncSocket) -> None:
         try:
             while not self._stop.is_set():
                 if not router.poll(50):

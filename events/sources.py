@@ -21,16 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.codec import Release, decode_batch, encode_batch
 from kvcheck.events.errors import WireFormatError
-from kvcheck.reference_impl.events import AllBlocksCleared, BlockRemoved, BlockStored
+from kvcheck.reference_impl.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheEvent,
+)
 
-__all__ = ["BatchSource", "SourceBatch", "encoded_events", "event_from_dict",
+__all__ = ["BatchSource", "GroupedSpec", "SourceBatch", "encoded_events", "event_from_dict",
            "reference_source", "with_rank"]
 
 
@@ -98,13 +103,30 @@ def with_rank(payload: bytes, data_parallel_rank: int | None, release: Release,
     return SourceBatch(payload, len(batch.events))
 
 
-_EVENT_CLASSES: Final[dict[str, type]] = {
+_EVENT_CLASSES: Final[dict[str, Callable[..., KVCacheEvent]]] = {
     cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
 _FIELDS: Final[dict[str, frozenset[str]]] = {
-    name: frozenset(f.name for f in fields(cls)) for name, cls in _EVENT_CLASSES.items()}
+    cls.__name__: frozenset(f.name for f in fields(cls))
+    for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
 
 
-def event_from_dict(event: Mapping[str, Any], number: int, index: int) -> Any:
+class _Group(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def sliding_window(self) -> int | None: ...
+
+
+class GroupedSpec(Protocol):
+    """What ``encoded_events`` reads of a spec (``kvcheck.conformance.protocol.KVCacheSpec``,
+    which events does not import): its groups."""
+
+    @property
+    def kv_cache_groups(self) -> Sequence[_Group]: ...
+
+
+def event_from_dict(event: Mapping[str, object], number: int, index: int) -> KVCacheEvent:
     """A protocol event dict (``SupportsEvents.take_events``) as the reference's event, for
     ``encode_batch``; fields the event class lacks (0.33's group metadata) are left out."""
     kind = event.get("type") if isinstance(event, Mapping) else None
@@ -119,7 +141,9 @@ def event_from_dict(event: Mapping[str, Any], number: int, index: int) -> Any:
                                 "fix the adapter's take_events") from None
 
 
-def _group_metadata(spec: Any, events: Sequence[Mapping[str, Any]]
+# Any: the protocol's event dicts (conformance's KVEvent) as the adapter gave them: a
+# store's metadata is taken as it is (encode_batch writes it).
+def _group_metadata(spec: GroupedSpec, events: Sequence[Mapping[str, Any]]
                     ) -> dict[int, tuple[str, int | None]]:
     """Per group ``(kind, sliding_window)``: the spec's groups (one full-attention group for a
     single-group spec), overridden by what the dicts themselves carry."""
@@ -134,8 +158,8 @@ def _group_metadata(spec: Any, events: Sequence[Mapping[str, Any]]
     return meta
 
 
-def encoded_events(dicts: Sequence[Mapping[str, Any]], spec: Any, *, ts: float, release: Release,
-                   int_hashes: bool, data_parallel_rank: int | None,
+def encoded_events(dicts: Sequence[Mapping[str, object]], spec: GroupedSpec, *, ts: float,
+                   release: Release, int_hashes: bool, data_parallel_rank: int | None,
                    number: int) -> SourceBatch:
     """One step's ``take_events()`` dicts as ``release``'s payload (kvcheck's encoder)."""
     events = [event_from_dict(d, number, i) for i, d in enumerate(dicts)]

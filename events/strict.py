@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import types
 from collections.abc import Sequence
-from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
+from typing import Annotated, Final, Literal, Union, get_args, get_origin
 
 import msgspec
 
-from kvcheck.events.decoded import batch_class
+from kvcheck.events.decoded import DecodedBatch, batch_class
 from kvcheck.events.hashes import DIGEST_WIDTHS
 
 __all__ = ["HASH_FORMS", "StrictDecoder", "strict_decoders"]
@@ -34,7 +34,7 @@ __all__ = ["HASH_FORMS", "StrictDecoder", "strict_decoders"]
 #: first): ``"int"``, then bytes of each digest width.
 HASH_FORMS: Final = ("int", *(f"bytes{w}" for w in DIGEST_WIDTHS))
 
-_HASH_TYPES: Final[dict[str, Any]] = {
+_HASH_TYPES: Final[dict[str, object]] = {  # type forms, for msgspec
     # msgpack's ints stop at u64 (< 2**64), so ge=0 is the whole u64 check (msgspec takes no
     # bound beyond int64 anyway).
     "int": Annotated[int, msgspec.Meta(ge=0)],
@@ -46,7 +46,7 @@ _GROUP_IDX: Final = Annotated[int, msgspec.Meta(ge=0)]
 #: one interned object instead of decoding a new ``str`` each time, which pays for the
 #: constraints above. Values outside these sets are just as valid: a payload with one fails
 #: the strict decoders and is read by the general path (vLLM's own decoder, then checked).
-_KNOWN_STRINGS: Final[dict[str, Any]] = {
+_KNOWN_STRINGS: Final[dict[str, object]] = {
     # vllm/distributed/kv_events.py: MEDIUM_GPU, MEDIUM_CPU, MEDIUM_STORAGE (0.10.2: GPU).
     "medium": Literal["GPU", "CPU", "STORAGE"],
     # 0.33's vllm/v1/kv_cache_interface.py: KVCacheSpecKind's values.
@@ -63,14 +63,14 @@ class StrictDecoder:
 
     __slots__ = ("decode", "decoder", "form", "int_hashes")
 
-    def __init__(self, form: str, decoder: msgspec.msgpack.Decoder[Any]) -> None:
+    def __init__(self, form: str, decoder: msgspec.msgpack.Decoder[DecodedBatch]) -> None:
         self.form = form
         self.int_hashes = form == "int"
         self.decoder = decoder
         self.decode = decoder.decode  # bound once: the fast path's call
 
 
-def _substitute(tp: Any, hash_type: Any, field: str) -> Any:
+def _substitute(tp: object, hash_type: object, field: str) -> object:
     """``tp`` with the wire hash type (a union holding both ``bytes`` and ``int``) replaced by
     ``hash_type``, ``group_idx``'s int constrained to >= 0, and the repeated strings read
     as their known values (``_KNOWN_STRINGS``)."""
@@ -91,9 +91,9 @@ def _substitute(tp: Any, hash_type: Any, field: str) -> Any:
     return tp
 
 
-def _twin(cls: type, hash_type: Any) -> type:
-    config = cls.__struct_config__  # type: ignore[attr-defined]
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+def _twin(cls: type[msgspec.Struct], hash_type: object) -> type[msgspec.Struct]:
+    config = cls.__struct_config__
+    fields: list[tuple[str, object] | tuple[str, object, object]] = []
     for info in msgspec.structs.fields(cls):
         tp = _substitute(info.type, hash_type, info.name)
         fields.append((info.name, tp) if info.default is msgspec.NODEFAULT
@@ -114,7 +114,7 @@ def strict_decoders(structs: types.ModuleType) -> Sequence[StrictDecoder]:
                        for name in ("BlockStored", "BlockRemoved", "AllBlocksCleared"))
         # The batch's events field names the twins, not the release's classes, and the
         # decoder builds the DecodedBatch the codec hands out (no Python on the fast path).
-        event_list: Any = list[Union[events]]  # type: ignore[valid-type]  # noqa: UP007
+        event_list: object = list[Union[events]]  # type: ignore[valid-type]  # noqa: UP007
         batch = batch_class(structs.KVEventBatch, event_list)
         out.append(StrictDecoder(form, msgspec.msgpack.Decoder(batch)))
     return tuple(out)

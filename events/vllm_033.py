@@ -33,7 +33,7 @@ class BlockStored(KVCacheEvent):
     medium: str | None
     lora_name: str | None
     # Optional: left out when None.
-    extra_keys: list[tuple[Any, ...] | None] | None = None
+    extra_keys: list[tuple[Any, ...] | None] | None = None  # Any: vLLM's own field type
     group_idx: int | None = None
     kv_cache_spec_kind: str | None = None
     kv_cache_spec_sliding_window: int | None = None

@@ -26,7 +26,10 @@ from kvcheck.events.errors import WireFormatError
 from kvcheck.reference_impl import events as reference_events
 from kvcheck.reference_impl.hashing import to_event_int
 
-__all__ = ["WireEventFactory", "wire_event_factory", "wire_event_to_dict"]
+__all__ = ["WireEvent", "WireEventFactory", "wire_event_factory", "wire_event_to_dict"]
+
+#: An event in a release's wire form (the structs of ``vllm_033`` / ``vllm_010``).
+WireEvent = vllm_033.KVCacheEvent | vllm_010.KVCacheEvent
 
 # vLLM's publisher: a default Encoder (``ZmqEventPublisher._pack``).
 _ENCODER: Final = msgspec.msgpack.Encoder()
@@ -40,12 +43,12 @@ class WireEventFactory:
 
     release: Release
     int_hashes: bool
-    BlockStored: Callable[..., Any]
-    BlockRemoved: Callable[..., Any]
-    AllBlocksCleared: Callable[[], Any]
+    BlockStored: Callable[..., WireEvent]
+    BlockRemoved: Callable[..., WireEvent]
+    AllBlocksCleared: Callable[[], WireEvent]
     batch: type[msgspec.Struct]
 
-    def encode(self, events: list[Any], ts: float,
+    def encode(self, events: Sequence[object], ts: float,
                data_parallel_rank: int | None = None) -> bytes:
         """The payload vLLM's publisher sends for one step's ``events`` (this factory's, in
         order): their ``KVEventBatch``, msgpack-encoded."""
@@ -89,14 +92,14 @@ def _factory_033(int_hashes: bool,
                  group_metadata: Sequence[tuple[str, int | None]] | None) -> WireEventFactory:
     # Typed loosely: the pool's sequences are tuples where vLLM's structs say list; msgspec
     # writes both as the same msgpack array and checks no type when a struct is built.
-    stored_cls: Callable[..., Any] = vllm_033.BlockStored
-    removed_cls: Callable[..., Any] = vllm_033.BlockRemoved
+    stored_cls: Callable[..., vllm_033.BlockStored] = vllm_033.BlockStored
+    removed_cls: Callable[..., vllm_033.BlockRemoved] = vllm_033.BlockRemoved
     meta = None if group_metadata is None else tuple(group_metadata)
-    stored: Callable[..., Any] = stored_cls  # the reference's keywords are 0.33's fields
-    removed: Callable[..., Any] = removed_cls
+    stored = stored_cls  # the reference's keywords are 0.33's fields
+    removed = removed_cls
     if meta is not None or int_hashes:
         def stored(*, block_hashes: Sequence[bytes], parent_block_hash: bytes | None,
-                   group_idx: int, **fields: Any) -> Any:
+                   group_idx: int, **fields: object) -> vllm_033.BlockStored:
             kind = window = None
             if meta is not None:
                 if not 0 <= group_idx < len(meta):
@@ -113,7 +116,7 @@ def _factory_033(int_hashes: bool,
                               kv_cache_spec_sliding_window=window, **fields)
     if int_hashes:
         def removed(*, block_hashes: Sequence[bytes], medium: str | None,
-                    group_idx: int) -> Any:
+                    group_idx: int) -> vllm_033.BlockRemoved:
             return removed_cls(block_hashes=_int_hashes(block_hashes), medium=medium,
                                group_idx=group_idx)
     return WireEventFactory("vllm-0.33", int_hashes, stored, removed,
@@ -130,15 +133,17 @@ def _only_010(name: str, value: object, default: object) -> None:
 
 
 def _factory_010(int_hashes: bool) -> WireEventFactory:
-    stored_cls: Callable[..., Any] = vllm_010.BlockStored  # tuples for lists, as in 0.33's
-    removed_cls: Callable[..., Any] = vllm_010.BlockRemoved
+    # tuples for lists, as in 0.33's
+    stored_cls: Callable[..., vllm_010.BlockStored] = vllm_010.BlockStored
+    removed_cls: Callable[..., vllm_010.BlockRemoved] = vllm_010.BlockRemoved
     wire: Callable[[Sequence[bytes]], Sequence[int | bytes]] = (
         _int_hashes if int_hashes else tuple)
 
     def stored(*, block_hashes: Sequence[bytes], parent_block_hash: bytes | None,
                token_ids: Sequence[int], block_size: int, lora_id: int | None,
                medium: str | None, lora_name: str | None = None,
-               extra_keys: tuple[Any, ...] | None = None, group_idx: int = 0) -> Any:
+               extra_keys: tuple[object, ...] | None = None,
+               group_idx: int = 0) -> vllm_010.BlockStored:
         _only_010("lora_name", lora_name, None)
         _only_010("extra_keys", extra_keys, None)
         _only_010("group_idx", group_idx, 0)
@@ -148,7 +153,7 @@ def _factory_010(int_hashes: bool) -> WireEventFactory:
         return stored_cls(wire(block_hashes), parent, token_ids, block_size, lora_id, medium)
 
     def removed(*, block_hashes: Sequence[bytes], medium: str | None,
-                group_idx: int = 0) -> Any:
+                group_idx: int = 0) -> vllm_010.BlockRemoved:
         _only_010("group_idx", group_idx, 0)
         return removed_cls(wire(block_hashes), medium)
 
@@ -158,7 +163,7 @@ def _factory_010(int_hashes: bool) -> WireEventFactory:
 
 # ------------------------------------------------------------------------------ as dicts
 #: Event name -> the reference class's ``(field, default)`` in order (None: required).
-_REFERENCE_FIELDS: Final[dict[str, tuple[tuple[str, Any], ...]]] = {
+_REFERENCE_FIELDS: Final[dict[str, tuple[tuple[str, object], ...]]] = {
     cls.__name__: tuple((f.name, None if f.default is MISSING else f.default)
                         for f in fields(cls))
     for cls in (reference_events.BlockStored, reference_events.BlockRemoved,
@@ -166,8 +171,9 @@ _REFERENCE_FIELDS: Final[dict[str, tuple[tuple[str, Any], ...]]] = {
 _GROUP_FIELDS: Final = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
 
 
-def wire_event_to_dict(event: Any, group_fields: bool = False,
-                       hash_bytes: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+def wire_event_to_dict(event: object, group_fields: bool = False,
+                       hash_bytes: Callable[[object], object] | None = None
+                       ) -> dict[str, object]:
     """An event as the protocol's dict: ``"type"`` plus exactly the reference's fields, those
     its class lacks at the reference's default (0.10.2's structs: ``lora_name``,
     ``extra_keys``, ``group_idx`` 0). The event is a reference dataclass, a wire struct of
@@ -179,9 +185,10 @@ def wire_event_to_dict(event: Any, group_fields: bool = False,
     (the hash lists become lists); None passes the hashes as the struct holds them.
     """
     name = type(event).__name__
-    out: dict[str, Any] = {"type": name}
+    out: dict[str, object] = {"type": name}
     for field_name, default in _REFERENCE_FIELDS.get(name, ()):
-        value = getattr(event, field_name, default)
+        # Any: the field as the event's class holds it (block_hashes: a sequence of hashes)
+        value: Any = getattr(event, field_name, default)
         if hash_bytes is not None and field_name == "block_hashes":
             value = [hash_bytes(h) for h in value]
         elif hash_bytes is not None and field_name == "parent_block_hash":

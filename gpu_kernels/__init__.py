@@ -17,7 +17,7 @@ switch CPU runs to the interpreter after this package was imported.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __all__ = [
     "NULL_BLOCK_ID",
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from kvcheck.gpu_kernels.store_kv import store_kv_cache
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kvcheck.gpu_kernels' has no attribute {name!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final
+from typing import Final
 
 __all__ = [
     "KERNEL_CASE_SWEEPS",
@@ -70,7 +70,7 @@ class AttentionCase:
     # hold NaN, so a kernel that reads through a null entry produces NaN.
     null_padded_window: bool = False
     seed: int = 0
-    extra_kwargs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    extra_kwargs: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def num_heads(self) -> int:

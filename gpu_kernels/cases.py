@@ -19,7 +19,7 @@ and the blocks they held are poisoned like any unused block.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -83,7 +83,43 @@ def _random_fp8(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
     return codes.view(torch.float8_e4m3fn).float()
 
 
-def build_store_inputs(case: StoreCase) -> dict[str, Any]:
+class StoreOptions(TypedDict, total=False):
+    """The optional arguments of a store case (``store_kv_cache``'s keywords)."""
+
+    kv_cache_dtype: str
+    k_scale: torch.Tensor
+    v_scale: torch.Tensor
+    layout: str
+
+
+class StoreInputs(TypedDict):
+    """``build_store_inputs``' answer (see there)."""
+
+    key: torch.Tensor
+    value: torch.Tensor
+    cache: KVCachePair
+    slot_mapping: torch.Tensor
+    kwargs: StoreOptions
+
+
+class _AttentionInputs(TypedDict):
+    query: torch.Tensor
+    cache: KVCachePair
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    scale: float
+    # Any: the keywords forwarded to the kernel and its reference: the options built here and
+    # any a case adds (``extra_kwargs``), which each function takes or ignores.
+    kwargs: dict[str, Any]
+
+
+class AttentionInputs(_AttentionInputs, total=False):
+    """``build_attention_inputs``' answer (see there); ``query_start_loc`` varlen only."""
+
+    query_start_loc: torch.Tensor
+
+
+def build_store_inputs(case: StoreCase) -> StoreInputs:
     """Tensors for one store case.
 
     Returns a dict: ``key``, ``value`` (strided ``[num_tokens, H, D]`` slices of a fused QKV-like
@@ -123,14 +159,14 @@ def build_store_inputs(case: StoreCase) -> dict[str, Any]:
                 torch.randn(tuple(view.shape), generator=gen))
         view.copy_(init.to(cache_dtype).to(case.device))
     qkv = qkv.to(case.device)
-    kwargs: dict[str, Any] = {}
+    kwargs: StoreOptions = {}
     if is_fp8:
-        kwargs.update(kv_cache_dtype=case.kv_cache_dtype, k_scale=k_scale.to(case.device),
-                      v_scale=v_scale.to(case.device))
+        kwargs.update({"kv_cache_dtype": case.kv_cache_dtype, "k_scale": k_scale.to(case.device),
+                       "v_scale": v_scale.to(case.device)})
     if cache.layout != "NHD":
         kwargs["layout"] = cache.layout
-    return dict(key=qkv[:, 1], value=qkv[:, 2], cache=cache,
-                slot_mapping=slot_mapping.to(case.device), kwargs=kwargs)
+    return StoreInputs(key=qkv[:, 1], value=qkv[:, 2], cache=cache,
+                       slot_mapping=slot_mapping.to(case.device), kwargs=kwargs)
 
 
 def _block_tables(case: AttentionCase, gen: torch.Generator) -> tuple[list[list[int]], int]:
@@ -166,7 +202,7 @@ def _null_pad(case: AttentionCase, rows: list[list[int]]) -> list[list[int]]:
     return padded
 
 
-def build_attention_inputs(case: AttentionCase) -> dict[str, Any]:
+def build_attention_inputs(case: AttentionCase) -> AttentionInputs:
     """Tensors for one attention case (decode when ``case.query_lens is None``).
 
     Returns a dict: ``query`` (``[num_seqs or num_tokens, num_heads, head_size]``), ``cache``
@@ -193,7 +229,7 @@ def build_attention_inputs(case: AttentionCase) -> dict[str, Any]:
     value[~used] = float("nan")
 
     is_fp8 = case.kv_cache_dtype != "auto"
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     if is_fp8:
         k_scale = (key[used].abs().amax() / 64.0).reshape(1)
         v_scale = (value[used].abs().amax() / 64.0).reshape(1)
@@ -222,7 +258,7 @@ def build_attention_inputs(case: AttentionCase) -> dict[str, Any]:
     if case.num_splits is not None:
         kwargs["num_splits"] = case.num_splits
     kwargs.update(case.extra_kwargs)
-    inputs = dict(
+    inputs = AttentionInputs(
         query=query.to(case.device), cache=cache, block_table=block_table.to(case.device),
         seq_lens=torch.tensor(case.seq_lens, dtype=torch.int32, device=case.device),
         scale=case.head_size**-0.5, kwargs=kwargs,

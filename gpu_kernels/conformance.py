@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 
@@ -310,13 +309,16 @@ def check_paged_attention_varlen(fn: Callable[..., torch.Tensor], case: Attentio
                            null_padded=case.null_padded_window)
 
 
-_CHECK_OF: dict[str, Callable[[Any, Any], None]] = {
+#: Op -> its check, called as ``check(kernel, case)`` with a case of that op's sweep (a
+#: ``StoreCase`` or an ``AttentionCase``: each check takes its own).
+_CHECK_OF: dict[str, Callable[..., None]] = {
     "store_kv_cache": check_store_kv_cache,
     "paged_attention_decode": check_paged_attention_decode,
     "paged_attention_varlen": check_paged_attention_varlen,
 }
 #: Op -> (its case sweep, its check), in the kernel area's order (``case_sweeps``).
-_CHECKS: dict[str, tuple[Callable[..., Iterator[Any]], Callable[[Any, Any], None]]] = {
+_CHECKS: dict[str, tuple[Callable[..., Iterator[StoreCase | AttentionCase]],
+                         Callable[..., None]]] = {
     op: (sweep, _CHECK_OF[op]) for op, sweep in KERNEL_CASE_SWEEPS.items()}
 
 

@@ -32,12 +32,14 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import kvcheck.conformance
+from kvcheck.results.schema import RecordCompleteness
 
-__all__ = ["INTERNAL_ERROR", "RUN_DID_NOT_FINISH", "Completeness", "SuiteInventory", "assess",
-           "inventory_subprocess", "is_suite_path", "suite_dir", "suite_files", "suite_key"]
+__all__ = ["INTERNAL_ERROR", "RUN_DID_NOT_FINISH", "Completeness", "InventoryWire",
+           "SuiteInventory", "assess", "inventory_subprocess", "is_suite_path", "suite_dir",
+           "suite_files", "suite_key"]
 
 #: The one reason of the record written before the first test, which the session's end
 #: replaces: seen only when the process died first.
@@ -70,6 +72,18 @@ def is_suite_path(path: Path | str) -> bool:
     return p.parent == suite_dir() and p.name.startswith("test_")
 
 
+class InventoryWire(TypedDict, total=False):
+    """A ``SuiteInventory`` as JSON (``to_wire``; ``from_wire`` reads it back)."""
+
+    applicable: dict[str, list[str]]
+    deselected: list[str]
+    skipped_by_file: list[str]
+    files: list[str]
+    collect_errors: list[str]
+    node_selection: bool
+    known: bool
+
+
 @dataclass
 class SuiteInventory:
     """What collection saw, per implementation name (test ids are ``suite_key`` ids)."""
@@ -82,14 +96,14 @@ class SuiteInventory:
     node_selection: bool = False                          # a ``file.py::test`` argument
     known: bool = False                                   # collection completed
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> InventoryWire:
         return {"applicable": self.applicable, "deselected": sorted(self.deselected),
                 "skipped_by_file": sorted(self.skipped_by_file), "files": sorted(self.files),
                 "collect_errors": self.collect_errors, "node_selection": self.node_selection,
                 "known": self.known}
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> SuiteInventory:
+    def from_wire(cls, data: InventoryWire) -> SuiteInventory:
         return cls({k: list(v) for k, v in data.get("applicable", {}).items()},
                    set(data.get("deselected", ())), set(data.get("skipped_by_file", ())),
                    set(data.get("files", ())), list(data.get("collect_errors", ())),
@@ -129,7 +143,7 @@ class Completeness:
     def complete(self) -> bool:
         return not self.reasons and self.applicable is not None and self.ran == self.applicable
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> RecordCompleteness:
         return {"applicable": self.applicable, "ran": self.ran, "reasons": list(self.reasons),
                 "interrupted": self.interrupted}
 

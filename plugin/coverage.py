@@ -38,16 +38,17 @@ import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict, cast
 
 import pytest
 
 from kvcheck.conformance.sizes import BLOCK_SIZES_PROPERTY
+from kvcheck.results.schema import RecordCoverage
 
 __all__ = ["BLOCK_SIZES_PROPERTY", "CACHING", "FAMILIES", "GATING_PROPERTY", "LAW_FAMILIES",
            "MIN_TESTS_PER_FAMILY", "NOT_APPLICABLE_KINDS", "NO_LAW_FILES", "Checks", "Coverage",
-           "TestFacts", "collection_properties", "families_of", "function_key", "measure",
-           "unclassified"]
+           "GatingFacts", "TestFacts", "collection_properties", "families_of", "function_key",
+           "measure", "unclassified"]
 
 CONSERVATION, OWNERSHIP, HITS, EVICTION = FAMILIES = (
     "conservation", "ownership", "hit correctness", "eviction safety")
@@ -299,17 +300,25 @@ def unclassified(keys: Iterable[str]) -> list[str]:
                   if k not in LAW_FAMILIES and k.partition("::")[0] not in NO_LAW_FILES)
 
 
-def collection_properties(item: pytest.Item) -> list[tuple[str, Any]]:
+class GatingFacts(TypedDict, total=False):
+    """The value of a suite test's ``GATING_PROPERTY`` (``collection_properties``)."""
+
+    needs: list[str]
+    generic: bool
+    profiles: list[str] | None
+
+
+def collection_properties(item: pytest.Item) -> list[tuple[str, GatingFacts]]:
     """The user property the plugin adds to a suite test when it is collected: the facts of
     its gating markers (``kv_capability`` names, ``kv_generic``, ``kv_profiles``), so the
     record can say why a test did not apply, on the xdist controller too (it sees reports,
     not items)."""
     needs = sorted({str(c) for mark in item.iter_markers("kv_capability") for c in mark.args})
     only = item.get_closest_marker("kv_profiles")
-    return [(GATING_PROPERTY, {"needs": needs,
-                               "generic": item.get_closest_marker("kv_generic") is not None,
-                               "profiles": None if only is None else [str(p) for p in
-                                                                       only.args]})]
+    facts: GatingFacts = {"needs": needs,
+                          "generic": item.get_closest_marker("kv_generic") is not None,
+                          "profiles": None if only is None else [str(p) for p in only.args]}
+    return [(GATING_PROPERTY, facts)]
 
 
 @dataclass(frozen=True)
@@ -337,18 +346,19 @@ class TestFacts:
     skip_reason: str = ""
 
     @classmethod
-    def from_properties(cls, outcome: str, area: str, props: Iterable[tuple[str, Any]],
+    def from_properties(cls, outcome: str, area: str, props: Iterable[tuple[str, object]],
                         skip_reason: str = "") -> TestFacts:
         """From a report's ``user_properties`` (every entry of ``kv_block_sizes`` counts:
         a test may record it more than once)."""
         sizes: set[int] = set()
-        gating: Mapping[str, Any] = {}
+        gating: GatingFacts = {}
         for name, value in props:
             if name == BLOCK_SIZES_PROPERTY and isinstance(value, (list, tuple, set, frozenset)):
                 sizes.update(v for v in value if isinstance(v, int) and not isinstance(v, bool)
                              and v >= 1)
             elif name == GATING_PROPERTY and isinstance(value, Mapping):
-                gating = value
+                # kvcheck's own property: a mapping means collection_properties wrote it
+                gating = cast(GatingFacts, value)
         profiles = gating.get("profiles")
         return cls(outcome, area, frozenset(sizes), tuple(gating.get("needs") or ()),
                    bool(gating.get("generic", True)),
@@ -494,7 +504,7 @@ class Coverage:
                                   if by_area.get(a)) == 1}
 
     # ------------------------------------------------------------------ record
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> RecordCoverage:
         """The record's ``coverage`` object (``kvcheck.results.schema``)."""
         return {
             "ran": self.ran,
@@ -539,27 +549,29 @@ def measure(facts: Mapping[str, TestFacts], capabilities: frozenset[str],
         profile: the active profile; a minimum per family binds ``generic`` only.
     """
     manager = "manager" in capabilities
-    areas: dict[str, list[Any]] = {}
+    ran_in: dict[str, int] = {}          # area -> tests that ran
+    sizes_in: dict[str, set[int]] = {}   # area -> the block sizes they ran at
     passed: dict[str, set[str]] = defaultdict(set)
     undeclared: Counter[str] = Counter()
     not_applicable: dict[str, Counter[str]] = defaultdict(Counter)
     for nodeid, test in sorted(facts.items()):
-        row = areas.setdefault(test.area, [0, set()])
+        ran_in.setdefault(test.area, 0)
+        sizes_in.setdefault(test.area, set())
         kind = test.not_applicable(capabilities, profile)
         if kind is not None:
             not_applicable[kind][test.area] += 1
             undeclared.update(test.missing(capabilities))
             continue
-        row[0] += 1
-        row[1] |= test.block_sizes
+        ran_in[test.area] += 1
+        sizes_in[test.area] |= test.block_sizes
         if test.outcome in ("passed", "xpassed"):
             key = function_key(nodeid)
             for family in families_of(key, capabilities):
                 passed[family].add(key)
     minimum = MIN_TESTS_PER_FAMILY if profile == "generic" and manager else None
     coverage = Coverage(
-        ran=sum(n for n, _ in areas.values()),
-        areas={a: (n, tuple(sorted(s))) for a, (n, s) in sorted(areas.items())},
+        ran=sum(ran_in.values()),
+        areas={a: (n, tuple(sorted(sizes_in[a]))) for a, n in sorted(ran_in.items())},
         families={f: tuple(sorted(passed.get(f, ()))) for f in FAMILIES},
         minimum=minimum,
         undeclared=dict(sorted(undeclared.items(), key=lambda kv: (-kv[1], kv[0]))),

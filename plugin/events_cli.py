@@ -21,7 +21,10 @@ import argparse
 import contextlib
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from kvcheck.events.sources import BatchSource
 
 __all__ = ["add_events_parser", "add_serve_options", "run_serve"]
 
@@ -39,7 +42,18 @@ def _events_missing(command: str, error: ImportError) -> int:
                           "'kvcheck[events]'")
 
 
-def _capture_args(args: argparse.Namespace) -> dict[str, Any]:
+class _CaptureArgs(TypedDict):
+    """The options ``kvcheck.events.capture.capture`` takes from the command line."""
+
+    replay_endpoint: str | None
+    topic: str
+    count: int | None
+    idle_s: float
+    duration_s: float | None
+    bind: bool
+
+
+def _capture_args(args: argparse.Namespace) -> _CaptureArgs:
     return {"replay_endpoint": args.replay_endpoint, "topic": args.topic,
             "count": args.count, "idle_s": args.idle, "duration_s": args.duration,
             "bind": args.bind}
@@ -101,7 +115,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                    f"hashes, seed {args.seed}", batches=args.batches or 200)
 
 
-def run_serve(args: argparse.Namespace, source: Any, described: str, *,
+def run_serve(args: argparse.Namespace, source: BatchSource, described: str, *,
               batches: int | None, command: str = "kvcheck events serve") -> int:
     """Publish ``source``'s batches (``kvcheck.events.sources.BatchSource``) with the
     options of ``add_serve_options``; ``batches`` None: all the source has. Also the body of
@@ -154,7 +168,7 @@ def run_serve(args: argparse.Namespace, source: Any, described: str, *,
     return 0
 
 
-def add_events_parser(sub: Any) -> None:
+def add_events_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``events`` (with ``capture`` and ``check``) to the ``kvcheck`` subparsers."""
     events = sub.add_parser(
         "events", help="capture and check a live KV-event stream (ZMQ, vLLM's framing)",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import importlib
 import sys
-from typing import Any
 
 import pytest
 
@@ -20,7 +19,7 @@ __all__ = ["add_junit_properties", "html_verdict", "junit_properties", "measure_
            "start_own_line"]
 
 
-def start_own_line(terminalreporter: Any) -> None:
+def start_own_line(terminalreporter: pytest.TerminalReporter) -> None:
     """End whatever the terminal's current line holds, so the next line starts at column 0.
 
     pytest's ``write_line`` only ends its own progress line (it tracks the test file it is

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from typing import Any
+from collections.abc import Mapping
 
 import pytest
 
@@ -69,9 +69,9 @@ class SessionOutcomes:
         self._timed_out: dict[str, set[str]] = defaultdict(set)     # impl -> ids
         # node id -> the user properties kvcheck.plugin.coverage reads (block sizes, gating
         # markers), of every phase of the attempt being merged.
-        self._properties: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        self._properties: dict[str, list[tuple[str, object]]] = defaultdict(list)
 
-    def add(self, report: pytest.TestReport, props: dict[str, Any]) -> None:
+    def add(self, report: pytest.TestReport, props: Mapping[str, object]) -> None:
         """Merge one phase report of a suite test (``props``: its ``user_properties``)."""
         impl, nodeid = str(props["kv_impl"]), report.nodeid
         self.area[nodeid] = str(props.get("kv_area", area_of(nodeid)))

@@ -22,7 +22,7 @@ registered from ``pytest_configure``, where ``--cov=kvcheck`` measures it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -38,7 +38,7 @@ _PROFILES = ("vllm-0.33", "vllm-0.10", "generic")
 _DEFAULT_CALL_TIMEOUT = 60.0
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """``KV_STATE`` and ``KVSessionState``, for code written against kvcheck 0.1 (they live
     in ``kvcheck.plugin.state``)."""
     if name in __all__:

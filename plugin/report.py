@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import io
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from kvcheck.conformance import SUITE_VERSION
 from kvcheck.conformance.loader import ImplHandle
@@ -20,7 +19,7 @@ from kvcheck.plugin.coverage import Coverage, measure
 from kvcheck.plugin.outcomes import SessionOutcomes, area_of
 from kvcheck.results.environment import collect_environment
 from kvcheck.results.io import OutputPathError, check_output_path, write_records
-from kvcheck.results.schema import OUTCOMES, make_conformance_record, validate_record
+from kvcheck.results.schema import OUTCOMES, Record, make_conformance_record, validate_record
 
 __all__ = ["SessionOutcomes", "area_of", "check_report_path", "conformance_record", "coverage_of",
            "judge", "render_summary", "verdict", "write_report", "write_unfinished_report"]
@@ -159,7 +158,7 @@ def render_summary(impl: ImplHandle, profile: str, outcomes: SessionOutcomes,
 
 def conformance_record(impl: ImplHandle, profile: str, outcomes: SessionOutcomes,
                        completeness: Completeness, seed: int | None,
-                       environment: dict[str, Any]) -> dict[str, Any]:
+                       environment: Mapping[str, object]) -> Record:
     """A validated conformance record for one implementation.
 
     Tests that were rerun (pytest-rerunfailures) are listed in the record's free-form

@@ -36,7 +36,7 @@ import sys
 import threading
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -206,7 +206,7 @@ class ResourceWatch:
         return (yield)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if hasattr(self.config, "workerinput"):
             return
         for line in self.leftover_lines():

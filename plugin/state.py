@@ -14,7 +14,6 @@ import os
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -144,7 +143,7 @@ class KVSessionState:
 
     # ------------------------------------------------------------------ xdist controller
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+    def pytest_testnodedown(self, node: object, error: object) -> None:
         """A worker finished: take its inventory (all workers collect the same tests)."""
         if error:
             self.worker_crashed = True
@@ -153,7 +152,8 @@ class KVSessionState:
             self.inventory = SuiteInventory.from_wire(data)
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport,
+                               sched: object) -> None:
         self.worker_crashed = True
 
     # ------------------------------------------------------------------ verdicts
@@ -189,7 +189,8 @@ class KVSessionState:
                                   conforms, line))
         return result
 
-    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter,
+                                exitstatus: int) -> None:
         if not self.reports_conformance or exitstatus == pytest.ExitCode.USAGE_ERROR:
             return  # a usage error already said what is wrong; nothing ran
         completeness = self.completeness()

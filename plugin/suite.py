@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -42,6 +42,11 @@ from kvcheck.plugin.outputs import claim_session_output
 from kvcheck.plugin.resources import configure_resources
 from kvcheck.plugin.selection import apply_id_file, read_id_file
 from kvcheck.plugin.state import KV_STATE, KVSessionState, register
+
+if TYPE_CHECKING:
+    from hypothesis import settings as HypothesisSettings
+
+    from kvcheck.conformance.differential import Pair
 
 __all__ = ["configure"]
 
@@ -355,7 +360,7 @@ def kv_reference(pytestconfig: pytest.Config) -> ImplHandle:
 
 
 @pytest.fixture(scope="session")
-def kv_settings(pytestconfig: pytest.Config) -> Any:
+def kv_settings(pytestconfig: pytest.Config) -> HypothesisSettings:
     """Hypothesis settings for the suite: --kv-max-examples, no deadline (Triton JIT and
     CUDA init make first calls slow), derandomized unless --kv-seed is given."""
     from hypothesis import HealthCheck, settings
@@ -390,7 +395,7 @@ def kv_oracle(pytestconfig: pytest.Config) -> ImplHandle:
 
 @pytest.fixture
 def kv_pair(kv_impl: ImplHandle, kv_oracle: ImplHandle, kv_profile: str,
-            kv_sizes: DeclaredSizes, request: pytest.FixtureRequest) -> Any:
+            kv_sizes: DeclaredSizes, request: pytest.FixtureRequest) -> Callable[..., Pair]:
     """``kv_pair(spec=None, **spec_fields) -> Pair``: the implementation and the oracle
     (``--kv-oracle``, the reference by default) driven in lockstep (no oracle under
     ``--kv-profile=generic``: laws only). A mismatch writes its trace under
@@ -402,7 +407,7 @@ def kv_pair(kv_impl: ImplHandle, kv_oracle: ImplHandle, kv_profile: str,
     from kvcheck.conformance.differential import Pair
 
     def make(spec: KVCacheSpec | None = None, *, with_oracle: bool = True,
-             **fields: Any) -> Pair:
+             **fields: Any) -> Pair:  # Any: KVCacheSpec's keyword fields, passed on as given
         if spec is None:
             fields.setdefault("num_blocks", 16)
             fields.setdefault("block_size", 4)

@@ -9,7 +9,7 @@ The hasher object owns its ``NONE_HASH`` (no process-global state).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 from weakref import WeakKeyDictionary
 
 from kvcheck.reference_impl.block import BlockHash
@@ -129,7 +129,8 @@ class RequestBlockHasher:
             f"profile={self.profile.name!r}, num_lookahead_tokens={self.num_lookahead_tokens})"
         )
 
-    def _with_lookahead(self, extra_keys: ExtraKeys, token_ids: Sequence[int], end: int) -> Any:
+    def _with_lookahead(self, extra_keys: ExtraKeys, token_ids: Sequence[int],
+                        end: int) -> ExtraKeys:
         # (E, t_end) for L=1, (E, t_end, ..., t_end+L-1) for L>1: one formula, E kept even if None.
         if not self.num_lookahead_tokens:
             return extra_keys

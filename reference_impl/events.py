@@ -31,7 +31,7 @@ class BlockStored:
     lora_id: int | None
     medium: str | None = "GPU"
     lora_name: str | None = None
-    extra_keys: tuple[Any, ...] | None = None
+    extra_keys: tuple[object, ...] | None = None
     group_idx: int = 0
 
 
@@ -65,11 +65,13 @@ class KVEventFactory(Protocol):
     structs, so draining and encoding a step's events costs what it costs vLLM.
     """
 
+    # The events are this module's dataclasses or a release's wire structs (kvcheck.events),
+    # kept in one KVCacheEvent queue; the pool never reads them.
     @property
-    def BlockStored(self) -> Callable[..., Any]: ...
+    def BlockStored(self) -> Callable[..., Any]: ...  # Any: either form (see above)
 
     @property
-    def BlockRemoved(self) -> Callable[..., Any]: ...
+    def BlockRemoved(self) -> Callable[..., Any]: ...  # Any: as BlockStored
 
     @property
-    def AllBlocksCleared(self) -> Callable[[], Any]: ...
+    def AllBlocksCleared(self) -> Callable[[], Any]: ...  # Any: as BlockStored

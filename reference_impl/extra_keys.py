@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 
 if TYPE_CHECKING:
-    from kvcheck.reference_impl.request import MultiModalFeature, Request
+    from kvcheck.reference_impl.request import MultiModalFeature, PromptEmbeds, Request
 
 __all__ = [
     "ExtraKeys",
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # The extra keys of one block: a non-empty tuple, or None when the block has no extras.
-ExtraKeys = tuple[Any, ...] | None
+ExtraKeys = tuple[object, ...] | None
 
 # (start_token_idx, end_token_idx) -> sha256 digest of that slice of one request's prompt embeds.
 PromptEmbedsDigestCache = MutableMapping[tuple[int, int], bytes]
@@ -35,13 +35,13 @@ PromptEmbedsDigestCache = MutableMapping[tuple[int, int], bytes]
 
 def _scan_mm_tagged(
     features: Sequence[MultiModalFeature], start: int, end: int, start_mm_idx: int
-) -> tuple[list[Any], int]:
+) -> tuple[list[object], int]:
     """0.33 scan: every item with ``end > offset and start < offset + length``.
 
     Returns the keys (``("mm", identifier, offset - start)``, in feature order) and the index of
     the first item this block does not finish (where the next block's scan may resume).
     """
-    keys: list[Any] = []
+    keys: list[object] = []
     idx = start_mm_idx
     next_idx: int | None = None
     while idx < len(features):
@@ -65,14 +65,14 @@ def _scan_mm_tagged(
 
 def _scan_mm_bare(
     features: Sequence[MultiModalFeature], start: int, end: int, start_mm_idx: int
-) -> tuple[list[Any], int]:
+) -> tuple[list[object], int]:
     """0.10.2 scan: keys are bare identifiers (``mm_hash``); comparisons are strict.
 
     Quirks kept on purpose: a block that starts exactly at an item's end still carries that item
     (``start > item_end`` skips, ``==`` does not); a negative ``start_mm_idx`` counts from the end
     (``-1`` = the last item, what incremental blocks use), so earlier items are never seen.
     """
-    keys: list[Any] = []
+    keys: list[object] = []
     last = features[-1]
     if last.offset + last.length < start:
         # Every item ended before this block (strictly): nothing to scan, index unchanged.
@@ -95,14 +95,14 @@ def _scan_mm_bare(
 
 
 def _prompt_embeds_digest(
-    request: Request, start: int, end: int, cache: PromptEmbedsDigestCache | None
+    embeds: PromptEmbeds, start: int, end: int, cache: PromptEmbedsDigestCache | None
 ) -> bytes:
     """sha256 of the raw bytes of ``prompt_embeds[start:end]`` (possibly an empty slice)."""
     if cache is not None and (start, end) in cache:
         return cache[(start, end)]
     # Slicing past the prompt gives a short or empty slice; vLLM hashes whatever it gets, so a
     # decode-only block carries sha256(b"").
-    digest = hashlib.sha256(request.prompt_embeds[start:end].tobytes()).digest()
+    digest = hashlib.sha256(embeds[start:end].tobytes()).digest()
     if cache is not None:
         cache[(start, end)] = digest
     return digest
@@ -145,7 +145,7 @@ def generate_block_hash_extra_keys(
     """
     prof = get_profile(profile)
     tagged = prof.extra_key_format == "tagged"
-    keys: list[Any] = []
+    keys: list[object] = []
     lora = request.lora_request
     if lora is not None:
         # Never copied: pickle memoizes by identity (docs/semantics.md#serialization-bytes).
@@ -160,9 +160,10 @@ def generate_block_hash_extra_keys(
     if start_token_idx == 0 and salt:
         # Only the first block carries the salt; chaining propagates it to every later block.
         keys.append(("cache_salt", salt) if tagged else salt)
-    if tagged and request.prompt_embeds is not None:
+    embeds = request.prompt_embeds if tagged else None
+    if embeds is not None:
         digest = _prompt_embeds_digest(
-            request, start_token_idx, end_token_idx, prompt_embeds_cache
+            embeds, start_token_idx, end_token_idx, prompt_embeds_cache
         )
         keys.append(("prompt_embeds", digest))
     return (tuple(keys) if keys else None), next_mm_idx
@@ -182,15 +183,16 @@ def to_event_extra_keys(extra_keys: ExtraKeys) -> ExtraKeys:
     """
     if extra_keys is None:
         return None
-    stripped: list[Any] = []
+    stripped: list[object] = []
     for key in extra_keys:
-        tag = key[0] if isinstance(key, tuple) and key else None
-        if tag == "lora" and len(key) == 3:
-            stripped.append(key[1])
-        elif tag == "mm" and len(key) == 3:
-            stripped.append((key[1], key[2]))
-        elif tag in ("cache_salt", "prompt_embeds") and len(key) == 2:
-            stripped.append(key[1])
+        parts: tuple[object, ...] = key if isinstance(key, tuple) else ()
+        tag = parts[0] if parts else None
+        if tag == "lora" and len(parts) == 3:
+            stripped.append(parts[1])
+        elif tag == "mm" and len(parts) == 3:
+            stripped.append((parts[1], parts[2]))
+        elif tag in ("cache_salt", "prompt_embeds") and len(parts) == 2:
+            stripped.append(parts[1])
         else:
             raise KVCacheMisuseError(f"not a tagged extra key: {key!r} (in {extra_keys!r})")
     return tuple(stripped)

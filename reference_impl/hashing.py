@@ -14,7 +14,7 @@ import logging
 import os
 import pickle
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import cbor2
 import xxhash as _xxhash
@@ -39,7 +39,7 @@ __all__ = [
 _logger = logging.getLogger(__name__)
 
 # A hash function maps any picklable / CBOR-encodable object to a digest (32 B or 16 B).
-HashFn = Callable[[Any], bytes]
+HashFn = Callable[[object], bytes]
 
 # vLLM >= 0.29 hashes this *str* (not bytes) to get NONE_HASH when PYTHONHASHSEED is unset.
 DEFAULT_NONE_HASH_SEED: Final = "vllm-none-hash"
@@ -53,24 +53,24 @@ NON_CRYPTO_HASH_ALGOS: Final = frozenset({"xxhash", "xxhash_cbor"})
 _U64_MASK: Final = (1 << 64) - 1
 
 
-def _pickle_bytes(obj: Any) -> bytes:
+def _pickle_bytes(obj: object) -> bytes:
     # HIGHEST_PROTOCOL is 5 on every Python this project supports; vLLM uses the same constant.
     # Pickle memoizes by object identity, so equal-but-distinct strings serialize differently
     # (docs/semantics.md#serialization-bytes); to get vLLM's bytes, build the same objects.
     return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _cbor_bytes(obj: Any) -> bytes:
+def _cbor_bytes(obj: object) -> bytes:
     # Canonical CBOR: shortest integer encodings, deterministic map key order, no identity effects.
     return cbor2.dumps(obj, canonical=True)
 
 
-def sha256(obj: Any) -> bytes:
+def sha256(obj: object) -> bytes:
     """vLLM's default ``sha256``: SHA-256 (32 bytes) of the protocol-5 pickle of ``obj``."""
     return hashlib.sha256(_pickle_bytes(obj)).digest()
 
 
-def sha256_cbor(obj: Any) -> bytes:
+def sha256_cbor(obj: object) -> bytes:
     """vLLM's ``sha256_cbor``: SHA-256 (32 bytes) of the canonical CBOR encoding of ``obj``.
 
     The portable choice: the encoding does not depend on Python object identity.
@@ -78,7 +78,7 @@ def sha256_cbor(obj: Any) -> bytes:
     return hashlib.sha256(_cbor_bytes(obj)).digest()
 
 
-def xxhash_pickle(obj: Any) -> bytes:
+def xxhash_pickle(obj: object) -> bytes:
     """vLLM's ``xxhash`` (>= 0.13): XXH3-128 digest (16 bytes) of the **pickle** of ``obj``.
 
     Named ``xxhash_pickle`` so it does not shadow the ``xxhash`` package; registered in
@@ -87,7 +87,7 @@ def xxhash_pickle(obj: Any) -> bytes:
     return _xxhash.xxh3_128_digest(_pickle_bytes(obj))
 
 
-def xxhash_cbor(obj: Any) -> bytes:
+def xxhash_cbor(obj: object) -> bytes:
     """vLLM's ``xxhash_cbor`` (>= 0.13): XXH3-128 digest (16 bytes) of canonical CBOR."""
     return _xxhash.xxh3_128_digest(_cbor_bytes(obj))
 

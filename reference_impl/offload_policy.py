@@ -71,6 +71,8 @@ class ReqContext:
     def __init__(self, req_id: str) -> None:
         self.req_id = req_id
         self._positions: dict[OffloadKey, int] = {}
+        # Any: each value keyed by its own type (set_state), so get_state(cls) reads a cls; a
+        # cast there would cost a call on every policy operation.
         self._state: dict[type, Any] = {}
 
     def set_offload_key_position(self, key: OffloadKey, end_token: int) -> None:

@@ -10,14 +10,25 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 
 if TYPE_CHECKING:
     from kvcheck.reference_impl.block import BlockHash
 
-__all__ = ["LoRARequest", "MultiModalFeature", "Request", "RequestOptions"]
+__all__ = ["LoRARequest", "MultiModalFeature", "PromptEmbeds", "Request", "RequestOptions"]
+
+
+class _EmbedsSlice(Protocol):
+    def tobytes(self) -> bytes: ...
+
+
+class PromptEmbeds(Protocol):
+    """Per-token prompt embeddings: any object with ``__getitem__(slice)`` whose slices expose
+    ``tobytes()`` (e.g. a numpy array ``[num_prompt_tokens, hidden_size]``)."""
+
+    def __getitem__(self, index: slice, /) -> _EmbedsSlice: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +63,7 @@ class RequestOptions(TypedDict, total=False):
     lora_request: LoRARequest | None
     mm_features: Sequence[MultiModalFeature]
     cache_salt: str | None
-    prompt_embeds: Any
+    prompt_embeds: PromptEmbeds | None
     skip_reading_prefix_cache: bool
     num_computed_tokens: int
 
@@ -79,7 +90,7 @@ class Request:
     cache_salt: str | None = None
     # Per-token prompt embeddings, any object with ``__getitem__(slice)`` whose slices expose
     # ``tobytes()`` (e.g. a numpy array ``[num_prompt_tokens, hidden_size]``).
-    prompt_embeds: Any = None
+    prompt_embeds: PromptEmbeds | None = None
     # vLLM: prompt_logprobs requested (or set explicitly) => never read the prefix cache,
     # but still write to it.
     skip_reading_prefix_cache: bool = False

@@ -22,11 +22,24 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
 from kvcheck.results.environment import software_versions
-from kvcheck.results.schema import load_records, metric_key, parse_timestamp
+from kvcheck.results.schema import (
+    Record,
+    RecordCompleteness,
+    RecordCoverage,
+    RecordEnvironment,
+    RecordImplementation,
+    RecordMetric,
+    load_records,
+    metric_key,
+    parse_timestamp,
+)
 from kvcheck.results.stats import mann_whitney_u, min_p_value
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "Group",
@@ -60,7 +73,7 @@ def normalize_test_id(nodeid: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1] + sep + rest
 
 
-def load_files(paths: Sequence[str | Path]) -> list[tuple[str, dict[str, Any]]]:
+def load_files(paths: Sequence[str | Path]) -> list[tuple[str, Record]]:
     """(``file:line``-free source name, record) for every record of every file.
 
     Raises:
@@ -76,23 +89,23 @@ def load_files(paths: Sequence[str | Path]) -> list[tuple[str, dict[str, Any]]]:
 class Group:
     """Merged records of one (implementation, kind, profile, hardware key)."""
 
-    implementation: dict[str, Any]
+    implementation: RecordImplementation
     kind: str
     profile: str
     hardware_key: str
-    environment: dict[str, Any]
+    environment: RecordEnvironment
     timestamp: str
     suite_version: str
     sources: list[str] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)      # normalized test id -> outcome
     areas: dict[str, dict[str, int]] = field(default_factory=dict)
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric_key -> metric
+    metrics: dict[str, RecordMetric] = field(default_factory=dict)  # metric_key -> metric
     conforms: bool | None = None
     verdict: str | None = None
     complete: bool | None = None                 # conformance: the latest record's
-    completeness: dict[str, Any] | None = None   # None: unknown (a schema-1 record)
+    completeness: RecordCompleteness | None = None  # None: unknown (a schema-1 record)
     schema_version: int | None = None            # of the latest record
-    coverage: dict[str, Any] | None = None       # the latest record's (None: not recorded)
+    coverage: RecordCoverage | None = None    # the latest record's (None: not recorded)
 
     @property
     def legacy(self) -> bool:
@@ -107,7 +120,7 @@ class Group:
     def short_families(self) -> list[str]:
         """The law families the latest record's coverage found short of its minimum
         (``insufficient coverage``); empty when none, or not recorded."""
-        short = (self.coverage or {}).get("short") or []
+        short = (self.coverage.get("short") if self.coverage else None) or []
         return [str(f) for f in short]
 
     def completeness_text(self) -> str:
@@ -133,7 +146,7 @@ class Group:
         return f"{self.name} ({self.kind}, {self.profile})"
 
 
-def group_records(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[GroupKey, Group]:
+def group_records(records: Iterable[tuple[str, Record]]) -> dict[GroupKey, Group]:
     """Group and merge records (see the module docstring); input order breaks timestamp ties."""
     ordered = sorted(enumerate(records),
                      key=lambda item: (parse_timestamp(item[1][1]["timestamp"]), item[0]))
@@ -282,8 +295,8 @@ class MetricChange:
     """
 
     key: str
-    baseline: dict[str, Any] | None
-    current: dict[str, Any] | None
+    baseline: RecordMetric | None
+    current: RecordMetric | None
     worse_by: float | None = None
     worse_pct: float | None = None
     p: float | None = None
@@ -291,7 +304,7 @@ class MetricChange:
     p_floor: float | None = None
 
     @property
-    def metric(self) -> dict[str, Any]:
+    def metric(self) -> RecordMetric:
         return self.current or self.baseline  # type: ignore[return-value]
 
     @property
@@ -300,11 +313,11 @@ class MetricChange:
 
     @property
     def n_samples(self) -> tuple[int, int]:
-        return (len((self.baseline or {}).get("samples") or []),
-                len((self.current or {}).get("samples") or []))
+        return (len((self.baseline.get("samples") if self.baseline else None) or []),
+                len((self.current.get("samples") if self.current else None) or []))
 
 
-def _compare_metric(key: str, base: dict[str, Any], cur: dict[str, Any]) -> MetricChange:
+def _compare_metric(key: str, base: RecordMetric, cur: RecordMetric) -> MetricChange:
     change = MetricChange(key, base, cur)
     sign = 1.0 if cur["direction"] == "lower_is_better" else -1.0
     change.worse_by = sign * (cur["value"] - base["value"])
@@ -354,7 +367,7 @@ def format_p(change: MetricChange) -> str:
     return f"{change.p:.2g}" if change.p >= 1e-4 else "<1e-4"
 
 
-def console(file: Any = None) -> Any:
+def console(file: IO[str] | None = None) -> Console:
     """A rich Console for tables: 160 columns when not writing to a terminal (CI logs)."""
     from rich.console import Console
 
@@ -409,8 +422,10 @@ def render_compare(pairs: list[Pair]) -> str:
                 pct = "-" if m.worse_pct is None else f"{m.worse_pct:+.1f}%"
                 n = "/".join(map(str, m.n_samples))
                 table.add_row(_esc(m.key),
-                              format_value((m.baseline or {}).get("value"), m.unit),
-                              format_value((m.current or {}).get("value"), m.unit),
+                              format_value(m.baseline.get("value") if m.baseline else None,
+                                           m.unit),
+                              format_value(m.current.get("value") if m.current else None,
+                                           m.unit),
                               pct, format_p(m), n)
             out.print(table)
     return buf.getvalue()

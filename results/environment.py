@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+from typing import TypedDict
 
 __all__ = ["SOFTWARE_FIELDS", "collect_environment", "hardware_key", "software_versions"]
 
@@ -40,7 +41,14 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _gpu() -> dict[str, Any] | None:
+class _Gpu(TypedDict):
+    name: str
+    cuda: str | None
+    memory_bytes: int
+    count: int
+
+
+def _gpu() -> _Gpu | None:
     # Only look if torch is already imported: collecting a conformance record must not pull
     # in (or initialise) CUDA.
     torch = sys.modules.get("torch")
@@ -64,12 +72,12 @@ def _nvidia_driver() -> str | None:
     return None
 
 
-def hardware_key(environment: dict[str, Any]) -> str:
+def hardware_key(environment: Mapping[str, object]) -> str:
     """The comparison key of an environment block (see the module docstring)."""
     return str(environment.get("hardware_key", ""))
 
 
-def collect_environment() -> dict[str, Any]:
+def collect_environment() -> dict[str, object]:
     """Versions and hardware of this process's machine (no network, no CUDA init).
 
     Fields: ``hardware_key``, ``cpu``, ``cpu_count``, ``gpu`` (object or None), ``gpu_model``,
@@ -99,7 +107,7 @@ def collect_environment() -> dict[str, Any]:
     }
 
 
-def software_versions(environment: dict[str, Any]) -> dict[str, str | None]:
+def software_versions(environment: Mapping[str, object]) -> dict[str, str | None]:
     """driver, cuda, torch, triton and python of an environment block; older records that
     only have ``packages`` fall back to it."""
     packages = environment.get("packages") or {}
@@ -108,7 +116,9 @@ def software_versions(environment: dict[str, Any]) -> dict[str, str | None]:
         value = environment.get(name)
         if value is None and isinstance(packages, dict):
             value = packages.get(name)
-        if value is None and name == "cuda" and isinstance(environment.get("gpu"), dict):
-            value = environment["gpu"].get("cuda")
+        if value is None and name == "cuda":
+            gpu = environment.get("gpu")
+            if isinstance(gpu, dict):
+                value = gpu.get("cuda")
         out[name] = None if value is None else str(value)
     return out

@@ -56,10 +56,10 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from kvcheck.results.compare import (
     Group,
@@ -78,7 +78,7 @@ from kvcheck.results.compare import (
 )
 from kvcheck.results.errors import GateInputError
 from kvcheck.results.gate_kinds import KindMismatchError, check_kinds
-from kvcheck.results.schema import counting_method, is_deterministic
+from kvcheck.results.schema import Record, RecordMetric, counting_method, is_deterministic
 from kvcheck.results.text import visible
 
 __all__ = [
@@ -145,7 +145,7 @@ def parse_rule(text: str, what: str = "--threshold", allow_percent: bool = True)
     return Rule(selector.strip() or None, value, percent)
 
 
-def _rank(selector: str | None, key: str, metric: dict[str, Any]) -> int | None:
+def _rank(selector: str | None, key: str, metric: RecordMetric) -> int | None:
     """Specificity of a selector for a metric (higher wins), None if it does not match."""
     if selector is None:
         return 0
@@ -160,7 +160,7 @@ def _rank(selector: str | None, key: str, metric: dict[str, Any]) -> int | None:
     return None
 
 
-def _resolve(rules: Sequence[Rule], key: str, metric: dict[str, Any]) -> Rule | None:
+def _resolve(rules: Sequence[Rule], key: str, metric: RecordMetric) -> Rule | None:
     best: tuple[int, int] | None = None
     chosen = None
     for i, rule in enumerate(rules):
@@ -236,7 +236,7 @@ class GateConfig:
     allow_incomplete: bool = False  # a current record of an incomplete run may pass
     allow_empty: bool = False       # a gate that compared nothing may pass
 
-    def threshold_for(self, key: str, metric: dict[str, Any]) -> Rule:
+    def threshold_for(self, key: str, metric: RecordMetric) -> Rule:
         """The most specific matching threshold. A deterministic metric starts from
         ``DEFAULT_DETERMINISTIC_THRESHOLD`` and ignores thresholds without a selector (those
         are for timings)."""
@@ -247,7 +247,7 @@ class GateConfig:
             rules = [Rule(None, DEFAULT_THRESHOLD, True), *self.thresholds]
         return _resolve(rules, key, metric)  # type: ignore[return-value]
 
-    def floor_for(self, key: str, metric: dict[str, Any]) -> float:
+    def floor_for(self, key: str, metric: RecordMetric) -> float:
         rule = _resolve(self.floors, key, metric)
         return rule.value if rule else 0.0
 
@@ -459,7 +459,7 @@ def _count_decision(impl: str, change: MetricChange, config: GateConfig) -> Deci
     return d
 
 
-def _no_spread(metric: dict[str, Any]) -> bool:
+def _no_spread(metric: RecordMetric) -> bool:
     samples = metric.get("samples") or []
     return bool(samples) and min(samples) == max(samples)
 
@@ -479,7 +479,8 @@ def _evidence(change: MetricChange, alpha: float) -> tuple[bool, str]:
     return False, f"p={change.p:.2g} < {alpha:g}"
 
 
-def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str, dict[str, Any]]],
+def run_gate(baseline: Sequence[tuple[str, Mapping[str, object]]],
+             current: Sequence[tuple[str, Mapping[str, object]]],
              config: GateConfig) -> GateResult:
     """Compare loaded records (``compare.load_files`` output; the baseline may be empty)
     and decide.
@@ -488,8 +489,12 @@ def run_gate(baseline: list[tuple[str, dict[str, Any]]], current: list[tuple[str
         KindMismatchError: the baseline holds no record of the current records' kind
             (``gate_kinds.check_kinds``): a usage error, exit 2.
     """
-    check_kinds(baseline, current)
-    pairs: list[Pair] = pair_groups(group_records(baseline), group_records(current),
+    # Validated records by contract (load_files, or the schema builders, which validate):
+    # their fields are Record's. Typed as mappings for callers that build them in a dict.
+    base_records = cast("Sequence[tuple[str, Record]]", baseline)
+    cur_records = cast("Sequence[tuple[str, Record]]", current)
+    check_kinds(base_records, cur_records)
+    pairs: list[Pair] = pair_groups(group_records(base_records), group_records(cur_records),
                                     outcomes_across_hardware=True)
     decisions: list[Decision] = []
     warnings: list[str] = []
@@ -680,8 +685,8 @@ def _row(d: Decision) -> list[str]:
         digits = 2 if counted else 1  # counts move by fractions of a percent
         pct = "-" if m.worse_pct is None else f"{m.worse_pct:+.{digits}f}%"
         return [d.implementation, d.item,
-                format_value((m.baseline or {}).get("value"), m.unit),
-                format_value((m.current or {}).get("value"), m.unit),
+                format_value(m.baseline.get("value") if m.baseline else None, m.unit),
+                format_value(m.current.get("value") if m.current else None, m.unit),
                 pct, str(d.threshold or "-"), "count" if counted else format_p(m), d.status,
                 d.detail]
     if d.outcome is None:  # a decision about a whole record (incomplete)

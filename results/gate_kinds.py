@@ -18,25 +18,25 @@ An implementation whose current records have one kind with a baseline and anothe
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from kvcheck.results.errors import KindMismatchError
+from kvcheck.results.schema import Record
 from kvcheck.results.text import visible
 
 __all__ = ["KindMismatchError", "check_kinds"]
 
-Loaded = Iterable[tuple[str, dict[str, Any]]]  # (source file, record): compare.load_files
+Loaded = Iterable[tuple[str, Record]]  # (source file, record): compare.load_files
 
 # How a run writes a record of each kind (the fix names it).
 _WRITTEN_BY = {"conformance": "pytest --kv-impl=X --kv-report=FILE",
                "benchmark": "pytest --kv-impl=X --kv-bench --kv-bench-report=FILE"}
 
 
-def _kinds(records: list[tuple[str, dict[str, Any]]], name: str | None = None) -> set[str]:
+def _kinds(records: list[tuple[str, Record]], name: str | None = None) -> set[str]:
     return {r["kind"] for _, r in records if name is None or r["implementation"]["name"] == name}
 
 
-def _files(records: list[tuple[str, dict[str, Any]]], name: str | None = None) -> str:
+def _files(records: list[tuple[str, Record]], name: str | None = None) -> str:
     """``"bench.jsonl: benchmark; base.jsonl: benchmark"``: each file and its record kinds."""
     by_file: dict[str, set[str]] = {}
     for source, r in records:

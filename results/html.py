@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape as _html_escape
 
 from kvcheck.results.compare import format_value
@@ -238,7 +238,7 @@ def _chart(board: Board, key: str) -> str:
 _SWEEP_COLORS = ("#4f7ecf", "#d9822b", "#3a9a5b", "#b8459a", "#8a6d3b", "#2a9fb0")
 
 
-def _sweep_axis(metric: dict[str, object]) -> tuple[str, float] | None:
+def _sweep_axis(metric: Mapping[str, object]) -> tuple[str, float] | None:
     """``(axis, value)`` of a sweep metric (``kvcheck.bench.sweep`` records), else None."""
     extra = metric.get("extra")
     if not isinstance(extra, dict):

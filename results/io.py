@@ -9,7 +9,6 @@ import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from kvcheck.atomic import write_atomic
 from kvcheck.lock import OutputBusyError, OutputLock, acquire_output_lock
@@ -135,7 +134,7 @@ def lock_output(path: str | Path, option: str, example: str = "out.txt") -> Outp
                               "write to") from None
 
 
-def write_records(path: str | Path, records: Iterable[Mapping[str, Any]]) -> Path:
+def write_records(path: str | Path, records: Iterable[Mapping[str, object]]) -> Path:
     """Validate then atomically write records as JSON Lines (replacing the file)."""
     records = [validate_record(dict(r), f"record {i}") for i, r in enumerate(records)]
     return write_atomic(path, dump_lines(records))

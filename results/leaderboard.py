@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import html
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from kvcheck.results.compare import Group, console, format_value, glob_match, group_records
 from kvcheck.results.environment import SOFTWARE_FIELDS, software_versions
-from kvcheck.results.schema import parse_timestamp
+from kvcheck.results.schema import Record, RecordImplementation, RecordMetric, parse_timestamp
 from kvcheck.results.text import visible
 
 __all__ = ["MAX_KEY_METRICS", "AreaCell", "Board", "Row", "area_cell", "build_boards",
@@ -76,14 +75,14 @@ def area_cell(counts: dict[str, int] | None, complete: bool = True) -> AreaCell:
 class Row:
     """One implementation under one profile on one hardware key."""
 
-    implementation: dict[str, Any]
+    implementation: RecordImplementation
     profile: str
     conformance: Group | None = None
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: dict[str, RecordMetric] = field(default_factory=dict)
     ratios: dict[str, float | None] = field(default_factory=dict)
     is_reference: bool = False
     timestamp: str = ""
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -110,7 +109,7 @@ class Row:
         checked = passed + failing
         share = max(cell.sort, 0.0)
         if group.incomplete:
-            info = group.completeness or {}
+            info: Mapping[str, object] = group.completeness or {}
             applicable = info.get("applicable")
             ran = f"ran {info.get('ran', '?')} of {'?' if applicable is None else applicable}"
             if failing:  # failures are failures, however much ran
@@ -151,7 +150,7 @@ class Board:
     rows: list[Row]
     areas: list[str]
     metric_keys: list[str]                  # every metric, first-seen order
-    metric_info: dict[str, dict[str, Any]]  # key -> {unit, direction, name}
+    metric_info: dict[str, dict[str, str]]  # key -> {unit, direction, name}
     software: dict[str, str]
     sources: list[str]
     reference: str
@@ -200,9 +199,9 @@ def _collect_rows(groups: Iterable[Group]) -> tuple[dict[str, list[Row]], dict[s
     return {k: list(v.values()) for k, v in by_key.items()}, sources
 
 
-def _metric_info(rows: list[Row]) -> dict[str, dict[str, Any]]:
+def _metric_info(rows: list[Row]) -> dict[str, dict[str, str]]:
     """metric key -> {unit, direction, name}, in first-seen order."""
-    info: dict[str, dict[str, Any]] = {}
+    info: dict[str, dict[str, str]] = {}
     for row in rows:
         for key, metric in row.metrics.items():
             info.setdefault(key, {"unit": metric["unit"], "direction": metric["direction"],
@@ -210,7 +209,7 @@ def _metric_info(rows: list[Row]) -> dict[str, dict[str, Any]]:
     return info
 
 
-def _key_metrics(info: dict[str, dict[str, Any]], patterns: Sequence[str]) -> list[str]:
+def _key_metrics(info: dict[str, dict[str, str]], patterns: Sequence[str]) -> list[str]:
     if not patterns:
         return list(info) if len(info) <= MAX_KEY_METRICS else []
     return [k for k, i in info.items()
@@ -231,7 +230,7 @@ def _set_ratios(rows: list[Row], reference: str) -> None:
             row.ratios[key] = metric["value"] / base["value"] if usable and base else None
 
 
-def build_boards(records: Iterable[tuple[str, dict[str, Any]]], reference: str = "reference",
+def build_boards(records: Iterable[tuple[str, Record]], reference: str = "reference",
                  metric_patterns: Sequence[str] = ()) -> list[Board]:
     """Boards sorted by hardware key, rows by conformance then name.
 
@@ -252,7 +251,7 @@ def build_boards(records: Iterable[tuple[str, dict[str, Any]]], reference: str =
     return boards
 
 
-def metric_header(key: str, info: dict[str, Any]) -> str:
+def metric_header(key: str, info: Mapping[str, str]) -> str:
     arrow = "↓" if info["direction"] == "lower_is_better" else "↑"
     return f"{key} [{info['unit']}] {arrow}"
 
@@ -279,7 +278,7 @@ def _headers(board: Board) -> list[str]:
             + [metric_header(k, board.metric_info[k]) for k in board.key_metrics])
 
 
-def better(info: dict[str, Any]) -> str:
+def better(info: Mapping[str, str]) -> str:
     return "lower" if info["direction"] == "lower_is_better" else "higher"
 
 

@@ -96,7 +96,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Literal, NoReturn, Protocol, TypedDict, TypeVar, cast, overload
 
 from kvcheck.errors import KVCheckInputError
 from kvcheck.results.errors import RecordError
@@ -107,7 +107,16 @@ __all__ = [
     "KINDS",
     "OUTCOMES",
     "SCHEMA_VERSION",
+    "CoverageArea",
+    "CoverageFamily",
+    "LoadedImplementation",
+    "Record",
+    "RecordCompleteness",
+    "RecordCoverage",
+    "RecordEnvironment",
     "RecordError",
+    "RecordImplementation",
+    "RecordMetric",
     "completeness_known",
     "counting_method",
     "dump_lines",
@@ -134,8 +143,169 @@ _DIRECTIONS = DIRECTIONS
 _NUMBER = (int, float)
 
 
-def _req(obj: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str,
-         optional: bool = False) -> Any:
+# ------------------------------------------------------------------ the validated shapes
+# What ``validate_record`` guarantees, field by field (the module docstring's table): the
+# required fields first, the optional ones (absent, or null where the table allows it) in a
+# ``total=False`` subclass. Unknown extra fields are allowed, so these are lower bounds.
+class _MetricFields(TypedDict):
+    name: str
+    unit: str
+    direction: str
+    value: float
+
+
+class RecordMetric(_MetricFields, total=False):
+    """One validated metric object of a record (see the module docstring)."""
+
+    samples: list[float] | None
+    case: str | None
+    stat: str | None
+    lower: float | None
+    upper: float | None
+    extra: dict[str, object] | None
+    deterministic: bool | None
+
+
+class _ImplementationFields(TypedDict):
+    name: str
+    version: str
+
+
+class RecordImplementation(_ImplementationFields, total=False):
+    """A validated record's ``implementation`` object (the fields not checked are
+    ``object``)."""
+
+    commit: str | None
+    capabilities: list[str] | None
+    target: object
+    module: object
+
+
+class _EnvironmentFields(TypedDict):
+    hardware_key: str
+
+
+class RecordEnvironment(_EnvironmentFields, total=False):
+    """A validated record's ``environment`` object (the fields not checked are ``object``)."""
+
+    cpu: str | None
+    cpu_count: object
+    gpu: object
+    gpu_model: str | None
+    driver: str | None
+    cuda: str | None
+    torch: str | None
+    triton: str | None
+    python: str | None
+    platform: str | None
+    packages: object
+
+
+class RecordCompleteness(TypedDict):
+    """A validated version-2 conformance record's ``completeness`` object."""
+
+    applicable: int | None
+    ran: int
+    reasons: list[str]
+    interrupted: bool
+
+
+class CoverageArea(TypedDict):
+    """One area of a record's ``coverage.areas``."""
+
+    ran: int
+    block_sizes: list[int]
+
+
+class CoverageFamily(TypedDict):
+    """One law family of a record's ``coverage.families``."""
+
+    passed: int
+    tests: list[str]
+
+
+class _CoverageFields(TypedDict):
+    ran: int
+    block_sizes: list[int]
+    areas: dict[str, CoverageArea]
+    families: dict[str, CoverageFamily]
+    short: list[str]
+    fixes: dict[str, list[str]]
+    undeclared_capabilities: dict[str, int]
+    not_applicable: dict[str, dict[str, int]]
+
+
+class RecordCoverage(_CoverageFields, total=False):
+    """A validated conformance record's ``coverage`` object."""
+
+    minimum: int | None
+
+
+class _RecordFields(TypedDict):
+    schema_version: int
+    kind: str
+    timestamp: str
+    suite_version: str
+    kvcheck_version: str
+    profile: str
+    implementation: RecordImplementation
+    environment: RecordEnvironment
+
+
+class Record(_RecordFields, total=False):
+    """A record as ``validate_record`` returns it: the envelope, then the optional and the
+    conformance-only fields (present in every conformance record; ``completeness`` is null
+    in an upgraded version-1 record, see ``upgrade_record``)."""
+
+    seed: int | None
+    extra: dict[str, object] | None
+    metrics: list[RecordMetric] | None
+    outcomes: dict[str, str]
+    areas: dict[str, dict[str, int]]
+    verdict: str
+    conforms: bool
+    complete: bool
+    completeness: RecordCompleteness | None
+    coverage: RecordCoverage | None
+
+
+class _ImplementationInfo(Protocol):
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def commit(self) -> str | None: ...
+
+    @property
+    def capabilities(self) -> Iterable[str]: ...
+
+
+class LoadedImplementation(Protocol):
+    """What ``implementation_block`` reads of a loaded implementation
+    (``kvcheck.conformance.loader.ImplHandle``, which results does not import)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def info(self) -> _ImplementationInfo: ...
+
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+
+
+@overload
+def _req(obj: Mapping[str, object], key: str, types: type[_T], where: str,
+         optional: Literal[False] = False) -> _T: ...
+@overload
+def _req(obj: Mapping[str, object], key: str, types: type[_T], where: str,
+         optional: bool) -> _T | None: ...
+@overload
+def _req(obj: Mapping[str, object], key: str, types: tuple[type[_T], type[_U]], where: str,
+         optional: bool = False) -> _T | _U | None: ...
+def _req(obj: Mapping[str, object], key: str, types: type | tuple[type, ...], where: str,
+         optional: bool = False) -> object:
     if key not in obj:
         if optional:
             return None
@@ -158,7 +328,8 @@ def _type_names(types: type | tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in _tuple(types))
 
 
-def _finite(obj: Mapping[str, Any], key: str, where: str, optional: bool = False) -> Any:
+def _finite(obj: Mapping[str, object], key: str, where: str,
+            optional: bool = False) -> float | None:
     value = _req(obj, key, _NUMBER, where, optional)
     if value is not None and not math.isfinite(value):
         raise RecordError(f"{where}: field {key!r} must be finite, got {value}")
@@ -177,18 +348,18 @@ def counting_method(hardware_key: str) -> str | None:
     return method if sep and method in COUNTING_METHODS else None
 
 
-def is_deterministic(metric: Mapping[str, Any]) -> bool:
+def is_deterministic(metric: Mapping[str, object]) -> bool:
     """Whether a metric is a deterministic count (``deterministic: true``), not a timing."""
     return metric.get("deterministic") is True
 
 
-def metric_key(metric: Mapping[str, Any]) -> str:
+def metric_key(metric: Mapping[str, object]) -> str:
     """The identity of a metric inside a record: ``"<case>/<name>"``, or the name alone."""
     case = metric.get("case")
     return f"{case}/{metric['name']}" if case else str(metric["name"])
 
 
-def _validate_metric(metric: Any, w: str) -> str:
+def _validate_metric(metric: object, w: str) -> str:
     if not isinstance(metric, dict):
         raise RecordError(f"{w}: must be an object")
     _req(metric, "name", str, w)
@@ -212,14 +383,14 @@ def _validate_metric(metric: Any, w: str) -> str:
     return metric_key(metric)
 
 
-def _count(obj: Mapping[str, Any], key: str, where: str) -> int:
+def _count(obj: Mapping[str, object], key: str, where: str) -> int:
     value = _req(obj, key, int, where)
     if value < 0:
         raise RecordError(f"{where}: field {key!r} must be >= 0, got {value}")
     return int(value)
 
 
-def _validate_completeness(record: Mapping[str, Any], where: str) -> None:
+def _validate_completeness(record: Mapping[str, object], where: str) -> None:
     """The version-2 conformance fields: ``complete``, ``completeness`` and the rule that
     ``conforms`` needs a complete run."""
     complete = _req(record, "complete", bool, where)
@@ -249,7 +420,7 @@ def _validate_completeness(record: Mapping[str, Any], where: str) -> None:
                           "incomplete run cannot conform (write conforms: false)")
 
 
-def _str_counts(obj: Any, w: str) -> None:
+def _str_counts(obj: object, w: str) -> None:
     """``obj`` maps str to counts >= 0."""
     if not isinstance(obj, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
@@ -257,13 +428,13 @@ def _str_counts(obj: Any, w: str) -> None:
         raise RecordError(f"{w} must map names to counts >= 0")
 
 
-def _sizes(obj: Mapping[str, Any], w: str) -> None:
+def _sizes(obj: Mapping[str, object], w: str) -> None:
     sizes = _req(obj, "block_sizes", list, w)
     if not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes):
         raise RecordError(f"{w}: field 'block_sizes' must be a list of ints >= 1")
 
 
-def _validate_coverage(record: Mapping[str, Any], where: str) -> None:
+def _validate_coverage(record: Mapping[str, object], where: str) -> None:
     """The optional ``coverage`` object of a conformance record (see the module docstring),
     and the rule that a record whose law families fall short does not conform."""
     info = _req(record, "coverage", dict, where, optional=True)
@@ -311,7 +482,7 @@ def _validate_coverage(record: Mapping[str, Any], where: str) -> None:
                           "does not conform (write conforms: false)")
 
 
-def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
+def validate_record(record: object, where: str = "record") -> Record:
     """Check one record against its ``schema_version`` (1 or ``SCHEMA_VERSION``); return it
     unchanged. Loading also upgrades version-1 records (``upgrade_record``).
 
@@ -387,7 +558,7 @@ def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
             raise RecordError(f"{where}: metrics[{i}] repeats metric {key!r} "
                               f"(already metrics[{seen[key]}]); give each a distinct case/name")
         seen[key] = i
-    return record
+    return cast(Record, record)  # every field of Record checked above
 
 
 def parse_timestamp(text: str) -> datetime | None:
@@ -405,7 +576,7 @@ def _reject_constant(name: str) -> NoReturn:
     raise KVCheckInputError(f"{name} is not allowed (JSON has no NaN or Infinity)")
 
 
-def load_records(path: str | Path) -> list[dict[str, Any]]:
+def load_records(path: str | Path) -> list[Record]:
     """Read and validate every record of a JSON Lines file (blank lines are ignored).
 
     Raises:
@@ -419,7 +590,7 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
         raise RecordError(f"{path}: not a UTF-8 text file (is it a result record?)") from None
     except OSError as exc:
         raise RecordError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    records = []
+    records: list[Record] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -437,36 +608,37 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+def upgrade_record(record: Record) -> Record:
     """A validated record in today's reading: a version-1 conformance record gets
     ``complete: true`` and ``completeness: null`` (the legacy marker; ``schema_version``
     stays 1, so it is never mistaken for a version-2 record). Other records are returned
     unchanged. The argument is not modified."""
     if record.get("schema_version", SCHEMA_VERSION) >= 2 or record.get("kind") != "conformance":
         return record
-    upgraded = dict(record)
+    upgraded = record.copy()
     upgraded["complete"] = True
     upgraded["completeness"] = None
     return upgraded
 
 
-def is_legacy(record: Mapping[str, Any]) -> bool:
+def is_legacy(record: Record) -> bool:
     """Whether a record was written under an older schema version (loaded by upgrading)."""
     return int(record.get("schema_version", SCHEMA_VERSION)) < SCHEMA_VERSION
 
 
-def completeness_known(record: Mapping[str, Any]) -> bool:
+def completeness_known(record: Mapping[str, object]) -> bool:
     """Whether a conformance record says how complete its run was (false for version 1)."""
     return record.get("kind") == "conformance" and isinstance(record.get("completeness"), dict)
 
 
-def dump_lines(records: Iterable[Mapping[str, Any]]) -> str:
+def dump_lines(records: Iterable[Mapping[str, object]]) -> str:
     """Records as JSON Lines text: sorted keys, one record per line, no NaN."""
     return "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in records)
 
 
 # ------------------------------------------------------------------ building benchmark records
-def implementation_block(impl: Any) -> dict[str, Any]:
+def implementation_block(impl: Mapping[str, object] | LoadedImplementation
+                         ) -> dict[str, object]:
     """The ``implementation`` object of a record, from a mapping (``name``, ``version``,
     optional ``commit``...) or from a loaded ``kvcheck.conformance.loader.ImplHandle``."""
     if isinstance(impl, Mapping):
@@ -487,8 +659,8 @@ def implementation_block(impl: Any) -> dict[str, Any]:
 
 def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] = (),
                 value: float | None = None, *, case: str | None = None,
-                stat: str | None = None, extra: Mapping[str, Any] | None = None,
-                deterministic: bool | None = None) -> dict[str, Any]:
+                stat: str | None = None, extra: Mapping[str, object] | None = None,
+                deterministic: bool | None = None) -> dict[str, object]:
     """One metric object.
 
     Args:
@@ -509,8 +681,8 @@ def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] =
     direction = {"lower": "lower_is_better", "higher": "higher_is_better"}.get(direction,
                                                                                direction)
     samples = [float(x) for x in samples]
-    metric: dict[str, Any] = {"name": name, "unit": unit, "direction": direction,
-                              "samples": samples}
+    metric: dict[str, object] = {"name": name, "unit": unit, "direction": direction,
+                                 "samples": samples}
     if value is None:
         if not samples:
             raise RecordError(f"metric {name!r}: give a value or at least one sample")
@@ -532,9 +704,10 @@ def make_metric(name: str, unit: str, direction: str, samples: Sequence[float] =
     return metric
 
 
-def envelope(kind: str, implementation: Any, *, profile: str, seed: int | None,
-             suite_version: str, environment: Mapping[str, Any] | None = None,
-             timestamp: str | None = None) -> dict[str, Any]:
+def envelope(kind: str, implementation: Mapping[str, object] | LoadedImplementation, *,
+             profile: str, seed: int | None, suite_version: str,
+             environment: Mapping[str, object] | None = None,
+             timestamp: str | None = None) -> dict[str, object]:
     """The fields every record kind shares, as the start of a record (not yet validated).
 
     Args:
@@ -568,13 +741,13 @@ def envelope(kind: str, implementation: Any, *, profile: str, seed: int | None,
     }
 
 
-def _where(kind: str, record: Mapping[str, Any]) -> str:
+def _where(kind: str, record: Mapping[str, object]) -> str:
     impl = record.get("implementation")
     name = impl.get("name") if isinstance(impl, Mapping) else None
     return f"{kind} record of {name!r}"
 
 
-def _plain_completeness(completeness: Any) -> Any:
+def _plain_completeness(completeness: object) -> object:
     """A copy as plain JSON types (a tuple of reasons becomes a list); anything else is left
     for validation to reject with a message."""
     if not isinstance(completeness, Mapping):
@@ -585,14 +758,15 @@ def _plain_completeness(completeness: Any) -> Any:
     return out
 
 
-def make_conformance_record(*, implementation: Any, profile: str, seed: int | None,
+def make_conformance_record(*, implementation: Mapping[str, object] | LoadedImplementation,
+                            profile: str, seed: int | None,
                             outcomes: Mapping[str, str], areas: Mapping[str, Mapping[str, int]],
                             verdict: str, conforms: bool, complete: bool,
-                            completeness: Mapping[str, Any],
+                            completeness: Mapping[str, object],
                             suite_version: str,
-                            environment: Mapping[str, Any] | None = None,
+                            environment: Mapping[str, object] | None = None,
                             timestamp: str | None = None,
-                            coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                            coverage: Mapping[str, object] | None = None) -> Record:
     """A validated ``kind="conformance"`` record (schema version 2).
 
     Args:
@@ -631,11 +805,12 @@ def make_conformance_record(*, implementation: Any, profile: str, seed: int | No
     return validate_record(record, _where("conformance", record))
 
 
-def make_benchmark_record(implementation: Any, metrics: Sequence[Mapping[str, Any]], *,
+def make_benchmark_record(implementation: Mapping[str, object] | LoadedImplementation,
+                          metrics: Sequence[Mapping[str, object]], *,
                           profile: str, suite_version: str,
-                          environment: Mapping[str, Any] | None = None,
+                          environment: Mapping[str, object] | None = None,
                           seed: int | None = None, timestamp: str | None = None,
-                          extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                          extra: Mapping[str, object] | None = None) -> dict[str, object]:
     """A validated ``kind="benchmark"`` record, ready for ``kvcheck.results.io.write_records``.
 
     Args:
@@ -656,4 +831,7 @@ def make_benchmark_record(implementation: Any, metrics: Sequence[Mapping[str, An
     record["metrics"] = [dict(m) for m in metrics]
     if extra is not None:
         record["extra"] = dict(extra)
-    return validate_record(record, _where("benchmark", record))
+    # validate_record returns the same object; the plain dict type is kept for the callers
+    # that collect benchmark records with their own fields (a Record is no dict[str, ...])
+    validate_record(record, _where("benchmark", record))
+    return record

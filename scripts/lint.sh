@@ -49,7 +49,8 @@ status=0
 echo "== ruff check"
 "$python" -m ruff check . || status=1
 echo "== mypy"
-# The cache stays in the checkout (mypy writes a .gitignore into it) so repeated runs are fast.
+# The cache stays in the checkout (mypy writes a .gitignore into it) so repeated runs are fast;
+# MYPY_CACHE_DIR moves it (two checks running at once must not share one cache).
 (cd "$tree" && "$python" -m mypy --config-file "$repo/pyproject.toml" \
-  --cache-dir "$repo/.mypy_cache" -p kvcheck) | sed "${paths[@]}" || status=1
+  --cache-dir "${MYPY_CACHE_DIR:-$repo/.mypy_cache}" -p kvcheck) | sed "${paths[@]}" || status=1
 exit "$status"

@@ -16,12 +16,13 @@ import atexit
 import contextlib
 import shlex
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn
 
 from kvcheck import __version__
-from kvcheck.conformance.protocol import UnsupportedSpec, spec_to_dict
+from kvcheck.conformance.indexer_protocol import IndexerConfig
+from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec, spec_to_dict
 from kvcheck.errors import KVCheckInputError
 from kvcheck.wire import PROTOCOL_VERSION
 from kvcheck.wire.engine import EngineProcess, EngineProcessError
@@ -69,7 +70,7 @@ class EngineSession:
         self.target = target
         self.argv = argv
         self.name = target  # until init names the implementation
-        self.impl_info: dict[str, Any] | None = None
+        self.impl_info: dict[str, object] | None = None
         self.process: EngineProcess | None = None
         self.generation = 0
         self.pending_release: list[tuple[int, int]] = []  # (generation, handle)
@@ -100,7 +101,8 @@ class EngineSession:
                 f"({info!r:.200}) than at start ({self.impl_info!r:.200})")
         return process
 
-    def _init_result(self, answer: dict[str, Any], process: EngineProcess) -> dict[str, Any]:
+    def _init_result(self, answer: dict[str, object], process: EngineProcess
+                     ) -> dict[str, object]:
         def refuse(problem: str) -> NoReturn:
             process.kill()
             where = "init" if self.impl_info is None else f"{self.name}.init"
@@ -115,7 +117,7 @@ class EngineSession:
         if result.get("protocol") != PROTOCOL_VERSION:
             refuse(f"the engine speaks protocol {result.get('protocol')!r}; this kvcheck "
                    f"speaks {PROTOCOL_VERSION} (docs/wire-protocol.md)")
-        info: dict[str, Any] = dict(result["impl_info"])
+        info: dict[str, object] = dict(result["impl_info"])
         caps = info.get("capabilities")
         if isinstance(caps, list) and "kernels" in caps:
             refuse("impl_info declares 'kernels', which cannot cross the wire (GPU tensors); "
@@ -136,8 +138,8 @@ class EngineSession:
         process.close()
 
     # ------------------------------------------------------------------ calls
-    def call(self, method: str, params: dict[str, Any], *, handle: int | None = None,
-             generation: int | None = None) -> Any:
+    def call(self, method: str, params: dict[str, object], *, handle: int | None = None,
+             generation: int | None = None) -> object:
         """One call's result, or the exception its error code stands for."""
         what = f"{self.name}.{method}"
         process = self._started() if generation is None else self._serving(generation, what)
@@ -146,8 +148,8 @@ class EngineSession:
             raise self._error(what, answer["error"])
         return answer["result"]
 
-    def call_many(self, method: str, params: list[dict[str, Any]], *, handle: int,
-                  generation: int) -> list[Any]:
+    def call_many(self, method: str, params: list[dict[str, object]], *, handle: int,
+                  generation: int) -> list[object]:
         """``call`` for many requests of one object's method, pipelined
         (``EngineProcess.call_many``); the first error answer raises, after every answer was
         read (the stream stays in step)."""
@@ -169,7 +171,7 @@ class EngineSession:
                 "earlier failure (the next factory call starts a fresh process)")
         return current
 
-    def _error(self, what: str, error: Any) -> Exception:
+    def _error(self, what: str, error: object) -> Exception:
         if not isinstance(error, dict):
             return EngineError(f"{what}: the engine answered error {error!r:.300}")
         code = error.get("code")
@@ -179,12 +181,17 @@ class EngineSession:
             message = f"(unknown error code {code!r}) {message}"
         return kind(message if kind is not EngineError else f"{what}: {message}")
 
-    def make(self, kind: str, argument: Any) -> _Proxy:
+    def make(self, kind: str, argument: KVCacheSpec | IndexerConfig) -> _Proxy:
         """A factory call: a proxy for the object the engine made."""
         factory, param = FACTORIES[kind]
         process = self._started()
         self._flush_releases(process)
-        value = spec_to_dict(argument) if param == "spec" else argument
+        value: object = argument
+        if param == "spec":
+            # FACTORIES: a "spec" factory is make_kv_cache_manager / make_block_pool, which
+            # the loader calls with a KVCacheSpec
+            assert isinstance(argument, KVCacheSpec)
+            value = spec_to_dict(argument)
         result = self.call(factory, {param: value})
         if not isinstance(result, dict) or type(result.get("handle")) is not int:
             raise EngineProcessError(f"{self.name}.{factory}: the answer must be "
@@ -215,7 +222,7 @@ class _Proxy:
     __slots__ = ("__weakref__", "_argument", "_generation", "_handle", "_session")
 
     def __init__(self, session: EngineSession, handle: int, generation: int,
-                 argument: Any) -> None:
+                 argument: KVCacheSpec | IndexerConfig) -> None:
         self._session = session
         self._handle = handle
         self._generation = generation
@@ -230,24 +237,29 @@ class _Proxy:
         return f"<{self._session.name} object {self._handle} over the wire>"
 
 
-def _param_out(annotation: str, value: Any) -> Any:
+#: The annotation of a decoded batch (``apply_events``'s ``batch``) as the protocol spells it:
+#: such a parameter is sent with hex hashes (``batch_to_wire``).
+_DECODED_BATCH: Final = METHODS["indexer"]["apply_events"].annotations["batch"]
+
+
+def _param_out(annotation: str, value: object) -> object:
     """A parameter as sent: bytes as hex, specs as ``spec_to_dict``, decoded batches with
     hex hashes; everything else msgspec encodes as it is (dataclasses as objects)."""
     if annotation == "bytes" and isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
-    if annotation == "Mapping[str, Any]" and isinstance(value, Mapping):
+    if annotation == _DECODED_BATCH and isinstance(value, Mapping):
         return batch_to_wire(value)
     return value
 
 
-def _method(wm: WireMethod) -> Callable[..., Any]:
-    plain = all(wm.annotations[p] not in ("bytes", "Mapping[str, Any]") for p in wm.params)
+def _method(wm: WireMethod) -> Callable[..., object]:
+    plain = all(wm.annotations[p] not in ("bytes", _DECODED_BATCH) for p in wm.params)
     returns = wm.returns
     name = wm.name
     convert = returns in ("bytes", "list[bytes]", "list[KVEvent]", "KVSizingPlan") \
         or returns.startswith("tuple[")
 
-    def call(self: _Proxy, *args: Any, **kwargs: Any) -> Any:
+    def call(self: _Proxy, *args: object, **kwargs: object) -> object:
         params = wm.bind(args, kwargs)
         if not plain:
             params = {k: _param_out(wm.annotations[k], v) for k, v in params.items()}
@@ -264,14 +276,14 @@ def _method(wm: WireMethod) -> Callable[..., Any]:
     return call
 
 
-def _ref_cnts(self: _Proxy, block_ids: Any) -> list[Any]:
+def _ref_cnts(self: _Proxy, block_ids: Iterable[int]) -> list[object]:
     """``ref_cnt`` of each block, the requests pipelined (``GuardedManager.ref_cnts``)."""
     return self._session.call_many("ref_cnt", [{"block_id": b} for b in block_ids],
                                    handle=self._handle, generation=self._generation)
 
 
 def _proxy_class(kind: str) -> type[_Proxy]:
-    namespace: dict[str, Any] = {"__slots__": ()}
+    namespace: dict[str, object] = {"__slots__": ()}
     for name, wm in METHODS[kind].items():
         namespace[name] = _method(wm)
     if kind == "manager":
@@ -282,8 +294,8 @@ def _proxy_class(kind: str) -> type[_Proxy]:
 _PROXY_CLASSES: Final[dict[str, type[_Proxy]]] = {kind: _proxy_class(kind) for kind in FACTORIES}
 
 
-def _sizing_function(session: EngineSession, wm: WireMethod) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
+def _sizing_function(session: EngineSession, wm: WireMethod) -> Callable[..., object]:
+    def call(*args: object, **kwargs: object) -> object:
         value = session.call(wm.name, wm.bind(args, kwargs))
         try:
             return result_from_wire(wm.name, wm.returns, value)
@@ -313,7 +325,7 @@ def exec_module(target: str) -> ModuleType:
     module.__wire_session__ = session  # type: ignore[attr-defined]
     module.kvcheck_close = session.close  # type: ignore[attr-defined]
     declared = info.get("capabilities")
-    caps: list[Any] = declared if isinstance(declared, list) else []
+    caps: list[object] = declared if isinstance(declared, list) else []
     for kind, (factory, _param) in FACTORIES.items():
         if kind in caps:
             setattr(module, factory, _factory(session, kind, factory))
@@ -323,8 +335,9 @@ def exec_module(target: str) -> ModuleType:
     return module
 
 
-def _factory(session: EngineSession, kind: str, name: str) -> Callable[[Any], _Proxy]:
-    def make(argument: Any) -> _Proxy:
+def _factory(session: EngineSession, kind: str, name: str
+             ) -> Callable[[KVCacheSpec | IndexerConfig], _Proxy]:
+    def make(argument: KVCacheSpec | IndexerConfig) -> _Proxy:
         return session.make(kind, argument)
 
     make.__name__ = make.__qualname__ = name

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn, TypedDict
 
 import msgspec
 
@@ -40,6 +40,18 @@ _READ_CHUNK: Final = 1 << 16
 PIPELINE: Final = 256
 _MIB: Final = MAX_LINE_BYTES >> 20
 _MAIN_THREAD: Final = threading.main_thread().ident
+
+
+class _RequestHead(TypedDict):
+    id: int
+    method: str
+
+
+class _Request(_RequestHead, total=False):
+    """One request line (docs/wire-protocol.md): its keys in the order they are written."""
+
+    handle: int | None
+    params: dict[str, object]
 
 
 def exit_text(returncode: int | None) -> str:
@@ -133,8 +145,8 @@ class EngineProcess:
             f"    {line}" for line in self.stderr)
 
     # ------------------------------------------------------------------ calls
-    def call(self, method: str, params: dict[str, Any], *, handle: int | None = None,
-             what: str) -> dict[str, Any]:
+    def call(self, method: str, params: dict[str, object], *, handle: int | None = None,
+             what: str) -> dict[str, object]:
         """Send one request and read its answer (a dict with ``result`` or ``error``).
 
         ``what`` names the call in messages (``rustkv.allocate_slots``).
@@ -144,27 +156,28 @@ class EngineProcess:
                 JSON object with this request's id and exactly one of ``result``/``error``.
             AdapterTimeout: ``--kv-timeout`` interrupted the call (the engine's stderr added).
         """
-        request: dict[str, Any] = {"id": self.next_id, "method": method}
+        request: _Request = {"id": self.next_id, "method": method}
         if handle is not None:
             request["handle"] = handle
         request["params"] = params
         return self._exchange([request], handle, what)[0]
 
-    def call_many(self, method: str, params: list[dict[str, Any]], *, handle: int | None,
-                  what: str) -> list[dict[str, Any]]:
+    def call_many(self, method: str, params: list[dict[str, object]], *, handle: int | None,
+                  what: str) -> list[dict[str, object]]:
         """``call`` for many requests of one method, written ``PIPELINE`` at a time before
         their answers are read (the engine still reads, answers and reads on, one line at a
         time; a chunk's requests and answers fit the pipes' buffers, so neither side blocks
         the other). The answers, in order."""
-        answers: list[dict[str, Any]] = []
+        answers: list[dict[str, object]] = []
         for start in range(0, len(params), PIPELINE):
-            requests = [{"id": self.next_id + i, "method": method, "handle": handle,
-                         "params": p} for i, p in enumerate(params[start:start + PIPELINE])]
+            requests: list[_Request] = [
+                {"id": self.next_id + i, "method": method, "handle": handle, "params": p}
+                for i, p in enumerate(params[start:start + PIPELINE])]
             answers += self._exchange(requests, handle, what)
         return answers
 
-    def _exchange(self, requests: list[dict[str, Any]], handle: int | None,
-                  what: str) -> list[dict[str, Any]]:
+    def _exchange(self, requests: list[_Request], handle: int | None,
+                  what: str) -> list[dict[str, object]]:
         """Write ``requests`` (numbered from ``next_id``) and read one checked answer each.
         The transcript gets each request beside its answer (a failed exchange: the requests);
         any failure or interruption kills the process first."""
@@ -216,7 +229,7 @@ class EngineProcess:
                            f"{partial}")
             buffer += chunk
 
-    def _check_answer(self, line: bytes, request_id: int, what: str) -> dict[str, Any]:
+    def _check_answer(self, line: bytes, request_id: int, what: str) -> dict[str, object]:
         try:
             answer = self._decoder.decode(line)
         except msgspec.DecodeError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from kvcheck.conformance.indexer_protocol import (
     IndexerAdapter,
@@ -38,7 +38,7 @@ class WireMethod:
     kind: str  # "manager", "block_pool", "indexer" (on a handle) or "sizing" (none)
     params: tuple[str, ...]
     annotations: Mapping[str, str]
-    defaults: Mapping[str, Any]
+    defaults: Mapping[str, object]
     #: Keyword-only parameters of a capability (``allocate_slots``'s external-KV ones): sent
     #: only when not at their default, so an engine without the capability never sees them.
     optional: frozenset[str] = frozenset()
@@ -47,7 +47,7 @@ class WireMethod:
     def returns(self) -> str:
         return self.annotations.get("return", "")
 
-    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    def bind(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> dict[str, object]:
         """Every parameter by name, defaults filled in, as the wire sends them (an optional
         one only when it is not at its default).
 

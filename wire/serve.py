@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import msgspec
 
 from kvcheck.conformance.indexer_protocol import IndexerConfig
 from kvcheck.conformance.loader import INDEXER_ALIASES, ImplHandle, ImplLoadError, load_impl
-from kvcheck.conformance.protocol import UnsupportedSpec, spec_from_dict
+from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec, spec_from_dict
 from kvcheck.wire import PROTOCOL_VERSION
 from kvcheck.wire.methods import METHODS, WireMethod
 from kvcheck.wire.values import events_from_wire, param_from_wire, to_wire
@@ -48,19 +48,20 @@ class Server:
 
     def __init__(self, handle: ImplHandle) -> None:
         self.impl = handle
-        self.objects: dict[int, tuple[str, Any, IndexerConfig | None]] = {}
+        self.objects: dict[int, tuple[str, object, IndexerConfig | None]] = {}
         self.next_handle = 1
 
-    def impl_info(self) -> dict[str, Any]:
+    def impl_info(self) -> dict[str, object]:
         """The served ``IMPL_INFO``, less what protocol v1 does not carry: ``kernels`` (GPU
         tensors do not cross the wire) and ``offload`` (an offload tier is checked in process;
         docs/wire-protocol.md)."""
-        info: dict[str, Any] = to_wire(self.impl.info)
+        info = to_wire(self.impl.info)
+        assert isinstance(info, dict)  # to_wire turns a dataclass (ImplInfo) into a dict
         info["capabilities"] = [c for c in info["capabilities"]
                                 if c not in _NOT_ON_THE_WIRE]
         return info
 
-    def answer(self, request: Any) -> dict[str, Any]:
+    def answer(self, request: object) -> dict[str, object]:
         """The answer object for one decoded request line."""
         if not isinstance(request, dict):
             return {"id": None, "error": {"code": "internal",
@@ -79,9 +80,11 @@ class Server:
         except Exception as exc:  # noqa: BLE001 - the implementation's failure: code internal
             return _error(rid, "internal", exc)
 
-    def dispatch(self, request: dict[str, Any]) -> Any:
+    def dispatch(self, request: dict[str, object]) -> object:
         method = request.get("method")
-        params = request.get("params") or {}
+        # Any: the params as decoded, unchecked: a malformed value fails where it is read,
+        # and answer() turns the exception into the error answer
+        params: Any = request.get("params") or {}
         if "handle" in request:
             return self._object_call(request["handle"], method, params)
         if method == "init":
@@ -101,30 +104,35 @@ class Server:
             return _result(sizing, function(*_args(sizing, params)))
         raise LookupError(f"unknown method {method!r}")
 
-    def _make(self, method: object, params: dict[str, Any]) -> dict[str, int] | None:
+    # Any: the params as decoded (see dispatch): a config must be a mapping for ** below
+    def _make(self, method: object, params: Mapping[str, Any]) -> dict[str, int] | None:
         impl = self.impl
-        factories: dict[str, tuple[str, Callable[[Any], object] | None]] = {
+        if method == "make_indexer":
+            indexer_factory = impl.indexer_factory
+            if indexer_factory is None:
+                raise LookupError(f"{impl.name} declares no indexer capability")
+            config = IndexerConfig(**params["config"])
+            return self._keep("indexer", indexer_factory(config), config)
+        factories: dict[str, tuple[str, Callable[[KVCacheSpec], object] | None]] = {
             "make_kv_cache_manager": ("manager", impl.factory),
             "make_block_pool": ("block_pool", impl.pool_factory),
-            "make_indexer": ("indexer", impl.indexer_factory),
         }
         if method not in factories:
             return None
         kind, factory = factories[str(method)]
         if factory is None:
             raise LookupError(f"{impl.name} declares no {kind} capability")
-        config = None
-        if kind == "indexer":
-            config = IndexerConfig(**params["config"])
-            obj = factory(config)
-        else:
-            obj = factory(spec_from_dict(params["spec"]))
+        return self._keep(kind, factory(spec_from_dict(params["spec"])), None)
+
+    def _keep(self, kind: str, obj: object, config: IndexerConfig | None) -> dict[str, int]:
+        """A new handle for ``obj``, the answer to its factory call."""
         handle = self.next_handle
         self.next_handle += 1
         self.objects[handle] = (kind, obj, config)
         return {"handle": handle}
 
-    def _object_call(self, handle: object, method: object, params: dict[str, Any]) -> Any:
+    def _object_call(self, handle: object, method: object, params: Mapping[str, object]
+                     ) -> object:
         if type(handle) is not int or handle not in self.objects:
             raise LookupError(f"unknown handle {handle!r}")
         kind, obj, config = self.objects[handle]
@@ -133,7 +141,8 @@ class Server:
             raise LookupError(f"unknown {kind} method {method!r}")
         args = _args(wm, params)
         if wm.name == "apply_events" and config is not None:
-            batch = dict(args[2])
+            sent: Any = args[2]  # Any: the batch as decoded; dict() refuses a malformed one
+            batch = dict(sent)
             batch["events"] = events_from_wire(batch.get("events"), "apply_events batch",
                                                int_hashes=config.hash_form == "int")
             args[2] = batch
@@ -144,16 +153,16 @@ class Server:
         return _result(wm, getattr(obj, wm.name)(*args, **kwargs))
 
 
-def _args(wm: WireMethod, params: dict[str, Any]) -> list[Any]:
+def _args(wm: WireMethod, params: Mapping[str, object]) -> list[object]:
     return [param_from_wire(wm.annotations[p], params[p]) for p in wm.params
             if p not in wm.optional]
 
 
-def _result(wm: WireMethod, value: Any) -> Any:
+def _result(wm: WireMethod, value: object) -> object:
     return to_wire(value) if wm.returns in _CONVERTED_RESULTS else value
 
 
-def _error(rid: Any, code: str, exc: BaseException) -> dict[str, Any]:
+def _error(rid: object, code: str, exc: BaseException) -> dict[str, object]:
     return {"id": rid, "error": {"code": code, "message": f"{type(exc).__name__}: {exc}"}}
 
 
@@ -194,7 +203,7 @@ def serve(server: Server, stdin: BinaryIO, stdout: BinaryIO) -> None:
         try:
             request = decoder.decode(line)
         except msgspec.DecodeError as exc:
-            answer: dict[str, Any] = {"id": None, "error": {
+            answer: dict[str, object] = {"id": None, "error": {
                 "code": "internal", "message": f"not a JSON request line: {exc}"}}
         else:
             try:

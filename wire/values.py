@@ -15,7 +15,7 @@ big-endian bytes (no 64-bit integer meets a JSON number's 53-bit limit).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
@@ -30,7 +30,7 @@ __all__ = ["HASH_FIELDS", "WireValueError", "batch_to_wire", "events_from_wire",
 HASH_FIELDS: Final = ("block_hashes", "parent_block_hash")
 
 
-def to_wire(value: Any) -> Any:
+def to_wire(value: object) -> object:
     """``value`` as JSON-able data: bytes as hex, dataclasses as objects, tuples as lists."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -45,11 +45,13 @@ def to_wire(value: Any) -> Any:
     if isinstance(value, (list, tuple, range)):
         return [to_wire(v) for v in value]
     if isinstance(value, (set, frozenset)):
-        return sorted(to_wire(v) for v in value)
+        # Any: sorted as they come (a set of incomparable items raises, as a Python sort does)
+        items: list[Any] = [to_wire(v) for v in value]
+        return sorted(items)
     raise WireValueError(f"cannot send a {type(value).__name__} over the wire: {value!r:.80}")
 
 
-def _hex(value: Any, what: str) -> bytes:
+def _hex(value: object, what: str) -> bytes:
     if not isinstance(value, str):
         raise WireValueError(f"{what}: expected a hex string, got {value!r:.80}")
     try:
@@ -58,17 +60,21 @@ def _hex(value: Any, what: str) -> bytes:
         raise WireValueError(f"{what}: not a hex string: {value!r:.80}") from None
 
 
-def _hash_out(value: Any) -> Any:
+def _hash_out(value: object) -> object:
     """One event hash kvcheck sends: hex of its bytes (an int: its 8 big-endian bytes)."""
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64:
         return value.to_bytes(8, "big").hex()
     return to_wire(value)
 
 
-def batch_to_wire(batch: Mapping[str, Any]) -> dict[str, Any]:
+def batch_to_wire(batch: Mapping[str, object]) -> dict[str, object]:
     """A decoded batch for ``apply_events``: every hash as hex."""
-    out: dict[str, Any] = to_wire(batch)
-    for event, raw in zip(out.get("events") or (), batch.get("events") or (), strict=False):
+    out = to_wire(batch)
+    assert isinstance(out, dict)  # to_wire turns a Mapping into a dict
+    raw_events = batch.get("events") or ()
+    if not isinstance(raw_events, Iterable):  # then out's events are this same scalar, and
+        raw_events = ()                       # zip fails on them first, as it always did
+    for event, raw in zip(out.get("events") or (), raw_events, strict=False):
         if isinstance(event, dict) and isinstance(raw, Mapping):
             for key in HASH_FIELDS:
                 if key in raw and isinstance(raw[key], (list, tuple)):
@@ -78,14 +84,14 @@ def batch_to_wire(batch: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def events_from_wire(events: Any, what: str, *, int_hashes: bool = False) -> Any:
+def events_from_wire(events: object, what: str, *, int_hashes: bool = False) -> object:
     """Events as kvcheck reads them: hex hashes become bytes (``int_hashes``: the int of their
     bytes, for an index configured with ``hash_form="int"``); JSON integers stay ints; any
     other shape is left for the guard to name."""
     if not isinstance(events, list):
         return events
 
-    def one(value: Any, where: str) -> Any:
+    def one(value: object, where: str) -> object:
         if isinstance(value, str):
             raw = _hex(value, where)
             return int.from_bytes(raw, "big") if int_hashes else raw
@@ -104,12 +110,16 @@ def events_from_wire(events: Any, what: str, *, int_hashes: bool = False) -> Any
     return events
 
 
-def _triples(value: Any) -> tuple[tuple[Any, ...], ...]:
+# The converters below take a value as decoded from JSON and leave judging it to the
+# dataclass it becomes: a field of the wrong shape raises there (TypeError, KeyError,
+# AttributeError), which param_from_wire reports as a WireValueError. Hence the Any of the
+# fields they forward: decoded JSON, checked by the dataclass, not here.
+def _triples(value: Any) -> tuple[tuple[Any, ...], ...]:  # Any: decoded JSON (see above)
     return tuple(tuple(v) for v in value or ())
 
 
-def _request(raw: Mapping[str, Any]) -> RequestView:
-    fields = dict(raw)
+def _request(raw: Mapping[str, object]) -> RequestView:
+    fields: dict[str, Any] = dict(raw)  # Any: decoded JSON (see above)
     fields["prompt_token_ids"] = tuple(fields.get("prompt_token_ids", ()))
     fields["output_token_ids"] = tuple(fields.get("output_token_ids", ()))
     if fields.get("lora") is not None:
@@ -118,15 +128,15 @@ def _request(raw: Mapping[str, Any]) -> RequestView:
     return RequestView(**fields)
 
 
-def _context(raw: Mapping[str, Any]) -> MatchContext:
+def _context(raw: Mapping[str, Any]) -> MatchContext:  # Any: decoded JSON (see above)
     lora = raw.get("lora")
     return MatchContext(lora=tuple(lora) if lora is not None else None,
                         cache_salt=raw.get("cache_salt"),
                         mm_features=_triples(raw.get("mm_features")))
 
 
-def _layer(raw: Mapping[str, Any]) -> LayerKVSpec:
-    fields = dict(raw)
+def _layer(raw: Mapping[str, object]) -> LayerKVSpec:
+    fields: dict[str, Any] = dict(raw)  # Any: decoded JSON (see above)
     if "shapes" in fields:
         fields["shapes"] = tuple(tuple(s) for s in fields["shapes"])
     if "dtypes" in fields:
@@ -134,10 +144,10 @@ def _layer(raw: Mapping[str, Any]) -> LayerKVSpec:
     return LayerKVSpec(**fields)
 
 
-def _plan(raw: Any) -> KVSizingPlan:
+def _plan(raw: object) -> KVSizingPlan:
     if not isinstance(raw, dict):
         raise WireValueError(f"a sizing plan is an object, got {raw!r:.80}")
-    fields = dict(raw)
+    fields: dict[str, Any] = dict(raw)  # Any: decoded JSON (see above)
     fields["groups"] = tuple(tuple(g) for g in fields.get("groups", ()))
     fields["tensors"] = tuple(KVCacheTensorPlan(size=t["size"], shared_by=tuple(t["shared_by"]))
                               for t in fields.get("tensors", ()))
@@ -145,7 +155,8 @@ def _plan(raw: Any) -> KVSizingPlan:
 
 
 #: Parameter annotation -> how the serving side rebuilds the value (the rest: as it comes).
-_PARAMS: Final[dict[str, Callable[[Any], Any]]] = {
+#: Any: each converter takes the decoded JSON its dataclass judges (see above).
+_PARAMS: Final[dict[str, Callable[[Any], object]]] = {
     "RequestView": _request,
     "KVCacheSpec": spec_from_dict,
     "IndexerConfig": lambda raw: IndexerConfig(**raw),
@@ -157,7 +168,7 @@ _PARAMS: Final[dict[str, Callable[[Any], Any]]] = {
 }
 
 
-def param_from_wire(annotation: str, value: Any) -> Any:
+def param_from_wire(annotation: str, value: object) -> object:
     """A parameter as the serving side passes it to the implementation.
 
     Raises:
@@ -172,8 +183,8 @@ def param_from_wire(annotation: str, value: Any) -> Any:
         raise WireValueError(f"not a {annotation}: {value!r:.120} ({exc})") from None
 
 
-def result_from_wire(method: str, annotation: str, value: Any, *,
-                     int_hashes: bool = False) -> Any:
+def result_from_wire(method: str, annotation: str, value: object, *,
+                     int_hashes: bool = False) -> object:
     """A result as kvcheck reads it: hex to bytes where the method returns bytes, events' hashes
     to bytes, plans rebuilt, arrays to tuples where the method returns a tuple. A value of
     another shape is passed on unchanged for the guard to judge, except where bytes cannot be

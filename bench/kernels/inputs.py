@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class KernelBenchCase:
     def num_new_tokens(self) -> int:
         return sum(self.query_lens)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """The shape as plain data, for ``extra_info`` and records."""
         return {
             "op": self.op, "num_seqs": self.num_seqs, "num_new_tokens": self.num_new_tokens,
@@ -107,6 +107,16 @@ class KernelBenchCase:
             "block_size": self.block_size, "dtype": self.dtype, "layout": "NHD",
             "num_input_sets": self.num_input_sets, "seed": self.seed,
         }
+
+
+class _Heads(TypedDict):
+    """The head and block shape the cases of one device share (``KernelBenchCase`` fields)."""
+
+    num_kv_heads: int
+    queries_per_kv: int
+    head_size: int
+    block_size: int
+    dtype: str
 
 
 def _lens(label: str, count: int, lo: int, hi: int) -> tuple[int, ...]:
@@ -120,8 +130,8 @@ def kernel_cases(op: str, device: str) -> list[KernelBenchCase]:
     if op not in KERNEL_OPS:
         raise KVCheckInputError(f"unknown kernel op {op!r}; one of {KERNEL_OPS}")
     if device == "cpu":
-        common: dict[str, Any] = dict(num_kv_heads=2, queries_per_kv=2, head_size=64,
-                                      block_size=16, dtype="float32")
+        common = _Heads(num_kv_heads=2, queries_per_kv=2, head_size=64, block_size=16,
+                        dtype="float32")
         if op == "store_kv_cache":
             lens = _lens("cpu-store", 16, 16, 256)
             return [KernelBenchCase("decode-b16", op, lens, (1,) * 16, num_pad=3, **common)]
@@ -131,8 +141,8 @@ def kernel_cases(op: str, device: str) -> list[KernelBenchCase]:
         lens = (40, 64) + _lens("cpu-varlen", 6, 16, 256)
         return [KernelBenchCase("mixed-2prefill-6decode", op, lens, (40, 32) + (1,) * 6,
                                 **common)]
-    common = dict(num_kv_heads=8, queries_per_kv=4, head_size=128, block_size=16,
-                  dtype="bfloat16")
+    common = _Heads(num_kv_heads=8, queries_per_kv=4, head_size=128, block_size=16,
+                    dtype="bfloat16")
     if op == "store_kv_cache":
         decode_lens = _lens("store-decode", 256, 512, 4096)
         return [
@@ -218,15 +228,17 @@ class KernelInputs:
     """
 
     case: KernelBenchCase
-    key_cache: Any
-    value_cache: Any
-    block_table: Any  # int32 [num_seqs, max_blocks]
-    seq_lens: Any  # int32 [num_seqs]
-    query_start_loc: Any  # int32 [num_seqs + 1]
-    slot_mapping: Any  # int64 [num_new_tokens + num_pad]
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    block_table: torch.Tensor  # int32 [num_seqs, max_blocks]
+    seq_lens: torch.Tensor  # int32 [num_seqs]
+    query_start_loc: torch.Tensor  # int32 [num_seqs + 1]
+    slot_mapping: torch.Tensor  # int64 [num_new_tokens + num_pad]
+    # Any: a tensor for the ops that read it, None for the others (the providers of an op read
+    # only its own inputs, so no narrowing is written there)
     query: Any  # [num_new_tokens, num_heads, head_size] (attention)
-    key: Any  # [num_new_tokens + num_pad, num_kv_heads, head_size] (store)
-    value: Any
+    key: Any  # Any: as query; [num_new_tokens + num_pad, num_kv_heads, head_size] (store)
+    value: Any  # Any: as query; the shape of key
     rows: list[list[int]]
     set_index: int
 

@@ -18,19 +18,20 @@ For a (case, provider):
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from kvcheck.bench.errors import BenchCheckFailure
 from kvcheck.bench.kernels.inputs import KernelInputPool, KernelInputs, bytes_per_call
-from kvcheck.bench.kernels.providers import Provider
+from kvcheck.bench.kernels.providers import Prepared, Provider
 from kvcheck.bench.measure.machine import KernelDevice
 from kvcheck.bench.measure.metrics import Metric, gbps, pct_of_peak, percentile
+from kvcheck.bench.measure.rounds import BenchmarkFixture, SetupArgs
 from kvcheck.bench.measure.timing import KERNEL_CLOCK
 
 __all__ = ["kernel_metrics", "measure_kernel", "verify_output"]
 
 
-def verify_output(inputs: KernelInputs, out: Any, provider: Provider) -> str:
+def verify_output(inputs: KernelInputs, out: Any, provider: Provider) -> str:  # Any: Prepared's
     """Re-check one call's result; returns what was checked (raises AssertionError if wrong)."""
     import torch
 
@@ -69,6 +70,13 @@ def verify_output(inputs: KernelInputs, out: Any, provider: Provider) -> str:
     return "output vs fp32 torch reference within kvcheck's tolerance"
 
 
+class _Last(TypedDict, total=False):
+    """The last timed round's inputs and output (re-checked after the rounds)."""
+
+    inputs: KernelInputs
+    out: object
+
+
 def kernel_metrics(seconds: list[float], bytes_moved: int, device: KernelDevice) -> list[Metric]:
     """Time, GB/s and % of both peaks from per-round seconds (headline = median round)."""
     rates = [gbps(bytes_moved, s) for s in seconds]
@@ -94,9 +102,9 @@ def _sync(device: KernelDevice) -> None:
         torch.cuda.synchronize()
 
 
-def measure_kernel(benchmark: Any, pool: KernelInputPool, provider: Provider,
+def measure_kernel(benchmark: BenchmarkFixture, pool: KernelInputPool, provider: Provider,
                    device: KernelDevice, rounds: int, warmup: int
-                   ) -> tuple[list[Metric], dict[str, Any]]:
+                   ) -> tuple[list[Metric], dict[str, object]]:
     """Steps 1-4 of the module docstring; returns ``(metrics, info)``."""
     first_inputs = pool.next_round()
     call = provider.prepare(first_inputs)
@@ -106,14 +114,14 @@ def measure_kernel(benchmark: Any, pool: KernelInputPool, provider: Provider,
     first_call_s = time.perf_counter() - start
 
     seconds: list[float] = []
-    last: dict[str, Any] = {}
+    last: _Last = {}
 
-    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup() -> SetupArgs:
         inputs = pool.next_round()
         last["inputs"] = inputs
         return (provider.prepare(inputs),), {}
 
-    def target(prepared: Any) -> None:
+    def target(prepared: Prepared) -> None:
         device.flush()
         out, elapsed = device.timer(prepared)
         KERNEL_CLOCK.advance(elapsed)

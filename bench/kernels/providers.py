@@ -19,18 +19,25 @@ import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcheck.bench.errors import ProviderUnavailable
 from kvcheck.bench.kernels.inputs import KernelInputs
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
 
+if TYPE_CHECKING:
+    import torch
+
+    from kvcheck.gpu_kernels.conformance import KernelSet
+
 __all__ = ["PROVIDERS", "Provider", "ProviderUnavailable", "make_provider"]
 
 #: Provider names, in table order. ``impl`` is the --kv-impl implementation's kernels().
 PROVIDERS = ("torch_ref", "kvcheck_triton", "impl", "vllm", "flashinfer")
 
+# Any: what the kernel call returns: the attention output (a tensor) or None (a store); a
+# third-party kernel's result is untyped
 Prepared = Callable[[], Any]
 
 
@@ -90,7 +97,7 @@ def _kvcheck_triton() -> Provider:
     })
 
 
-def _impl(kernel_set: Any, impl_name: str, impl_version: str) -> Provider:
+def _impl(kernel_set: KernelSet, impl_name: str, impl_version: str) -> Provider:
     """An implementation's ``KernelSet``: callables with kvcheck's signatures (positional
     arguments only; optional keywords are never passed to third-party callables)."""
     fns: dict[str, Callable[[KernelInputs], Prepared]] = {}
@@ -111,11 +118,12 @@ def _impl(kernel_set: Any, impl_name: str, impl_version: str) -> Provider:
 
 
 # ---------------------------------------------------------------------------------------- vLLM
-def _import_first(names: tuple[str, ...], attr: str) -> Any:
+def _import_first(names: tuple[str, ...], attr: str) -> Callable[..., object]:
     errors = []
     for name in names:
         try:
-            return getattr(importlib.import_module(name), attr)
+            found: Callable[..., object] = getattr(importlib.import_module(name), attr)
+            return found
         except (ImportError, AttributeError) as exc:
             errors.append(f"{name}.{attr}: {type(exc).__name__}: {exc}")
     raise ProviderUnavailable("; ".join(errors))
@@ -163,7 +171,7 @@ def _vllm() -> Provider:
             descale = torch.ones(1, dtype=torch.float32, device=x.query.device).expand(
                 x.case.num_seqs, x.case.num_kv_heads)
 
-            def call() -> Any:
+            def call() -> torch.Tensor:
                 unified_attention(
                     q=x.query, k=x.key_cache, v=x.value_cache, out=out,
                     cu_seqlens_q=x.query_start_loc, max_seqlen_q=x.max_query_len,
@@ -183,7 +191,7 @@ def _vllm() -> Provider:
 
 
 # ----------------------------------------------------------------------------------- FlashInfer
-def _csr(x: KernelInputs) -> tuple[Any, Any, Any]:
+def _csr(x: KernelInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """FlashInfer's page lists: ``indptr`` [B+1], ``indices`` (used blocks, in order) and
     ``last_page_len`` [B] in ``[1, block_size]``, int32 on the device."""
     import torch
@@ -209,9 +217,9 @@ def _flashinfer() -> Provider:
     import torch
 
     version = getattr(flashinfer, "__version__", "unknown")
-    workspace: dict[str, Any] = {}
+    workspace: dict[str, torch.Tensor] = {}
 
-    def buffer(device: Any) -> Any:
+    def buffer(device: torch.device) -> torch.Tensor:
         if "buf" not in workspace:
             workspace["buf"] = torch.zeros(128 * 2**20, dtype=torch.uint8, device=device)
         return workspace["buf"]
@@ -233,7 +241,8 @@ def _flashinfer() -> Provider:
             key, value, batch_indices, positions, (x.key_cache, x.value_cache),
             indices, indptr, last, kv_layout="NHD")
 
-    def plan(wrapper: Any, args: tuple[Any, ...], dtype: Any, **kw: Any) -> None:
+    # Any: a FlashInfer wrapper (FlashInfer has no type information)
+    def plan(wrapper: Any, args: tuple[object, ...], dtype: torch.dtype, **kw: object) -> None:
         try:
             wrapper.plan(*args, q_data_type=dtype, kv_data_type=dtype, **kw)
         except TypeError:  # releases before kv_data_type named it data_type

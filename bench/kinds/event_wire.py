@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Sized
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from kvcheck.bench.measure.allocator import per_round, workload_spec
 from kvcheck.bench.measure.metrics import Metric, per_s
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import RoundBench, SetupArgs
 from kvcheck.bench.measure.timing import collector_off
 from kvcheck.bench.replay.scheduler import iter_steps
 from kvcheck.bench.workload.scenarios import Workload
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
+from kvcheck.conformance.protocol import ManagerWithCapabilities
 from kvcheck.errors import KVCheckFailure
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["EventDecodeBench", "EventWireBench"]
 
 
-class EventWireBench(RoundBench):
+class EventWireBench(RoundBench[tuple[int, int, int]]):
     """One workload per round, ``take_event_batch`` timed after every step."""
 
     def __init__(self, impl: ImplHandle, workload: Workload, profile: str) -> None:
@@ -47,11 +49,11 @@ class EventWireBench(RoundBench):
         # generic speaks 0.33's wire form (SupportsEventWire)
         self.release: Release = "vllm-0.10" if profile == "vllm-0.10" else "vllm-0.33"
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         gc.collect()
         return (self.impl.make_manager(self.spec, guard=False),), {}
 
-    def run(self, manager: Any) -> None:
+    def run(self, manager: ManagerWithCapabilities) -> None:
         from kvcheck.events.codec import decode_batch
         from kvcheck.events.errors import WireFormatError
 
@@ -77,7 +79,7 @@ class EventWireBench(RoundBench):
         self.results.append((events, sum(map(len, payloads)), total_ns))
         self.advance(total_ns / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         w = self.workload
         return {"scenario": w.scenario, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
                 "num_blocks": w.num_blocks, "block_size": w.block_size,
@@ -91,7 +93,7 @@ class EventWireBench(RoundBench):
                           [per_s(b, ns / 1e9) for _, b, ns in results])]
 
 
-class EventDecodeBench(RoundBench):
+class EventDecodeBench(RoundBench[tuple[int, int, int]]):
     """Decoding one workload's payloads with the implementation module's optional hook
     ``decode_event_batch(payload, release)`` (benchmarks only: the reference adapter's is
     ``kvcheck.events.codec.decode_batch``, which validates as it decodes; the vLLM adapter's is
@@ -119,7 +121,7 @@ class EventDecodeBench(RoundBench):
                          for step in iter_steps(manager, workload, pinning=False)]
         self.num_events = sum(len(_events(decode(p, self.release))) for p in self.payloads)
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         gc.collect()
         return (), {}
 
@@ -133,7 +135,7 @@ class EventDecodeBench(RoundBench):
         self.results.append((len(payloads), sum(map(len, payloads)), total_ns))
         self.advance(total_ns / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         w = self.workload
         return {"scenario": w.scenario, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
                 "release": self.release, "payloads": len(self.payloads),
@@ -146,7 +148,14 @@ class EventDecodeBench(RoundBench):
                           [per_s(b, ns / 1e9) for _, b, ns in results])]
 
 
-def _events(decoded: Any) -> Any:
+class _DecodedBatch(Protocol):
+    """What ``_events`` reads of a decoded batch (``wire_events`` too, when it has them)."""
+
+    @property
+    def events(self) -> Sized: ...
+
+
+def _events(decoded: _DecodedBatch) -> Sized:
     """The wire events of a decoded batch (kvcheck's ``DecodedBatch.wire_events`` or vLLM's
     own ``KVEventBatch.events``)."""
     wire_events = getattr(decoded, "wire_events", None)

@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kvcheck.bench.measure.allocator import per_round
 from kvcheck.bench.measure.metrics import Metric, per_s
-from kvcheck.bench.measure.rounds import RoundBench
-from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
+from kvcheck.bench.measure.rounds import RoundBench, SetupArgs
+from kvcheck.conformance.indexer_protocol import (
+    IndexerAdapter,
+    IndexerConfig,
+    MatchContext,
+    SupportsDecodedEvents,
+    SupportsWireBatches,
+)
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.errors import KVCheckInputError
 from kvcheck.reference_impl.events import BlockStored
@@ -64,7 +71,8 @@ def corpus_streams(release: str, *, int_hashes: bool, scale: float) -> IndexerSt
     workload = resolve_workload(f"trace:{path}", 0)
     assert isinstance(workload, RecordedWorkload)  # a .cbor.xz corpus resolves to one
 
-    def shape(spec: dict[str, Any]) -> tuple[Any, ...]:
+    # Any: a trace's spec as the loaded corpus holds it (conformance.recorded.Corpus)
+    def shape(spec: dict[str, Any]) -> tuple[int, str, str]:
         return (spec["block_size"], spec.get("hash_algo", "sha256"),
                 spec.get("pythonhashseed", "0"))
 
@@ -101,7 +109,12 @@ def corpus_streams(release: str, *, int_hashes: bool, scale: float) -> IndexerSt
                           tuple(t["name"] for t in chosen))
 
 
-class IndexerBench(RoundBench):
+class _Index(IndexerAdapter, SupportsWireBatches, SupportsDecodedEvents, Protocol):
+    """An index as ``IndexerBench`` calls it: ``apply_events`` when it declares
+    ``decoded_events``, ``apply_batch`` otherwise."""
+
+
+class IndexerBench(RoundBench[tuple[int, int, int, int]]):
     """One pass over the streams per round, on a fresh index of ``impl`` (unguarded: its own
     object, as benchmarks call managers)."""
 
@@ -110,7 +123,7 @@ class IndexerBench(RoundBench):
         self.impl = impl
         self.streams = streams
         self.decoded = "decoded_events" in impl.info.capabilities
-        self._batches: list[Any] = []
+        self._batches: list[Mapping[str, object]] = []
         if self.decoded:
             from kvcheck.conformance.indexer_driver import batch_dict
 
@@ -119,14 +132,14 @@ class IndexerBench(RoundBench):
                                         config.hash_form == "int")
                              for _, _, p, _ in streams.deliveries]
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         factory = self.impl.indexer_factory
         if factory is None:
             raise KVCheckInputError(f"{self.impl.name} does not declare capability 'indexer'")
         gc.collect()
         return (factory(self.streams.config),), {}
 
-    def run(self, index: Any) -> None:
+    def run(self, index: _Index) -> None:
         context = MatchContext()
         probes = self.streams.probes
         apply_ns = match_ns = events = 0
@@ -153,7 +166,7 @@ class IndexerBench(RoundBench):
         self.results.append((events, apply_ns, matches, match_ns))
         self.advance((apply_ns + match_ns) / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         config = self.streams.config
         return {"traces": len(self.streams.traces), "batches": len(self.streams.deliveries),
                 "probes": len(self.streams.probes), "block_size": config.block_size,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any, Final
+from typing import Final
 
 from kvcheck.bench.measure.allocator import per_round
 from kvcheck.bench.measure.metrics import Metric
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import RoundBench, SetupArgs
 from kvcheck.conformance.loader import ImplHandle
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import KVCacheSpec, ManagerWithCapabilities, RequestView
 
 __all__ = ["WireRoundTripBench"]
 
@@ -28,7 +28,7 @@ REQUEST_TOKENS: Final = 512
 _CALLS_AT_SCALE_1: Final = 2000
 
 
-class WireRoundTripBench(RoundBench):
+class WireRoundTripBench(RoundBench[tuple[int, int, int]]):
     """Per round: ``calls`` empty calls, then ``calls`` lookups of one 512-token request."""
 
     def __init__(self, impl: ImplHandle, scale: float = 1.0) -> None:
@@ -37,13 +37,13 @@ class WireRoundTripBench(RoundBench):
         self.calls = max(50, round(_CALLS_AT_SCALE_1 * scale))
         self.request = RequestView("wire-bench", tuple(range(1, REQUEST_TOKENS + 1)))
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         spec = KVCacheSpec(num_blocks=64, block_size=16)
         manager = self.impl.make_manager(spec, guard=False)
         gc.collect()
         return (manager,), {}
 
-    def run(self, manager: Any) -> None:
+    def run(self, manager: ManagerWithCapabilities) -> None:
         clock = time.perf_counter_ns
         empty = carrying = 0
         for _ in range(self.calls):
@@ -58,7 +58,7 @@ class WireRoundTripBench(RoundBench):
         self.results.append((self.calls, empty, carrying))
         self.advance((empty + carrying) / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         return {"calls_per_kind": self.calls, "request_tokens": REQUEST_TOKENS}
 
     def metrics(self, results: list[tuple[int, int, int]]) -> list[Metric]:

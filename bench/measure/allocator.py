@@ -19,18 +19,18 @@ from __future__ import annotations
 import gc
 import math
 import time
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from kvcheck.bench.errors import BenchCheckFailure
 from kvcheck.bench.measure.metrics import Metric, per_s, percentile
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import Bench, RoundBench, SetupArgs
 from kvcheck.bench.replay.scheduler import SchedulerManager, SchedulerRun, run_workload
 from kvcheck.bench.workload.scenarios import Draws, Workload, scaled_count, trace_profile
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.pinning import declares_pinning
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import KVCacheSpec, ManagerWithCapabilities, RequestView
 from kvcheck.errors import KVCheckFailure, KVCheckInputError
 from kvcheck.reference_impl.block_table import compute_slot_mapping
 
@@ -53,7 +53,7 @@ def per_round(name: str, unit: str, direction: str, samples: list[float]) -> Met
     return Metric(name, unit, direction, _median(samples), samples)
 
 
-def measure_rounds(bench: RoundBench, rounds: int, warmup: int) -> list[Metric]:
+def measure_rounds(bench: Bench, rounds: int, warmup: int) -> list[Metric]:
     """Run ``warmup + rounds`` rounds without pytest-benchmark (a collection before, GC off
     inside each round, as in ``paired.run_one_round``) and return the timed rounds' metrics."""
     from kvcheck.bench.measure.paired import run_one_round
@@ -70,7 +70,7 @@ def workload_spec(workload: Workload, hash_algo: str = "sha256") -> KVCacheSpec:
                        hash_algo=hash_algo)
 
 
-class SchedulerBench(RoundBench):
+class SchedulerBench(RoundBench[SchedulerRun]):
     """One workload per round through ``run_workload`` on a fresh manager.
 
     Subclasses replay on another pool or loop by overriding ``spec`` and ``replay``
@@ -94,7 +94,7 @@ class SchedulerBench(RoundBench):
         """One round: the workload through the scheduler loop."""
         return run_workload(manager, self.workload, pinning=declares_pinning(self.impl))
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         gc.collect()
         return (self.impl.make_manager(self.spec(), guard=False),), {}
 
@@ -103,7 +103,7 @@ class SchedulerBench(RoundBench):
         self.results.append(result)
         self.advance(result.on_cpu_ns / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         w = self.workload
         return {
             "scenario": w.scenario, "seed": w.seed, "scale": w.scale, "digest": w.digest(),
@@ -116,12 +116,12 @@ class SchedulerBench(RoundBench):
             "produced": {**trace_profile(w.requests, w.block_size), **self.produced()},
         }
 
-    def produced(self) -> dict[str, Any]:
+    def produced(self) -> dict[str, object]:
         """What the measured rounds achieved (the first one; replays are deterministic):
         prefix hit rate, preemptions, peak usage. Empty before any round."""
         if not self.results:
             return {}
-        run: SchedulerRun = self.results[0]
+        run = self.results[0]
         return {"prefix_hit_rate": run.prefix_hit_rate, "preemptions": float(run.preemptions),
                 "peak_usage": run.peak_usage, "steps": float(run.steps)}
 
@@ -129,7 +129,7 @@ class SchedulerBench(RoundBench):
         return scheduler_metrics(results)
 
 
-def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
+def scheduler_metrics(runs: Sequence[SchedulerRun]) -> list[Metric]:
     """The scheduler figures of some rounds (see ``SchedulerRun`` for the counters).
 
     Throughputs are per round (``count / seconds inside the implementation``, scaled by the
@@ -161,7 +161,7 @@ def scheduler_metrics(runs: list[SchedulerRun]) -> list[Metric]:
 
 
 # -------------------------------------------------------------------------------------- hashing
-class HashingBench(RoundBench):
+class HashingBench(RoundBench[tuple[int, int]]):
     """Hash ``num_requests`` fresh prompts of ``blocks_per_request`` full blocks per round."""
 
     def __init__(self, impl: ImplHandle, hash_algo: str, seed: int = 0, scale: float = 1.0,
@@ -175,7 +175,7 @@ class HashingBench(RoundBench):
         self.num_requests = scaled_count(64, scale)
         self._round = 0
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         # Fresh tokens every round (the same sequence of rounds for every implementation).
         draws = Draws(self.seed, f"hashing/{self._round}")
         self._round += 1
@@ -186,7 +186,7 @@ class HashingBench(RoundBench):
         gc.collect()
         return (self.impl.make_manager(spec, guard=False), views), {}
 
-    def run(self, manager: Any, views: list[RequestView]) -> None:
+    def run(self, manager: ManagerWithCapabilities, views: list[RequestView]) -> None:
         total_ns = 0
         pinning = declares_pinning(self.impl)
         wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
@@ -211,7 +211,7 @@ class HashingBench(RoundBench):
         self.results.append((self.num_requests * self.blocks_per_request, total_ns))
         self.advance(total_ns / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         return {"hash_algo": self.hash_algo, "num_requests": self.num_requests,
                 "blocks_per_request": self.blocks_per_request, "block_size": self.block_size,
                 "seed": self.seed}
@@ -222,7 +222,7 @@ class HashingBench(RoundBench):
 
 
 # ---------------------------------------------------------------------------------- slot_mapping
-class SlotMappingBench(RoundBench):
+class SlotMappingBench(RoundBench[tuple[int, int, int]]):
     """``num_requests`` requests of ``num_tokens`` allocated (untimed), then their slots."""
 
     def __init__(self, impl: ImplHandle, seed: int = 0, scale: float = 1.0, block_size: int = 16,
@@ -235,7 +235,7 @@ class SlotMappingBench(RoundBench):
         self.num_requests = scaled_count(32, scale)
         self._round = 0
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         draws = Draws(self.seed, f"slot_mapping/{self._round}")
         self._round += 1
         blocks = math.ceil(self.num_tokens / self.block_size)
@@ -252,7 +252,7 @@ class SlotMappingBench(RoundBench):
         gc.collect()
         return (manager, rids), {}
 
-    def run(self, manager: Any, rids: list[str]) -> None:
+    def run(self, manager: ManagerWithCapabilities, rids: list[str]) -> None:
         n = self.num_tokens
         impl_ns, got = 0, []
         for rid in rids:
@@ -278,7 +278,7 @@ class SlotMappingBench(RoundBench):
         self.results.append((len(rids) * n, impl_ns, vector_ns))
         self.advance(impl_ns / 1e9)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         return {"num_requests": self.num_requests, "tokens_per_request": self.num_tokens,
                 "block_size": self.block_size, "seed": self.seed}
 

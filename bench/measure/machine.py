@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from kvcheck.bench.measure.timing import (
     CallTimer,
@@ -27,7 +28,7 @@ from kvcheck.bench.measure.timing import (
 __all__ = ["KernelDevice", "kvcheck_commit", "theoretical_peak"]
 
 
-def kvcheck_commit() -> dict[str, Any] | None:
+def kvcheck_commit() -> dict[str, object] | None:
     """``{"id": sha, "dirty": bool}`` of the kvcheck checkout this code runs from, or None
     (an installed wheel, no git). ``KVCHECK_COMMIT=<sha>`` in the environment wins (a copied
     tree without ``.git``, e.g. on a benchmark machine); its ``dirty`` is then unknown."""
@@ -82,6 +83,23 @@ def theoretical_peak(device_index: int = 0) -> tuple[float | None, str]:
         return None, "unknown: no memory clock / bus width from torch, triton or NVML"
 
 
+class DeviceInfo(TypedDict):
+    """``KernelDevice.describe()``: the kernel device as records and tables show it."""
+
+    device: str
+    name: str
+    timer: str
+    l2_mode: str
+    l2_bytes: int | None
+    flush_bytes: int
+    theoretical_gbps: float | None
+    theoretical_source: str
+    copy_gbps: float
+    copy_samples_gbps: list[float]
+    copy_buffer_bytes: int
+    cpu_threads: int | None
+
+
 @dataclass
 class KernelDevice:
     """The timing context of the kernel benchmarks (one per session)."""
@@ -89,7 +107,7 @@ class KernelDevice:
     device: str  # "cuda" or "cpu"
     name: str
     timer: CallTimer
-    flush: Any  # zero-argument L2 flush (no-op when warm or on the CPU)
+    flush: Callable[[], None]  # zero-argument L2 flush (no-op when warm or on the CPU)
     l2_mode: str  # "cold" (flushed before every timed call), "warm" or "uncontrolled"
     l2_bytes: int | None
     flush_bytes: int
@@ -143,7 +161,7 @@ class KernelDevice:
             torch.set_num_threads(self._restore_threads)
             self._restore_threads = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DeviceInfo:
         """Plain data for records and pytest-benchmark's machine info."""
         return {
             "device": self.device, "name": self.name, "timer": type(self.timer).__name__,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kvcheck.errors import KVCheckInputError
 
@@ -163,7 +162,7 @@ class PairedRatio:
     pairs: int
     ratios: tuple[float, ...]
 
-    def as_extra(self) -> dict[str, Any]:
+    def as_extra(self) -> dict[str, object]:
         """The fields a result record's metric ``extra`` carries."""
         return {"ratio_method": "median of paired ratios, rounds interleaved A B B A",
                 "ratio_ci": [self.ci_low, self.ci_high], "ratio_ci_confidence": self.confidence,

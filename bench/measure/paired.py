@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from kvcheck.bench.measure.metrics import Metric, PairedRatio, percentile
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import Bench, SetupArgs
 from kvcheck.bench.measure.timing import collector_off
 from kvcheck.errors import KVCheckInputError
 
@@ -97,7 +96,7 @@ def paired_ratio(impl_samples: Sequence[float], ref_samples: Sequence[float],
                        tuple(ratios))
 
 
-def run_one_round(bench: RoundBench) -> None:
+def run_one_round(bench: Bench) -> None:
     """Set up and run one round of ``bench``: fresh inputs, a full collection, then the round
     with the collector off (restored afterwards). Both sides of a pair go through here."""
     args, kwargs = bench.setup()
@@ -114,12 +113,12 @@ class PairedBench:
     alone. ``run`` takes no arguments: each side sets its inputs up just before its round.
     """
 
-    def __init__(self, impl: RoundBench, ref: RoundBench) -> None:
+    def __init__(self, impl: Bench, ref: Bench) -> None:
         self.impl = impl
         self.ref = ref
         self.pairs = 0
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         return (), {}
 
     def run(self) -> None:

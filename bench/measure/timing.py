@@ -20,9 +20,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvcheck.errors import KVCheckInputError
+
+if TYPE_CHECKING:
+    import torch
+
+R = TypeVar("R")
 
 __all__ = [
     "ALLOCATOR_CLOCK",
@@ -88,7 +93,7 @@ def collector_off(*, collect: bool = True) -> Iterator[None]:
             gc.enable()
 
 
-def timed_call(samples: list[int], fn: Callable[..., Any], *args: Any) -> Any:
+def timed_call(samples: list[int], fn: Callable[..., R], *args: object) -> R:
     """``fn(*args)``, appending its wall time in nanoseconds (``perf_counter_ns``) to
     ``samples``: how the scheduler loop and the recorded replay time each protocol call."""
     start = time.perf_counter_ns()
@@ -112,7 +117,7 @@ class CallTimer:
 
     device = "none"
 
-    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float]:  # pragma: no cover
+    def __call__(self, fn: Callable[[], R]) -> tuple[R, float]:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -121,7 +126,7 @@ class HostTimer(CallTimer):
 
     device = "cpu"
 
-    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+    def __call__(self, fn: Callable[[], R]) -> tuple[R, float]:
         start = time.perf_counter()
         result = fn()
         return result, time.perf_counter() - start
@@ -143,11 +148,11 @@ class CudaEventTimer(CallTimer):
     def __init__(self) -> None:
         import torch
 
-        event: Any = torch.cuda.Event  # torch leaves its __init__ unannotated
+        event: Any = torch.cuda.Event  # Any: torch leaves its __init__ unannotated
         self._start = event(enable_timing=True)
         self._end = event(enable_timing=True)
 
-    def __call__(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+    def __call__(self, fn: Callable[[], R]) -> tuple[R, float]:
         self._start.record()
         result = fn()
         self._end.record()
@@ -172,7 +177,8 @@ class L2Flusher:
     ``mode="cold"`` flushes; ``mode="warm"`` does nothing (and the record says so).
     """
 
-    def __init__(self, device: Any, l2_cache_bytes: int | None, mode: str = "cold") -> None:
+    def __init__(self, device: torch.device | str, l2_cache_bytes: int | None,
+                 mode: str = "cold") -> None:
         if mode not in ("cold", "warm"):
             raise KVCheckInputError(f"L2 mode must be 'cold' or 'warm', got {mode!r}")
         self.mode = mode
@@ -207,7 +213,8 @@ def copy_bytes(num_bytes: int) -> int:
     return 2 * num_bytes
 
 
-def measure_copy_gbps(device: Any, num_bytes: int, repeats: int = 10) -> tuple[float, list[float]]:
+def measure_copy_gbps(device: torch.device | str, num_bytes: int, repeats: int = 10
+                      ) -> tuple[float, list[float]]:
     """Achievable copy bandwidth: ``dst.copy_(src)`` of ``num_bytes`` timed ``repeats`` times.
 
     CUDA: CUDA events per copy (the buffers should be >= 4x L2 so the copy streams from DRAM).

@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from kvcheck.bench.measure.timing import collector_off
-from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
+from kvcheck.bench.replay.scheduler import SchedulerManager, SchedulerRun, run_workload
 from kvcheck.bench.workload.scenarios import Workload
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckInputError
@@ -39,22 +39,25 @@ __all__ = [
     "record_answers",
 ]
 
+T = TypeVar("T")
+P = ParamSpec("P")
+
 
 class RecordingManager:
     """Forwards the scheduler's calls to ``inner`` and records every answer, in call order."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: SchedulerManager) -> None:
         self.inner = inner
-        self.answers: list[Any] = []
+        self.answers: list[object] = []
 
-    def _keep(self, answer: Any) -> Any:
+    def _keep(self, answer: T) -> T:
         self.answers.append(answer)
         return answer
 
-    def get_computed_blocks(self, request: RequestView) -> Any:
+    def get_computed_blocks(self, request: RequestView) -> tuple[object, int]:
         return self._keep(self.inner.get_computed_blocks(request))
 
-    def allocate_slots(self, request: RequestView, *args: Any) -> Any:
+    def allocate_slots(self, request: RequestView, *args: object) -> object:
         return self._keep(self.inner.allocate_slots(request, *args))
 
     def free(self, request_id: str) -> None:
@@ -74,20 +77,24 @@ class NullManager:
         KVCheckInputError: more calls than recorded answers (a different workload).
     """
 
-    def __init__(self, answers: list[Any]) -> None:
+    def __init__(self, answers: list[object]) -> None:
+        # Any: each call returns the answer its own call gave when recorded (see
+        # RecordingManager), of that method's type; one log holds them all, in call order.
         self._next: Callable[[], Any] = iter(answers).__next__
 
-    def _answer(self) -> Any:
+    def _answer(self) -> Any:  # Any: as _next
         try:
             return self._next()
         except StopIteration:
             raise KVCheckInputError("NullManager: more calls than recorded answers; replay it "
                                     "on the workload it was recorded on") from None
 
+    # Any: the answer recorded for this call (a (hits, count) tuple when replayed on its own
+    # workload), returned as it is: the floor's calls do nothing more.
     def get_computed_blocks(self, request: RequestView) -> Any:
         return self._answer()
 
-    def allocate_slots(self, request: RequestView, *args: Any) -> Any:
+    def allocate_slots(self, request: RequestView, *args: object) -> object:
         return self._answer()
 
     def free(self, request_id: str) -> None:
@@ -97,8 +104,8 @@ class NullManager:
         return int(self._answer())
 
 
-def record_answers(make_manager: Callable[[KVCacheSpec], Any], spec: KVCacheSpec,
-                   workload: Workload) -> list[Any]:
+def record_answers(make_manager: Callable[[KVCacheSpec], SchedulerManager], spec: KVCacheSpec,
+                   workload: Workload) -> list[object]:
     """The answers of a fresh ``make_manager(spec)`` replaying ``workload``."""
     recorder = RecordingManager(make_manager(spec))
     run_workload(recorder, workload)
@@ -110,12 +117,14 @@ class TimedEngineManager:
     ``allocate_slots`` and ``free`` (nanoseconds summed in ``engine_ns``); every other
     attribute is the engine manager's own."""
 
+    # Any: an engine's own manager (vLLM's KVCacheManager, the reference's engine), whichever
+    # the adapter holds; its methods' types are the engine's, and are passed through.
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.engine_ns = 0
         self.calls = 0
 
-    def _timed(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _timed(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         self.calls += 1
         start = time.perf_counter_ns()
         try:
@@ -123,16 +132,16 @@ class TimedEngineManager:
         finally:
             self.engine_ns += time.perf_counter_ns() - start
 
-    def get_computed_blocks(self, *args: Any, **kwargs: Any) -> Any:
+    def get_computed_blocks(self, *args: object, **kwargs: object) -> object:
         return self._timed(self._inner.get_computed_blocks, *args, **kwargs)
 
-    def allocate_slots(self, *args: Any, **kwargs: Any) -> Any:
+    def allocate_slots(self, *args: object, **kwargs: object) -> object:
         return self._timed(self._inner.allocate_slots, *args, **kwargs)
 
-    def free(self, *args: Any, **kwargs: Any) -> Any:
+    def free(self, *args: object, **kwargs: object) -> object:
         return self._timed(self._inner.free, *args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
 
@@ -174,7 +183,7 @@ class LayerTimes:
         return protocol / self.engine_ns
 
 
-def _time_engine_requests(adapter: Any, proxy: TimedEngineManager) -> None:
+def _time_engine_requests(adapter: object, proxy: TimedEngineManager) -> None:
     """Count the engine's own request work as engine time too: building a request (which
     hashes its full blocks) and appending sampled tokens, as the engine's scheduler does.
     Applies when the adapter keeps its requests in a ``RequestViewSync`` (``_requests``)."""
@@ -183,7 +192,7 @@ def _time_engine_requests(adapter: Any, proxy: TimedEngineManager) -> None:
     if sync is None or make is None:
         return
 
-    def timed_make(view: RequestView) -> Any:
+    def timed_make(view: RequestView) -> object:
         req = proxy._timed(make, view)
         append = req.append_output_token_ids
         req.append_output_token_ids = lambda ids: proxy._timed(append, ids)
@@ -193,7 +202,7 @@ def _time_engine_requests(adapter: Any, proxy: TimedEngineManager) -> None:
 
 
 class _Noop:
-    def allocate_slots(self, *args: Any, **kwargs: Any) -> None:
+    def allocate_slots(self, *args: object, **kwargs: object) -> None:
         return None
 
 
@@ -229,7 +238,7 @@ def _gc_quiet(fn: Callable[[], SchedulerRun]) -> SchedulerRun:
         return fn()
 
 
-def measure_layers(make_manager: Callable[[KVCacheSpec], Any], spec: KVCacheSpec,
+def measure_layers(make_manager: Callable[[KVCacheSpec], SchedulerManager], spec: KVCacheSpec,
                    workload: Workload, rounds: int = 5) -> LayerTimes:
     """Time ``rounds`` replays of ``workload`` through the adapter (engine calls timed when
     it has a ``manager`` attribute), interleaved with replays on the null adapter.

@@ -33,14 +33,14 @@ estimated. Multi-group specs (``kv_cache_groups``) are not covered by the hook.
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from kvcheck.bench.measure.allocator import scheduler_metrics, workload_spec
 from kvcheck.bench.measure.metrics import Metric
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import RoundBench, SetupArgs
+from kvcheck.bench.measure.timing import timed_call
 from kvcheck.bench.replay.scheduler import SchedulerRun, run_workload
 from kvcheck.bench.workload.scenarios import Workload
 from kvcheck.conformance.loader import ImplHandle
@@ -68,7 +68,13 @@ MANAGER_PREFIX = "manager_"
 MANAGER_METRICS = ("scheduled_tokens_per_s", "allocate_slots_calls_per_s")
 
 
-class NativeManager(Protocol):
+#: The engine's request type (``NativeManager``).
+Req = TypeVar("Req")
+#: The engine's type of ``get_computed_blocks`` hits and ``allocate_slots`` results.
+Blocks = TypeVar("Blocks")
+
+
+class NativeManager(Protocol[Req, Blocks]):
     """What ``make_native_manager(spec)`` returns: one engine manager, engine objects in and
     out. ``spec`` is a single-group ``KVCacheSpec`` (raise ``UnsupportedSpec`` otherwise).
 
@@ -76,26 +82,26 @@ class NativeManager(Protocol):
     attribute (the driver sets it before every call, as vLLM's scheduler does).
     """
 
-    def new_request(self, view: RequestView) -> Any:
+    def new_request(self, view: RequestView) -> Req:
         """The engine's request for ``view``'s prompt alone (the driver appends any output
         tokens with ``append_output``), hashed as the engine hashes a new request."""
         ...
 
-    def append_output(self, request: Any, token_ids: list[int]) -> None:
+    def append_output(self, request: Req, token_ids: list[int]) -> None:
         """Append sampled tokens to ``request`` (the engine's own append, hashing included)."""
         ...
 
-    def get_computed_blocks(self, request: Any) -> tuple[Any, int]:
+    def get_computed_blocks(self, request: Req) -> tuple[Blocks, int]:
         """``(hits, num_computed_tokens)``: ``hits`` in the engine's own form."""
         ...
 
-    def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int,
-                       new_computed_blocks: Any) -> Any:
+    def allocate_slots(self, request: Req, num_new_tokens: int, num_new_computed_tokens: int,
+                       new_computed_blocks: Blocks | None) -> Blocks | None:
         """The engine's ``allocate_slots``; ``new_computed_blocks`` is what
         ``get_computed_blocks`` returned, or None (a running request). None: refused."""
         ...
 
-    def free(self, request: Any) -> None:
+    def free(self, request: Req) -> None:
         """The engine's ``free``."""
         ...
 
@@ -103,13 +109,18 @@ class NativeManager(Protocol):
         """Free blocks (evictable cached ones included), as the adapter's."""
         ...
 
-    def block_ids(self, blocks: Any) -> list[int]:
+    def block_ids(self, blocks: Blocks) -> list[int]:
         """Block ids of a ``get_computed_blocks`` hit or an ``allocate_slots`` result (never
         timed: only for checks)."""
         ...
 
 
-def native_factory(impl: ImplHandle) -> Callable[[KVCacheSpec], NativeManager] | None:
+# Any: each engine has its own request and block types; the driver only passes them back to
+# the manager that made them.
+NativeFactory = Callable[[KVCacheSpec], NativeManager[Any, Any]]
+
+
+def native_factory(impl: ImplHandle) -> NativeFactory | None:
     """The hook of a loaded implementation (an ``ImplHandle``) or of a module, or None.
 
     Raises:
@@ -124,7 +135,7 @@ def native_factory(impl: ImplHandle) -> Callable[[KVCacheSpec], NativeManager] |
             f"{getattr(module, '__name__', module)}.{NATIVE_HOOK} is a "
             f"{type(hook).__name__}, not a function; define def {NATIVE_HOOK}(spec) -> "
             "manager (see kvcheck.bench.replay.native) or remove it")
-    return cast("Callable[[KVCacheSpec], NativeManager]", hook)
+    return cast(NativeFactory, hook)
 
 
 def missing_hook_note(name: str) -> str:
@@ -141,10 +152,10 @@ class NativeRun(SchedulerRun):
     kept to report its share)."""
 
     request_ns: int = 0
-    answers: list[Any] = field(default_factory=list)  # with record=True: see NativeDriver
+    answers: list[object] = field(default_factory=list)  # with record=True: see NativeDriver
 
 
-class NativeDriver:
+class NativeDriver(Generic[Req, Blocks]):
     """Stands in for the adapter in ``run_workload``: same method names and arguments, engine
     objects underneath, the engine's time recorded per call in its own lists.
 
@@ -153,57 +164,51 @@ class NativeDriver:
     be compared call by call with the protocol level's.
     """
 
-    def __init__(self, native: NativeManager, record: bool = False) -> None:
+    def __init__(self, native: NativeManager[Req, Blocks], record: bool = False) -> None:
         self.native = native
         self.allocate_ns: list[int] = []
         self.lookup_ns: list[int] = []
         self.free_ns: list[int] = []
         self.request_ns = 0
-        self.answers: list[Any] | None = [] if record else None
+        self.answers: list[object] | None = [] if record else None
         # request id -> [engine request, output tokens absorbed]
-        self._requests: dict[str, list[Any]] = {}
+        self._requests: dict[str, list[Any]] = {}  # Any: a Req and an int, in one list
 
-    def _sync(self, view: RequestView) -> tuple[Any, int]:
+    def _sync(self, view: RequestView) -> tuple[Req, int]:
         """The engine request for ``view``, brought up to date; returns it and the engine
         time spent (building it, appending new output tokens)."""
         entry = self._requests.get(view.request_id)
-        spent = 0
+        parts: list[int] = []  # the engine's calls' times
         if entry is None:
-            start = time.perf_counter_ns()
-            req = self.native.new_request(view)
-            spent = time.perf_counter_ns() - start
+            req = timed_call(parts, self.native.new_request, view)
             entry = self._requests[view.request_id] = [req, 0]
         outputs = view.output_token_ids
         if len(outputs) != entry[1]:
             if len(outputs) < entry[1]:
                 raise KVCheckInputError(f"request {view.request_id!r}: output tokens shrank "
                                         f"from {entry[1]} to {len(outputs)}")
-            new = list(outputs[entry[1]:])
-            start = time.perf_counter_ns()
-            self.native.append_output(entry[0], new)
-            spent += time.perf_counter_ns() - start
+            timed_call(parts, self.native.append_output, entry[0], list(outputs[entry[1]:]))
             entry[1] = len(outputs)
         entry[0].num_computed_tokens = view.num_computed_tokens
+        spent = sum(parts)
         self.request_ns += spent
         return entry[0], spent
 
-    def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]:
+    def get_computed_blocks(self, request: RequestView) -> tuple[Blocks, int]:
         req, spent = self._sync(request)
-        start = time.perf_counter_ns()
-        hits, num = self.native.get_computed_blocks(req)
-        self.lookup_ns.append(time.perf_counter_ns() - start + spent)
+        hits, num = timed_call(self.lookup_ns, self.native.get_computed_blocks, req)
+        self.lookup_ns[-1] += spent  # the request's own work is the call's (module docstring)
         if self.answers is not None:
             self.answers.append((self.native.block_ids(hits), num))
         return hits, num
 
     def allocate_slots(self, request: RequestView, num_new_tokens: int,
-                       num_new_computed_tokens: int = 0, new_computed_blocks: Any = None
-                       ) -> Any:
+                       num_new_computed_tokens: int = 0, new_computed_blocks: Blocks | None = None
+                       ) -> Blocks | None:
         req, spent = self._sync(request)
-        start = time.perf_counter_ns()
-        new = self.native.allocate_slots(req, num_new_tokens, num_new_computed_tokens,
-                                         new_computed_blocks)
-        self.allocate_ns.append(time.perf_counter_ns() - start + spent)
+        new = timed_call(self.allocate_ns, self.native.allocate_slots, req, num_new_tokens,
+                         num_new_computed_tokens, new_computed_blocks)
+        self.allocate_ns[-1] += spent
         if self.answers is not None:
             self.answers.append(None if new is None else self.native.block_ids(new))
         return new
@@ -212,9 +217,7 @@ class NativeDriver:
         entry = self._requests.get(request_id)
         if entry is None:
             raise KVCheckInputError(f"free({request_id!r}): the scheduler never built it")
-        start = time.perf_counter_ns()
-        self.native.free(entry[0])
-        self.free_ns.append(time.perf_counter_ns() - start)
+        timed_call(self.free_ns, self.native.free, entry[0])
         if self.answers is not None:
             self.answers.append(None)
 
@@ -225,8 +228,8 @@ class NativeDriver:
         return num
 
 
-def run_native_workload(native: NativeManager, workload: Workload, record: bool = False,
-                        max_steps: int | None = None) -> NativeRun:
+def run_native_workload(native: NativeManager[Req, Blocks], workload: Workload,
+                        record: bool = False, max_steps: int | None = None) -> NativeRun:
     """Replay ``workload`` through ``run_workload`` on a fresh ``native`` manager, timing
     the engine only (module docstring). The counters (steps, preemptions, hits, peak usage)
     and the on-CPU fraction are the loop's; the call times are the driver's.
@@ -247,28 +250,28 @@ def run_native_workload(native: NativeManager, workload: Workload, record: bool 
 _RUN_FIELDS = tuple(f for f in SchedulerRun.__dataclass_fields__)
 
 
-class NativeSchedulerBench(RoundBench):
+class NativeSchedulerBench(RoundBench[NativeRun]):
     """``SchedulerBench`` at the manager level: one replay per round on a fresh engine
     manager from ``factory`` (the implementation's ``make_native_manager``)."""
 
-    def __init__(self, factory: Callable[[KVCacheSpec], NativeManager], workload: Workload,
+    def __init__(self, factory: NativeFactory, workload: Workload,
                  name: str = "") -> None:
         super().__init__()  # no clock: pytest-benchmark's timer times the protocol level
         self.factory = factory
         self.workload = workload
         self.name = name
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         native = self.factory(workload_spec(self.workload))
         gc.collect()
         return (native,), {}
 
-    def run(self, native: NativeManager) -> None:
+    def run(self, native: NativeManager[Any, Any]) -> None:  # Any: as NativeFactory
         result = run_native_workload(native, self.workload)
         self.results.append(result)
         self.advance(result.on_cpu_ns / 1e9)
 
-    def metrics(self, results: list[SchedulerRun]) -> list[Metric]:
+    def metrics(self, results: list[NativeRun]) -> list[Metric]:
         return scheduler_metrics(results)
 
     def request_share(self) -> float | None:
@@ -278,7 +281,7 @@ class NativeSchedulerBench(RoundBench):
 
 
 def manager_level_metrics(impl: ImplHandle, reference: ImplHandle, workload: Workload, rounds: int,
-                          warmup: int) -> tuple[list[Metric], dict[str, Any]]:
+                          warmup: int) -> tuple[list[Metric], dict[str, object]]:
     """The manager-level scheduler figures of ``impl`` paired with ``reference`` (rounds
     interleaved A B B A, as the protocol level), renamed ``manager_<name>``, and the info to
     record. No metrics (and a note saying why) when either side lacks the hook.

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 from kvcheck.bench.measure.allocator import scheduler_metrics
 from kvcheck.bench.measure.metrics import Metric, percentile
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import RoundBench, SetupArgs
 from kvcheck.bench.measure.timing import timed_call
 from kvcheck.bench.replay.scheduler import SchedulerRun
 from kvcheck.bench.workload.scenarios import shared_prefix_blocks
@@ -59,6 +59,7 @@ from kvcheck.conformance.pinning import declares_pinning
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
     KVCacheSpec,
+    ManagerWithCapabilities,
     RequestView,
     UnsupportedSpec,
     effective_capabilities,
@@ -67,6 +68,11 @@ from kvcheck.conformance.protocol import (
 from kvcheck.conformance.recorded import Corpus, CorpusError, load_corpus, needed_capabilities
 from kvcheck.conformance.schedule_step import plan_schedule
 from kvcheck.conformance.trace_check import check_spec
+
+# Any: one trace of a loaded corpus, decoded CBOR as conformance.recorded types it (Corpus)
+Trace = dict[str, Any]
+#: A replayed op's answer in the corpus's form (see ``iter_ops``).
+Answer = dict[str, object]
 
 __all__ = [
     "RecordedBench",
@@ -114,7 +120,7 @@ def load_recorded_workload(path: str | Path) -> Corpus:
     return corpus
 
 
-def _decode_work(trace: dict[str, Any]) -> int:
+def _decode_work(trace: Trace) -> int:
     """An upper bound of the request tokens the replay of ``trace`` puts into views at its
     ``schedule`` / ``decode`` ops (each may append to an immutable ``RequestView``)."""
     prompt: dict[str, int] = {}
@@ -151,7 +157,7 @@ class RecordedTrace:
     name: str
     spec: KVCacheSpec
     ops: tuple[RecordedOp, ...]
-    answers: tuple[dict[str, Any], ...]
+    answers: tuple[Answer, ...]
 
     @property
     def prompt_lengths(self) -> list[int]:
@@ -159,7 +165,7 @@ class RecordedTrace:
         return [len(op.view.prompt_token_ids) for op in self.ops if op.view is not None]
 
 
-def _decode_op(op: Any) -> RecordedOp:
+def _decode_op(op: Any) -> RecordedOp:  # Any: an op of a Trace
     """A corpus op (checked by ``load_corpus``) as a ``RecordedOp``; an ``add``'s view is
     built as ``Driver._add`` builds it."""
     kind = op["op"]
@@ -173,7 +179,7 @@ def _decode_op(op: Any) -> RecordedOp:
     return RecordedOp(kind, op.get("rid", ""))
 
 
-def decode_trace(trace: dict[str, Any]) -> RecordedTrace:
+def decode_trace(trace: Trace) -> RecordedTrace:
     """A loaded corpus trace as a ``RecordedTrace``: its ops and answers (the recorded states
     are not rebuilt: the replay never reads them)."""
     steps = trace["steps"]
@@ -201,8 +207,8 @@ class _Replay:
     The methods mirror ``Driver.apply``; every call into the manager is timed into ``run``.
     """
 
-    def __init__(self, manager: Any, run: RecordedRun, usable_blocks: int, *,
-                 pinning: bool = False) -> None:
+    def __init__(self, manager: ManagerWithCapabilities, run: RecordedRun, usable_blocks: int,
+                 *, pinning: bool = False) -> None:
         self.manager = manager
         self.pinning = pinning  # pinning_lookup: a lookup no allocation follows is released
         self.run = run
@@ -212,10 +218,10 @@ class _Replay:
         self.running: set[str] = set()
         self.preempted: set[str] = set()  # freed while holding blocks, not yet re-admitted
 
-    def apply(self, op: RecordedOp) -> dict[str, Any]:
+    def apply(self, op: RecordedOp) -> Answer:
         """Run one op; returns the implementation's answer in the corpus's form."""
         kind = op.kind
-        answer: dict[str, Any] = {}
+        answer: Answer = {}
         if kind == "add":
             assert op.view is not None
             self.views[op.rid] = op.view
@@ -239,13 +245,13 @@ class _Replay:
         if self.pinning:
             self.manager.release_computed(rid)
 
-    def schedule(self, op: RecordedOp) -> dict[str, Any]:
+    def schedule(self, op: RecordedOp) -> Answer:
         """``Driver._schedule``: a lookup when the request holds no blocks, decode tokens
         appended when it is running and decoding (or done with its prompt), then
         ``allocate_slots``."""
         rid, num_tokens, run = op.rid, op.num_tokens, self.run
         view = self.views[rid]
-        answer: dict[str, Any] = {}
+        answer: Answer = {}
         hits: list[int] = []
         num_hit = 0
         admitting = rid not in self.running
@@ -296,8 +302,8 @@ def _usable_blocks(impl: ImplHandle, spec: KVCacheSpec) -> int:
     return max(1, spec.num_blocks - len(reserved_block_ids(impl.info, spec.profile)))
 
 
-def iter_ops(impl: ImplHandle, manager: Any, trace: RecordedTrace, run: RecordedRun
-             ) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_ops(impl: ImplHandle, manager: ManagerWithCapabilities, trace: RecordedTrace,
+             run: RecordedRun) -> Iterator[tuple[int, Answer]]:
     """Replay every op of ``trace`` on ``manager`` (fresh, built by ``impl`` for
     ``trace.spec``), timing its calls and counting into ``run``; yields ``(index, answer)``
     after each op, the answer in the corpus's form (``{"hits": [ids, n], "new": ids |
@@ -313,8 +319,9 @@ def iter_ops(impl: ImplHandle, manager: Any, trace: RecordedTrace, run: Recorded
         run.peak_used_blocks, run.usable_blocks = replay.peak_used, replay.usable_blocks
 
 
-def replay_trace(impl: ImplHandle, manager: Any, trace: RecordedTrace, run: RecordedRun,
-                 after_op: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+def replay_trace(impl: ImplHandle, manager: ManagerWithCapabilities, trace: RecordedTrace,
+                 run: RecordedRun, after_op: Callable[[int, Answer], None] | None = None
+                 ) -> None:
     """``iter_ops`` to the end.
 
     ``after_op(index, answer)``, when given, is called (untimed) after each op, to compare
@@ -331,7 +338,7 @@ def replay_trace(impl: ImplHandle, manager: Any, trace: RecordedTrace, run: Reco
             after_op(index, answer)
 
 
-def missing_capabilities(impl: ImplHandle, trace: dict[str, Any],
+def missing_capabilities(impl: ImplHandle, trace: Trace,
                          spec: KVCacheSpec) -> frozenset[str]:
     """Capabilities the trace needs that ``impl`` lacks under the trace's profile."""
     needed = set(needed_capabilities(trace))
@@ -344,7 +351,7 @@ def missing_capabilities(impl: ImplHandle, trace: dict[str, Any],
 _CONNECTOR_CAPABILITIES = frozenset({"external_kv", "evict_blocks"})
 
 
-class RecordedBench(RoundBench):
+class RecordedBench(RoundBench[RecordedRun]):
     """Each round replays every runnable trace of ``corpus`` on its own fresh manager.
 
     ``name`` is the corpus file's name (only the last path component is kept: results never
@@ -356,7 +363,7 @@ class RecordedBench(RoundBench):
                  only: Collection[str] | None = None) -> None:
         super().__init__()
         self.impl = impl
-        self.header: dict[str, Any] = dict(corpus["header"])
+        self.header: dict[str, object] = dict(corpus["header"])
         self.name = Path(name).name
         self.traces: list[RecordedTrace] = []
         self.skipped: dict[str, str] = {}  # trace name -> why
@@ -370,7 +377,7 @@ class RecordedBench(RoundBench):
             else:
                 self.traces.append(decode_trace(raw))
 
-    def _why_not(self, raw: dict[str, Any], spec: KVCacheSpec,
+    def _why_not(self, raw: Trace, spec: KVCacheSpec,
                  only: Collection[str] | None) -> str:
         """Why the trace is not replayed here ('' when it is); builds one manager to ask."""
         missing = missing_capabilities(self.impl, raw, spec)
@@ -396,12 +403,12 @@ class RecordedBench(RoundBench):
         """Ops replayed per round."""
         return sum(len(t.ops) for t in self.traces)
 
-    def setup(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def setup(self) -> SetupArgs:
         managers = [self.impl.make_manager(t.spec, guard=False) for t in self.traces]
         gc.collect()
         return (managers,), {}
 
-    def run(self, managers: list[Any]) -> None:
+    def run(self, managers: list[ManagerWithCapabilities]) -> None:
         result = RecordedRun()
         wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
         for trace, manager in zip(self.traces, managers, strict=True):
@@ -411,10 +418,10 @@ class RecordedBench(RoundBench):
         self.results.append(result)
         self.advance(result.on_cpu_ns / 1e9)
 
-    def metrics(self, results: list[SchedulerRun]) -> list[Metric]:
+    def metrics(self, results: list[RecordedRun]) -> list[Metric]:
         return scheduler_metrics(results)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         h = self.header
         return {
             "workload": "recorded", "corpus_file": self.name, "profile": h["profile"],

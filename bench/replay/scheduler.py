@@ -48,9 +48,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from kvcheck.bench.measure.timing import timed_call
 from kvcheck.bench.workload.scenarios import RequestSpec, Workload
@@ -58,6 +58,7 @@ from kvcheck.conformance.protocol import (
     KVCacheManagerAdapter,
     KVCacheSpec,
     RequestView,
+    SupportsKVCacheGroups,
     SupportsReleaseComputed,
 )
 from kvcheck.errors import KVCheckFailure
@@ -70,13 +71,21 @@ class SchedulerManager(Protocol):
     a stand-in with the same methods (``harness.RecordingManager`` and ``NullManager``,
     ``native.NativeDriver``). Besides these, ``release_computed`` is called only with
     ``pinning`` (the adapter declares ``pinning_lookup``) and ``get_block_ids`` only with
-    ``observe`` (a real adapter)."""
+    ``observe`` (a real adapter).
 
-    def get_computed_blocks(self, request: RequestView, /) -> Any: ...
+    The loop never reads the hits and the new blocks: it passes the hits back as they came
+    and checks the new blocks for None, so their types are the manager's own (one flat list,
+    one list per group, or an engine's objects for ``NativeDriver``)."""
 
-    def allocate_slots(self, request: RequestView, /, *args: Any, **kwargs: Any) -> Any: ...
+    def get_computed_blocks(self, request: RequestView, /) -> tuple[object, int]: ...
 
-    def free(self, request_id: str, /) -> Any: ...
+    @property
+    def allocate_slots(self) -> Callable[..., object]:
+        """``allocate_slots(request, num_new_tokens[, num_new_computed_tokens, hits])``,
+        None when refused: a property, so that every manager's own signature matches."""
+        ...
+
+    def free(self, request_id: str, /) -> object: ...
 
     def num_free_blocks(self) -> int: ...
 
@@ -359,12 +368,14 @@ class _Scheduler:
         g = len(run.live_block_steps)
         live_now = [0] * g
         nulls_by_rid: dict[str, list[int]] = {}
+        # observe reads the tables of a real adapter: one list per group on a grouped spec, a
+        # flat table (its one group) otherwise.
+        grouped = cast(SupportsKVCacheGroups, self.manager) if self.grouped else None
+        flat = cast(KVCacheManagerAdapter, self.manager)
         for live in self.running:
             rid = live.spec.request_id
-            # observe reads the tables of a real adapter: a flat table for a single-group spec
-            # (its one group), one list per group otherwise.
-            answer: Any = cast(KVCacheManagerAdapter, self.manager).get_block_ids(rid)
-            tables: list[list[int]] = answer if self.grouped else [answer]
+            tables = (grouped.get_block_ids(rid) if grouped is not None
+                      else [flat.get_block_ids(rid)])
             if self.grouped and len(tables) != g:
                 raise KVCheckFailure(
                     f"{self.workload.scenario}: get_block_ids({rid!r}) returned {len(tables)} "

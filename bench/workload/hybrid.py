@@ -34,7 +34,6 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from kvcheck.bench.measure.allocator import SchedulerBench
 from kvcheck.bench.replay.scheduler import SchedulerManager, SchedulerRun, run_workload
@@ -230,10 +229,10 @@ class HybridBench(SchedulerBench):
         return run_workload(manager, self.workload, pinning=declares_pinning(self.impl),
                             observe=self.spec())
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         return {**super().info(), "kv_cache_groups": describe_groups(self.hybrid.groups)}
 
-    def produced(self) -> dict[str, Any]:
+    def produced(self) -> dict[str, object]:
         """What the first measured round produced (replays are deterministic): hit rate,
         preemptions, peak usage, steps, and per group (lists in group order) live and null
         block-steps, null fraction, peak live blocks, blocks freed by the window and hit

@@ -68,7 +68,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 from kvcheck.atomic import write_atomic
 from kvcheck.bench.workload.scenarios import (
@@ -202,13 +201,13 @@ def _workload(path: Path, requests: list[RequestSpec], options: TraceOptions,
 def dump_workload(workload: Workload, path: str | Path) -> Path:
     """Write ``workload`` as a trace file (header + one ``tokens`` line per request),
     atomically; ``load_trace_workload`` reads back the same requests and limits."""
-    header: dict[str, Any] = {
+    header: dict[str, object] = {
         HEADER_KEY: HEADER_VERSION, "block_size": workload.block_size,
         "num_blocks": workload.num_blocks, "max_num_seqs": workload.max_num_seqs,
         "max_num_batched_tokens": workload.max_num_batched_tokens, "seed": workload.seed}
     lines = [json.dumps(header)]
     for r in workload.requests:
-        entry: dict[str, Any] = {"request_id": r.request_id, "arrival_step": r.arrival_step}
+        entry: dict[str, object] = {"request_id": r.request_id, "arrival_step": r.arrival_step}
         if r.after is not None:
             entry["after"] = r.after
         entry["prompt_token_ids"] = list(r.prompt_token_ids)

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kvcheck.bench.measure.allocator import SchedulerBench
-from kvcheck.bench.measure.rounds import RoundBench
+from kvcheck.bench.measure.rounds import Bench
 from kvcheck.bench.workload.request_trace import TRACE_PREFIX, load_trace_workload
 from kvcheck.bench.workload.scenarios import (
     SCENARIOS,
@@ -103,7 +102,7 @@ def resolve_workload(value: str, seed: int = 0, scale: float = 1.0) -> WorkloadS
 
 
 def scheduler_bench_maker(workload: WorkloadSource, impl: ImplHandle,
-                          reference: ImplHandle) -> Callable[[Any], RoundBench]:
+                          reference: ImplHandle) -> Callable[[ImplHandle], Bench]:
     """``make(side) -> RoundBench`` for ``BenchSession.run_allocator``: kvcheck's scheduler
     loop over a ``Workload``, or the recorded calls of a corpus, restricted to the traces both
     ``impl`` and ``reference`` can run so that paired rounds replay the same calls."""

@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, cast
 
 from kvcheck.bench.errors import TraceFileError
 from kvcheck.bench.workload.scenarios import DEFAULT_BLOCK_SIZE
@@ -293,7 +293,13 @@ def _open(path: Path) -> IO[bytes]:
         raise TraceFileError(f"cannot read trace file {path}: {exc}") from None
 
 
-def _objects(path: Path, digest: Any) -> Iterator[tuple[int, object]]:
+class _Digest(Protocol):
+    """What ``_objects`` feeds every line to (a ``hashlib`` hash)."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _objects(path: Path, digest: _Digest) -> Iterator[tuple[int, object]]:
     """``(line number, object)`` of every non-blank line, read one bounded line at a time
     (``MAX_LINE_BYTES``, ``MAX_TRACE_BYTES`` in all), each line fed to ``digest``."""
     with _open(path) as handle:
@@ -324,7 +330,7 @@ def _objects(path: Path, digest: Any) -> Iterator[tuple[int, object]]:
 
 
 # ----------------------------------------------------------------------------- header
-def _header(obj: dict[str, Any], where: str) -> TraceOptions:
+def _header(obj: dict[str, object], where: str) -> TraceOptions:
     version = obj[HEADER_KEY]
     if type(version) is not int or version != HEADER_VERSION:
         raise TraceFileError(f"{where}: {HEADER_KEY}={_show(version)}; this kvcheck reads "
@@ -335,7 +341,7 @@ def _header(obj: dict[str, Any], where: str) -> TraceOptions:
     if unknown:
         raise TraceFileError(f"{where}: unknown header option(s) {', '.join(unknown)}; known: "
                              f"{', '.join(HEADER_DEFAULTS)}", "drop or rename them")
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # Any: TraceOptions' fields by name, each checked here
     for key, value in obj.items():
         if key == HEADER_KEY or value is None:
             continue
@@ -416,7 +422,7 @@ class _Totals:
                     "cut the trace, or lower the header hash_block_tokens")
 
 
-def _tokens(obj: dict[str, Any], key: str, where: str, why_nonempty: str) -> tuple[int, ...]:
+def _tokens(obj: dict[str, object], key: str, where: str, why_nonempty: str) -> tuple[int, ...]:
     value = _ids(obj[key], where, key, MAX_TOKEN_ID, "token ids", MAX_REQUEST_TOKENS)
     if not value:
         raise TraceFileError(f"{where}: {key} is empty; {why_nonempty}",
@@ -424,7 +430,7 @@ def _tokens(obj: dict[str, Any], key: str, where: str, why_nonempty: str) -> tup
     return tuple(value)
 
 
-def _request(obj: dict[str, Any], number: int, where: str, totals: _Totals) -> TraceLine:
+def _request(obj: dict[str, object], number: int, where: str, totals: _Totals) -> TraceLine:
     options = totals.options
     rid = obj.get("request_id", f"trace-{number:06d}")
     if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID_CHARS:
@@ -489,7 +495,7 @@ def _request(obj: dict[str, Any], number: int, where: str, totals: _Totals) -> T
     return line
 
 
-def _arrival(obj: dict[str, Any], where: str, options: TraceOptions) -> int:
+def _arrival(obj: dict[str, object], where: str, options: TraceOptions) -> int:
     stamp = obj.get("timestamp")
     if "timestamp" in obj and (isinstance(stamp, bool) or not isinstance(stamp, (int, float))
                                or stamp < 0):
@@ -500,6 +506,7 @@ def _arrival(obj: dict[str, Any], where: str, options: TraceOptions) -> int:
                       "the scheduler loop steps through idle steps one by one")
     if stamp is None:
         return 0
+    stamp = cast("int | float", stamp)  # the check above refused any other present timestamp
     ms = options.ms_per_step
     if stamp >= (MAX_ARRIVAL_STEP + 1) * ms:
         raise _refuse(where, "timestamp", stamp, f"arrives after scheduler step "
