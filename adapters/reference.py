@@ -7,7 +7,7 @@ also the oracle the differential tests compare other implementations with.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from kvcheck import __version__
 from kvcheck.adapters.external_blocks import blocks_added
@@ -19,11 +19,13 @@ from kvcheck.adapters.reference_sizing import (
     kv_page_size_bytes,
     kv_sizing_plan,
 )
+from kvcheck.conformance.groups import AdapterBlockIds
 from kvcheck.conformance.offload_protocol import OffloadSpec
 from kvcheck.conformance.protocol import (
     ImplInfo,
     KVCacheGroupSpec,
     KVCacheSpec,
+    KVEvent,
     RequestView,
     UnsupportedSpec,
 )
@@ -52,6 +54,9 @@ from kvcheck.reference_impl.offload_manager import CPUOffloadingManager
 from kvcheck.reference_impl.offload_policy import ReqContext
 from kvcheck.reference_impl.profiles import get_profile
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
+
+if TYPE_CHECKING:
+    from kvcheck.gpu_kernels.conformance import KernelSet
 
 __all__ = [
     "IMPL_INFO",
@@ -193,7 +198,7 @@ def request_factory(block_hasher: RequestBlockHasher,
     return make
 
 
-def event_to_dict(event: KVCacheEvent) -> dict[str, Any]:
+def event_to_dict(event: KVCacheEvent) -> KVEvent:
     """A reference event as the protocol's primitive dict (``"type"`` + vLLM's fields): a
     shallow copy (the events are frozen and their sequences tuples, so the dict shares them;
     ``dataclasses.asdict`` rebuilt every token tuple element by element, a third of the
@@ -202,6 +207,18 @@ def event_to_dict(event: KVCacheEvent) -> dict[str, Any]:
 
 
 R = TypeVar("R", bound=EngineRequest)
+
+
+class _Seen(Generic[R]):
+    """What ``SnapshotSync`` remembers of one request id: the engine request, the prompt it
+    was built from and how many output tokens it has absorbed."""
+
+    __slots__ = ("outputs", "prompt", "req")
+
+    def __init__(self, req: R, prompt: tuple[int, ...], outputs: int) -> None:
+        self.req = req
+        self.prompt = prompt
+        self.outputs = outputs
 
 
 class SnapshotSync(RequestViewSync[R]):
@@ -219,8 +236,7 @@ class SnapshotSync(RequestViewSync[R]):
                  before_hashing: Callable[[], None] | None = None) -> None:
         super().__init__(make, before_hashing)
         self._hook = before_hashing  # None: nothing to call before hashing
-        # id -> [engine request, prompt it was built from, output tokens absorbed]
-        self._seen: dict[str, list[Any]] = {}
+        self._seen: dict[str, _Seen[R]] = {}
 
     def sync(self, view: RequestView) -> R:
         """The engine request for ``view``, brought up to date (see the class docstring).
@@ -230,11 +246,11 @@ class SnapshotSync(RequestViewSync[R]):
         """
         prompt = view.prompt_token_ids
         entry = self._seen.get(view.request_id)
-        if entry is None or (entry[1] is not prompt and entry[1] != prompt):
+        if entry is None or (entry.prompt is not prompt and entry.prompt != prompt):
             entry = self._build(view)
-        req: R = entry[0]
+        req = entry.req
         outputs = view.output_token_ids
-        known = entry[2]
+        known = entry.outputs
         num_outputs = len(outputs)
         if num_outputs != known:
             if num_outputs < known:
@@ -246,15 +262,15 @@ class SnapshotSync(RequestViewSync[R]):
             # A decode step adds one token: skip the slice.
             req.append_output_token_ids(
                 [outputs[known]] if num_outputs == known + 1 else list(outputs[known:]))
-            entry[2] = num_outputs
+            entry.outputs = num_outputs
         req.num_computed_tokens = view.num_computed_tokens
         return req
 
-    def _build(self, view: RequestView) -> list[Any]:
+    def _build(self, view: RequestView) -> _Seen[R]:
         self._before_hashing()
         req = self._make(view)
         self.requests[view.request_id] = req
-        entry = [req, view.prompt_token_ids, len(req.output_token_ids)]
+        entry = _Seen(req, view.prompt_token_ids, len(req.output_token_ids))
         self._seen[view.request_id] = entry
         return entry
 
@@ -316,7 +332,7 @@ class ReferenceManager:
         self._slot_block_size = spec.group_block_size(0)
 
     # -- manager
-    def get_computed_blocks(self, request: RequestView) -> tuple[Any, int]:
+    def get_computed_blocks(self, request: RequestView) -> tuple[AdapterBlockIds, int]:
         blocks, num = self.manager.get_computed_blocks(self._requests.sync(request))
         if self._grouped:
             return [[b.block_id for b in g] for g in blocks], num
@@ -327,15 +343,16 @@ class ReferenceManager:
         request: RequestView,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
+        # Any: the protocol's two forms, flat ids or one list per group (``_grouped``).
         new_computed_block_ids: Sequence[Any] = (),
         num_lookahead_tokens: int = 0,
         # Keyword-only in the protocol; plain here (the hot path): CPython does not specialize
         # calls of functions with keyword-only parameters.
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
-    ) -> Any:
+    ) -> AdapterBlockIds | None:
         req = self._requests.sync(request)
-        hits: Any = None
+        hits: Sequence[list[KVCacheBlock]] | None = None
         if new_computed_block_ids:
             blocks = self.manager.block_pool.blocks
             if self._grouped:
@@ -386,7 +403,7 @@ class ReferenceManager:
         self.manager.free(request_id)
         self._requests.pop(request_id)
 
-    def get_block_ids(self, request_id: str) -> Any:
+    def get_block_ids(self, request_id: str) -> AdapterBlockIds:
         if self._grouped:
             return list(self.manager.get_block_ids(request_id))
         return self.manager.get_block_ids(request_id)[0]
@@ -404,11 +421,18 @@ class ReferenceManager:
     def ref_cnt(self, block_id: int) -> int:
         return self.manager.block_pool.blocks[block_id].ref_cnt
 
+    def ref_cnts(self, block_ids: list[int]) -> list[int]:
+        """``ref_cnt`` of each of ``block_ids``, in one call: the harness's sweeps over the
+        pool (the recorded area reads every held block after each step) take one guarded
+        call instead of one per block."""
+        blocks = self.manager.block_pool.blocks
+        return [blocks[b].ref_cnt for b in block_ids]
+
     def block_hashes(self, request_id: str) -> list[bytes]:
         req = self._requests.get(request_id)
         return [] if req is None else list(req.block_hashes)
 
-    def take_events(self) -> list[dict[str, Any]]:
+    def take_events(self) -> list[KVEvent]:
         events = self.manager.take_events()
         if isinstance(self.manager.block_pool.event_factory, WireEventFactory):
             return [wire_event_to_dict(e, self._grouped) for e in events]
@@ -552,7 +576,7 @@ def make_block_pool(spec: KVCacheSpec) -> ReferenceBlockPool:
     return ReferenceBlockPool(spec)
 
 
-def kernels() -> Any:
+def kernels() -> KernelSet:
     """kvcheck's own Triton kernels (needs the ``kernels`` extra: torch and triton)."""
     from kvcheck.gpu_kernels.conformance import kvcheck_kernel_set
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import Request
+from kvcheck.results.schema import load_records
 
 #: The reference's release profiles (the protocol's Literal spells the names once).
 PROFILES = list(VLLM_PROFILES)
@@ -89,6 +91,25 @@ def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref"
         body=textwrap.dedent(body))})
     pytester.syspathinsert()
     return f"--kv-impl={module}"
+
+
+#: ``plain_full_run``'s run, made once per test process.
+_PLAIN_FULL_RUN: list[tuple[pytest.RunResult, dict[str, Any]]] = []
+
+
+def plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, Any]]:
+    """A complete in-process run of ``make_ref``'s reference without kernels (module
+    ``refplain``, name ``ref``) under vllm-0.33 at ``--kv-max-examples=3``, and its
+    ``--kv-report`` record: made once per test process, the first time a test asks. Runs are
+    derandomized, so every test comparing a run of its own (partial, rerun, on xdist) with
+    a plain complete one reads the same outcomes; each such test used to run it again."""
+    if not _PLAIN_FULL_RUN:
+        impl = make_ref(pytester, module="refplain")
+        result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
+                                    "--kv-max-examples=3", impl, "--kv-report=plain-full.jsonl")
+        (rec,) = load_records(pytester.path / "plain-full.jsonl")
+        _PLAIN_FULL_RUN.append((result, rec))
+    return _PLAIN_FULL_RUN[0]
 
 
 def assert_mutant_caught(result: pytest.RunResult, mutant: str, law: str) -> None:

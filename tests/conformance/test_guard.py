@@ -320,6 +320,29 @@ def test_reference_through_the_handle_is_guarded_and_clean() -> None:
     assert not isinstance(ref.make_manager(SPEC, guard=False), GuardedManager)
 
 
+def test_reference_answers_a_sweep_of_ref_cnts_in_one_call() -> None:
+    """The reference's bulk ``ref_cnts`` (one guarded call per sweep) gives what ``ref_cnt``
+    gives block by block, and the guard reads it through that one call."""
+    ref = load_impl("reference")
+    raw = ref.make_manager(SPEC, guard=False)
+    raw.allocate_slots(view("a"), 9, 0, [])
+    ids = list(range(SPEC.num_blocks))
+    assert raw.ref_cnts(ids) == [raw.ref_cnt(b) for b in ids] == [0, 1, 1, 1] + [0] * (
+        SPEC.num_blocks - 4)
+    m = ref.make_manager(SPEC)
+    m.allocate_slots(view("a"), 9, 0, [])
+    calls: list[str] = []
+    own_call = m._call
+
+    def counting(method: str, fn: Any, *args: Any) -> Any:
+        calls.append(method)
+        return own_call(method, fn, *args)
+
+    m._call = counting
+    assert m.ref_cnts(ids) == [0, 1, 1, 1] + [0] * (SPEC.num_blocks - 4)
+    assert calls == ["ref_cnt"]
+
+
 def test_violation_in_a_pair_reads_as_protocol_violation_with_repro(tmp_path: Any,
                                                                     monkeypatch: Any) -> None:
     """Through Pair.apply: the op number, the rule and a runnable repro."""

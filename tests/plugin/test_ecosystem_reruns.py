@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from kv_helpers import make_ref
+from kv_helpers import make_ref, plain_full_run
 
 from kvcheck.plugin.outcomes import SessionOutcomes
 from kvcheck.results.schema import load_records
@@ -54,9 +54,7 @@ def assert_agrees_with_pytest(result: pytest.RunResult, rec: dict[str, Any]) -> 
 
 
 def test_a_pass_on_rerun_is_a_pass_marked_flaky(pytester: pytest.Pytester) -> None:
-    plain = make_ref(pytester, module="refplain")
-    serial = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
-                                "--kv-max-examples=3", plain, "--kv-report=serial.jsonl")
+    serial, serial_rec = plain_full_run(pytester)
     assert serial.ret == 0
     flaky = make_ref(pytester, module="refflaky", body=FLAKY_ONCE)
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
@@ -73,8 +71,8 @@ def test_a_pass_on_rerun_is_a_pass_marked_flaky(pytester: pytest.Pytester) -> No
     (rerun,) = rec["extra"]["flaky"]
     assert rec["outcomes"][rerun] == "passed"
     assert rec["extra"]["reruns"] == {rerun: 1}
-    assert rec["outcomes"] == record(pytester, "serial.jsonl")["outcomes"]
-    assert rec["areas"] == record(pytester, "serial.jsonl")["areas"]
+    assert rec["outcomes"] == serial_rec["outcomes"]
+    assert rec["areas"] == serial_rec["areas"]
 
 
 def test_a_failure_on_every_attempt_stays_a_failure(pytester: pytest.Pytester) -> None:
@@ -99,9 +97,7 @@ def test_xdist_randomly_and_reruns_together_equal_a_serial_run(
     pytest.importorskip("xdist")
     pytest.importorskip("pytest_randomly")
     pytest.importorskip("pytest_rerunfailures")
-    plain = make_ref(pytester, module="refplain")
-    serial = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
-                                "--kv-max-examples=3", plain, "--kv-report=serial.jsonl")
+    serial, serial_rec = plain_full_run(pytester)
     assert serial.ret == 0
     flaky = make_ref(pytester, module="refflaky", body=FLAKY_ONCE)
     result = pytester.runpytest_subprocess(
@@ -110,7 +106,7 @@ def test_xdist_randomly_and_reruns_together_equal_a_serial_run(
         "--kv-report=r.jsonl")
     assert result.ret == 0, result.stdout.str()[-3000:]
     rec = record(pytester, "r.jsonl")
-    assert rec["outcomes"] == record(pytester, "serial.jsonl")["outcomes"]
+    assert rec["outcomes"] == serial_rec["outcomes"]
     assert rec["complete"] is True and rec["conforms"] is True
     assert len(rec["extra"]["flaky"]) == 1
     assert_agrees_with_pytest(result, rec)

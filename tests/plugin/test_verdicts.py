@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kv_helpers import make_ref
+from kv_helpers import make_ref, plain_full_run
 
 import kvcheck.conformance
 from kvcheck.plugin.completeness import RUN_DID_NOT_FINISH, Completeness
@@ -33,29 +33,19 @@ def record(pytester: pytest.Pytester, name: str = "r.jsonl") -> dict:
     return rec
 
 
-#: ``full_applicable``'s count, measured once per test process: a complete run of the same
-#: module with the same options counts the same tests (six tests compare their own partial
-#: run with it; each re-ran the whole suite for it).
-_FULL_APPLICABLE: list[int] = []
-
-
 @pytest.fixture
 def full_applicable(pytester: pytest.Pytester) -> int:
     """M for the reference without kernels under vllm-0.33, from a complete run."""
-    if not _FULL_APPLICABLE:
-        result = run(pytester, make_ref(pytester), "--kv-report=full.jsonl")
-        assert result.ret == 0
-        rec = record(pytester, "full.jsonl")
-        assert rec["complete"] is True and rec["conforms"] is True
-        _FULL_APPLICABLE.append(rec["completeness"]["applicable"])
-    return _FULL_APPLICABLE[0]
+    result, rec = plain_full_run(pytester)
+    assert result.ret == 0
+    assert rec["complete"] is True and rec["conforms"] is True
+    return int(rec["completeness"]["applicable"])
 
 
 def test_full_run_is_complete_and_conforms(pytester: pytest.Pytester) -> None:
-    result = run(pytester, make_ref(pytester), "--kv-report=r.jsonl")
+    result, rec = plain_full_run(pytester)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["verdict: ref conforms to vllm-0.33*"])
-    rec = record(pytester)
     comp = rec["completeness"]
     assert rec["complete"] is True and rec["conforms"] is True
     assert comp["reasons"] == [] and comp["interrupted"] is False
