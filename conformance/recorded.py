@@ -496,24 +496,27 @@ def replay_recorded(impl: ImplHandle, trace: RecordedTrace, header: Mapping[str,
     fields = frozenset(trace["fields"]) & recordable_fields(impl, spec)
     source = f"{header['impl']} {header['impl_version']}"
     ops: list[Op] = []
+    def at(i: int, op: Op) -> str:  # written only on a failure (a step's op is long)
+        return (f"recorded trace {trace['name']} ({header['profile']}, {source}), "
+                f"step #{i + 1} {op}")
+
     for i, (op, answer, expected) in enumerate(iter_steps(trace)):
         ops.append(op)
-        at = f"recorded trace {trace['name']} ({header['profile']}, {source}), step #{i + 1} {op}"
         try:
             got = normalize_answer(spec, driver.apply(op))
             observed = observe_state(driver, fields)
         except Exception as exc:  # noqa: BLE001 - whatever it raises fails the trace, named
-            _fail(driver, spec, trace, ops, f"{at}: {type(exc).__name__}: {exc}")
+            _fail(driver, spec, trace, ops, f"{at(i, op)}: {type(exc).__name__}: {exc}")
         if got != answer:
             check = _answer_check(got, answer)
-            _fail(driver, spec, trace, ops, f"{at}: answer differs: recorded {answer!r}, "
-                  f"{impl.name} {got!r}", check)
+            _fail(driver, spec, trace, ops, f"{at(i, op)}: answer differs: recorded "
+                  f"{answer!r}, {impl.name} {got!r}", check)
         for field in STATE_FIELDS:
             if field in fields and observed[field] != expected.get(field):
                 expression = _expression(field, driver)
                 check = None if expression is None else Check(
                     f"{field} after step #{i + 1}", expected.get(field), expression)
-                _fail(driver, spec, trace, ops, f"{at}: state field {field!r} differs: "
+                _fail(driver, spec, trace, ops, f"{at(i, op)}: state field {field!r} differs: "
                       f"recorded {expected.get(field)!r}, {impl.name} {observed[field]!r}",
                       check)
     return len(ops)
