@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from inner_runs import NoShrinkProfile
 from kv_helpers import make_ref, plain_full_run
 
 import kvcheck.conformance
@@ -24,8 +25,14 @@ from kvcheck.results.schema import load_records
 
 SUITE = Path(kvcheck.conformance.__file__).parent
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=3", *args)
+def run(pytester: pytest.Pytester, *args: str, no_shrink: bool = False) -> pytest.RunResult:
+    """An in-process run at 3 random examples per test; ``no_shrink``: without Hypothesis's
+    shrink phase (runs of BROKEN_FREE that go on after failures: every random test fails at
+    its first example, and shrinking those failures, minutes on 2 cores, proves nothing a
+    verdict depends on), the previous profile restored after the run."""
+    plugins = [NoShrinkProfile()] if no_shrink else []
+    return pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=3", *args,
+                              plugins=plugins)
 
 
 def record(pytester: pytest.Pytester, name: str = "r.jsonl") -> dict:
@@ -131,16 +138,6 @@ def make_kv_cache_manager(spec):
 """
 
 
-#: A conftest for runs of BROKEN_FREE that go on after failures: every random test fails at
-#: its first example, and Hypothesis's shrinking of those failures (minutes on 2 cores) proves
-#: nothing a verdict depends on.
-NO_SHRINK = """
-from hypothesis import Phase, settings
-settings.register_profile("no-shrink", phases=(Phase.explicit, Phase.reuse, Phase.generate))
-settings.load_profile("no-shrink")
-"""
-
-
 @pytest.mark.parametrize(("stop", "failures"), [(["-x"], 1), (["--maxfail=2"], 2)],
                          ids=["x", "maxfail"])
 def test_early_stop_with_a_failure_does_not_conform(pytester: pytest.Pytester,
@@ -170,8 +167,8 @@ def test_early_stop_with_a_failure_does_not_conform(pytester: pytest.Pytester,
 def test_selection_with_a_failure_does_not_conform(pytester: pytest.Pytester,
                                                     full_applicable: int,
                                                     select: list[str]) -> None:
-    pytester.makeconftest(NO_SHRINK)
-    result = run(pytester, make_ref(pytester, body=BROKEN_FREE), *select, "--kv-report=r.jsonl")
+    result = run(pytester, make_ref(pytester, body=BROKEN_FREE), *select, "--kv-report=r.jsonl",
+                 no_shrink=True)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     rec = record(pytester)
     comp = rec["completeness"]
@@ -189,8 +186,8 @@ def test_selection_with_a_failure_does_not_conform(pytester: pytest.Pytester,
 def test_complete_run_with_a_failure_does_not_conform(pytester: pytest.Pytester) -> None:
     """Unchanged by the wording for partial runs: a complete run says nothing about
     completeness."""
-    pytester.makeconftest(NO_SHRINK)
-    result = run(pytester, make_ref(pytester, body=BROKEN_FREE), "--kv-report=r.jsonl")
+    result = run(pytester, make_ref(pytester, body=BROKEN_FREE), "--kv-report=r.jsonl",
+                 no_shrink=True)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     rec = record(pytester)
     assert rec["complete"] is True and rec["conforms"] is False
