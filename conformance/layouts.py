@@ -11,7 +11,9 @@ one layout like any other. Layouts stay within what the profile's vLLM supports:
   smallest, the hash block; the scheduler block is their lcm, in one layout no group's size),
   a chunked-local group only at the scheduler block size, windows 2..32, chunks a multiple of
   the group's block size, ``prefix_cache_retention_interval`` None, 0 or a multiple of the
-  scheduler block size (with a sliding group).
+  scheduler block size (with a sliding group). A quarter of the table are layouts of three or
+  more kinds listed for the hit length's fixed point (a later group often stricter than an
+  earlier one, so the common hit length needs several rounds over the groups).
 
 Only kinds both sides declare are drawn (``declared_kinds``, ``KIND_CAPABILITIES``). vLLM
 0.10.2 crashes when events are on for a chunked-local group or a window ``w - 1 < bs``
@@ -65,6 +67,16 @@ _LAYOUTS_033: tuple[_Layout, ...] = (
     # No group at the scheduler block (lcm 6): only the sliding groups' own alignment rule
     # keeps their hits on its boundaries.
     ((_F, 1), (_S, 2), (_S, 3)),
+    # Three or more kinds, a later group often stricter than an earlier one (a smaller window,
+    # or a window after chunks of different sizes): a later group cuts the hit length the
+    # earlier ones agreed on, and the search is iterated to a fixed point
+    # (docs/semantics.md#hits-per-group-and-the-common-hit-length). Listed again for weight:
+    # random workloads reach these layouts in their first examples.
+    ((_F, 1), (_S, 1), (_S, 1)),
+    ((_F, 1), (_C, 1), (_S, 1)),
+    ((_F, 1), (_C, 1), (_C, 1), (_S, 1)),
+    ((_F, 1), (_S, 1), (_S, 1), (_S, 1)),
+    ((_S, 1), (_S, 1), (_C, 1)),
 )
 
 
@@ -88,11 +100,14 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
         bs = block_size * mult
         if kind == _S:
             # Groups of one spec in 0.10.2 share it: the same window for every SWA group.
-            window = scale * WINDOWS[(draw + (0 if profile == "vllm-0.10" else i))
+            # Elsewhere two groups apart in the table, so that a later group's window is the
+            # smaller one in 4 draws of 7 (the fixed point's layouts above).
+            window = scale * WINDOWS[(draw - (0 if profile == "vllm-0.10" else 2 * i))
                                      % len(WINDOWS)]
             groups.append(KVCacheGroupSpec(kind, bs, sliding_window=window))
         elif kind == _C:
-            chunk = bs * _CHUNK_BLOCKS[(draw // 3) % len(_CHUNK_BLOCKS)]
+            # Each chunked group of a layout its own chunk size (its own spec).
+            chunk = bs * _CHUNK_BLOCKS[(draw // 3 + i) % len(_CHUNK_BLOCKS)]
             groups.append(KVCacheGroupSpec(kind, bs, attention_chunk_size=chunk))
         else:
             groups.append(KVCacheGroupSpec(kind, bs))

@@ -10,7 +10,10 @@ single-group spec (no ``kv_cache_groups``: what a single-group adapter is built 
 them, a multi-group layout of those kinds (``kvcheck.conformance.layouts``) chosen by the
 drawn pool size, the pool grown with the number of groups (``spec_fields``). Its bookkeeping
 reads every answer in the harness's per-group form (``answer_block_ids``: the groups' lists
-joined, a multi-group spec's null block left out), so the same rules run on both.
+joined, a multi-group spec's null block left out), so the same rules run on both. Multi-group
+runs have one rule more (``window_rehit``: a prefix comes back after pool pressure evicted
+part of what the windows dropped), which with the layouts of three or more kinds reaches
+hit lengths that need several rounds over the groups in the first examples.
 
 The machine counts the workload features it reaches (``FEATURES``: lookahead during chunked
 prefill and decode, successful and refused resets, each hash algorithm, caching off, prompt
@@ -457,6 +460,48 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             rid = self._add(prompt, False, "")
             if rid is not None:
                 self._admit(rid, None)
+
+        if group_kinds:  # a rule only here: single-group examples stay the same
+            @rule(data=st.data())
+            def window_rehit(self, data: st.DataObject) -> None:
+                """A long prompt prefilled a chunk a step, then a decode step: sliding windows
+                and chunks drop its early blocks as it runs (cached, in the free queue). Fresh
+                tokens take every free block but a few (evicting the oldest of the dropped
+                ones) and finish, then a request sharing the prompt up to a few blocks before
+                its end comes back while it still runs: each group holds a different part of
+                the prefix, so the common hit length is cut group by group, and iterated to a
+                fixed point under vllm-0.33
+                (docs/semantics.md#hits-per-group-and-the-common-hit-length). One argument
+                (Hypothesis tries rules of fewer arguments first): the rest is drawn here."""
+                prefix = data.draw(st.sampled_from(_PREFIXES), label="prefix")
+                tail = data.draw(st.lists(_TOKENS, min_size=8, max_size=24), label="tail")
+                chunk = data.draw(st.integers(4, 16), label="chunk")
+                spare = data.draw(st.integers(0, 8), label="spare blocks")
+                cut = data.draw(st.integers(0, 6), label="blocks cut")
+                prompt = self._scaled(prefix + tail)
+                rid = self._add(prompt, False, "")
+                if rid is None:
+                    return
+                self._admit(rid, self._tokens(chunk))
+                while rid in self.running and self._in_prefill(rid):
+                    self._step(rid, self._tokens(chunk), 0)
+                if rid in self.running:  # a decode step frees what the last chunk left behind
+                    self._step(rid, self._tokens(1), 0)
+                if rid not in self.running:
+                    return
+                block_size = self.pair.spec.block_size
+                base = 200_000 + 1_000 * self.next_id  # token ids no other request uses
+                free_blocks = self._observer().manager.num_free_blocks() - spare
+                blocks = free_blocks // len(self.pair.spec.groups)
+                if blocks > 0:
+                    tokens = blocks * block_size
+                    if self.max_model_len is not None:
+                        tokens = min(tokens, self.max_model_len - self.scale)
+                    self._run_and_finish([base + i for i in range(tokens)])
+                keep = max(1, len(prompt) - cut * block_size)
+                again = self._add([*prompt[:keep], base + 999], False, "")
+                if again is not None:
+                    self._admit(again, None)
 
         def _run_and_finish(self, prompt: list[int]) -> bool:
             """A request admitted whole and freed at once (not resubmitted later); whether
