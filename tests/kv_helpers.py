@@ -81,6 +81,20 @@ make_block_pool = _ref.make_block_pool
 PLAIN_FACTORY = "make_kv_cache_manager = _ref.make_kv_cache_manager\n"
 
 
+def reference_without_kernels(name: str | None = None, doc: str = "") -> str:
+    """Source of an adapter module that is kvcheck's reference, every factory and module hook
+    included (``import *``), without its kernels (interpreted, the slowest area of a
+    whole-suite run), under the reference's name or ``name``. Unlike ``make_ref``'s modules it
+    keeps the module-level capabilities (sizing, offload)."""
+    renamed = f"name={name!r},\n                    " if name else ""
+    return (f'"""{doc}"""\n' if doc else "") + (
+        "from dataclasses import replace\n\n"
+        "from kvcheck.adapters.reference import *  # noqa: F403 (factories, module hooks)\n"
+        "from kvcheck.adapters.reference import IMPL_INFO as _REFERENCE\n\n"
+        f"IMPL_INFO = replace(_REFERENCE, {renamed}"
+        'capabilities=_REFERENCE.capabilities - {"kernels"})\n')
+
+
 def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref",
              body: str = PLAIN_FACTORY) -> str:
     """Write a module wrapping kvcheck's reference without the (slow, interpreted) kernel

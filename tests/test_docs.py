@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from kv_helpers import reference_without_kernels
 
 from kvcheck.bench.cli import TOOLS as BENCH_TOOLS
 from kvcheck.bench.cli import tool_parser
@@ -292,14 +293,9 @@ SKIP_REASON = re.compile(r"\b(GPU|CUDA|network|vLLM)\b")
 #: on ``--kv-impl=reference`` run it).
 STAND_INS = {
     "mypkg/__init__.py": "",
-    "mypkg/kv_adapter.py": (
-        '"""Stand-in for a reader\'s own adapter (tests/test_docs.py): the reference\'s\n'
-        'allocator, without its kernels."""\n'
-        "from dataclasses import replace\n\n"
-        "from kvcheck.adapters.reference import *  # noqa: F403 (factories, module hooks)\n"
-        "from kvcheck.adapters.reference import IMPL_INFO as _REFERENCE\n\n"
-        'IMPL_INFO = replace(_REFERENCE, name="mypkg",\n'
-        '                    capabilities=_REFERENCE.capabilities - {"kernels"})\n'),
+    "mypkg/kv_adapter.py": reference_without_kernels(
+        "mypkg", "Stand-in for a reader's own adapter (tests/test_docs.py): the reference's\n"
+        "allocator, without its kernels."),
     "known-deviations.txt": "# test ids this implementation is known to fail, one per line\n",
 }
 #: Smaller than the defaults, so that the documented commands run in minutes: fewer random

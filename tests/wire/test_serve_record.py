@@ -4,8 +4,8 @@ gives in process (docs/wire-protocol.md, "The Python side"): every test the same
 same per-area counts, the same verdict, except the areas protocol v1 does not carry: ``kernels``
 (GPU tensors cannot cross the wire) and ``offload`` (an offload tier is checked in process):
 there every test is skipped as an undeclared capability. In process the reference runs
-without its kernels too (``REFERENCE_WITHOUT_KERNELS``), so its kernel tests are skipped on
-both sides."""
+without its kernels too (``kv_helpers.reference_without_kernels``), so its kernel tests are
+skipped on both sides."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from kv_helpers import reference_without_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,19 +35,10 @@ def _record(tmp_path: Path, impl: str, name: str) -> dict:
     return json.loads(report.read_text().splitlines()[-1])
 
 
-#: The reference in process without its kernels (the kernel area is not carried by the wire,
-#: and interpreted it was a third of this test's time): every other hook and capability is the
-#: reference's own, under its own name.
-REFERENCE_WITHOUT_KERNELS = """
-from dataclasses import replace
-from kvcheck.adapters.reference import *  # noqa: F403 (factories, module hooks)
-from kvcheck.adapters.reference import IMPL_INFO as _REFERENCE
-IMPL_INFO = replace(_REFERENCE, capabilities=_REFERENCE.capabilities - {"kernels"})
-"""
-
-
 def test_wire_served_reference_gives_the_in_process_record(tmp_path: Path) -> None:
-    (tmp_path / "refnokernels.py").write_text(REFERENCE_WITHOUT_KERNELS, encoding="utf-8")
+    # The reference in process without its kernels (the wire does not carry them, and
+    # interpreted they were a third of this test's time), under its own name.
+    (tmp_path / "refnokernels.py").write_text(reference_without_kernels(), encoding="utf-8")
     local = _record(tmp_path, "refnokernels", "in-process")  # `python -m`: the cwd imports
     assert local["implementation"]["name"] == "reference"
     wire = _record(tmp_path, f"exec:{sys.executable} -m kvcheck.wire.serve", "wire")
