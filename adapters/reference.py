@@ -16,6 +16,7 @@ from kvcheck.adapters.reference_native import ReferenceNativeManager
 from kvcheck.adapters.reference_sizing import (
     kv_block_sizes,
     kv_cache_view_shape,
+    kv_feature_defaults,
     kv_page_size_bytes,
     kv_sizing_plan,
 )
@@ -44,6 +45,7 @@ from kvcheck.reference_impl.hashing import HASH_FUNCTIONS, resolve_none_hash
 from kvcheck.reference_impl.invariants import check_manager_invariants
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     SlidingWindowSpec,
     kv_cache_event_metadata,
@@ -69,6 +71,7 @@ __all__ = [
     "kernels",
     "kv_block_sizes",
     "kv_cache_view_shape",
+    "kv_feature_defaults",
     "kv_page_size_bytes",
     "kv_sizing_plan",
     "make_block_pool",
@@ -90,7 +93,7 @@ IMPL_INFO = ImplInfo(
          "ref_counts", "block_hashes", "events", "event_wire", "slot_mapping", "invariants",
          "kernels", "batch_metadata",
          # Hybrid models: several KV-cache groups over one pool (ReferenceManager).
-         "kv_cache_groups", "sliding_window", "chunked_local_attention",
+         "kv_cache_groups", "sliding_window", "chunked_local_attention", "cross_attention",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
          "sizing",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
@@ -135,6 +138,8 @@ def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
             raise KVCheckInputError(f"kv_cache_groups[{index}]: chunked_local_attention group "
                                     "without an attention_chunk_size")
         return ChunkedLocalAttentionSpec(block_size, group.attention_chunk_size)
+    if group.kind == "cross_attention":
+        return CrossAttentionSpec(block_size)
     raise KVCheckInputError(f"kv_cache_groups[{index}]: unknown kind {group.kind!r}")
 
 
@@ -350,6 +355,7 @@ class ReferenceManager:
         # calls of functions with keyword-only parameters.
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
     ) -> AdapterBlockIds | None:
         req = self._requests.sync(request)
         hits: Sequence[list[KVCacheBlock]] | None = None
@@ -359,29 +365,12 @@ class ReferenceManager:
                 hits = [[blocks[i] for i in g] for g in new_computed_block_ids]
             else:
                 hits = ([blocks[i] for i in new_computed_block_ids],)
-        if num_external_computed_tokens and self._v033:
-            # 0.33 returns only the blocks after the external ones: answer the whole addition.
-            before = self.manager.get_block_ids(req.request_id)
-            if self.manager.allocate_slots(
-                    req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
-                    delay_cache_blocks,
-                    num_external_computed_tokens=num_external_computed_tokens) is None:
-                return None
-            added = blocks_added(before, [len(g) for g in hits or [[]] * len(before)],
-                                 self.manager.get_block_ids(req.request_id))
-            return added if self._grouped else added[0]
-        # External tokens only when there are some (a subclass of the manager, a mutant,
-        # written without them keeps working); delay_cache_blocks only when asked for.
-        if num_external_computed_tokens:
-            new = self.manager.allocate_slots(
-                req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
-                delay_cache_blocks, num_external_computed_tokens=num_external_computed_tokens)
-        elif delay_cache_blocks:
-            new = self.manager.allocate_slots(
-                req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens, True)
-        else:
-            new = self.manager.allocate_slots(
-                req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens)
+        if num_external_computed_tokens or delay_cache_blocks or num_encoder_tokens:
+            return self._allocate_slots_with(req, num_new_tokens, num_new_computed_tokens, hits,
+                                             num_lookahead_tokens, num_external_computed_tokens,
+                                             delay_cache_blocks, num_encoder_tokens)
+        new = self.manager.allocate_slots(
+            req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens)
         if new is None:
             return None
         if self._grouped:
@@ -389,6 +378,38 @@ class ReferenceManager:
         blocks_0 = new[0]
         # A decode step mostly allocates nothing: skip the comprehension (it costs a call).
         return [b.block_id for b in blocks_0] if blocks_0 else []
+
+    def _allocate_slots_with(self, req: Request, num_new_tokens: int,
+                             num_new_computed_tokens: int,
+                             hits: Sequence[list[KVCacheBlock]] | None,
+                             num_lookahead_tokens: int, num_external_computed_tokens: int,
+                             delay_cache_blocks: bool,
+                             num_encoder_tokens: int) -> AdapterBlockIds | None:
+        """``allocate_slots`` with external tokens, a delayed cache or encoder tokens (kept
+        apart from the hot path). Each argument goes to the manager only when not at its
+        default, so a subclass of the manager (a mutant) written without it keeps working."""
+        manager = self.manager
+        extra: dict[str, int] = {}
+        if num_external_computed_tokens:
+            extra["num_external_computed_tokens"] = num_external_computed_tokens
+        if num_encoder_tokens:
+            extra["num_encoder_tokens"] = num_encoder_tokens
+        if num_external_computed_tokens and self._v033:
+            # 0.33 returns only the blocks after the external ones: answer the whole addition.
+            before = manager.get_block_ids(req.request_id)
+            if manager.allocate_slots(req, num_new_tokens, num_new_computed_tokens, hits,
+                                      num_lookahead_tokens, delay_cache_blocks,
+                                      **extra) is None:
+                return None
+            added = blocks_added(before, [len(g) for g in hits or [[]] * len(before)],
+                                 manager.get_block_ids(req.request_id))
+            return added if self._grouped else added[0]
+        new = manager.allocate_slots(req, num_new_tokens, num_new_computed_tokens, hits,
+                                     num_lookahead_tokens, delay_cache_blocks, **extra)
+        if new is None:
+            return None
+        return [[b.block_id for b in g] for g in new] if self._grouped else [
+            b.block_id for b in new[0]]
 
     def cache_blocks(self, request: RequestView, num_computed_tokens: int) -> None:
         self.manager.cache_blocks(self._requests.sync(request), num_computed_tokens)

@@ -1,19 +1,25 @@
 """The reference's ``sizing`` capability: ``kvcheck.reference_impl.sizing`` behind the
 module-level functions of ``kvcheck.conformance.sizing_protocol``.
 
-``adapters/reference.py`` re-exports these four functions and declares ``"sizing"``.
+``adapters/reference.py`` re-exports these five functions and declares ``"sizing"``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kvcheck.conformance.sizing_protocol import KVSizingPlan, LayerKVSpec
+from kvcheck.conformance.sizing_protocol import (
+    KVFeatureDefaults,
+    KVModelFacts,
+    KVSizingPlan,
+    LayerKVSpec,
+)
 from kvcheck.errors import KVCheckInputError
+from kvcheck.reference_impl import feature_defaults
 from kvcheck.reference_impl import sizing as ref
 
-__all__ = ["kv_block_sizes", "kv_cache_view_shape", "kv_page_size_bytes", "kv_sizing_plan",
-           "to_reference_spec"]
+__all__ = ["kv_block_sizes", "kv_cache_view_shape", "kv_feature_defaults", "kv_page_size_bytes",
+           "kv_sizing_plan", "to_reference_spec"]
 
 
 def to_reference_spec(spec: LayerKVSpec) -> ref.LayerKVSpec:
@@ -53,3 +59,8 @@ def kv_block_sizes(groups: Sequence[LayerKVSpec], enable_prefix_caching: bool = 
     return ref.resolve_block_sizes([to_reference_spec(g) for g in groups],
                                    enable_prefix_caching=enable_prefix_caching,
                                    prefix_match_unit=prefix_match_unit, profile=profile)
+
+
+def kv_feature_defaults(model: KVModelFacts, profile: str) -> KVFeatureDefaults:
+    """See ``SupportsSizing.kv_feature_defaults``."""
+    return feature_defaults.kv_feature_defaults(model, profile)

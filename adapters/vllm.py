@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from kvcheck.adapters import vllm_runtime
+from kvcheck.adapters.vllm_feature_defaults import kv_feature_defaults
 from kvcheck.adapters.vllm_features import (
     Behaviour,
     choose_profile,
@@ -80,7 +81,8 @@ if TYPE_CHECKING:
 __all__ = ["BEHAVIOUR", "HINT", "IMPL_INFO", "PROFILE_CHOICE", "PROFILE_NOTE", "RELEASE",
            "VERSION", "XFAILS_FILE", "VLLMBlockPool", "VLLMManager", "decode_event_batch",
            "event_to_dict",
-           "kv_block_sizes", "kv_cache_view_shape", "kv_page_size_bytes", "kv_sizing_plan",
+           "kv_block_sizes", "kv_cache_view_shape", "kv_feature_defaults", "kv_page_size_bytes",
+           "kv_sizing_plan",
            "make_block_pool", "make_kv_cache_manager", "make_native_manager",
            "make_offloading_manager"]
 
@@ -196,7 +198,8 @@ else:
 # KV-cache groups (kvcheck.adapters.vllm_kv_config): every supported release has vLLM's hybrid
 # coordinator and the sliding-window and chunked-local specs; the configurations a release
 # refuses are declined per spec (UnsupportedSpec).
-_capabilities.update({"kv_cache_groups", "sliding_window", "chunked_local_attention"})
+_capabilities.update({"kv_cache_groups", "sliding_window", "chunked_local_attention",
+                      "cross_attention"})
 if LEGACY_HYBRID:
     _notes.append("kv_cache_groups: this release's hybrid coordinator takes one full-attention "
                   "and one other spec of one block size with prefix caching on; other layouts "

@@ -36,6 +36,7 @@ from kvcheck.adapters.vllm_runtime import (
     MANAGER_PARAMS,
     VERSION,
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheManager,
@@ -100,6 +101,8 @@ def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> _VllmAttentionS
     elif group.kind == "chunked_local_attention":
         cls = ChunkedLocalAttentionSpec
         common["attention_chunk_size"] = group.attention_chunk_size
+    elif group.kind == "cross_attention":
+        cls = CrossAttentionSpec
     else:
         cls = FullAttentionSpec
     return cls(**accepting(cls, **common))
@@ -150,6 +153,10 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
     its rule), or None when it takes them."""
     groups = spec.groups
     sizes = _group_sizes(spec)
+    if spec.enable_caching and any(g.kind == "cross_attention" for g in groups):
+        return (f"vLLM {VERSION} runs encoder-decoder models (a cross_attention group) with "
+                "prefix caching off, and its CrossAttentionManager raises "
+                "NotImplementedError on a cache lookup: use enable_caching=False")
     if LEGACY_HYBRID:
         return _legacy_reason(spec, groups, sizes)
     if not spec.enable_caching:

@@ -124,6 +124,7 @@ class VLLMManager:
         *,
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
     ) -> AdapterBlockIds | None:
         """The newly allocated block ids (one list per group, or group 0's for a spec
         without ``kv_cache_groups``), or None when the pool cannot hold the request.
@@ -131,7 +132,8 @@ class VLLMManager:
         External tokens go to vLLM as its own scheduler passes them: 0.33 as
         ``num_external_computed_tokens`` (its answer omits the external blocks, so the
         answer is read from the tables, ``blocks_added``), 0.10.2 added to
-        ``num_new_tokens``."""
+        ``num_new_tokens``. Encoder tokens (a cross-attention group) go as vLLM's
+        ``num_encoder_tokens`` (both releases), only when there are some."""
         req = self._requests.sync(request)
         hits = None
         if new_computed_block_ids:
@@ -149,7 +151,8 @@ class VLLMManager:
                 num_new_computed_tokens=num_new_computed_tokens, new_computed_blocks=hits,
                 num_lookahead_tokens=num_lookahead_tokens,
                 num_external_computed_tokens=num_external_computed_tokens,
-                delay_cache_blocks=delay_cache_blocks)
+                delay_cache_blocks=delay_cache_blocks,
+                **({"num_encoder_tokens": num_encoder_tokens} if num_encoder_tokens else {}))
             if new is None:
                 return None
             added = blocks_added(
@@ -160,7 +163,8 @@ class VLLMManager:
             req, num_new_tokens=num_new_tokens + num_external_computed_tokens,
             num_new_computed_tokens=num_new_computed_tokens, new_computed_blocks=hits,
             num_lookahead_tokens=num_lookahead_tokens,
-            **({"delay_cache_blocks": True} if delay_cache_blocks else {}))
+            **({"delay_cache_blocks": True} if delay_cache_blocks else {}),
+            **({"num_encoder_tokens": num_encoder_tokens} if num_encoder_tokens else {}))
         if new is None:
             return None
         if not self.grouped:

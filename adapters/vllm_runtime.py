@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from typing import cast
 
 __all__ = ["BLOCK_TABLE_ERROR", "CPU_ONLY", "HASH_ALGOS", "HAS_TRITON", "HINT", "MANAGER_PARAMS",
-           "VERSION", "BlockPool", "BlockTable", "ChunkedLocalAttentionSpec", "FullAttentionSpec",
+           "VERSION", "BlockPool", "BlockTable", "ChunkedLocalAttentionSpec", "CrossAttentionSpec",
+           "FullAttentionSpec",
            "KVCacheBlocks", "KVCacheConfig", "KVCacheGroupSpec", "KVCacheManager", "KVEventBatch",
            "LoRARequest",
            "MultiModalFeatureSpec", "PlaceholderRange", "Request", "SamplingParams",
@@ -95,6 +96,7 @@ try:
         from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
         from vllm.v1.kv_cache_interface import (
             ChunkedLocalAttentionSpec,
+            CrossAttentionSpec,
             FullAttentionSpec,
             KVCacheConfig,
             KVCacheGroupSpec,

@@ -27,7 +27,7 @@ from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.memory_limit import MemoryLimitExceeded
 from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, spec_to_dict
-from kvcheck.conformance.trace_check import TraceError, check_ops, check_spec
+from kvcheck.conformance.trace_check import TraceError, check_encoder_ops, check_ops, check_spec
 
 __all__ = [
     "REPRO_DIR",
@@ -302,6 +302,7 @@ def load_trace(path: str | Path) -> Trace:
         raise TraceError(f"{path}: field 'impl' must be a module name (a string), got {impl!r}")
     trace["spec"] = check_spec(trace.get("spec"), str(path))
     trace["ops"] = check_ops(trace.get("ops"), str(path))
+    check_encoder_ops(trace["spec"], trace["ops"], str(path))
     return Trace(trace_version=version, impl=impl, spec=trace["spec"], ops=trace["ops"])
 
 

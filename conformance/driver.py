@@ -125,6 +125,11 @@ class Driver:
         self.last_call: dict[str, int] = {}  # method name -> index in lines of its last call
         self.written = [WrittenBlocks(spec.group_block_size(g)) for g in range(len(spec.groups))]
         self.last_start: dict[str, int] = {}
+        #: ``rid`` -> the encoder tokens its ``add`` op gave (an encoder-decoder request).
+        self.encoder_tokens: dict[str, int] = {}
+        #: Groups sized by the encoder tokens (``cross_attention``), by index.
+        self.encoder_groups = frozenset(g for g, group in enumerate(spec.groups)
+                                        if group.kind == "cross_attention")
         #: The writes of the op being run, for the shared-write law.
         self.write_log = WriteLog()
         #: The guard's judge of rebound table entries (``dedup_on_insert``; None for a
@@ -214,6 +219,7 @@ class Driver:
     def _add(self, op: AddOp) -> StepResult:
         view = view_from_add(op)
         self.views[view.request_id] = view
+        self.encoder_tokens[view.request_id] = int(op.get("encoder", 0))
         for written in self.written:
             written.forget(view.request_id)
         self.last_start.pop(view.request_id, None)
@@ -269,16 +275,31 @@ class Driver:
         plan = plan_schedule(rid, view, num_tokens, num_hit, running=was_running,
                              decode=decode, external=external, delay=delay)
         view, num_new, external, delay = plan.view, plan.num_new, plan.external, plan.delay
+        # vLLM's scheduler passes the encoder tokens with the step that schedules the encoder
+        # input: the request's admission (again after a preemption).
+        encoder = 0 if was_running else self.encoder_tokens.get(rid, 0)
         if plan.decoded:  # the request sampled new tokens and asks for their slots
             self.views[rid] = view
             self.lines.append(
                 f"views[{rid!r}] = replace(views[{rid!r}], output_token_ids="
                 f"{view.output_token_ids!r})")
+        if was_running and self.encoder_groups and self.spec.profile == "vllm-0.10":
+            short = self._v010_encoder_crash(view, num_new + lookahead)
+            if short:  # answered as a refusal would be: the scheduler preempts
+                self.lines.append(f"# allocate_slots(views[{rid!r}], ...) not called: {short}")
+                return {"new": None}
         start = view.num_computed_tokens + num_hit  # hits are read, not written
         text = (f"m.allocate_slots(views[{rid!r}], {num_new}, {num_hit}, "
                 f"{adapter_form(self.spec, hits)!r}")
         shown = self._adapter_answer
-        if external:  # passed only with external tokens: an adapter may lack them
+        if encoder:  # passed only with encoder tokens: an adapter may lack them
+            new = self._call(f"{text}, {lookahead}, num_encoder_tokens={encoder})",
+                             lambda: self.manager.allocate_slots_per_group(
+                                 view, num_new, num_hit, hits, lookahead,
+                                 num_external_computed_tokens=external,
+                                 delay_cache_blocks=delay, num_encoder_tokens=encoder),
+                             shown=shown)
+        elif external:  # passed only with external tokens: an adapter may lack them
             call_text = (f"{text}, {lookahead}, " if lookahead else f"{text}, ") + (
                 f"num_external_computed_tokens={external}"
                 + (", delay_cache_blocks=True)" if delay else ")"))
@@ -316,6 +337,28 @@ class Driver:
                 f"{self.views[rid].num_computed_tokens})")
         return out
 
+    def _v010_encoder_crash(self, view: RequestView, num_tokens: int) -> str:
+        """Why vLLM 0.10.2 would crash stepping running request ``view`` by ``num_tokens``
+        slots in a layout with a cross-attention group ("" when it would not): its capacity
+        check counts the cross-attention blocks held as a negative need, so a step the pool
+        cannot serve passes it and ``get_new_blocks`` raises ``ValueError`` (a real bug, not
+        reproduced: docs/semantics.md#cross-attention-groups). There the step is answered as
+        refused (``None``) without calling the implementation, so the workload preempts as a
+        scheduler does after a refusal; the repro says so in a comment line."""
+        rid = view.request_id
+        tables = self.manager.get_block_ids_per_group(rid)
+        slots = view.num_computed_tokens + num_tokens
+        if self.spec.max_model_len is not None:
+            slots = min(slots, self.spec.max_model_len)
+        need = sum(max(0, -(-slots // self.spec.group_block_size(g)) - len(table))
+                   for g, table in enumerate(tables) if g not in self.encoder_groups)
+        free = self.manager.num_free_blocks()
+        if need <= free:
+            return ""
+        return (f"vLLM 0.10.2 raises ValueError in get_new_blocks ({need} blocks needed, "
+                f"{free} free; its capacity check counts cross-attention blocks held as a "
+                "negative need)")
+
     def _adapter_answer(self, new: list[list[int]] | None) -> object:
         """``allocate_slots``' answer as the adapter gave it (for the repro)."""
         return None if new is None else adapter_form(self.spec, new)
@@ -329,6 +372,14 @@ class Driver:
         null = null_of(self.spec)
         for g, written in enumerate(self.written):
             written.clear(new_ids[g] if g < len(new_ids) else [])
+            if g in self.encoder_groups:
+                # The encoder's output, not the request's tokens: written whole when its
+                # blocks are allocated (never read by another request; caching is off).
+                encoder = self.encoder_tokens.get(rid, 0)
+                if new_ids[g] and encoder and g < len(tables):
+                    self.write_log.wrote(rid, tables[g], 0, encoder, written.block_size,
+                                         group=g, null=null)
+                continue
             if num_new and g < len(tables):
                 # Null positions hold nothing: keep them out of the record.
                 table = [b if b != null else -1 - i for i, b in enumerate(tables[g])]

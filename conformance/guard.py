@@ -635,14 +635,15 @@ class GuardedManager(_Guard):
                        new_computed_block_ids: Sequence[Any] = (),  # Any: either form
                        num_lookahead_tokens: int = 0, *,
                        num_external_computed_tokens: int = 0,
-                       delay_cache_blocks: bool = False) -> Any:  # Any: either form
+                       delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0) -> Any:  # Any: either form
         __tracebackhide__ = True
         hits = ([list(h) for h in new_computed_block_ids] if self._grouped
                 else [list(new_computed_block_ids)])
         new = self.allocate_slots_per_group(
             request, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
             num_external_computed_tokens=num_external_computed_tokens,
-            delay_cache_blocks=delay_cache_blocks)
+            delay_cache_blocks=delay_cache_blocks, num_encoder_tokens=num_encoder_tokens)
         return None if new is None else adapter_form(self._spec, new)
 
     def allocate_slots_per_group(self, request: RequestView, num_new_tokens: int,
@@ -650,7 +651,8 @@ class GuardedManager(_Guard):
                                  new_computed_block_ids: Sequence[Sequence[int]],
                                  num_lookahead_tokens: int = 0, *,
                                  num_external_computed_tokens: int = 0,
-                                 delay_cache_blocks: bool = False) -> list[list[int]] | None:
+                                 delay_cache_blocks: bool = False,
+                                 num_encoder_tokens: int = 0) -> list[list[int]] | None:
         """``allocate_slots`` checked, the hits passed and the new ids one list per group
         (the adapter is called with, and violations show, its own form): the new ids are no
         null block, none of the hits and held by no other request; the tables follow (read
@@ -659,7 +661,8 @@ class GuardedManager(_Guard):
         too; a single-group table a refused call kept breaks conservation instead
         (``kvcheck.conformance.laws``). External-KV arguments (``external_kv``) go to the
         adapter only when not at their default; the answer then also lists the external
-        tokens' blocks (a window may leave nulls before them in a table)."""
+        tokens' blocks (a window may leave nulls before them in a table). Encoder tokens
+        (``cross_attention``) go to the adapter the same way, only when there are some."""
         __tracebackhide__ = True
         given = [list(h) for h in new_computed_block_ids]  # [] for a running request
         external = _NO_EXTERNAL  # the hot path: no dict built
@@ -667,6 +670,8 @@ class GuardedManager(_Guard):
             external = {"num_external_computed_tokens": num_external_computed_tokens}
             if delay_cache_blocks:
                 external["delay_cache_blocks"] = True
+        if num_encoder_tokens:
+            external = {**external, "num_encoder_tokens": num_encoder_tokens}
         args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens,
                                      adapter_form(self._spec, given),
                                      adapter_form(self._spec, [list(h) for h in given]),

@@ -131,6 +131,16 @@ def _table_problems(driver: Driven, rid: str, g: int, ids: list[int],
             problems.append(f"reserved blocks: {who} holds {held_reserved}, which the design "
                             f"reserves (reserved_block_ids {list(driver.reserved)})")
     bs = spec.group_block_size(g)
+    if grouped and spec.groups[g].kind == "cross_attention":
+        # Sized by the request's encoder tokens, whatever the decoder computed.
+        encoder = driver.encoder_tokens.get(rid, 0)
+        if len(ids) != -(-encoder // bs):
+            problems.append(
+                f"cross attention: request {rid!r} group {g} holds {len(ids)} blocks of {bs} "
+                f"for its {encoder} encoder tokens (num_encoder_tokens at its admission); "
+                f"a cross-attention table holds exactly cdiv({encoder}, {bs}) = "
+                f"{-(-encoder // bs)} blocks until the request is freed")
+        return problems
     if len(ids) < -(-computed // bs):
         has = f"but group {g} has only" if grouped else "but only"
         problems.append(f"request {rid!r} has {computed} computed tokens {has} {len(ids)} "
@@ -144,9 +154,9 @@ def _window_problems(spec: KVCacheSpec, rid: str, g: int, ids: list[int],
     tokens computed at its last ``allocate_slots``."""
     kind = spec.groups[g].kind
     nulls = [i for i, b in enumerate(ids) if b == NULL_BLOCK]
-    if kind == "full_attention":
-        return [(f"null block: request {rid!r} full-attention group {g} holds the null block "
-                f"at indices {nulls}")] if nulls else []
+    if kind in ("full_attention", "cross_attention"):  # nothing is ever skipped
+        return [(f"null block: request {rid!r} {kind.replace('_', '-')} group {g} holds the "
+                 f"null block at indices {nulls}")] if nulls else []
     problems: list[str] = []
     floor = null_floor(spec, g, start)
     live_low = [i for i, b in enumerate(ids[:max(0, floor - window_slack(spec, g))])

@@ -8,12 +8,18 @@ one layout like any other. Layouts stay within what the profile's vLLM supports:
 * ``vllm-0.10``: one group of any kind, or exactly one full-attention spec and one other spec
   (possibly several groups each, not interleaved), all of one block size;
 * ``vllm-0.33`` and ``generic``: up to four groups, mixed block sizes (each a multiple of the
-  smallest, the hash block; the scheduler block is their lcm, in one layout no group's size),
+  smallest, the hash block; the scheduler block is their lcm, in two layouts no group's size),
   a chunked-local group only at the scheduler block size, windows 2..32, chunks a multiple of
-  the group's block size, ``prefix_cache_retention_interval`` None, 0 or a multiple of the
+  the group's block size, full-attention groups larger than the hash block (partial-block
+  keys), ``prefix_cache_retention_interval`` None, 0 or a multiple of the
   scheduler block size (with a sliding group). A quarter of the table are layouts of three or
   more kinds listed for the hit length's fixed point (a later group often stricter than an
   earlier one, so the common hit length needs several rounds over the groups).
+
+Layouts with a ``cross_attention`` group (an encoder-decoder model) run with prefix caching
+off, as vLLM runs them (``has_cross_attention``): half of the caching-off draws take one when
+the kind is declared (the caching-on draws are unchanged), and their requests carry encoder
+tokens.
 
 Only kinds both sides declare are drawn (``declared_kinds``, ``KIND_CAPABILITIES``). vLLM
 0.10.2 crashes when events are on for a chunked-local group or a window ``w - 1 < bs``
@@ -28,7 +34,8 @@ from collections.abc import Iterable
 
 from kvcheck.conformance.protocol import KIND_CAPABILITIES, KVCacheGroupSpec
 
-__all__ = ["WINDOWS", "declared_kinds", "events_crash", "hybrid_layouts", "layout_for"]
+__all__ = ["WINDOWS", "declared_kinds", "events_crash", "has_cross_attention",
+           "hybrid_layouts", "layout_for"]
 
 #: Sliding windows drawn (tokens).
 WINDOWS: tuple[int, ...] = (4, 2, 3, 5, 8, 16, 32)
@@ -38,6 +45,7 @@ _CHUNK_BLOCKS: tuple[int, ...] = (2, 1, 3, 4)
 # A layout: (kind, block size multiplier) per group; windows and chunks are filled in later.
 _Layout = tuple[tuple[str, int], ...]
 _F, _S, _C = "full_attention", "sliding_window", "chunked_local_attention"
+_X = "cross_attention"
 
 _LAYOUTS_010: tuple[_Layout, ...] = (
     ((_F, 1), (_S, 1)),
@@ -77,6 +85,21 @@ _LAYOUTS_033: tuple[_Layout, ...] = (
     ((_F, 1), (_C, 1), (_C, 1), (_S, 1)),
     ((_F, 1), (_S, 1), (_S, 1), (_S, 1)),
     ((_S, 1), (_S, 1), (_C, 1)),
+    # Full attention larger than the hash block (the gcd): 0.33 keys the block holding the
+    # prompt's last hash boundary by the hash there too (docs/semantics.md#partial-block-keys),
+    # with the scheduler block at the full group's size, past it (lcm 6), and beside chunks.
+    ((_F, 4), (_S, 1)),
+    ((_F, 2), (_S, 3)),
+    ((_F, 2), (_S, 1), (_C, 2)),
+)
+# Encoder-decoder models (Whisper): decoder self-attention and cross attention, prefix caching
+# off (as vLLM runs them); any layout then, in either release. Drawn in half of the examples
+# with caching off, so the caching-on examples (the hit searches) stay those of the table above.
+_CROSS_LAYOUTS: tuple[_Layout, ...] = (
+    ((_F, 1), (_X, 1)),
+    ((_X, 1), (_F, 1)),
+    # A window beside, and a cross-attention block twice the decoder's.
+    ((_F, 1), (_S, 1), (_X, 2)),
 )
 
 
@@ -88,11 +111,18 @@ def hybrid_layouts(profile: str, kinds: Iterable[str]) -> tuple[_Layout, ...]:
 
 
 def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
-               scale: int = 1) -> tuple[tuple[KVCacheGroupSpec, ...], int | None]:
+               scale: int = 1, *, enable_caching: bool = True,
+               ) -> tuple[tuple[KVCacheGroupSpec, ...], int | None]:
     """The groups and retention interval of draw number ``draw`` (any int >= 0); sliding
     windows are ``scale`` times ``WINDOWS`` (the machine's ``workload_scale``: at a declared
-    256-token block a window spans as many blocks as at 4)."""
+    256-token block a window spans as many blocks as at 4). With caching off, every other
+    draw is an encoder-decoder layout where ``cross_attention`` is among ``kinds``."""
+    kinds = tuple(kinds)
     layouts = hybrid_layouts(profile, kinds)
+    if not enable_caching and _X in kinds and draw % 2:
+        layouts = tuple(lay for lay in _CROSS_LAYOUTS
+                        if all(kind in kinds for kind, _ in lay))
+        draw //= 2
     layout = layouts[draw % len(layouts)]
     draw //= len(layouts)
     groups = []
@@ -137,3 +167,9 @@ def events_crash(profile: str, groups: Iterable[KVCacheGroupSpec], block_size: i
     return profile == "vllm-0.10" and any(
         g.kind == _C or (g.kind == _S and (g.sliding_window or 0) - 1
                          < (g.block_size or block_size)) for g in groups)
+
+
+def has_cross_attention(groups: Iterable[KVCacheGroupSpec]) -> bool:
+    """Whether ``groups`` are an encoder-decoder model's (a ``cross_attention`` group): vLLM
+    runs those with prefix caching off."""
+    return any(g.kind == _X for g in groups)

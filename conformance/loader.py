@@ -374,6 +374,7 @@ def _check_ref_cnt_convention(target: str, value: object, caps: set[str]) -> Non
 _CAPABILITY_NEEDS: dict[str, tuple[str, ...]] = {
     "sliding_window": ("kv_cache_groups",),
     "chunked_local_attention": ("kv_cache_groups",),
+    "cross_attention": ("kv_cache_groups",),
     "kv_cache_groups": ("manager", "indexer"),
     "pinning_lookup": ("manager",),
     "replay": ("indexer",),

@@ -47,12 +47,16 @@ class _AddFields(TypedDict):
 class AddOp(_AddFields, total=False):
     """A new request. ``lora``: ``[name, int id, path]``; ``mm``: ``[identifier, offset,
     length]`` per multimodal item; ``salt``: the cache salt; ``skip_read``: prompt logprobs
-    requested (no prefix-cache reads)."""
+    requested (no prefix-cache reads); ``encoder``: the encoder tokens of an encoder-decoder
+    request (a ``cross_attention`` layout), passed as ``num_encoder_tokens`` when the request
+    is admitted, as vLLM's scheduler passes them with the step that schedules the encoder
+    input. Absent when not set."""
 
     lora: list[str | int] | None
     mm: list[list[str | int]]
     salt: str | None
     skip_read: bool
+    encoder: int
 
 
 class _ScheduleFields(TypedDict):
@@ -134,11 +138,12 @@ class RequestExtras(TypedDict, total=False):
     mm: Iterable[Sequence[str | int]]
     salt: str
     skip_read: bool
+    encoder: int
 
 
 def add(rid: str, prompt: Sequence[int], **extras: Unpack[RequestExtras]) -> AddOp:
     """A new request; extras: lora=(name, id, path), mm=[(id, offset, length)], salt=str,
-    skip_read=bool."""
+    skip_read=bool, encoder=int (encoder tokens, >= 1)."""
     op: AddOp = {"op": "add", "rid": rid, "prompt": list(prompt)}
     for key in extras:  # in the caller's order: the op prints and is stored that way
         if key == "lora":
@@ -149,6 +154,8 @@ def add(rid: str, prompt: Sequence[int], **extras: Unpack[RequestExtras]) -> Add
             op["salt"] = extras["salt"]
         elif key == "skip_read":
             op["skip_read"] = extras["skip_read"]
+        elif key == "encoder":
+            op["encoder"] = extras["encoder"]
         else:
             raise KVCheckInputError(f"unknown request extra {key!r}")
     return op

@@ -100,6 +100,8 @@ CAPABILITIES: dict[str, str] = {
     "kv_cache_groups": "specs with kv_cache_groups: block ids as one list per group (one pool)",
     "sliding_window": "kv_cache_groups of kind sliding_window: skipped blocks become null blocks",
     "chunked_local_attention": "kv_cache_groups of kind chunked_local_attention",
+    "cross_attention": "kv_cache_groups of kind cross_attention (an encoder-decoder model, "
+                       "caching off): allocate_slots(..., num_encoder_tokens=E) sizes them",
     "sizing": "module-level KV-cache sizing functions (see kvcheck.conformance.sizing_protocol)",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
@@ -145,13 +147,15 @@ DESIGN_CAPABILITIES: frozenset[str] = frozenset(
 EXTRA_KEY_KINDS: tuple[str, ...] = ("lora", "multimodal", "cache_salt")
 
 #: Attention kinds a ``KVCacheGroupSpec`` may name (vLLM's ``get_kv_cache_spec_kind`` names).
-AttentionKind = Literal["full_attention", "sliding_window", "chunked_local_attention"]
+AttentionKind = Literal["full_attention", "sliding_window", "chunked_local_attention",
+                        "cross_attention"]
 ATTENTION_KINDS: tuple[AttentionKind, ...] = get_args(AttentionKind)
 #: The capability a group of each kind needs (full attention: ``kv_cache_groups`` alone).
 KIND_CAPABILITIES: dict[str, str] = {
     "full_attention": "kv_cache_groups",
     "sliding_window": "sliding_window",
     "chunked_local_attention": "chunked_local_attention",
+    "cross_attention": "cross_attention",
 }
 
 #: The behaviour to check against. ``generic`` checks only profile-independent laws
@@ -178,7 +182,10 @@ class KVCacheGroupSpec:
     attention spec). All groups of a ``KVCacheSpec`` draw block ids from one pool.
 
     Attributes:
-        kind: ``full_attention``, ``sliding_window`` or ``chunked_local_attention``.
+        kind: ``full_attention``, ``sliding_window``, ``chunked_local_attention`` or
+            ``cross_attention`` (an encoder-decoder model's cross attention: its table holds
+            the request's encoder tokens, ``allocate_slots(..., num_encoder_tokens=E)``;
+            only with ``enable_caching=False``, as vLLM runs encoder-decoder models).
         block_size: tokens per block of this group; None: ``KVCacheSpec.block_size``.
         sliding_window: the window in tokens (``sliding_window`` groups only).
         attention_chunk_size: the chunk in tokens (``chunked_local_attention`` only).
@@ -433,6 +440,7 @@ class KVCacheManagerAdapter(Protocol):
         *,
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
     ) -> list[int] | None:
         """Slots for ``num_computed + num_new_computed + num_new (+ lookahead)`` tokens.
 
@@ -440,8 +448,12 @@ class KVCacheManagerAdapter(Protocol):
         state change at all, when the pool is short.
 
         The keyword-only arguments are passed only to an implementation declaring
-        ``external_kv`` (``SupportsExternalKV``), and only when not at their default: an
-        adapter without them keeps working unchanged."""
+        ``external_kv`` (``SupportsExternalKV``; ``num_encoder_tokens``: ``cross_attention``),
+        and only when not at their default: an adapter without them keeps working unchanged.
+        ``num_encoder_tokens = E`` comes with the call that schedules an encoder-decoder
+        request's encoder input (its admission, as vLLM's scheduler passes it): every
+        ``cross_attention`` group's table then holds ``cdiv(E, block_size)`` blocks until
+        the request is freed."""
         ...
 
     def free(self, request_id: str) -> None:
@@ -631,9 +643,11 @@ class SupportsKVCacheGroups(Protocol):
         *,
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
     ) -> list[list[int]] | None:
         """Per-group lists of the newly allocated blocks, or None (no state change except
-        vLLM's own: blocks a window skips are freed even when the allocation then fails)."""
+        vLLM's own: blocks a window skips are freed even when the allocation then fails).
+        ``num_encoder_tokens`` (``cross_attention``): as ``KVCacheManagerAdapter``'s."""
         ...
 
     def get_block_ids(self, request_id: str) -> list[list[int]]:

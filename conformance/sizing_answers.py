@@ -16,8 +16,9 @@ from typing import Literal, NoReturn, overload
 
 from kvcheck.conformance.call_limit import abbreviate, arg_text
 from kvcheck.conformance.errors import SizingAnswerError
+from kvcheck.conformance.sizing_protocol import FEATURE_OFF_REASONS
 
-__all__ = ["SizingAnswerError", "check_sizing_answer", "plan_int"]
+__all__ = ["SizingAnswerError", "check_sizing_answer", "feature_defaults_answer", "plan_int"]
 
 
 def _as_int(value: object) -> int | None:
@@ -94,3 +95,31 @@ def plan_int(impl: str, field: str, value: object) -> int:
             f"protocol violation: {impl}.kv_sizing_plan(...) returned a plan whose {field} is "
             f"{abbreviate(value, 40)} ({type(value).__name__}): sizes are ints >= 0")
     return number
+
+
+def feature_defaults_answer(impl: str, args: tuple[object, ...],
+                            value: object) -> tuple[bool, bool, tuple[str, ...]]:
+    """``kv_feature_defaults``'s answer (a ``KVFeatureDefaults`` or any object with its
+    fields) as ``(enable_prefix_caching, enable_chunked_prefill, reasons)``: two bools (not
+    ints: ``1 == True``) and the reasons as a sorted tuple of distinct
+    ``FEATURE_OFF_REASONS`` codes.
+
+    Raises:
+        SizingAnswerError: a missing field, a non-bool flag, an unknown or unsorted reason.
+    """
+    name = "kv_feature_defaults"
+    flags = []
+    for field in ("enable_prefix_caching", "enable_chunked_prefill"):
+        flag = getattr(value, field, None)
+        if type(flag) is not bool:
+            _fail(impl, name, args, value, f"{field} must be a bool, not "
+                  f"{abbreviate(flag, 30)} ({type(flag).__name__})")
+        flags.append(flag)
+    reasons = getattr(value, "reasons", None)
+    if not isinstance(reasons, (tuple, list)) or any(
+            not isinstance(r, str) or r not in FEATURE_OFF_REASONS for r in reasons):
+        _fail(impl, name, args, value, f"reasons must be a tuple of codes from "
+              f"{list(FEATURE_OFF_REASONS)}")
+    if list(reasons) != sorted(set(reasons)):
+        _fail(impl, name, args, value, "reasons must be sorted, each code once")
+    return flags[0], flags[1], tuple(reasons)

@@ -3,7 +3,7 @@
 ``resolve_kv_cache_block_sizes``).
 
 An implementation that declares ``"sizing"`` in ``IMPL_INFO.capabilities`` exposes, at module
-level (next to ``make_kv_cache_manager``), the four functions of ``SupportsSizing``:
+level (next to ``make_kv_cache_manager``), the functions of ``SupportsSizing``:
 
 * ``kv_page_size_bytes(spec, profile) -> int``
 * ``kv_sizing_plan(layers, available_memory, profile, num_gpu_blocks_override) ->
@@ -11,12 +11,19 @@ level (next to ``make_kv_cache_manager``), the four functions of ``SupportsSizin
 * ``kv_cache_view_shape(spec, num_blocks, layout, profile) -> tuple[int, ...]``
 * ``kv_block_sizes(groups, enable_prefix_caching, prefix_match_unit, profile) ->
   tuple[int, int]``
+* ``kv_feature_defaults(model, profile) -> KVFeatureDefaults`` (added after the first four,
+  so optional: ``SIZING_OPTIONAL_FUNCTIONS``): the prefix caching and chunked prefill a model
+  runs with (vLLM turns both off for non-causal layers, non-causal pooling models,
+  encoder-decoder models...)
 
 They take the frozen dataclasses re-exported here (vLLM's ``KVCacheSpec`` classes reduced to
-what sizing reads; defined once, in ``kvcheck.reference_impl.sizing``) and the active profile
-name (``"vllm-0.33"`` or ``"vllm-0.10"``), so one module can answer for both releases. The
-loader checks that the functions exist when the capability is declared;
-``conformance/test_sizing.py`` checks their answers.
+what sizing reads, and ``KVModelFacts`` / ``KVFeatureDefaults``; defined once, in
+``kvcheck.reference_impl.sizing`` and ``kvcheck.reference_impl.feature_defaults``) and the
+active profile name (``"vllm-0.33"`` or ``"vllm-0.10"``), so one module can answer for both
+releases. The loader checks that the ``SIZING_FUNCTIONS`` exist when the capability is
+declared; a module without an optional function (``SIZING_OPTIONAL_FUNCTIONS``) still loads,
+and the tests of that function skip, naming it and how to add it.
+``conformance/test_sizing.py`` checks the answers.
 
 Errors: an input the profile's vLLM rejects (page sizes that are not uniform, a
 ``page_size_padded`` below the page, ``resolve_kv_cache_block_sizes``'s divisibility errors, a
@@ -33,6 +40,11 @@ from typing import Protocol, runtime_checkable
 # One definition of the spec and plan types, the reference's, serves the reference, the
 # protocol and every adapter (the layering lets conformance import the reference, not the
 # reverse): a field added there is added everywhere.
+from kvcheck.reference_impl.feature_defaults import (
+    FEATURE_OFF_REASONS,
+    KVFeatureDefaults,
+    KVModelFacts,
+)
 from kvcheck.reference_impl.sizing import (
     SPEC_KINDS,
     KVCacheTensorPlan,
@@ -43,9 +55,13 @@ from kvcheck.reference_impl.sizing import (
 )
 
 __all__ = [
+    "FEATURE_OFF_REASONS",
     "SIZING_FUNCTIONS",
+    "SIZING_OPTIONAL_FUNCTIONS",
     "SPEC_KINDS",
     "KVCacheTensorPlan",
+    "KVFeatureDefaults",
+    "KVModelFacts",
     "KVSizingPlan",
     "LayerKVSpec",
     "Layout",
@@ -89,7 +105,19 @@ class SupportsSizing(Protocol):
         connector). vLLM's rejections are ValueErrors."""
         ...
 
+    def kv_feature_defaults(self, model: KVModelFacts, profile: str) -> KVFeatureDefaults:
+        """The ``enable_prefix_caching`` / chunked prefill settings the model runs with and
+        the sorted codes (``FEATURE_OFF_REASONS``) of the rules that turned one off: vLLM's
+        defaults per model kind, the user's explicit choice, then the rules that force both
+        off (encoder-decoder, non-causal pooling or layers, hybrid / Mamba under 0.10.2);
+        docs/semantics.md, "KV-cache sizing". A field the release lacks, an unknown runner or
+        pooling type: ValueError naming the field. Optional (``SIZING_OPTIONAL_FUNCTIONS``)."""
+        ...
+
 
 #: The function names an adapter module must define for ``sizing``, in protocol order.
 SIZING_FUNCTIONS: tuple[str, ...] = ("kv_page_size_bytes", "kv_sizing_plan",
                                      "kv_cache_view_shape", "kv_block_sizes")
+#: Functions added to ``SupportsSizing`` later, in protocol order: a module declaring
+#: ``sizing`` without one still loads, and the tests of that function skip with the fix.
+SIZING_OPTIONAL_FUNCTIONS: tuple[str, ...] = ("kv_feature_defaults",)

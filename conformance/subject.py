@@ -36,6 +36,8 @@ class Driven(Protocol):
     views: dict[str, RequestView]
     written: list[WrittenBlocks]
     last_start: dict[str, int]
+    #: ``rid`` -> its encoder tokens (an ``add`` op's ``encoder``; 0 or absent without).
+    encoder_tokens: dict[str, int]
     write_log: WriteLog
     rebindings: Rebindings | None
 

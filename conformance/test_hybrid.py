@@ -16,9 +16,16 @@ profile, replayed row by row;
 * the hit length iterated to a fixed point over three or more attention kinds (vLLM 0.33):
   shrunk workloads where a second (or third) round over the groups cuts the hit further
   (``hybrid_fixed_point``);
+* encoder-decoder models (vLLM 0.33 and 0.10.2): a cross-attention group sized by the encoder
+  tokens of the step that admits the request, decode steps leaving it alone, nothing cached,
+  freed with the request (``hybrid_cross_attention``), and the layouts vLLM refuses for it
+  (prefix caching on) refused by name;
 * admission at the free-block boundary: a sliding-window group's prefix hits that sit in the
   free queue consume free blocks (docs/semantics.md#kv-cache-groups-hybrid-models), so a
-  request fits a pool of exactly its count and is refused by one block fewer.
+  request fits a pool of exactly its count and is refused by one block fewer;
+* partial-block keys (vLLM 0.33): a full-attention group larger than the hash block keys the
+  block holding the prompt's last hash boundary, seen in the KV events
+  (``hybrid_partial_keys``, docs/semantics.md#partial-block-keys).
 """
 
 from __future__ import annotations
@@ -28,8 +35,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kvcheck.conformance.groups import NULL_BLOCK
+from kvcheck.conformance.hybrid_cross_attention import (
+    CROSS_ATTENTION_SCENARIOS,
+    NO_CALL,
+    CrossAttentionScenario,
+)
 from kvcheck.conformance.hybrid_fixed_point import FIXED_POINT_SCENARIOS, FixedPointScenario
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
+from kvcheck.conformance.hybrid_partial_keys import (
+    PARTIAL_KEY_SCENARIOS,
+    PartialKeyScenario,
+    show_events,
+)
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
 from kvcheck.conformance.layouts import declared_kinds
 from kvcheck.conformance.ops import add, decode, free, schedule
@@ -289,6 +306,93 @@ def test_hit_length_iterates_to_a_fixed_point(kv_impl: ImplHandle, kv_pair: Pair
         f"{sc.name} ({sc.why}): the last request hits {hit} tokens, vLLM 0.33.0 "
         f"{sc.hit_tokens}" + (f" (what {rounds} over the groups give: the search must be "
                               "repeated while a group cuts the length)" if rounds else ""))
+
+
+# --- encoder-decoder models: cross attention --------------------------------------------------
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("cross_attention")
+@pytest.mark.parametrize("sc", CROSS_ATTENTION_SCENARIOS, ids=lambda sc: sc.name)
+def test_cross_attention_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_profile: str,
+                                sc: CrossAttentionScenario) -> None:
+    """An encoder-decoder model's groups (docs/semantics.md#cross-attention-groups): each op's
+    ``allocate_slots`` answer as vLLM's own ``KVCacheManager`` gave it (the cross-attention
+    group sized by ``num_encoder_tokens`` at admission only), and the free queue after the
+    last op; every op's answers and observables also equal the oracle's."""
+    if kv_profile not in sc.answers:
+        pytest.skip(f"{sc.name} has no {kv_profile} table: {sc.missing[kv_profile]}")
+    pair = kv_pair(num_blocks=sc.num_blocks, block_size=2, enable_caching=False,
+                   kv_cache_groups=sc.groups)
+    for i, (op, want) in enumerate(zip(sc.ops, sc.answers[kv_profile], strict=True)):
+        got = pair.apply(op)
+        answer = got.get("new", NO_CALL)
+        assert answer == want, (
+            f"{sc.name} ({sc.why}), op #{i + 1} {op}: allocate_slots answered {answer}, vLLM "
+            f"{kv_profile.removeprefix('vllm-')} {want} (new block ids per group, None: "
+            "refused)")
+    if "free_queue_order" in pair.impl.capabilities:
+        queue = tuple(pair.impl.manager.free_block_ids())
+        assert queue == sc.free_queue[kv_profile], (
+            f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
+            f"{list(sc.free_queue[kv_profile])} (each group's blocks freed in group order, its "
+            "table reversed)")
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("cross_attention")
+def test_cross_attention_with_prefix_caching_is_refused(kv_impl: ImplHandle,
+                                                        kv_profile: str) -> None:
+    """A cross-attention group with prefix caching on is a layout vLLM never runs (it turns
+    caching off for encoder-decoder models, and its ``CrossAttentionManager`` raises on a
+    lookup): the factory declines it (``UnsupportedSpec``) naming the rule, never models it
+    silently."""
+    spec = KVCacheSpec(num_blocks=9, block_size=2, enable_caching=True, profile=kv_profile,
+                       kv_cache_groups=_FULL_CROSS_ATTENTION)
+    with pytest.raises(UnsupportedSpec) as refused:
+        kv_impl.make_manager(spec)
+    assert "cach" in str(refused.value), (
+        f"{kv_impl.name} declined a cross-attention layout with prefix caching on without "
+        f"naming the rule (prefix caching): {refused.value}")
+
+
+_FULL_CROSS_ATTENTION = (KVCacheGroupSpec("full_attention", 2),
+                         KVCacheGroupSpec("cross_attention", 2))
+
+
+# --- partial-block keys (0.33) ----------------------------------------------------------------
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("events", "sliding_window")
+@pytest.mark.parametrize("sc", PARTIAL_KEY_SCENARIOS, ids=lambda sc: sc.name)
+def test_partial_block_keys(kv_impl: ImplHandle, kv_profile: str, kv_pair: PairFactory,
+                            sc: PartialKeyScenario) -> None:
+    """A full-attention group whose block is larger than the hash block keys the block holding
+    the prompt's last hash boundary by the hash there too, once the block is full, and loses
+    every key of a block at once (docs/semantics.md#partial-block-keys): each op's answer and
+    KV events as vLLM 0.33.0 gave them (``hybrid_partial_keys``)."""
+    from kvcheck.conformance.differential import normalize_events
+
+    if kv_profile != "vllm-0.33":
+        pytest.skip("partial-block keys are vLLM 0.33's: 0.10.2 supports one block size with "
+                    "prefix caching (kv_cache_manager.py:106-109), so no full-attention group "
+                    "is larger than the hash block")
+    missing = [c for c in sc.needs if not kv_impl.has(c)]
+    if missing:
+        pytest.skip(f"{kv_impl.name} does not declare capability "
+                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    spec = KVCacheSpec(num_blocks=sc.num_blocks, block_size=2, profile=kv_profile,
+                       kv_cache_groups=sc.groups, enable_kv_cache_events=True)
+    if not kv_impl.info.supports(spec):
+        pytest.skip(f"{kv_impl.name} does not support this scenario's pool (IMPL_INFO."
+                    "block_sizes, num_blocks_range)")
+    # No oracle: the comparison with it would drain the events this test reads.
+    pair = kv_pair(spec, with_oracle=False)
+    names: dict[object, str] = {}
+    for i, step in enumerate(sc.steps):
+        got = pair.apply(step.op)
+        events = tuple(show_events(normalize_events(pair.impl.manager.take_events()), names))
+        assert (got, events) == (step.answer, step.events), (
+            f"{sc.name} ({sc.why}), op #{i + 1} {step.op}: answer {got}, events "
+            f"{list(events)}; vLLM 0.33.0 answered {step.answer} with events "
+            f"{list(step.events)}\n" + pair.impl.snippet())
 
 
 # --- admission at the free-block boundary ----------------------------------------------------

@@ -7,25 +7,33 @@ grouping examples as vLLM 0.10.2 computes them and as 0.33.0 does (0.33.0 gives 
 groups its layers strided, ``layers[i::num_groups]``: its values were recorded from
 ``_get_kv_cache_groups_uniform_page_size`` / ``get_kv_cache_config_from_groups``); block
 sizes across groups (0.33 ``resolve_kv_cache_block_sizes``); view shapes of the FlashAttention
-and MLA backends (0.10.2) and of ``compute_layer_kv_cache_shape_bytes`` (0.33.0). Property
-tests compare random specs and models with kvcheck's reference
-(``kvcheck.reference_impl.sizing``) and check the tensor plan's invariants.
+and MLA backends (0.10.2) and of ``compute_layer_kv_cache_shape_bytes`` (0.33.0); the prefix
+caching and chunked prefill a model runs with (``kv_feature_defaults``, optional: a module
+without it skips those tests, naming the fix), each expectation written from the vLLM lines
+cited beside it. Property tests compare random specs, models and model facts with kvcheck's
+reference (``kvcheck.reference_impl.sizing``, ``feature_defaults``) and check the tensor plan's
+invariants.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
 import pytest
 
 from kvcheck.conformance.protocol import UnsupportedSpec
-from kvcheck.conformance.sizing_answers import check_sizing_answer, plan_int
-from kvcheck.conformance.sizing_protocol import LayerKVSpec, SpecKind
+from kvcheck.conformance.sizing_answers import (
+    check_sizing_answer,
+    feature_defaults_answer,
+    plan_int,
+)
+from kvcheck.conformance.sizing_protocol import KVModelFacts, LayerKVSpec, SpecKind
 from kvcheck.conformance.spec_seal import call_with_private_args
 from kvcheck.errors import KVCheckFailure
+from kvcheck.reference_impl import feature_defaults as ref_features
 from kvcheck.reference_impl import sizing as ref
 
 if TYPE_CHECKING:
@@ -44,6 +52,7 @@ MAMBA = LayerKVSpec("mamba", 16, shapes=((3, 4), (2, 8)), dtypes=("float32", "bf
 #: 0.33-only fields and functions (head_size_v, attention page_size_padded,
 #: resolve_kv_cache_block_sizes): not applicable under vllm-0.10.
 ONLY_033 = pytest.mark.kv_profiles("vllm-0.33")
+ONLY_010 = pytest.mark.kv_profiles("vllm-0.10")
 _T = TypeVar("_T")
 #: A plan as plain tuples: ``(groups, page_size, group_size, num_blocks, ((size, shared_by),
 #: ...))``; the layer names as the implementation gave them.
@@ -525,3 +534,255 @@ def test_block_sizes_match_reference(kv_impl: ImplHandle, kv_profile: str,
             assert all(s % hashing == 0 for s in sizes) or not caching or hashing == scheduler
 
     run()
+
+
+# ------------------------------------------------------------------ prefix caching, chunked prefill
+#: An answer of ``kv_feature_defaults``: (prefix caching, chunked prefill, sorted reasons).
+Features = tuple[bool, bool, tuple[str, ...]]
+#: The skip of a module that declares ``sizing`` without the optional function.
+MISSING_FEATURE_DEFAULTS = (
+    "{name} declares 'sizing' without kv_feature_defaults (an optional sizing function, "
+    "kvcheck.conformance.sizing_protocol.SIZING_OPTIONAL_FUNCTIONS); to check it, define "
+    "kv_feature_defaults(model: KVModelFacts, profile: str) -> KVFeatureDefaults at module "
+    "level (SupportsSizing; docs/writing-an-adapter.md)")
+
+
+def _features(kv_impl: ImplHandle, model: KVModelFacts, profile: str) -> Features:
+    """The implementation's ``kv_feature_defaults(model, profile)``, its answer's type
+    checked; a skip naming the fix when the module does not define the function."""
+    if not callable(getattr(kv_impl.module, "kv_feature_defaults", None)):
+        pytest.skip(MISSING_FEATURE_DEFAULTS.format(name=kv_impl.name))
+    fn: Callable[..., object] = kv_impl.module.kv_feature_defaults
+    answer = call_with_private_args(kv_impl.limit, "kv_feature_defaults", fn, model, profile)
+    return feature_defaults_answer(kv_impl.name, (model, profile), answer)
+
+
+P, G = "pooling", "generate"
+OFF: tuple[str, ...] = ()
+#: id -> profile -> (model facts, expected (prefix caching, chunked prefill, reasons) or
+#: "ValueError"). A case with one profile runs under that profile only. Expectations written
+#: from vLLM 0.33.0 (``config/model.py`` ``attn_type`` 2173-2190,
+#: ``is_chunked_prefill_supported`` 2193-2236, ``is_prefix_caching_supported`` 2239-2291;
+#: ``engine/arg_utils.py:3041-3095`` defaults, an explicit choice wins;
+#: ``config/scheduler.py:295-304``; ``models/config.py:750-787`` Mamba;
+#: ``v1/engine/core.py:259-280`` non-causal layers) and 0.10.2
+#: (``engine/arg_utils.py:1615-1642`` ``_set_default_args_v1``; ``config/__init__.py:3443-3484``
+#: forced off;
+#: ``config/__init__.py:3681-3701`` + ``models/config.py:289-311`` Mamba / hybrid).
+FEATURE_CASES: dict[str, dict[str, tuple[KVModelFacts, Features | str]]] = {
+    # generate decoder: 0.33 model.py:2236 / 2291; 0.10.2 arg_utils.py:1621-1625
+    "decoder-generate": {"vllm-0.33": (KVModelFacts(), (True, True, OFF)),
+                         "vllm-0.10": (KVModelFacts(), (True, True, OFF))},
+    # Whisper: 0.33 model.py:2231-2233, 2286-2288 (+ scheduler.py:296-299); 0.10.2
+    # config/__init__.py:3456-3466 then 3476-3484
+    "whisper-encoder-decoder": {
+        "vllm-0.33": (KVModelFacts(is_encoder_decoder=True),
+                      (False, False, ("encoder_decoder",))),
+        "vllm-0.10": (KVModelFacts(is_encoder_decoder=True),
+                      (False, False, ("encoder_decoder",)))},
+    # user asks for both: 0.33 arg_utils.py:3047-3091 keeps them, scheduler.py:296-299 turns
+    # chunked prefill off only; 0.10.2 config/__init__.py:3476-3484 forces both off
+    "whisper-user-asks-both": {
+        "vllm-0.33": (KVModelFacts(is_encoder_decoder=True, enable_prefix_caching=True,
+                                   enable_chunked_prefill=True),
+                      (True, False, ("encoder_decoder",))),
+        "vllm-0.10": (KVModelFacts(is_encoder_decoder=True, enable_prefix_caching=True,
+                                   enable_chunked_prefill=True),
+                      (False, False, ("encoder_decoder",)))},
+    # hf is_causal False: 0.33 model.py:2182 encoder_only -> 2198-2203, 2244-2249; 0.10.2
+    # arg_utils.py:1631-1642 default off, config/__init__.py:3452-3455 forced off
+    "non-causal-pooling": {
+        "vllm-0.33": (KVModelFacts(P, is_causal=False), (False, False, ("encoder_only",))),
+        "vllm-0.10": (KVModelFacts(P, is_causal=False), (False, False, ("non_causal",)))},
+    # explicit True on a non-causal pooling model: 0.33 arg_utils.py:3064-3073, 3082-3091 warn
+    # and keep it; 0.10.2 config/__init__.py:3452-3455 + 3476-3484 force both off
+    "non-causal-pooling-user-asks-both": {
+        "vllm-0.33": (KVModelFacts(P, is_causal=False, enable_prefix_caching=True,
+                                   enable_chunked_prefill=True), (True, True, OFF)),
+        "vllm-0.10": (KVModelFacts(P, is_causal=False, enable_prefix_caching=True,
+                                   enable_chunked_prefill=True),
+                      (False, False, ("non_causal",)))},
+    # a CLS-pooling class (BERT): 0.33 model.py:2178-2179 encoder_only; 0.10.2 its
+    # default_pooling_type CLS != "last": config/__init__.py:3447-3451
+    "cls-pooling": {
+        "vllm-0.33": (KVModelFacts(P, default_seq_pooling_type="CLS"),
+                      (False, False, ("encoder_only",))),
+        "vllm-0.10": (KVModelFacts(P, default_pooling_type="CLS"),
+                      (False, False, ("pooling_type",)))},
+    # 0.33 attn_type reads the class default, not the user's LAST: model.py:2177-2179
+    "cls-class-user-last": {
+        "vllm-0.33": (KVModelFacts(P, default_seq_pooling_type="CLS", seq_pooling_type="LAST"),
+                      (False, False, ("encoder_only",)))},
+    # causal MEAN: 0.33 model.py:2205-2216, 2251-2262; 0.10.2 arg_utils.py:1631-1642,
+    # config/__init__.py:3447-3451
+    "mean-pooling-causal": {
+        "vllm-0.33": (KVModelFacts(P, seq_pooling_type="MEAN"),
+                      (False, False, ("pooling_type",))),
+        "vllm-0.10": (KVModelFacts(P, pooling_type="MEAN"), (False, False, ("pooling_type",)))},
+    # causal LAST: 0.33 model.py:2217-2224, 2263-2270; 0.10.2 arg_utils.py:1631-1642
+    # (lower-cased: "last")
+    "last-pooling-causal": {
+        "vllm-0.33": (KVModelFacts(P, seq_pooling_type="LAST"), (True, True, OFF)),
+        "vllm-0.10": (KVModelFacts(P, pooling_type="last"), (True, True, OFF))},
+    # STEP token pooling (reward models): 0.33 model.py:2208 (tok_pooling_type == "STEP");
+    # 0.10.2 STEP != "last"
+    "step-pooling": {
+        "vllm-0.33": (KVModelFacts(P, tok_pooling_type="STEP"),
+                      (False, False, ("pooling_type",))),
+        "vllm-0.10": (KVModelFacts(P, pooling_type="STEP"), (False, False, ("pooling_type",)))},
+    # an attention-free pooling class (Terratorch): 0.33 model.py:2228 (chunked: attn_type !=
+    # encoder_decoder), 2274 (no prefix caching)
+    "attention-free-pooling-class": {
+        "vllm-0.33": (KVModelFacts(P, model_attn_type="attention_free"),
+                      (False, True, ("attention_free",)))},
+    # hybrid generate: 0.33 model.py:2277-2279, models/config.py:763-779 (chunked on: no
+    # assertion); 0.10.2 config/__init__.py:3700-3701 -> models/config.py:346 -> 309
+    "hybrid-generate": {
+        "vllm-0.33": (KVModelFacts(is_hybrid=True), (True, True, OFF)),
+        "vllm-0.10": (KVModelFacts(is_hybrid=True), (False, True, ("hybrid",)))},
+    # hybrid with chunked prefill off: 0.33 models/config.py:772 asserts; 0.10.2
+    # arg_utils.py:1622 turns it back on, models/config.py:309 turns prefix caching off
+    "hybrid-user-disables-chunked": {
+        "vllm-0.33": (KVModelFacts(is_hybrid=True, enable_chunked_prefill=False), "ValueError"),
+        "vllm-0.10": (KVModelFacts(is_hybrid=True, enable_chunked_prefill=False),
+                      (False, True, ("hybrid",)))},
+    # Mamba: 0.33 model.py:2280-2285; 0.10.2 models/config.py:431-433 -> 309
+    "attention-free-mamba": {
+        "vllm-0.33": (KVModelFacts(is_attention_free=True),
+                      (False, True, ("attention_free",))),
+        "vllm-0.10": (KVModelFacts(is_attention_free=True),
+                      (False, True, ("attention_free",)))},
+    # explicit prefix caching on Mamba: 0.33 arg_utils.py:3075-3091 keeps it; 0.10.2
+    # models/config.py:309 forces it off
+    "attention-free-user-asks-prefix": {
+        "vllm-0.33": (KVModelFacts(is_attention_free=True, enable_prefix_caching=True),
+                      (True, True, OFF)),
+        "vllm-0.10": (KVModelFacts(is_attention_free=True, enable_prefix_caching=True),
+                      (False, True, ("attention_free",)))},
+    # explicit chunked prefill off: 0.33 arg_utils.py:3047-3063 keeps it (a warning); 0.10.2
+    # arg_utils.py:1622 sets it True whatever the user said (V1 always chunks)
+    "user-disables-chunked-prefill": {
+        "vllm-0.33": (KVModelFacts(enable_chunked_prefill=False), (True, False, ("user",))),
+        "vllm-0.10": (KVModelFacts(enable_chunked_prefill=False), (True, True, OFF))},
+    # explicit prefix caching off: 0.33 arg_utils.py:3075-3091; 0.10.2 arg_utils.py:1624-1625
+    "user-disables-prefix-caching": {
+        "vllm-0.33": (KVModelFacts(enable_prefix_caching=False), (False, True, ("user",))),
+        "vllm-0.10": (KVModelFacts(enable_prefix_caching=False), (False, True, ("user",)))},
+    # Prefix LM (a FullAttentionSpec with non_causal=True): 0.33 v1/engine/core.py:265-280
+    # forces both off even when asked
+    "prefix-lm-non-causal-layers": {
+        "vllm-0.33": (KVModelFacts(non_causal_layers=True, enable_prefix_caching=True,
+                                   enable_chunked_prefill=True),
+                      (False, False, ("non_causal_layers",)))},
+}
+
+
+def _feature_params() -> list[object]:
+    out: list[object] = []
+    for case, by_profile in FEATURE_CASES.items():
+        marks = [pytest.mark.kv_profiles(*by_profile)] if len(by_profile) == 1 else []
+        out.append(pytest.param(by_profile, id=case, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("by_profile", _feature_params())
+def test_feature_defaults_golden(kv_impl: ImplHandle, kv_profile: str,
+                                 by_profile: dict[str, tuple[KVModelFacts, Features | str]]
+                                 ) -> None:
+    """The prefix caching and chunked prefill vLLM runs a model with, and why one is off:
+    decoder, Whisper, non-causal / CLS / MEAN / LAST / STEP pooling, hybrid, Mamba, Prefix LM,
+    explicit choices (0.33 keeps them; 0.10.2 forces non-causal pooling and encoder-decoder
+    models off and always chunks a generate model); 0.33's Mamba assertion is a ValueError."""
+    model, want = by_profile[kv_profile]
+    if want == "ValueError":
+        if not callable(getattr(kv_impl.module, "kv_feature_defaults", None)):
+            pytest.skip(MISSING_FEATURE_DEFAULTS.format(name=kv_impl.name))
+        _expect_value_error(kv_impl, f"{model}", "kv_feature_defaults", model, kv_profile)
+        return
+    got = _features(kv_impl, model, kv_profile)
+    assert got == want, (f"{kv_impl.name}: kv_feature_defaults({model}) = (prefix caching, "
+                         f"chunked prefill, reasons) {got}; vLLM: {want}")
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    pytest.param({"runner": "embed"}, "runner", id="unknown-runner"),
+    pytest.param({"enable_prefix_caching": "yes"}, "enable_prefix_caching", id="flag-not-bool"),
+    pytest.param({"runner": P, "seq_pooling_type": "SUM"}, "seq_pooling_type",
+                 id="unknown-seq-pooling-type", marks=ONLY_033),
+    pytest.param({"runner": P, "pooling_type": "MEAN"}, "pooling_type",
+                 id="0.10-pooling_type-under-0.33", marks=ONLY_033),
+    pytest.param({"runner": P, "pooling_type": "SUM"}, "pooling_type",
+                 id="unknown-pooling-type", marks=ONLY_010),
+    pytest.param({"runner": P, "seq_pooling_type": "MEAN"}, "seq_pooling_type",
+                 id="0.33-seq_pooling_type-under-0.10", marks=ONLY_010),
+    pytest.param({"non_causal_layers": True}, "non_causal_layers",
+                 id="0.33-non_causal_layers-under-0.10", marks=ONLY_010),
+])
+# Any: changes of the wrong type on purpose, for dataclasses.replace (typed per field).
+def test_feature_defaults_bad_input(kv_impl: ImplHandle, kv_profile: str,
+                                    changes: dict[str, Any], field: str) -> None:
+    """An unknown runner or pooling type, a flag that is not a bool, or a field the profile's
+    vLLM does not have: a ValueError whose message names the field."""
+    if not callable(getattr(kv_impl.module, "kv_feature_defaults", None)):
+        pytest.skip(MISSING_FEATURE_DEFAULTS.format(name=kv_impl.name))
+    model = replace(KVModelFacts(), **changes)
+    try:
+        result = _call(kv_impl, "kv_feature_defaults", model, kv_profile)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        raise KVCheckFailure(f"{kv_impl.name}: kv_feature_defaults accepted {changes} "
+                             f"(returned {result!r}); vLLM has no such value under "
+                             f"{kv_profile}: raise ValueError naming the field")
+    if field not in message:
+        raise KVCheckFailure(f"{kv_impl.name}: the ValueError for {changes} does not name the "
+                             f"field {field!r}: {message}")
+
+
+def _model_facts(profile: str) -> SearchStrategy[KVModelFacts]:
+    """Random model facts valid under ``profile``."""
+    from hypothesis import strategies as st
+
+    flags = st.sampled_from([None, True, False])
+
+    def build(draw: DrawFn) -> KVModelFacts:
+        base = KVModelFacts(
+            draw(st.sampled_from(["generate", "pooling"])), draw(st.booleans()),
+            draw(st.booleans()), draw(st.booleans()), draw(st.booleans()), draw(flags),
+            draw(flags))
+        if profile == "vllm-0.10":
+            types = st.one_of(st.none(), st.sampled_from(["LAST", "last", "MEAN", "CLS",
+                                                          "ALL", "STEP"]))
+            return replace(base, pooling_type=draw(types), default_pooling_type=draw(types))
+        seq = st.one_of(st.none(), st.sampled_from(ref_features.SEQ_POOLING_TYPES))
+        tok = st.one_of(st.none(), st.sampled_from(ref_features.TOK_POOLING_TYPES))
+        return replace(base, seq_pooling_type=draw(seq), tok_pooling_type=draw(tok),
+                       default_seq_pooling_type=draw(seq), default_tok_pooling_type=draw(tok),
+                       model_attn_type=draw(st.one_of(
+                           st.none(), st.sampled_from(ref_features.MODEL_ATTN_TYPES))),
+                       non_causal_layers=draw(st.booleans()))
+    return st.composite(build)()
+
+
+def test_feature_defaults_match_reference(kv_impl: ImplHandle, kv_profile: str,
+                                          kv_settings: Settings) -> None:
+    """Random model facts and user choices: the same settings and reasons as the reference,
+    or a ValueError from both (0.33's Mamba assertion)."""
+    from hypothesis import given
+
+    if not callable(getattr(kv_impl.module, "kv_feature_defaults", None)):
+        pytest.skip(MISSING_FEATURE_DEFAULTS.format(name=kv_impl.name))
+
+    @kv_settings
+    @given(model=_model_facts(kv_profile))
+    def run(model: KVModelFacts) -> None:
+        got = _outcome(lambda: _features(kv_impl, model, kv_profile))
+        want = _outcome(lambda: _reference_features(model, kv_profile))
+        _same_outcome(kv_impl, f"kv_feature_defaults({model})", got, want)
+
+    run()
+
+
+def _reference_features(model: KVModelFacts, profile: str) -> Features:
+    answer = ref_features.kv_feature_defaults(model, profile)
+    return answer.enable_prefix_caching, answer.enable_chunked_prefill, answer.reasons

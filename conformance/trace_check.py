@@ -23,6 +23,7 @@ ones live in ``kvcheck.conformance.bounds``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import TypeGuard, cast
 
@@ -45,7 +46,7 @@ from kvcheck.conformance.protocol import (
 )
 
 __all__ = ["MAX_BLOCK_SIZE", "MAX_GROUPS", "MAX_NUM_BLOCKS", "MAX_OPS", "MAX_REQUEST_TOKENS",
-           "TraceError", "check_ops", "check_spec"]
+           "TraceError", "check_encoder_ops", "check_ops", "check_spec"]
 
 # MAX_NUM_BLOCKS, MAX_BLOCK_SIZE, MAX_REQUEST_TOKENS, MAX_OPS: kvcheck.conformance.bounds,
 # shared with the benchmark's request traces (re-exported here).
@@ -53,7 +54,7 @@ MAX_GROUPS = 64
 _MAX_TOKEN_ID = TOKEN_ID_LIMIT
 
 _OP_FIELDS: dict[str, frozenset[str]] = {
-    "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read"}),
+    "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read", "encoder"}),
     "schedule": frozenset({"op", "rid", "num_tokens", "lookahead", "external", "delay"}),
     "decode": frozenset({"op", "rid", "num_tokens", "lookahead"}),
     "free": frozenset({"op", "rid"}),
@@ -213,6 +214,19 @@ def check_ops(ops: object, where: str) -> list[Op]:
     return cast("list[Op]", ops)  # every op checked above
 
 
+def check_encoder_ops(spec: KVCacheSpec, ops: Sequence[Op], where: str) -> None:
+    """``add`` ops with encoder tokens need a ``cross_attention`` group in the spec (an
+    encoder-decoder model) to hold them."""
+    if any(g.kind == "cross_attention" for g in spec.kv_cache_groups):
+        return
+    for index, op in enumerate(ops):
+        if op["op"] == "add" and "encoder" in op:
+            raise TraceError(f"{where}: ops[{index}] (op #{index + 1}): encoder tokens "
+                             f"({op['encoder']}) but spec.kv_cache_groups has no "
+                             "cross_attention group to hold them (an encoder-decoder "
+                             "model's); drop 'encoder' or add the group")
+
+
 def _check_add(op: dict[str, object], at: str) -> None:
     prompt = op.get("prompt")
     if not isinstance(prompt, list):
@@ -242,3 +256,8 @@ def _check_add(op: dict[str, object], at: str) -> None:
         raise TraceError(f"{at}: field 'salt'={salt!r}: must be a string or null")
     if "skip_read" in op and type(op["skip_read"]) is not bool:
         raise TraceError(f"{at}: field 'skip_read'={op['skip_read']!r}: must be true or false")
+    encoder = op.get("encoder", 1)
+    if type(encoder) is not int or not 1 <= encoder <= MAX_REQUEST_TOKENS:
+        raise TraceError(f"{at}: field 'encoder'={encoder!r}: the request's encoder tokens, "
+                         f"an int in [1, {MAX_REQUEST_TOKENS}] (absent for a decoder-only "
+                         "request)")

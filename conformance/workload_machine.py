@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 )
 
 from kvcheck.conformance.groups import null_of
-from kvcheck.conformance.layouts import events_crash, layout_for
+from kvcheck.conformance.layouts import events_crash, has_cross_attention, layout_for
 from kvcheck.conformance.ops import RequestExtras, add, decode, free, lookup, reset, schedule
 from kvcheck.conformance.protocol import (
     DESIGN_CAPABILITIES,
@@ -199,12 +199,14 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     length, PYTHONHASHSEED). Without ``group_kinds``: a single-group spec. With them: the
     multi-group layout of those kinds that the drawn pool size picks
     (``layouts.layout_for`` under ``profile``, sliding windows ``scale`` times ``WINDOWS``),
-    its pool grown with the number of groups (each token needs a slot in every group), and
-    KV events off where ``profile``'s vLLM crashes on them (``layouts.events_crash``)."""
+    its pool grown with the number of groups (each token needs a slot in every group), KV
+    events off where ``profile``'s vLLM crashes on them (``layouts.events_crash``), and prefix
+    caching off for an encoder-decoder layout (``layouts.has_cross_attention``)."""
     out: KVCacheSpecFields = {"num_blocks": num_blocks, "block_size": block_size, **fields}
     if not group_kinds:
         return out
-    groups, retention = layout_for(profile, group_kinds, block_size, num_blocks, scale)
+    groups, retention = layout_for(profile, group_kinds, block_size, num_blocks, scale,
+                                   enable_caching=fields.get("enable_caching", True))
     per_group = max(2, num_blocks - 1)
     out["num_blocks"] = 1 + sum(max(2, per_group * block_size // (g.block_size or 1))
                                 for g in groups)
@@ -212,6 +214,8 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     out["prefix_cache_retention_interval"] = retention
     if events_crash(profile, groups, block_size):
         out["enable_kv_cache_events"] = False
+    if has_cross_attention(groups):
+        out["enable_caching"] = False
     return out
 
 
@@ -309,6 +313,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             self.next_id = 0
             self.max_model_len: int | None = None  # the engine's (set by _start)
             self.caching = True  # the engine's (set by _start)
+            self.encoder = 0  # encoder tokens per request (set by _start; 0: decoder-only)
             self.scale = 1  # tokens per drawn token at the engine's block size (_start)
             # block id -> how often allocate_slots handed it out as new (2+: it left the free
             # queue, was evicted and reused)
@@ -375,7 +380,14 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 assume(False)  # the factory declined it: draw another spec
             self.null = null_of(self.pair.spec)
             self.max_model_len = max_model_len
+            caching = self.pair.spec.enable_caching  # off for an encoder-decoder layout
             self.caching = caching
+            # An encoder-decoder layout's requests carry encoder tokens (as many for each,
+            # as Whisper pads its input), 3 to 8 drawn tokens' worth, from the pool size.
+            self.encoder = (self.scale * (3 + num_blocks % 6)
+                            if has_cross_attention(self.pair.spec.groups) else 0)
+            if self.encoder:
+                reached["encoder_decoder"] += 1
             reached[f"hash_algo:{hash_algo}"] += 1
             reached["caching_off" if not caching else "caching_on"] += 1
             if unset:
@@ -528,6 +540,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             rid = f"r{self.next_id}"
             self.next_id += 1
             kwargs: RequestExtras = {"skip_read": skip_read} if skip_read else {}
+            if self.encoder:
+                kwargs["encoder"] = self.encoder
             # Only the kinds the design declares (extra_draws still draws the others when
             # there are none, so that the examples stay the same).
             extra = extra if extra in drawn_extras else ""

@@ -320,10 +320,14 @@ class Manager:
             "{name}.Manager.check_invariants: assert your internal invariants")
 
     # ------------------------------------------------------------ capability "kv_cache_groups"
-    # Hybrid models ("kv_cache_groups", with "sliding_window" / "chunked_local_attention" for
-    # those kinds): when spec.kv_cache_groups is non-empty, get_computed_blocks,
-    # allocate_slots and get_block_ids above take and return one list of block ids per group
-    # (block 0 = the null block), as kvcheck.conformance.protocol.SupportsKVCacheGroups says.
+    # Hybrid models ("kv_cache_groups", with "sliding_window" / "chunked_local_attention" /
+    # "cross_attention" for those kinds): when spec.kv_cache_groups is non-empty,
+    # get_computed_blocks, allocate_slots and get_block_ids above take and return one list of
+    # block ids per group (block 0 = the null block), as
+    # kvcheck.conformance.protocol.SupportsKVCacheGroups says. With "cross_attention" (an
+    # encoder-decoder model, caching off), allocate_slots also takes the keyword argument
+    # num_encoder_tokens=E at a request's admission: the cross-attention groups then hold
+    # cdiv(E, block_size) blocks until the request is freed.
     # No other method: declare the capability once your methods speak both forms.
 
     # ------------------------------------------------------------ capability "batch_metadata"
@@ -418,6 +422,8 @@ def kernels() -> Any:
 # ---------------------------------------------------------------- capability "sizing"
 # Module-level KV-cache sizing (kvcheck.conformance.sizing_protocol: LayerKVSpec in,
 # KVSizingPlan out). Each takes the profile whose vLLM release the answer must match.
+# Optional: kv_feature_defaults(model: KVModelFacts, profile) -> KVFeatureDefaults, the prefix
+# caching / chunked prefill a model runs with (its tests skip, naming it, until you define it).
 
 def kv_page_size_bytes(spec: Any, profile: str) -> int:
     """Bytes one block of one layer takes (vLLM's page_size_bytes), padding included."""

@@ -61,8 +61,9 @@ class KVCacheBlock:
     block_id: int
     # Number of requests holding this block; 0 means it sits in the free queue (unless null).
     ref_cnt: int = 0
-    # The BlockHashWithGroupId while the block is full and cached, else None. Set only by
-    # BlockPool.cache_full_blocks, cleared on eviction or reset.
+    # The block's primary BlockHashWithGroupId while it is cached, else None: its full key
+    # (BlockPool.cache_full_blocks), or a partial-block key (BlockPool.cache_partial_block)
+    # when it has none; cleared on eviction or reset.
     _block_hash: BlockHashWithGroupId | None = None
     # Intrusive free-list links; only FreeKVCacheBlockQueue may touch them.
     prev_free_block: KVCacheBlock | None = field(default=None, repr=False)

@@ -31,6 +31,11 @@ class BlockHashToBlockMap:
             return None
         return next(iter(blocks.values()))
 
+    def contain(self, key: BlockHashWithGroupId, block_id: int) -> bool:
+        """Whether ``block_id`` is cached under ``key`` (vLLM 0.33's ``contain``)."""
+        blocks = self._cache.get(key)
+        return blocks is not None and block_id in blocks
+
     def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
         """Add ``block`` under ``key``; idempotent for the same (key, block)."""
         self._cache.setdefault(key, {})[block.block_id] = block

@@ -8,6 +8,11 @@ Order rules (docs/semantics.md#free-order), with Q the free queue, head first:
 * ``touch(b)``: if ``ref_cnt(b) == 0`` remove b from Q; then ``ref_cnt += 1``.
 * ``free_blocks(F)`` for the blocks of F whose ``ref_cnt`` reaches 0, in F's order:
   ``vllm-0.33``: ``Q = unhashed ++ Q ++ hashed``; ``vllm-0.10``: ``Q = Q ++ F``.
+
+Cache keys (docs/semantics.md#partial-block-keys): a block carries at most one *primary* key
+(``block.block_hash``), the one ``cache_full_blocks`` gives it, or a partial-block key when it
+has none; further keys are *secondary* (``cached_block_hashes_by_block``). Evicting a block
+removes every key it carries, primary first, one ``BlockRemoved`` per key.
 """
 
 from __future__ import annotations
@@ -71,6 +76,14 @@ class BlockPool:
         self.blocks = [KVCacheBlock(block_id=i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        #: Block id -> its secondary cache keys, in insertion order (vLLM 0.33's
+        #: ``cached_block_hashes_by_block``, a set there: only a partial-block key is ever
+        #: secondary, and a block holds at most one in what a manager's calls reach).
+        self.cached_block_hashes_by_block: dict[int, list[BlockHashWithGroupId]] = {}
+        #: Block id -> the prefix tokens its primary key covers, for a primary partial-block
+        #: key only (vLLM's ``block_hash_num_tokens``; a full key covers its whole block, more
+        #: than any boundary inside it, and is not listed).
+        self.partial_block_hash_num_tokens: dict[int, int] = {}
         # Like vLLM: the null block is simply the first block popped, hence always block 0.
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
@@ -117,7 +130,9 @@ class BlockPool:
         (default: ``request.block_hashes``, the hash block size). Null blocks and blocks whose
         ``block_mask`` entry (aligned with the range) is False are skipped; a block already
         keyed so is left as it is (0.33's idempotent insert). Duplicates are not merged (a
-        key may hold several blocks).
+        key may hold several blocks). A block whose primary key is a partial-block key is
+        promoted: every key it carries is removed first (one ``BlockRemoved`` each, before
+        this call's ``BlockStored``), as vLLM 0.33 does (``block_pool.py:286-297``).
 
         Events: ``vllm-0.33``, one ``BlockStored`` per call that caches a block or skips a
         null or masked one (then ``block_hashes == ()`` while ``token_ids`` still spans the
@@ -148,9 +163,13 @@ class BlockPool:
                 continue
             block_hash = block_hashes[i]
             key = BlockHashWithGroupId(block_hash + suffix)
-            if block.block_hash == key:
-                continue  # already cached under this key
-            block.block_hash = key  # raises if the block holds another key
+            current = block.block_hash
+            if current is not None:
+                if current == key:
+                    continue  # already cached under this key
+                if block.block_id in self.partial_block_hash_num_tokens:
+                    self._emit_block_removed_events(self._remove_cached_block_hashes(block))
+            block.block_hash = key  # raises if the block holds another (full) key
             self.cached_block_hash_to_block.insert(key, block)
             new_hashes.append(block_hash)
             if extra_keys:  # 0.10.2's BlockStored has no extra_keys field
@@ -204,6 +223,119 @@ class BlockPool:
             group_idx=group_id,
         )
 
+    # ---------------------------------------------------------------- partial-block keys
+    def cache_partial_block(
+        self,
+        request: Request,
+        block: KVCacheBlock,
+        num_tokens: int,
+        kv_cache_group_id: int,
+        block_size: int,
+        hash_block_size: int,
+    ) -> BlockHashWithGroupId | None:
+        """Make ``block`` reachable from the prefix boundary ``num_tokens`` inside it: key it
+        by ``request.block_hashes[num_tokens // hash_block_size - 1] ‖ group id`` (vLLM 0.33's
+        ``cache_partial_block``, ``block_pool.py:486-603``; docs/semantics.md#partial-block-keys).
+
+        The key becomes the block's primary key when it has none, else a secondary key; a
+        primary partial-block key covering fewer tokens is first replaced (every key of the
+        block removed, one ``BlockRemoved`` each). Nothing changes for a key the block
+        already carries. Events: one ``BlockStored`` per newly registered key, with
+        ``block_size = hash_block_size``, the last ``hash_block_size`` tokens before the
+        boundary and the hash before them as parent. (vLLM's ``replace_existing_hashes``
+        serves Mamba groups only and is not modelled.)
+
+        Returns:
+            The key, or None for the null block (never keyed).
+
+        Raises:
+            KVCacheMisuseError: sizes that are not multiples of ``hash_block_size``, or a
+                boundary beyond the request's hashes.
+        """
+        if block.is_null:
+            return None
+        num_hash_blocks = num_tokens // hash_block_size
+        if (block_size % hash_block_size or num_tokens % hash_block_size
+                or not 0 < num_hash_blocks <= len(request.block_hashes)):
+            raise KVCacheMisuseError(
+                f"cache_partial_block({request.request_id!r}, block {block.block_id}, "
+                f"num_tokens={num_tokens}): needs block size {block_size} and num_tokens "
+                f"multiples of the hash block size {hash_block_size}, within the request's "
+                f"{len(request.block_hashes)} hashes")
+        block_hash = request.block_hashes[num_hash_blocks - 1]
+        key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+        already_cached = (block.block_hash == key
+                          or self.cached_block_hash_to_block.contain(key, block.block_id))
+        shorter = self.partial_block_hash_num_tokens.get(block.block_id)
+        if not already_cached and shorter is not None and shorter < num_tokens:
+            self._emit_block_removed_events(self._remove_cached_block_hashes(block))
+        self._insert_partial_block_hash(key, block, num_tokens)
+        if self.enable_kv_cache_events and not already_cached:
+            self.kv_event_queue.append(self._partial_block_stored_event(
+                request, block_hash, num_hash_blocks, hash_block_size, kv_cache_group_id))
+        return key
+
+    def _insert_partial_block_hash(self, key: BlockHashWithGroupId, block: KVCacheBlock,
+                                   num_tokens: int) -> None:
+        """Key ``block`` by ``key`` (primary if it has none, else secondary); a no-op for a
+        key it already carries."""
+        if block.block_hash == key or self.cached_block_hash_to_block.contain(key,
+                                                                              block.block_id):
+            return
+        if block.block_hash is None:
+            block.block_hash = key
+            self.partial_block_hash_num_tokens[block.block_id] = num_tokens
+        else:
+            self.cached_block_hashes_by_block.setdefault(block.block_id, []).append(key)
+        self.cached_block_hash_to_block.insert(key, block)
+
+    def _partial_block_stored_event(self, request: Request, block_hash: bytes,
+                                    num_hash_blocks: int, hash_block_size: int,
+                                    group_id: int) -> KVCacheEvent:
+        """0.33's ``BlockStored`` of a partial-block key: one hash, one hash block of tokens
+        (the last before the boundary), ``block_size = hash_block_size``."""
+        parent = request.block_hashes[num_hash_blocks - 2] if num_hash_blocks > 1 else None
+        start = (num_hash_blocks - 1) * hash_block_size
+        lora = request.lora_request
+        tagged = self.profile.extra_key_format == "tagged"
+        return self.event_factory.BlockStored(  # type: ignore[no-any-return]
+            block_hashes=(block_hash,),
+            parent_block_hash=parent,
+            token_ids=tuple(request.all_token_ids[start : start + hash_block_size]),
+            block_size=hash_block_size,
+            lora_id=None if lora is None else lora.lora_int_id,
+            medium="GPU",
+            lora_name=(None if lora is None else lora.lora_name) if tagged else None,
+            extra_keys=((self._event_extra_keys(request, num_hash_blocks - 1,
+                                                hash_block_size),) if tagged else None),
+            group_idx=group_id,
+        )
+
+    def cache_keys_of(self, block: KVCacheBlock) -> list[BlockHashWithGroupId]:
+        """Every cache key ``block`` carries: its primary key, then its secondary keys."""
+        if block.block_hash is None:
+            return []
+        return [block.block_hash, *self.cached_block_hashes_by_block.get(block.block_id, ())]
+
+    def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[BlockHashWithGroupId]:
+        """Drop every key of ``block`` from the map (primary first) and reset its hash;
+        returns the keys that were in the map (vLLM 0.33's ``_remove_cached_block_hashes``)."""
+        keys = self.cache_keys_of(block)
+        self.cached_block_hashes_by_block.pop(block.block_id, None)
+        self.partial_block_hash_num_tokens.pop(block.block_id, None)
+        block.reset_hash()
+        pop = self.cached_block_hash_to_block.pop
+        return [key for key in keys if pop(key, block.block_id) is not None]
+
+    def _emit_block_removed_events(self, keys: Sequence[BlockHashWithGroupId]) -> None:
+        """One ``BlockRemoved`` per removed key, in order (events on only)."""
+        if not self.enable_kv_cache_events:
+            return
+        for key in keys:
+            self.kv_event_queue.append(
+                self.event_factory.BlockRemoved(block_hashes=(get_block_hash(key),),
+                                                medium="GPU", group_idx=get_group_id(key)))
+
     def _event_extra_keys(self, request: Request, block_idx: int, block_size: int) -> object:
         """The untagged extra keys of one block, as 0.33's BlockStored publishes them."""
         start = block_idx * block_size
@@ -236,10 +368,16 @@ class BlockPool:
         return ret
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        """Drop ``block``'s key from the map and reset its hash; True if it had one."""
+        """Drop every key of ``block`` from the map (one ``BlockRemoved`` each, primary
+        first) and reset its hash; True if one was in the map."""
         key = block.block_hash
         if key is None:
             return False
+        if self.partial_block_hash_num_tokens or self.cached_block_hashes_by_block:
+            # Some block carries a partial-block key (a coarse full-attention group).
+            removed = self._remove_cached_block_hashes(block)
+            self._emit_block_removed_events(removed)
+            return bool(removed)
         block.reset_hash()
         if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
             return False
@@ -334,6 +472,8 @@ class BlockPool:
         if num_used_blocks != 1:
             return False
         self.cached_block_hash_to_block.clear()
+        self.cached_block_hashes_by_block.clear()
+        self.partial_block_hash_num_tokens.clear()
         for block in self.blocks:
             block.reset_hash()
         if self.enable_kv_cache_events:

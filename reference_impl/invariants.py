@@ -7,8 +7,9 @@
 3. A non-null block is in the free queue iff ``ref_cnt == 0``; the null block is never queued
    and never cached.
 4. ``num_free_blocks`` equals the queue length, and the queue's links are consistent.
-5. The map and the blocks agree: every map entry points at a block carrying that key, and
-   every block carrying a key is in the map under it.
+5. The map and the blocks agree: every map entry points at a block carrying that key (as its
+   primary or a secondary key), and every key a block carries is in the map under it; only
+   a block with a primary key has secondary keys.
 6. (With the manager) each non-null block's ``ref_cnt`` equals the number of block-table
    entries holding it, over every KV-cache group; a held block belongs to one group and a
    cache key on it names that group; a full-attention table never holds the null block, and
@@ -106,20 +107,25 @@ def check_invariants(pool: BlockPool) -> None:
         )
 
     # 5
-    in_map: set[int] = set()
+    in_map: set[tuple[bytes, int]] = set()
     for key, blocks in pool.cached_block_hash_to_block.items():
         for block in blocks:
-            in_map.add(block.block_id)
-            if block.block_hash != key:
+            in_map.add((key, block.block_id))
+            if key not in pool.cache_keys_of(block):
                 problems.append(
                     f"map key {key.hex()[:16]}... points at block {block.block_id}, which "
                     f"carries {None if block.block_hash is None else block.block_hash.hex()[:16]}"
                 )
     problems.extend(
-        f"block {block.block_id} carries key {block.block_hash.hex()[:16]}... but the map "
-        "does not list it"
+        f"block {block.block_id} carries key {key.hex()[:16]}... but the map does not list it"
         for block in pool.blocks
-        if block.block_hash is not None and block.block_id not in in_map
+        for key in pool.cache_keys_of(block)
+        if (key, block.block_id) not in in_map
+    )
+    problems.extend(
+        f"block {block_id} has secondary cache keys but no primary key"
+        for block_id in pool.cached_block_hashes_by_block
+        if pool.blocks[block_id].block_hash is None
     )
     if problems:
         raise InvariantViolation("; ".join(problems))

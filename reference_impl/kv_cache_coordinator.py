@@ -65,6 +65,8 @@ class KVCacheCoordinator:
         skips_blocks: whether some group's attention drops blocks as a request advances
             (sliding window, chunked local); when False, ``remove_skipped_blocks`` has nothing
             to do and the manager does not call it.
+        has_encoder_groups: whether a cross-attention group is sized by the request's
+            encoder tokens.
     """
 
     def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
@@ -85,6 +87,8 @@ class KVCacheCoordinator:
                                           scheduler_block_size)
             for i, spec in enumerate(self.specs))
         self.skips_blocks = not all(isinstance(s, FullAttentionSpec) for s in self.specs)
+        #: Whether some group is sized by the request's encoder tokens (cross attention).
+        self.has_encoder_groups = any(m.uses_encoder_tokens for m in self.single_type_managers)
         #: request id -> 0.33's ``shared_prefix_boundary`` of its last lookup (vLLM's
         #: scheduler stores it on the request); only the hybrid hit search records one.
         self.shared_prefix_boundary: dict[str, int] = {}
@@ -115,7 +119,19 @@ class KVCacheCoordinator:
 
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
                                    new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
-                                   total_computed_tokens: int) -> int:
+                                   total_computed_tokens: int,
+                                   num_encoder_tokens: int = 0) -> int:
+        """Free blocks the allocation consumes, summed over the groups; a cross-attention
+        group is sized by ``num_encoder_tokens`` (no hits, nothing computed), as vLLM's
+        coordinator does."""
+        if self.has_encoder_groups:
+            return sum(
+                manager.get_num_blocks_to_allocate(request_id, num_encoder_tokens, (), 0)
+                if manager.uses_encoder_tokens else
+                manager.get_num_blocks_to_allocate(request_id, num_tokens, hits,
+                                                   total_computed_tokens)
+                for manager, hits in zip(self.single_type_managers, new_computed_blocks,
+                                         strict=True))
         return sum(
             manager.get_num_blocks_to_allocate(request_id, num_tokens, hits,
                                                total_computed_tokens)
@@ -151,9 +167,14 @@ class KVCacheCoordinator:
         for manager, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
             manager.save_new_computed_blocks(request_id, hits)
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> GroupBlocks:
-        return tuple(m.allocate_new_blocks(request_id, num_tokens)
-                     for m in self.single_type_managers)
+    def allocate_new_blocks(self, request_id: str, num_tokens: int,
+                            num_encoder_tokens: int = 0) -> GroupBlocks:
+        """New blocks per group up to ``num_tokens`` slots (a cross-attention group: up to
+        ``num_encoder_tokens``), group by group."""
+        return tuple(
+            m.allocate_new_blocks(request_id,
+                                  num_encoder_tokens if m.uses_encoder_tokens else num_tokens)
+            for m in self.single_type_managers)
 
     def get_num_cacheable_tokens(self, num_tokens: int) -> int:
         return num_tokens
@@ -245,7 +266,10 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
 
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
                                    new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
-                                   total_computed_tokens: int) -> int:
+                                   total_computed_tokens: int,
+                                   num_encoder_tokens: int = 0) -> int:
+        # One group with caching on: never a cross-attention group (KVCacheManager refuses
+        # it), so num_encoder_tokens sizes nothing here.
         return self.manager.get_num_blocks_to_allocate(
             request_id, num_tokens, new_computed_blocks[0], total_computed_tokens)
 
@@ -268,7 +292,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
             self.block_pool.touch(hits)
         self.manager.save_new_computed_blocks(request_id, hits)
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> GroupBlocks:
+    def allocate_new_blocks(self, request_id: str, num_tokens: int,
+                            num_encoder_tokens: int = 0) -> GroupBlocks:
         return (self.manager.allocate_new_blocks(request_id, num_tokens),)
 
     def get_blocks(self, request_id: str) -> GroupBlocks:

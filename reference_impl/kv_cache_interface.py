@@ -3,7 +3,9 @@ fields only).
 
 A spec says how a group's layers use their blocks: ``FullAttentionSpec`` keeps every block,
 ``SlidingWindowSpec`` only needs the last ``sliding_window`` tokens, and
-``ChunkedLocalAttentionSpec`` only the current ``attention_chunk_size``-token chunk. Specs are
+``ChunkedLocalAttentionSpec`` only the current ``attention_chunk_size``-token chunk, and
+``CrossAttentionSpec`` (an encoder-decoder model's decoder reading the encoder's output) holds
+one static allocation for the request's encoder tokens. Specs are
 frozen and compared by value (class included): two groups with equal specs are looked up
 together in a hybrid model's hit search. Page sizes, dtypes and head counts are sizing
 concerns (``kvcheck.reference_impl.sizing``), not modelled here.
@@ -18,6 +20,7 @@ from kvcheck.reference_impl.errors import KVCacheMisuseError
 
 __all__ = [
     "ChunkedLocalAttentionSpec",
+    "CrossAttentionSpec",
     "FullAttentionSpec",
     "KVCacheSpec",
     "SlidingWindowSpec",
@@ -72,8 +75,21 @@ class ChunkedLocalAttentionSpec(KVCacheSpec):
         _positive("attention_chunk_size", self.attention_chunk_size)
 
 
+@dataclass(frozen=True, slots=True)
+class CrossAttentionSpec(KVCacheSpec):
+    """Cross attention of an encoder-decoder model (Whisper): the decoder's cross-attention
+    layers read the encoder's output, ``num_encoder_tokens`` positions computed once per
+    request. Their blocks are one static allocation made when the scheduler schedules the
+    encoder input (``allocate_slots(..., num_encoder_tokens=E)``), kept until the request is
+    freed, never cached nor shared: encoder-decoder models run with prefix caching off
+    (vLLM ``v1/core/single_type_kv_cache_manager.py`` ``CrossAttentionManager``, both
+    releases)."""
+
+
 def get_kv_cache_spec_kind(spec: KVCacheSpec) -> str:
     """The kind name vLLM 0.33's KV events carry (``get_kv_cache_spec_kind``)."""
+    if isinstance(spec, CrossAttentionSpec):
+        return "cross_attention"
     if isinstance(spec, SlidingWindowSpec):
         return "sliding_window"
     if isinstance(spec, ChunkedLocalAttentionSpec):

@@ -50,6 +50,7 @@ from kvcheck.reference_impl.kv_cache_coordinator import (
 )
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     SlidingWindowSpec,
@@ -175,6 +176,7 @@ class KVCacheManager:
         retention = prefix_cache_retention_interval if self.v033 else None
         if self.v033:
             self._validate_retention(retention)
+        self._check_cross_attention(enable_caching)
         self._check_supported(enable_caching, enable_kv_cache_events)
         self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
             specs, num_blocks, profile=self.profile, enable_caching=enable_caching,
@@ -207,16 +209,28 @@ class KVCacheManager:
                 f"prefix_cache_retention_interval ({retention}) must be non-negative and a "
                 f"multiple of scheduler_block_size ({self.scheduler_block_size})")
 
+    def _check_cross_attention(self, enable_caching: bool) -> None:
+        """A cross-attention group only with prefix caching off, as vLLM runs encoder-decoder
+        models."""
+        if enable_caching and any(isinstance(s, CrossAttentionSpec)
+                                  for s in self.kv_cache_specs):
+            raise KVCacheMisuseError(
+                "a cross-attention KV-cache group needs prefix caching off "
+                "(enable_caching=False): encoder-decoder models run without it (vLLM 0.33 "
+                "ModelConfig.is_prefix_caching_supported, 0.10.2 config/__init__.py:3465 "
+                "'Encoder-decoder models do not support chunked prefill nor prefix caching'), "
+                "and vLLM's CrossAttentionManager raises NotImplementedError on a cache lookup")
+
     def _check_supported(self, enable_caching: bool, events: bool) -> None:
+        """Refuse a layout the reference does not reproduce (the message names why).
+
+        A full-attention group whose block exceeds the hash block (0.33) is modelled: it
+        registers partial-block keys (docs/semantics.md#partial-block-keys). Their sub-block
+        hits are not: vLLM 0.33 looks keys up at the hash block only with a Mamba group in
+        "align" mode (``partial_hash_hits_enabled``, ``kv_cache_utils.py:762-801``), a kind
+        the reference has no spec for, so every layout it builds hits at the scheduler block.
+        """
         specs = self.kv_cache_specs
-        if self.v033 and enable_caching:
-            coarse = [s.block_size for s in specs
-                      if isinstance(s, FullAttentionSpec) and s.block_size > self.hash_block_size]
-            if coarse:
-                raise KVCacheMisuseError(
-                    "a full-attention group whose block size exceeds the hash block size "
-                    f"({self.hash_block_size}) registers partial-block cache keys in vLLM 0.33 "
-                    "(_cache_partial_tail_block); the reference does not model them")
         if not self.v033 and enable_caching and events:
             risky = [s for s in specs if isinstance(s, ChunkedLocalAttentionSpec) or (
                 isinstance(s, SlidingWindowSpec) and s.sliding_window - 1 < s.block_size)]
@@ -276,6 +290,7 @@ class KVCacheManager:
         # by position): CPython does not specialize calls of functions with keyword-only
         # parameters, and this is the hot path.
         num_external_computed_tokens: int = 0,
+        num_encoder_tokens: int = 0,
     ) -> GroupBlocks | None:
         """Make room for ``num_new_tokens`` (plus hits, external tokens and lookahead) in
         every group and return only the newly allocated blocks, one list per group in
@@ -291,6 +306,12 @@ class KVCacheManager:
         external blocks are then among the returned ones). ``delay_cache_blocks`` (an
         asynchronous load) caches nothing in this call: ``cache_blocks`` does, later.
 
+        Encoder tokens, ``num_encoder_tokens = E`` (an encoder-decoder model, in the call that
+        schedules the request's encoder input; docs/semantics.md#cross-attention-groups): every
+        cross-attention group's table is sized to ``cdiv(E, block_size)`` blocks, apart from
+        the decoder's tokens; later calls pass 0 (0.10.2 then counts the cross-attention
+        blocks held as a negative need, as it does).
+
         ``new_computed_blocks`` is what ``get_computed_blocks`` returned (one list per group;
         None or empty: no hits). All-or-nothing: returns None when the pool is short, with
         nothing changed but the blocks a window skipped (as in vLLM): not the hits'
@@ -303,7 +324,8 @@ class KVCacheManager:
                 or whose token count is not ``num_new_computed_tokens`` in every group; hits
                 for a request that already holds blocks; hits with caching off; nothing to
                 compute (``num_new_tokens == 0`` without hits; in ``vllm-0.10`` any
-                ``num_new_tokens == 0``).
+                ``num_new_tokens == 0``); ``num_encoder_tokens`` negative, or given to a
+                model without a cross-attention group.
         """
         if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0:
             self._raise_negative(request, num_new_tokens, num_new_computed_tokens,
@@ -338,10 +360,19 @@ class KVCacheManager:
             if self.v033:  # 0.10.2 caches up to the uncapped count
                 total_computed = min(total_computed, self.max_model_len)
 
-        if coordinator.skips_blocks:
+        if coordinator.skips_blocks:  # so does every layout with a cross-attention group
             coordinator.remove_skipped_blocks(
                 request.request_id, total_computed if self.v033 else request.num_computed_tokens)
-        # BlockPool.get_num_free_blocks(), read directly: this runs on every step.
+            if coordinator.has_encoder_groups:
+                return self._allocate_with_encoder(
+                    request, hits, has_hits, num_local_computed, num_computed, total_computed,
+                    num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
+                    num_encoder_tokens, delay_cache_blocks)
+        if num_encoder_tokens:  # refused there (no cross-attention group); one local test here
+            return self._allocate_with_encoder(
+                request, hits, has_hits, num_local_computed, num_computed, total_computed,
+                num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
+                num_encoder_tokens, delay_cache_blocks)
         if coordinator.get_num_blocks_to_allocate(
                 request.request_id, num_tokens_need_slot, hits,
                 num_computed) > self.block_pool.free_block_queue.num_free_blocks:
@@ -358,6 +389,63 @@ class KVCacheManager:
             coordinator.cache_blocks(
                 request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
+
+    def _allocate_with_encoder(self, request: Request,
+                               hits: Sequence[Sequence[KVCacheBlock]], has_hits: bool,
+                               num_local_computed: int, num_computed: int,
+                               total_computed: int, num_new_tokens: int,
+                               num_tokens_need_slot: int, num_external_computed_tokens: int,
+                               num_encoder_tokens: int,
+                               delay_cache_blocks: bool) -> GroupBlocks | None:
+        """``allocate_slots`` from its capacity check on, for a model with cross-attention
+        groups: the same steps, with ``num_encoder_tokens`` sizing those groups (kept apart
+        so that the decoder-only hot path passes no extra argument)."""
+        coordinator = self.coordinator
+        if num_encoder_tokens < 0:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request.request_id!r}): num_encoder_tokens must be >= 0, "
+                f"got {num_encoder_tokens}")
+        if not coordinator.has_encoder_groups:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request.request_id!r}, num_encoder_tokens="
+                f"{num_encoder_tokens}): this model has no cross-attention KV-cache group "
+                "to hold encoder tokens; vLLM's scheduler passes them only for an "
+                "encoder-decoder model (a decoder-only model passes 0)")
+        if coordinator.get_num_blocks_to_allocate(
+                request.request_id, num_tokens_need_slot, hits, num_computed,
+                num_encoder_tokens) > self.block_pool.free_block_queue.num_free_blocks:
+            return None
+        if not self.v033:
+            self._check_v010_encoder_need(request.request_id, num_tokens_need_slot,
+                                          num_encoder_tokens)
+        if has_hits or num_external_computed_tokens:
+            coordinator.add_computed_blocks(request.request_id, hits, num_local_computed,
+                                            num_external_computed_tokens)
+        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot,
+                                                     num_encoder_tokens)
+        if self.enable_caching and not delay_cache_blocks:  # never with cross attention
+            coordinator.cache_blocks(
+                request, min(total_computed + num_new_tokens, request.num_tokens))
+        return new_blocks
+
+    def _check_v010_encoder_need(self, request_id: str, num_tokens: int,
+                                 num_encoder_tokens: int) -> None:
+        """vLLM 0.10.2's capacity check counts a running request's cross-attention blocks as
+        a negative need (``0 - held``), so it passes a step the pool cannot serve, and
+        ``BlockPool.get_new_blocks`` then raises ``ValueError`` midway (a real bug, not
+        reproduced: raised here before anything changes, naming it)."""
+        need = sum(
+            max(0, cdiv(num_encoder_tokens if m.uses_encoder_tokens else num_tokens,
+                        m.block_size) - len(m.req_to_blocks.get(request_id, ())))
+            for m in self.coordinator.single_type_managers)
+        free = self.block_pool.free_block_queue.num_free_blocks
+        if need > free:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request_id!r}): vLLM 0.10.2 raises ValueError('Cannot get "
+                f"{need} free blocks from the pool') here: its capacity check counts the "
+                "cross-attention blocks a running request holds as a negative need "
+                f"(single_type_kv_cache_manager.py:59-86), so a step needing {need} blocks "
+                f"passes with {free} free (vLLM 0.33 returns None)")
 
     def _external_tokens(self, request: Request, num_new_tokens: int,
                          num_new_computed_tokens: int, num_external: int) -> tuple[int, int]:

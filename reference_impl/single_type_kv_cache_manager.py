@@ -33,6 +33,7 @@ from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     SlidingWindowSpec,
@@ -47,6 +48,7 @@ GroupBlocks = tuple[list[KVCacheBlock], ...]
 
 __all__ = [
     "ChunkedLocalAttentionManager",
+    "CrossAttentionManager",
     "FullAttentionManager",
     "SingleTypeKVCacheManager",
     "SlidingWindowManager",
@@ -104,6 +106,10 @@ class SingleTypeKVCacheManager:
         shared_prefix_boundary: the coordinator's request id -> 0.33 shared-prefix boundary
             of the request's last lookup.
     """
+
+    #: Whether the coordinator sizes this group by the request's encoder tokens
+    #: (``CrossAttentionManager``) rather than by the decoder's tokens.
+    uses_encoder_tokens = False
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
                  kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
@@ -288,6 +294,12 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     Its methods are the one-group hot path (every request of a single-group model runs
     through them): they skip the generic skip-aware arithmetic, which is 0 here, and look a
     single group's keys up without building per-block lists.
+
+    A group whose block is larger than the hash block (a hybrid model under vLLM 0.33) also
+    registers the prompt's partial-block key (docs/semantics.md#partial-block-keys): setting
+    ``hash_block_size`` below the block size binds ``cache_blocks`` of that instance to
+    ``cache_blocks_with_partial_tail_block``, so the one-group path pays nothing for it (a
+    subclass changes that path through ``_cache_partial_tail_block``).
     """
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
@@ -296,6 +308,24 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, profile,
                          enable_caching, scheduler_block_size)
         self._key_suffix = group_id_suffix(kv_cache_group_id)
+
+    @property
+    def hash_block_size(self) -> int:
+        """Block size of the request's hashes (set by the coordinator; default: this
+        group's)."""
+        return self._hash_block_size
+
+    @hash_block_size.setter
+    def hash_block_size(self, hash_block_size: int) -> None:
+        # Never vars(self) here: a materialised __dict__ slows every attribute read of the
+        # instance (CPython's inline values), the one-group hot path's included.
+        was_coarse = getattr(self, "_hash_block_size", self.block_size) < self.block_size
+        self._hash_block_size = hash_block_size
+        if hash_block_size < self.block_size:
+            self.cache_blocks = (  # type: ignore[method-assign]
+                self.cache_blocks_with_partial_tail_block)
+        elif was_coarse:
+            del self.cache_blocks
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Nothing is skipped in full attention."""
@@ -369,9 +399,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         return computed, hit_length
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        # KVCacheManager only models full attention at the hash block size (it refuses a
-        # coarser full-attention group), so the keys are the request's own hashes and there
-        # is no null block and no mask: no hash view to build.
+        # At the hash block size (an instance of a coarser group runs
+        # cache_blocks_with_partial_tail_block instead): the keys are the request's own
+        # hashes and there is no null block and no mask: no hash view to build.
         rid = request.request_id
         num_cached = self.num_cached_block.get(rid, 0)
         bs = self.block_size
@@ -381,6 +411,32 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         self.block_pool.cache_full_blocks(request, self.req_to_blocks[rid], num_cached,
                                           num_full, bs, self.kv_cache_group_id)
         self.num_cached_block[rid] = num_full
+
+    def cache_blocks_with_partial_tail_block(self, request: Request, num_tokens: int) -> None:
+        """vLLM 0.33's ``FullAttentionManager.cache_blocks`` for a block larger than the hash
+        block (``single_type_kv_cache_manager.py:840-857``): the full blocks within
+        ``num_tokens`` keyed at this group's block size, then, on every call, the prompt's
+        partial-block key (``_cache_partial_tail_block``)."""
+        SingleTypeKVCacheManager.cache_blocks(self, request, num_tokens)
+        self._cache_partial_tail_block(request, num_tokens)
+
+    def _cache_partial_tail_block(self, request: Request, num_tokens: int) -> None:
+        """Key the block holding the prompt's last hash boundary ``b = min((num_prompt_tokens
+        - 1) // hbs, len(block_hashes)) * hbs`` by the hash at ``b`` (vLLM 0.33's
+        ``_cache_partial_tail_block``, ``:859-897``, without EAGLE): only that boundary,
+        never the others inside a block; nothing when ``b`` is 0, past ``num_tokens`` (the
+        hybrid coordinator rounds it down to the scheduler block, so the block is full and
+        keyed already), block-aligned, or in a block the request does not hold."""
+        hbs = self.hash_block_size
+        boundary = min((request.num_prompt_tokens - 1) // hbs, len(request.block_hashes)) * hbs
+        if boundary == 0 or boundary > num_tokens or boundary % self.block_size == 0:
+            return
+        blocks = self.req_to_blocks.get(request.request_id, ())
+        block_idx = boundary // self.block_size
+        if block_idx >= len(blocks):
+            return
+        self.block_pool.cache_partial_block(request, blocks[block_idx], boundary,
+                                            self.kv_cache_group_id, self.block_size, hbs)
 
     def get_num_common_prefix_blocks(self, request_id: str, num_running_requests: int) -> int:
         n = 0
@@ -526,6 +582,50 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         return computed, len(computed[0]) * bs
 
 
+class CrossAttentionManager(SingleTypeKVCacheManager):
+    """Cross attention (``CrossAttentionSpec``): the request's encoder tokens get one static
+    allocation, ``cdiv(num_encoder_tokens, block_size)`` blocks, in the ``allocate_slots``
+    call that schedules the encoder input (the coordinator passes ``num_encoder_tokens`` here
+    in place of the decoder's token count); nothing is skipped, hit, cached or shared, and
+    the blocks are freed with the request.
+
+    A later step passes ``num_encoder_tokens = 0``: vLLM 0.33 then needs no block for this
+    group (``max(0 - held, 0)``), while 0.10.2's ``get_num_blocks_to_allocate`` counts
+    ``0 - held``, a negative number that lowers the whole step's need by the blocks this
+    group holds (``single_type_kv_cache_manager.py:59-86``, no clamp): the base class's
+    arithmetic, kept as vLLM has it.
+
+    Only valid with prefix caching off (``KVCacheManager`` refuses a cross-attention group
+    with caching on): vLLM's ``find_longest_cache_hit`` raises ``NotImplementedError`` and
+    ``cache_blocks`` raises ``ValueError`` (0.33 ``:2138-2196``, 0.10.2 ``:606-654``).
+    """
+
+    #: The coordinator passes ``num_encoder_tokens`` to this group instead of the decoder's
+    #: token count (vLLM's ``isinstance(manager, CrossAttentionManager)`` test).
+    uses_encoder_tokens = True
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               group_ids: Sequence[int], alignment_tokens: int,
+                               ) -> tuple[GroupBlocks, int]:
+        raise KVCacheMisuseError("a cross-attention group never hits: vLLM's "
+                                 "CrossAttentionManager does not support caching")
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        raise KVCacheMisuseError("a cross-attention group caches nothing (vLLM: 'Should not "
+                                 "be called as prefix caching is disabled.')")
+
+    def add_local_computed_blocks(self, request_id: str,
+                                  new_computed_blocks: Sequence[KVCacheBlock],
+                                  num_local_computed_tokens: int,
+                                  num_external_computed_tokens: int = 0) -> None:
+        # vLLM asserts the hits are empty and records nothing (0.33 ``:2141-2150``).
+        assert not new_computed_blocks, "a cross-attention group gets no prefix-cache hits"
+
+    def allocate_external_computed_blocks(self, request_id: str, num_local_computed_tokens: int,
+                                          num_external_computed_tokens: int) -> None:
+        return  # no external KV loads into cross attention (0.33 ``:2152-2160``)
+
+
 def get_manager_for_kv_cache_spec(spec: KVCacheSpec, block_pool: BlockPool, group_id: int,
                                   profile: ProfileBehaviour, enable_caching: bool,
                                   scheduler_block_size: int) -> SingleTypeKVCacheManager:
@@ -543,4 +643,7 @@ def get_manager_for_kv_cache_spec(spec: KVCacheSpec, block_pool: BlockPool, grou
     if isinstance(spec, FullAttentionSpec):
         return FullAttentionManager(spec, block_pool, group_id, profile, enable_caching,
                                     scheduler_block_size)
+    if isinstance(spec, CrossAttentionSpec):
+        return CrossAttentionManager(spec, block_pool, group_id, profile, enable_caching,
+                                     scheduler_block_size)
     raise KVCacheMisuseError(f"no manager for KV-cache spec {spec!r}")

@@ -31,7 +31,8 @@ from kvcheck.wire.values import events_from_wire, param_from_wire, to_wire
 __all__ = ["Server", "main"]
 
 #: Results that need ``to_wire`` (bytes, events, dataclasses); the rest msgspec encodes as is.
-_CONVERTED_RESULTS = frozenset({"bytes", "list[bytes]", "list[KVEvent]", "KVSizingPlan"})
+_CONVERTED_RESULTS = frozenset({"bytes", "list[bytes]", "list[KVEvent]", "KVSizingPlan",
+                                "KVFeatureDefaults"})
 
 
 #: Capabilities protocol v1 does not carry (an engine declaring one is refused at ``init``).
@@ -100,7 +101,9 @@ class Server:
             return made
         sizing = METHODS["sizing"].get(str(method))
         if sizing is not None and self.impl.has("sizing"):
-            function = getattr(self.impl.module, sizing.name)
+            function = getattr(self.impl.module, sizing.name, None)
+            if function is None:  # an optional sizing function the module does not define
+                raise UnsupportedSpec(f"{self.impl.name} does not define {sizing.name}")
             return _result(sizing, function(*_args(sizing, params)))
         raise LookupError(f"unknown method {method!r}")
 

@@ -20,7 +20,13 @@ from typing import Any, Final
 
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView, spec_from_dict, spec_to_dict
-from kvcheck.conformance.sizing_protocol import KVCacheTensorPlan, KVSizingPlan, LayerKVSpec
+from kvcheck.conformance.sizing_protocol import (
+    KVCacheTensorPlan,
+    KVFeatureDefaults,
+    KVModelFacts,
+    KVSizingPlan,
+    LayerKVSpec,
+)
 from kvcheck.wire.errors import WireValueError
 
 __all__ = ["HASH_FIELDS", "WireValueError", "batch_to_wire", "events_from_wire",
@@ -164,6 +170,7 @@ _PARAMS: Final[dict[str, Callable[[Any], object]]] = {
     "LayerKVSpec": _layer,
     "Mapping[str, LayerKVSpec]": lambda raw: {k: _layer(v) for k, v in raw.items()},
     "Sequence[LayerKVSpec]": lambda raw: [_layer(v) for v in raw],
+    "KVModelFacts": lambda raw: KVModelFacts(**raw),
     "bytes": lambda raw: _hex(raw, "bytes parameter"),
 }
 
@@ -200,6 +207,14 @@ def result_from_wire(method: str, annotation: str, value: object, *,
             return _plan(value)
         except (TypeError, KeyError) as exc:
             raise WireValueError(f"{method} answer is not a sizing plan: {exc}") from None
+    if annotation == "KVFeatureDefaults":
+        if not isinstance(value, dict):
+            raise WireValueError(f"{method} answer is not an object: {value!r:.80}")
+        try:
+            return KVFeatureDefaults(value["enable_prefix_caching"],
+                                     value["enable_chunked_prefill"], tuple(value["reasons"]))
+        except (TypeError, KeyError) as exc:
+            raise WireValueError(f"{method} answer is not a KVFeatureDefaults: {exc}") from None
     if annotation.startswith("tuple[") and isinstance(value, list):
         return tuple(value)
     return value

@@ -32,8 +32,10 @@ IMPL_INFO = replace(_BASE, name="vllm-sizing", capabilities=_BASE.capabilities |
 _FACTS = """
 import json
 import kvcheck.adapters.vllm as a
+import kvcheck.adapters.vllm_feature_defaults as f
 import kvcheck.adapters.vllm_sizing as s
-print(json.dumps({"profile": a.IMPL_INFO.profile, "sizing_profile": s.SIZING_PROFILE}))
+print(json.dumps({"profile": a.IMPL_INFO.profile, "sizing_profile": s.SIZING_PROFILE,
+                  "feature_profile": f.FEATURE_PROFILE}))
 """
 
 
@@ -44,7 +46,7 @@ def test_sizing_profile_is_the_adapters_profile() -> None:
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert facts["sizing_profile"] == facts["profile"], facts
+    assert facts["sizing_profile"] == facts["profile"] == facts["feature_profile"], facts
 
 
 @needs_vllm

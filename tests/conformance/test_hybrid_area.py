@@ -30,6 +30,11 @@ GOLDEN, LAWS, DIFFERENTIAL = ("test_hybrid_golden", "test_hybrid_laws_hold_under
 BOUNDARY_033 = "test_v033_window_hits_inside_the_window_consume_free_blocks"
 BOUNDARY_010 = "test_v010_window_hits_in_the_free_queue_consume_free_blocks"
 FIXED_POINT = "test_hit_length_iterates_to_a_fixed_point"
+#: 0.33's partial-block keys (skipped under 0.10: one block size with caching).
+PARTIAL = "test_partial_block_keys"
+CROSS = "test_cross_attention_golden"
+#: Encoder-decoder layouts (both profiles).
+CROSS_ATTENTION = {CROSS, "test_cross_attention_with_prefix_caching_is_refused"}
 #: Scenario tests both profiles run (each names the rule it checks).
 SCENARIOS = {"test_every_layout_vllm_accepts_is_accepted",
              "test_groups_of_one_spec_are_searched_together",
@@ -61,6 +66,22 @@ MUTANTS: dict[tuple[str, str], set[str]] = {
     ("hybrid_hit_length_two_rounds", "vllm-0.33"): {FIXED_POINT},
     # Window law for chunked-local groups (G4 row 4 nulls the finished chunk).
     ("hybrid_chunk_keeps_finished", "vllm-0.33"): {GOLDEN, LAWS},
+    # Cross attention: the table-length law (cdiv(encoder tokens, block size) blocks) and
+    # the recorded answers.
+    ("hybrid_cross_sized_by_decoder", "vllm-0.33"): {CROSS, LAWS, DIFFERENTIAL},
+    ("hybrid_cross_sized_by_decoder", "vllm-0.10"): {CROSS, LAWS},
+    # Only a step at a full pool shows it (the recorded refusal raises instead).
+    ("hybrid_cross_need_unclamped", "vllm-0.33"): {CROSS},
+    # The null-block law of a cross-attention group (it skips nothing).
+    ("hybrid_cross_window_nulls", "vllm-0.33"): {CROSS, LAWS, DIFFERENTIAL},
+    ("hybrid_cross_window_nulls", "vllm-0.10"): {CROSS, LAWS},
+    # Partial-block keys show in the KV events only: the recorded scenarios and the
+    # differential (events on; the random layouts include coarse full-attention groups).
+    ("hybrid_partial_every_boundary", "vllm-0.33"): {PARTIAL, DIFFERENTIAL},
+    ("hybrid_partial_key_kept_on_eviction", "vllm-0.33"): {PARTIAL, DIFFERENTIAL},
+    # The differential's first 15 examples show no difference (its first 30 do); the
+    # recorded scenarios show the order of the two keys' events.
+    ("hybrid_partial_before_full", "vllm-0.33"): {PARTIAL},
 }
 
 def _run_area(pytester: pytest.Pytester, impl: str, profile: str,
@@ -96,6 +117,6 @@ def test_reference_passes_hybrid_area(pytester: pytest.Pytester, profile: str) -
     assert not failed, failed
     # Each profile's own free-block boundary test runs (the other profile's is skipped), and
     # the fixed-point scenarios under 0.33 only (0.10.2 hybrids have two kinds).
-    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT, *RETENTION_033},
+    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT, PARTIAL, *RETENTION_033},
            "vllm-0.10": {BOUNDARY_010}}[profile]
-    assert passed == {GOLDEN, LAWS, DIFFERENTIAL} | SCENARIOS | own, passed
+    assert passed == {GOLDEN, LAWS, DIFFERENTIAL} | SCENARIOS | CROSS_ATTENTION | own, passed

@@ -225,11 +225,12 @@ def test_layouts_stay_within_the_profile(profile: str) -> None:
     for draw in range(200):
         groups, retention = layout_for(profile, kinds, 2, draw)
         sizes = {g.block_size or 2 for g in groups}
-        # The hash block is the smallest size and divides every other; the scheduler block is
-        # their lcm, which need not be a group's size (0.33: full attention with windows of
-        # 2 and 3 blocks).
+        # Every size is a multiple of the drawn block size, so the hash block (their gcd) is
+        # too; neither it nor the scheduler block (their lcm) need be a group's size (0.33:
+        # full attention with windows of 2 and 3 blocks; full attention of 2 blocks beside a
+        # window of 3, hashed at 1).
         lcm = math.lcm(*sizes)
-        assert all(s % min(sizes) == 0 for s in sizes), groups
+        assert all(s % 2 == 0 for s in sizes), groups
         for g in groups:
             if g.kind == "sliding_window":
                 assert g.sliding_window is not None and 2 <= g.sliding_window <= 32
@@ -282,3 +283,72 @@ def test_trace_spec_groups_are_checked(tmp_path: Path, groups: object, retention
     path.write_text(json.dumps({"trace_version": 1, "impl": "x", "spec": raw, "ops": []}))
     with pytest.raises(TraceError, match=words.replace("[", r"\[").replace("(", r"\(")):
         load_trace(path)
+
+
+def test_encoder_decoder_trace_round_trips(tmp_path: Path) -> None:
+    spec = KVCacheSpec(num_blocks=9, block_size=2, enable_caching=False,
+                       kv_cache_groups=(KVCacheGroupSpec("full_attention", 2),
+                                        KVCacheGroupSpec("cross_attention", 2)))
+    ops = [add("a", [1, 2, 3], encoder=6), schedule("a")]
+    path = write_trace("t", "reference", spec, ops, directory=tmp_path)
+    trace = load_trace(path)
+    assert (trace["spec"], trace["ops"]) == (spec, ops)
+
+
+@pytest.mark.parametrize(("groups", "encoder", "words"), [
+    ([{"kind": "full_attention"}], 6, "no cross_attention group to hold them"),
+    ([{"kind": "cross_attention"}], 0, "field 'encoder'=0"),
+    ([{"kind": "cross_attention"}], "6", "field 'encoder'='6'"),
+    ([{"kind": "cross_attention", "sliding_window": 4}], 6, "sliding_window is set"),
+])
+def test_trace_encoder_tokens_are_checked(tmp_path: Path, groups: object, encoder: object,
+                                          words: str) -> None:
+    raw: dict[str, Any] = spec_to_dict(SPEC)
+    raw["kv_cache_groups"] = groups
+    raw["enable_caching"] = False
+    ops = [{"op": "add", "rid": "a", "prompt": [1, 2], "encoder": encoder}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"trace_version": 1, "impl": "x", "spec": raw, "ops": ops}))
+    with pytest.raises(TraceError, match=words.replace("[", r"\[").replace("(", r"\(")):
+        load_trace(path)
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10"])
+def test_encoder_decoder_layouts_only_with_caching_off(profile: str) -> None:
+    """Cross-attention layouts are drawn in half of the caching-off draws (never with caching
+    on, which vLLM does not run), and caching-on draws are the table's as before."""
+    kinds = ("full_attention", "sliding_window", "chunked_local_attention", "cross_attention")
+    drawn_off = [layout_for(profile, kinds, 2, d, enable_caching=False)[0] for d in range(60)]
+    cross = [g for g in drawn_off if any(x.kind == "cross_attention" for x in g)]
+    assert len(cross) == 30
+    for draw in range(60):
+        on = layout_for(profile, kinds, 2, draw)[0]
+        assert not any(g.kind == "cross_attention" for g in on)
+        assert on == layout_for(profile, kinds[:3], 2, draw)[0]
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10"])
+def test_a_decode_past_a_full_pool_with_cross_attention(profile: str) -> None:
+    """The decode step needing a decoder block a full pool lacks: under 0.33 the
+    implementation refuses it; under 0.10 the driver does not make the call (vLLM 0.10.2
+    raises ValueError there, a bug not reproduced), answers it as refused and says why in the
+    repro."""
+    from kvcheck.conformance.loader import load_impl
+
+    spec = KVCacheSpec(num_blocks=7, block_size=2, enable_caching=False, profile=profile,
+                       kv_cache_groups=(KVCacheGroupSpec("full_attention", 2),
+                                        KVCacheGroupSpec("cross_attention", 2)))
+    driver = Driver(load_impl("reference"), spec)
+    assert driver.apply(add("a", range(100, 105), encoder=6)) == {}
+    assert driver.apply(schedule("a"))["new"] == [[1, 2, 3], [4, 5, 6]]
+    assert driver.apply(decode("a"))["new"] == [[], []]
+    calls = len(driver.lines)
+    assert driver.apply(decode("a")) == {"new": None}
+    made = [line for line in driver.lines[calls:] if line.startswith("m.allocate_slots")]
+    if profile == "vllm-0.33":
+        assert len(made) == 1 and made[0].endswith("# -> None")
+    else:
+        assert not made
+        assert "not called: vLLM 0.10.2 raises ValueError" in driver.lines[-1]
+    assert driver.tables() == {"a": [[1, 2, 3], [4, 5, 6]]}
+    assert not check_laws(driver)

@@ -2,12 +2,12 @@
 manager runs one mutated class on grouped specs (``kv_cache_groups``).
 
 A hybrid mutant states its one bug as a subclass of a reference per-group manager
-(``SlidingWindowManager``...) or coordinator and calls ``build_hybrid``; right after the
-reference builds its coordinator, every per-group manager of the named class (exactly that
-class) and the coordinator, if its class is the named one's base, are switched to the mutant
-subclass. Single-group specs get the unmutated reference (``_mutant_base.build``), so the
-mutant differs from the reference by exactly one bug, in hybrid models only. The hybrid
-capabilities (which ``build`` drops) are declared again.
+(``SlidingWindowManager``...), coordinator or ``BlockPool`` and calls ``build_hybrid``; right
+after the reference builds its coordinator, every per-group manager of the named class
+(exactly that class), the coordinator, if its class is the named one's base, and the pool
+are switched to the mutant subclass. Single-group specs get the unmutated reference
+(``_mutant_base.build``), so the mutant differs from the reference by exactly one bug, in
+hybrid models only. The hybrid capabilities (which ``build`` drops) are declared again.
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ __all__ = ["build_hybrid"]
 
 def build_hybrid(
     name: str, *, managers: Mapping[type, type] | None = None,
-    coordinator: type | None = None,
+    coordinator: type | None = None, pool: type | None = None,
 ) -> tuple[ImplInfo, Callable[[KVCacheSpec], Any], Callable[[KVCacheSpec], Any]]:
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for the hybrid mutant ``name``:
     ``managers`` maps a reference per-group manager class to its mutant subclass;
-    ``coordinator`` is a mutant subclass of one reference coordinator class."""
+    ``coordinator`` is a mutant subclass of one reference coordinator class; ``pool`` a
+    subclass of ``BlockPool`` adding no state (the built pool is switched to it)."""
     info, make_single, make_pool = build(name)
     # build() leaves the hybrid capabilities out (its managers are single-group ones).
     hybrid_caps = REFERENCE_INFO.capabilities & {"kv_cache_groups", "sliding_window",
-                                                 "chunked_local_attention"}
+                                                 "chunked_local_attention", "cross_attention"}
     info = replace(info, capabilities=info.capabilities | hybrid_caps)
     swaps = dict(managers or {})
 
@@ -43,6 +44,8 @@ def build_hybrid(
         def __init__(self, spec: KVCacheSpec) -> None:
             super().__init__(spec)
             swap_classes(self.manager, swaps, coordinator)
+            if pool is not None:
+                self.manager.block_pool.__class__ = pool
 
     def make_kv_cache_manager(spec: KVCacheSpec) -> Any:
         if spec.kv_cache_groups:

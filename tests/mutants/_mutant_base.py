@@ -113,6 +113,9 @@ def swap_classes(manager: KVCacheManager, managers: dict[type, type],
         mutant = managers.get(type(group))
         if mutant is not None:
             group.__class__ = mutant
+            # Re-set: a FullAttentionManager larger than the hash block binds its caching
+            # step per instance (to the mutant's method now).
+            group.hash_block_size = group.hash_block_size
         if pool is not None:
             group.block_pool, group.null_block = pool, pool.null_block
     if isinstance(coord, UnitaryKVCacheCoordinator):
@@ -224,6 +227,7 @@ def build(
         # mutant must import with only tests/mutants on the path (README's replay commands).
         capabilities=REFERENCE_INFO.capabilities - {
             "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
+            "cross_attention",
             "sizing", "offload"} - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,

@@ -260,7 +260,7 @@ def test_reference_passes_whole_suite(pytester: pytest.Pytester, profile: str) -
     result.stdout.fnmatch_lines([
         "kvcheck: reference * (kvcheck.adapters.reference) profile=vllm-0.33 seed=derandomized*",
         ("*capabilities: batch_metadata, block_hashes, block_pool, caching_off, "
-         "chunked_local_attention, event_wire, events*"),
+         "chunked_local_attention, cross_attention, event_wire, events*"),
         "*kvcheck conformance: reference*",
         "*allocation*",
         "*eviction*",

@@ -255,11 +255,6 @@ def test_chunked_local_block_size_must_equal_alignment() -> None:
         m.get_computed_blocks(m.make_request("A", list(range(100, 120))))
 
 
-def test_coarse_full_attention_group_not_modelled() -> None:
-    with pytest.raises(KVCacheMisuseError, match="partial-block cache keys"):
-        manager([FullAttentionSpec(4), SWA4])
-
-
 @pytest.mark.parametrize("profile", [V033, V010])
 def test_allocate_nothing_to_compute(profile: str) -> None:
     m = manager([FULL2, SWA4], profile)

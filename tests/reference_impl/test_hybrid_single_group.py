@@ -59,7 +59,10 @@ def generic_manager(num_blocks: int, block_size: int, caching: bool,
         m.kv_cache_specs, num_blocks, profile=m.profile, enable_caching=caching,
         enable_kv_cache_events=True, scheduler_block_size=block_size,
         hash_block_size=block_size, retention_interval=None)
-    coordinator.single_type_managers[0].__class__ = GenericFullAttention
+    generic = coordinator.single_type_managers[0]
+    generic.__class__ = GenericFullAttention
+    # FullAttentionManager keeps it behind a property, which the generic class does not have.
+    generic.hash_block_size = block_size
     coordinator.skips_blocks = True  # run remove_skipped_blocks too (it must skip nothing)
     m.coordinator = coordinator
     m.block_pool = coordinator.block_pool

@@ -12,7 +12,13 @@ import pytest
 
 from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, RequestView
-from kvcheck.conformance.sizing_protocol import KVCacheTensorPlan, KVSizingPlan, LayerKVSpec
+from kvcheck.conformance.sizing_protocol import (
+    KVCacheTensorPlan,
+    KVFeatureDefaults,
+    KVModelFacts,
+    KVSizingPlan,
+    LayerKVSpec,
+)
 from kvcheck.wire.methods import METHODS
 from kvcheck.wire.values import (
     WireValueError,
@@ -120,3 +126,17 @@ def test_a_sizing_plan_and_tuples_come_back_typed() -> None:
                         dtype="float16")
     assert param_from_wire("LayerKVSpec", msgspec.json.decode(
         msgspec.json.encode(to_wire(layer)))) == layer
+
+
+def test_model_facts_and_feature_defaults_come_back_typed() -> None:
+    """``kv_feature_defaults``: the model facts sent as an object of their fields, the answer
+    rebuilt as a ``KVFeatureDefaults`` (reasons a tuple)."""
+    model = KVModelFacts(runner="pooling", is_causal=False, enable_prefix_caching=True,
+                         seq_pooling_type="MEAN")
+    assert param_from_wire("KVModelFacts", msgspec.json.decode(
+        msgspec.json.encode(to_wire(model)))) == model
+    answer = KVFeatureDefaults(False, True, ("attention_free", "user"))
+    assert result_from_wire("kv_feature_defaults", "KVFeatureDefaults", msgspec.json.decode(
+        msgspec.json.encode(to_wire(answer)))) == answer
+    with pytest.raises(WireValueError, match="kv_feature_defaults answer"):
+        result_from_wire("kv_feature_defaults", "KVFeatureDefaults", [True, True, []])
