@@ -30,7 +30,8 @@ from kvcheck.conformance.workload_machine import run_workload_machine, spec_fiel
 from kvcheck.plugin.cli import main
 
 SUITE = Path(kvcheck.conformance.__file__).resolve().parent
-NO_HYBRID = '{"kv_cache_groups", "sliding_window", "chunked_local_attention"}'
+NO_HYBRID = ('{"kv_cache_groups", "sliding_window", "chunked_local_attention", '
+             '"cross_attention"}')
 MODULE_LEVEL = '{"block_pool", "kernels", "sizing", "offload"}'
 
 
@@ -297,8 +298,10 @@ def test_golden_scenarios_outside_the_declared_block_sizes_are_skipped(
     ('{"manager", "sliding_window"}', "declares 'sliding_window' without 'kv_cache_groups'"),
     ('{"manager", "chunked_local_attention"}',
      "declares 'chunked_local_attention' without 'kv_cache_groups'"),
+    ('{"manager", "cross_attention"}', "declares 'cross_attention' without 'kv_cache_groups'"),
     ('{"block_pool", "kv_cache_groups"}', "declares 'kv_cache_groups' without 'manager'"),
-], ids=["sliding_window-alone", "chunked_local_attention-alone", "kv_cache_groups-no-manager"])
+], ids=["sliding_window-alone", "chunked_local_attention-alone", "cross_attention-alone",
+        "kv_cache_groups-no-manager"])
 def test_capabilities_that_could_never_be_tested(caps: str, words: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Was: accepted, and every test of the capability skipped for lacking the other one (a
