@@ -208,21 +208,20 @@ def _supported_033(model: KVModelFacts) -> tuple[bool, bool, str]:
     return True, True, ""
 
 
+def _user_or_default(choice: bool | None, supported: bool, why: str,
+                     reasons: set[str]) -> bool:
+    """0.33: the user's explicit choice wins; unset, the model's support decides. The reason
+    for an off flag goes into ``reasons`` (``"user"`` for an explicit off)."""
+    value = supported if choice is None else choice
+    if not value:
+        reasons.add(why if choice is None else "user")
+    return value
+
+
 def _rule_033(model: KVModelFacts, reasons: set[str]) -> tuple[bool, bool]:
     chunked_ok, prefix_ok, why = _supported_033(model)
-    chunked, prefix = model.enable_chunked_prefill, model.enable_prefix_caching
-    if chunked is None:
-        chunked = chunked_ok
-        if not chunked:
-            reasons.add(why)
-    elif not chunked:
-        reasons.add("user")
-    if prefix is None:
-        prefix = prefix_ok
-        if not prefix:
-            reasons.add(why)
-    elif not prefix:
-        reasons.add("user")
+    chunked = _user_or_default(model.enable_chunked_prefill, chunked_ok, why, reasons)
+    prefix = _user_or_default(model.enable_prefix_caching, prefix_ok, why, reasons)
     if model.is_encoder_decoder:
         chunked = False
         reasons.add("encoder_decoder")
