@@ -47,6 +47,7 @@ from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
     FullAttentionSpec,
+    MambaSpec,
     SlidingWindowSpec,
     kv_cache_event_metadata,
 )
@@ -94,6 +95,7 @@ IMPL_INFO = ImplInfo(
          "kernels", "batch_metadata",
          # Hybrid models: several KV-cache groups over one pool (ReferenceManager).
          "kv_cache_groups", "sliding_window", "chunked_local_attention", "cross_attention",
+         "mamba",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
          "sizing",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
@@ -140,6 +142,12 @@ def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
         return ChunkedLocalAttentionSpec(block_size, group.attention_chunk_size)
     if group.kind == "cross_attention":
         return CrossAttentionSpec(block_size)
+    if group.kind == "mamba":
+        try:
+            return MambaSpec(block_size, group.mamba_cache_mode or "none",
+                             group.num_speculative_blocks)
+        except KVCacheMisuseError as exc:
+            raise KVCheckInputError(f"kv_cache_groups[{index}]: {exc}") from None
     raise KVCheckInputError(f"kv_cache_groups[{index}]: unknown kind {group.kind!r}")
 
 
@@ -419,6 +427,9 @@ class ReferenceManager:
             raise UnsupportedSpec("evict_blocks: vLLM 0.10.2 has no evict_blocks (vllm-0.33 "
                                   "and generic have it)")
         self.manager.evict_blocks(block_ids)
+
+    def new_step_starts(self) -> None:
+        self.manager.new_step_starts()
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)

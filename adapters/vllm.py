@@ -199,7 +199,7 @@ else:
 # coordinator and the sliding-window and chunked-local specs; the configurations a release
 # refuses are declined per spec (UnsupportedSpec).
 _capabilities.update({"kv_cache_groups", "sliding_window", "chunked_local_attention",
-                      "cross_attention"})
+                      "cross_attention", "mamba"})
 if LEGACY_HYBRID:
     _notes.append("kv_cache_groups: this release's hybrid coordinator takes one full-attention "
                   "and one other spec of one block size with prefix caching on; other layouts "

@@ -40,6 +40,7 @@ from kvcheck.adapters.vllm_runtime import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheManager,
+    MambaSpec,
     SlidingWindowSpec,
     accepting,
     torch,
@@ -103,6 +104,14 @@ def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> _VllmAttentionS
         common["attention_chunk_size"] = group.attention_chunk_size
     elif group.kind == "cross_attention":
         cls = CrossAttentionSpec
+    elif group.kind == "mamba":
+        # Dummy state shapes and dtypes (the manager never reads the page layout); 0.10.2's
+        # MambaSpec has no mamba_cache_mode (``accepting`` drops it there).
+        mamba: Callable[..., _VllmAttentionSpec] = MambaSpec
+        return mamba(**accepting(
+            MambaSpec, block_size=block_size, shapes=((2, 3),), dtypes=(torch.float32,),
+            mamba_cache_mode=group.mamba_cache_mode or "none",
+            num_speculative_blocks=group.num_speculative_blocks))
     else:
         cls = FullAttentionSpec
     return cls(**accepting(cls, **common))
@@ -157,6 +166,9 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
         return (f"vLLM {VERSION} runs encoder-decoder models (a cross_attention group) with "
                 "prefix caching off, and its CrossAttentionManager raises "
                 "NotImplementedError on a cache lookup: use enable_caching=False")
+    mamba = _mamba_reason(spec, groups)
+    if mamba is not None:
+        return mamba
     if LEGACY_HYBRID:
         return _legacy_reason(spec, groups, sizes)
     if not spec.enable_caching:
@@ -167,6 +179,28 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
             return (f"vLLM {VERSION}'s ChunkedLocalAttentionManager asserts that its block "
                     f"size equals the cache-hit alignment (the scheduler block size, "
                     f"lcm{tuple(sizes)} = {scheduler}); group {i} has block size {size}")
+    return None
+
+
+def _mamba_reason(spec: KVCacheSpec, groups: Sequence[KVCacheGroupSpec]) -> str | None:
+    """Why this release refuses a layout with a ``mamba`` group (None: it takes it)."""
+    mamba = [g for g in groups if g.kind == "mamba"]
+    if not mamba:
+        return None
+    if LEGACY_HYBRID:
+        if any((g.mamba_cache_mode or "none") != "none" for g in mamba):
+            return (f"vLLM {VERSION}'s MambaSpec has no mamba_cache_mode (no Mamba prefix "
+                    "caching: its behaviour is mode 'none')")
+        if spec.enable_caching:
+            return (f"vLLM {VERSION} does not support prefix caching with Mamba layers "
+                    "(gpu_model_runner raises NotImplementedError('Prefix caching is not "
+                    "supported for Mamba yet.'), and MambaModelConfig turns it off): use "
+                    "enable_caching=False")
+        return None
+    if spec.enable_caching and any((g.mamba_cache_mode or "none") != "align" for g in mamba):
+        return (f"vLLM {VERSION}'s MambaManager asserts 'Mamba prefix caching requires "
+                "mamba_cache_mode='align'' (its config sets 'align' when prefix caching is "
+                "on): use mamba_cache_mode='align' or enable_caching=False")
     return None
 
 

@@ -182,6 +182,13 @@ class VLLMManager:
             raise UnsupportedSpec(f"evict_blocks: vLLM {VERSION}'s KVCacheManager has none")
         self.manager.evict_blocks(set(block_ids))
 
+    def new_step_starts(self) -> None:
+        """vLLM 0.33's ``KVCacheManager.new_step_starts`` (its scheduler calls it at the start
+        of each step); 0.10.2 has none (its Mamba groups never hit): a no-op there."""
+        step = getattr(self.manager, "new_step_starts", None)
+        if step is not None:
+            step()
+
     def free(self, request_id: str) -> None:
         req = self._requests.pop(request_id)
         if req is not None:  # vLLM never saw a request the adapter has no Request for

@@ -24,7 +24,7 @@ __all__ = ["BLOCK_TABLE_ERROR", "CPU_ONLY", "HASH_ALGOS", "HAS_TRITON", "HINT", 
            "VERSION", "BlockPool", "BlockTable", "ChunkedLocalAttentionSpec", "CrossAttentionSpec",
            "FullAttentionSpec",
            "KVCacheBlocks", "KVCacheConfig", "KVCacheGroupSpec", "KVCacheManager", "KVEventBatch",
-           "LoRARequest",
+           "LoRARequest", "MambaSpec",
            "MultiModalFeatureSpec", "PlaceholderRange", "Request", "SamplingParams",
            "SlidingWindowSpec", "accepting", "get_hash_fn_by_name", "kcu", "not_installed",
            "params", "torch", "vllm"]
@@ -100,6 +100,7 @@ try:
             FullAttentionSpec,
             KVCacheConfig,
             KVCacheGroupSpec,
+            MambaSpec,
             SlidingWindowSpec,
         )
         from vllm.v1.request import Request

@@ -42,12 +42,17 @@ def skipped_tokens(group: KVCacheGroupSpec, num_tokens: int) -> int:
         return max(0, num_tokens - group.sliding_window + 1)
     if group.kind == "chunked_local_attention" and group.attention_chunk_size is not None:
         return num_tokens // group.attention_chunk_size * group.attention_chunk_size
+    if group.kind == "mamba":  # only the last computed token's state is read
+        return max(0, num_tokens - 1)
     return 0
 
 
 def null_floor(spec: KVCacheSpec, group: int, num_tokens: int) -> int:
     """The number of leading positions of ``group`` a request with ``num_tokens`` computed
-    tokens no longer needs (its nulls must all lie below it)."""
+    tokens no longer needs (its nulls must all lie below it). vLLM 0.10.2's Mamba groups skip
+    nothing (a request keeps its blocks until it is freed)."""
+    if spec.profile == "vllm-0.10" and spec.groups[group].kind == "mamba":
+        return 0
     return skipped_tokens(spec.groups[group], num_tokens) // spec.group_block_size(group)
 
 

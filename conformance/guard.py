@@ -325,8 +325,8 @@ class GuardedManager(_Guard):
     """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
 
     __slots__ = ("_drained", "_events_per_op", "_group_bs", "_grouped", "_held", "_holds",
-                 "_longest", "_lost", "_moving", "_null", "_ops", "_pins", "_pool_tokens",
-                 "_rebinding", "_spec", "_steps", "_tables")
+                 "_longest", "_lost", "_moving", "_null", "_null_new", "_ops", "_pins",
+                 "_pool_tokens", "_rebinding", "_spec", "_spec_blocks", "_steps", "_tables")
 
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
@@ -347,6 +347,13 @@ class GuardedManager(_Guard):
         # allocate_slots. A single-group table changes only by the answers (and, with
         # dedup_on_insert, by judged rebindings), so the hot path reads nothing back.
         self._moving = self._grouped
+        # Groups whose allocate_slots answer may hold the null block (mamba: vLLM returns the
+        # table from its previous end on, null padding and relocated speculative blocks
+        # included; its tables are not append-only: the read-back judges them).
+        self._null_new = frozenset(g for g, group in enumerate(spec.kv_cache_groups)
+                                   if group.kind == "mamba")
+        # Per group, the speculative blocks a table holds past its tokens' positions (mamba).
+        self._spec_blocks = tuple(g.num_speculative_blocks for g in spec.groups)
         self._lost = False  # an adapter call raised: its state is unknown from then on
         # For the length bounds: the most tokens (lookahead included) of any request shown
         # to the adapter, and the state-changing calls since the last take_events.
@@ -460,6 +467,15 @@ class GuardedManager(_Guard):
         ``pinning_lookup``)."""
         return self._pins
 
+    def new_step_starts(self) -> None:
+        """``new_step_starts()`` (``SupportsNewStep``): passed on when the adapter has it (a
+        no-op otherwise: it keeps no per-step state)."""
+        fn: Callable[[], None] | None = getattr(self._raw, "new_step_starts", None)
+        if fn is None:
+            return None
+        self._ops += 1
+        return self._raising("new_step_starts", fn)
+
     def release_computed(self, request_id: str) -> None:
         fn: Callable[[str], None] = self._raw.release_computed
         self._ops += 1
@@ -561,12 +577,13 @@ class GuardedManager(_Guard):
         seen: set[int] = set()
         for g, part in enumerate(value):
             label = f"{what} of group {g}"
-            if nulls:  # a position each: real ids are distinct, null ones repeat
-                positions = -(-self._longest // self._group_bs[g])
+            if nulls or g in self._null_new:  # a position each: null ids repeat
+                positions = -(-self._longest // self._group_bs[g]) + self._spec_blocks[g]
                 self._too_long(method, args, value, part, label, max(self._n, positions),
                                f"num_blocks={self._n} or the {positions} positions of the "
-                               f"longest request passed in so far, {self._longest} tokens, "
-                               "whichever is more")
+                               f"longest request passed in so far, {self._longest} tokens"
+                               + (f", and {self._spec_blocks[g]} speculative blocks"
+                                  if self._spec_blocks[g] else "") + ", whichever is more")
             else:
                 self._too_long(method, args, value, part, label, self._n,
                                f"distinct block ids of a pool of num_blocks={self._n}")
@@ -575,7 +592,7 @@ class GuardedManager(_Guard):
                 self._violation(method, args, value, problem)
             ids = list(cast("list[int]", part))
             real = [b for b in ids if b != NULL_BLOCK]
-            if NULL_BLOCK in ids and not nulls:
+            if NULL_BLOCK in ids and not nulls and g not in self._null_new:
                 problem = (f"{label} contains the null block {NULL_BLOCK}; a newly allocated "
                            "block is never the null block")
             elif real and (min(real) < 0 or max(real) >= self._n):
@@ -694,6 +711,8 @@ class GuardedManager(_Guard):
                              + "; then get_block_ids")
             return None
         fresh = [b for part in new for b in part]
+        if self._null_new:  # mamba: nulls padding the answer, a relocated block of its own
+            fresh = [b for b in fresh if b != NULL_BLOCK]
         if self._pins is not None:
             self._check_pins(args, value, rid, fresh)
         dedup = self._rebinding is not None and self._rebinding.declared
@@ -907,8 +926,16 @@ class GuardedManager(_Guard):
                 self._violation("take_events", (), value,
                                 f"every event must be a dict with a 'type' key; got "
                                 f"{abbreviate(event, 60)}")
-            self._event_sizes(value, event, self._pool_tokens)
+            self._event_sizes(value, event, self._event_tokens())
         return list(value)
+
+    def _event_tokens(self) -> int:
+        """The most entries a list field of one event may have: the pool's tokens, or (a Mamba
+        group, whose stores' ``token_ids`` span its null blocks too) the longest request's
+        tokens when more."""
+        if self._null_new and self._longest > self._pool_tokens:
+            return self._longest
+        return self._pool_tokens
 
     def take_event_batch(self, ts: float) -> bytes:
         """The encoded batch: bytes, at most what the events since the last drain can take
@@ -921,7 +948,7 @@ class GuardedManager(_Guard):
                             f"must be bytes (the msgpack payload), not a {_type_name(value)}")
         payload = bytes(value)
         ops, self._drained = self._ops - self._drained, self._ops
-        most = (ops + 1) * self._events_per_op * (2 * 9 * self._pool_tokens + 1024)
+        most = (ops + 1) * self._events_per_op * (2 * 9 * self._event_tokens() + 1024)
         if len(payload) > most:
             self._violation("take_event_batch", (ts,), f"<{len(payload)} bytes>",
                             f"{len(payload)} bytes, more than the {most} the events of "
@@ -939,7 +966,11 @@ class GuardedManager(_Guard):
         for key, field in event.items():
             self._too_long("take_events", (), value, field, f"field {abbreviate(key, 30)} of "
                            f"a {abbreviate(event['type'], 30)} event", tokens,
-                           f"the tokens of the whole pool, num_blocks * block_size = {tokens}")
+                           f"the tokens of the whole pool, num_blocks * block_size = "
+                           f"{self._pool_tokens}" + (
+                               f", or of the longest request passed in so far, {tokens} (a "
+                               "Mamba group's stores span its null blocks)"
+                               if tokens > self._pool_tokens else ""))
 
     def slot_mapping(self, request_id: str, start: int, end: int) -> list[int]:
         __tracebackhide__ = True

@@ -86,7 +86,7 @@ def check_laws(driver: Driven) -> list[str]:
             problems += _table_problems(driver, rid, g, ids, computed)
             if grouped:
                 problems += _window_problems(spec, rid, g, ids,
-                                             driver.last_start.get(rid, computed))
+                                             driver.last_start.get(rid, computed), computed)
                 for i, b in enumerate(ids):
                     if b != NULL_BLOCK:
                         where.setdefault(b, []).append((rid, g, i))
@@ -141,6 +141,16 @@ def _table_problems(driver: Driven, rid: str, g: int, ids: list[int],
                 f"a cross-attention table holds exactly cdiv({encoder}, {bs}) = "
                 f"{-(-encoder // bs)} blocks until the request is freed")
         return problems
+    if grouped and spec.groups[g].kind == "mamba":
+        # A state block per computed block position, plus the speculative blocks.
+        extra = spec.groups[g].num_speculative_blocks
+        if len(ids) < -(-computed // bs) + extra:
+            problems.append(
+                f"mamba: request {rid!r} group {g} holds {len(ids)} entries of {bs} tokens for "
+                f"{computed} computed tokens and {extra} speculative blocks; a Mamba table "
+                f"has at least cdiv({computed}, {bs}) + {extra} = "
+                f"{-(-computed // bs) + extra} entries (nulls included)")
+        return problems
     if len(ids) < -(-computed // bs):
         has = f"but group {g} has only" if grouped else "but only"
         problems.append(f"request {rid!r} has {computed} computed tokens {has} {len(ids)} "
@@ -149,16 +159,21 @@ def _table_problems(driver: Driven, rid: str, g: int, ids: list[int],
 
 
 def _window_problems(spec: KVCacheSpec, rid: str, g: int, ids: list[int],
-                     start: int) -> list[str]:
+                     start: int, computed: int) -> list[str]:
     """The null-block and window laws of request ``rid``'s table of group ``g``, ``start``
-    tokens computed at its last ``allocate_slots``."""
-    kind = spec.groups[g].kind
+    tokens computed at its last ``allocate_slots`` (``computed`` now)."""
+    group = spec.groups[g]
+    kind = group.kind
     nulls = [i for i, b in enumerate(ids) if b == NULL_BLOCK]
-    if kind in ("full_attention", "cross_attention"):  # nothing is ever skipped
+    if kind in ("full_attention", "cross_attention") or (
+            kind == "mamba" and spec.profile == "vllm-0.10"):  # nothing is ever skipped
         return [(f"null block: request {rid!r} {kind.replace('_', '-')} group {g} holds the "
                  f"null block at indices {nulls}")] if nulls else []
-    problems: list[str] = []
     floor = null_floor(spec, g, start)
+    if kind == "mamba" and group.mamba_cache_mode == "align":
+        return _mamba_align_problems(rid, g, ids, nulls, floor, start, computed,
+                                     spec.group_block_size(g))
+    problems: list[str] = []
     live_low = [i for i, b in enumerate(ids[:max(0, floor - window_slack(spec, g))])
                 if b != NULL_BLOCK]
     if live_low:
@@ -173,6 +188,32 @@ def _window_problems(spec: KVCacheSpec, rid: str, g: int, ids: list[int],
             f"window: request {rid!r} group {g} ({kind}) holds the null block at indices "
             f"{needed}, which its window still needs ({start} tokens computed at its last "
             f"allocate_slots: only indices below {floor} are skipped)")
+    return problems
+
+
+def _mamba_align_problems(rid: str, g: int, ids: list[int], nulls: list[int], floor: int,
+                          start: int, computed: int, bs: int) -> list[str]:
+    """A Mamba "align" table (docs/semantics.md#mamba-groups): no live block below the
+    skipped boundary of ``start`` (``(start - 1) // bs``: the states of two steps ago are
+    freed and nulled), and no null from the block holding the last computed token's state
+    (index ``(computed - 1) // bs``) on: that state and the speculative blocks after it.
+    Between the two the table may hold nulls (the positions a step skipped over)."""
+    problems: list[str] = []
+    live_low = [i for i in range(min(floor, len(ids))) if ids[i] != NULL_BLOCK]
+    if live_low:
+        problems.append(
+            f"mamba: request {rid!r} group {g} still holds live blocks "
+            f"{[ids[i] for i in live_low]} at indices {live_low}, states its Mamba group no "
+            f"longer reads ({start} tokens computed at its last allocate_slots: indices below "
+            f"{floor} must be the null block {NULL_BLOCK})")
+    state = (computed - 1) // bs if computed else len(ids)
+    needed = [i for i in nulls if i >= state]
+    if needed:
+        problems.append(
+            f"mamba: request {rid!r} group {g} holds the null block at indices {needed}, at "
+            f"or after the block of its last computed token's state (index {state}, "
+            f"{computed} tokens computed): that state and the speculative blocks after it "
+            "are live")
     return problems
 
 

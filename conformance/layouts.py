@@ -21,6 +21,11 @@ off, as vLLM runs them (``has_cross_attention``): half of the caching-off draws 
 the kind is declared (the caching-on draws are unchanged), and their requests carry encoder
 tokens.
 
+Layouts with a ``mamba`` group (state-space models) are drawn in a quarter of the draws where
+the kind is declared: with caching on (vLLM 0.33 only) mode "align" at the layout's smallest
+block size, with caching off (both releases) mode "none"; one speculative block in every
+other draw, no retention interval.
+
 Only kinds both sides declare are drawn (``declared_kinds``, ``KIND_CAPABILITIES``). vLLM
 0.10.2 crashes when events are on for a chunked-local group or a window ``w - 1 < bs``
 (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups): such layouts
@@ -45,7 +50,7 @@ _CHUNK_BLOCKS: tuple[int, ...] = (2, 1, 3, 4)
 # A layout: (kind, block size multiplier) per group; windows and chunks are filled in later.
 _Layout = tuple[tuple[str, int], ...]
 _F, _S, _C = "full_attention", "sliding_window", "chunked_local_attention"
-_X = "cross_attention"
+_X, _M = "cross_attention", "mamba"
 
 _LAYOUTS_010: tuple[_Layout, ...] = (
     ((_F, 1), (_S, 1)),
@@ -102,6 +107,27 @@ _CROSS_LAYOUTS: tuple[_Layout, ...] = (
     ((_F, 1), (_S, 1), (_X, 2)),
 )
 
+# Mamba (state-space) models. vLLM 0.33 with prefix caching on: mode "align", the Mamba block
+# the smallest of the layout (the hash block: a larger one turns on 0.33's fine-grained hits,
+# not modelled), no retention interval. Drawn in a quarter of the caching-on draws where the
+# kind is declared (draw % 4 == 3); appended tables, so the other draws stay where they were.
+_MAMBA_LAYOUTS_ON: tuple[_Layout, ...] = (
+    ((_F, 1), (_M, 1)),
+    ((_M, 1),),
+    ((_F, 2), (_M, 1)),
+    ((_F, 1), (_S, 1), (_M, 1)),
+    ((_M, 1), (_F, 1), (_C, 1)),
+)
+# Prefix caching off (both releases, mode "none"; 0.10.2 runs Mamba models only so): any block
+# sizes. Drawn in a quarter of the caching-off draws (draw % 4 == 2: not the encoder-decoder
+# ones).
+_MAMBA_LAYOUTS_OFF: tuple[_Layout, ...] = (
+    ((_F, 1), (_M, 1)),
+    ((_M, 1),),
+    ((_F, 1), (_M, 2)),
+    ((_F, 1), (_S, 1), (_M, 1)),
+)
+
 
 def hybrid_layouts(profile: str, kinds: Iterable[str]) -> tuple[_Layout, ...]:
     """The layouts drawn under ``profile`` using only ``kinds``."""
@@ -116,10 +142,15 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
     """The groups and retention interval of draw number ``draw`` (any int >= 0); sliding
     windows are ``scale`` times ``WINDOWS`` (the machine's ``workload_scale``: at a declared
     256-token block a window spans as many blocks as at 4). With caching off, every other
-    draw is an encoder-decoder layout where ``cross_attention`` is among ``kinds``."""
+    draw is an encoder-decoder layout where ``cross_attention`` is among ``kinds``; where
+    ``mamba`` is, a quarter of the draws are Mamba layouts (``_mamba_layouts``)."""
     kinds = tuple(kinds)
     layouts = hybrid_layouts(profile, kinds)
-    if not enable_caching and _X in kinds and draw % 2:
+    mamba = _mamba_layouts(profile, kinds, enable_caching, draw)
+    if mamba:
+        layouts = mamba
+        draw //= 4
+    elif not enable_caching and _X in kinds and draw % 2:
         layouts = tuple(lay for lay in _CROSS_LAYOUTS
                         if all(kind in kinds for kind, _ in lay))
         draw //= 2
@@ -139,6 +170,11 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
             # Each chunked group of a layout its own chunk size (its own spec).
             chunk = bs * _CHUNK_BLOCKS[(draw // 3 + i) % len(_CHUNK_BLOCKS)]
             groups.append(KVCacheGroupSpec(kind, bs, attention_chunk_size=chunk))
+        elif kind == _M:
+            # "align" with caching on, "none" off; one speculative block in every other draw.
+            groups.append(KVCacheGroupSpec(kind, bs,
+                                           mamba_cache_mode="align" if enable_caching else "none",
+                                           num_speculative_blocks=(draw + i) % 2))
         else:
             groups.append(KVCacheGroupSpec(kind, bs))
     # 0.33's prefix_cache_retention_interval: None, 0, or (with a sliding group) a multiple of
@@ -146,10 +182,26 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
     choice = (draw + 1) % 4
     has_swa = any(kind == _S for kind, _ in layout)
     retention: int | None = None
+    if mamba:  # 0.33's sparse Mamba retention is not modelled
+        return tuple(groups), None
     if profile != "vllm-0.10" and choice and (choice == 1 or has_swa):
         retention = 0 if choice == 1 else math.lcm(*(g.block_size or block_size
                                                      for g in groups)) * (choice - 1)
     return tuple(groups), retention
+
+
+def _mamba_layouts(profile: str, kinds: tuple[str, ...], enable_caching: bool,
+                   draw: int) -> tuple[_Layout, ...]:
+    """The Mamba layouts draw number ``draw`` picks from (none: draw from the other tables):
+    a quarter of the draws where ``mamba`` is among ``kinds``, caching on only under vLLM
+    0.33 (0.10.2 runs Mamba models with caching off)."""
+    if _M not in kinds:
+        return ()
+    if enable_caching:
+        table = _MAMBA_LAYOUTS_ON if profile != "vllm-0.10" and draw % 4 == 3 else ()
+    else:
+        table = _MAMBA_LAYOUTS_OFF if draw % 4 == 2 else ()
+    return tuple(lay for lay in table if all(kind in kinds for kind, _ in lay))
 
 
 def declared_kinds(capabilities: Iterable[str]) -> tuple[str, ...]:

@@ -375,6 +375,7 @@ _CAPABILITY_NEEDS: dict[str, tuple[str, ...]] = {
     "sliding_window": ("kv_cache_groups",),
     "chunked_local_attention": ("kv_cache_groups",),
     "cross_attention": ("kv_cache_groups",),
+    "mamba": ("kv_cache_groups",),
     "kv_cache_groups": ("manager", "indexer"),
     "pinning_lookup": ("manager",),
     "replay": ("indexer",),
@@ -549,6 +550,15 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
             if cap in caps and cap not in (_POOL_CAPABILITY, _MODULE_CAPABILITY,
                                            _SIZING_CAPABILITY):
                 _check_methods(target, probe, "manager", methods, cap)
+        if "mamba" in caps and info.profile == "vllm-0.33":
+            # vLLM 0.33's Mamba "align" groups refuse a hit on a block cached in the same
+            # scheduler step: the suite marks the steps with this call.
+            _require_callables(target, probe, ("new_step_starts",), lambda missing: (
+                (f"capability 'mamba' is declared under profile vllm-0.33 but the manager "
+                 f"({type(probe).__name__}) lacks {missing}() (SupportsNewStep: vLLM 0.33's "
+                 "scheduler calls it at the start of every step)"),
+                (f"implement {missing}(self) -> None (a no-op if your design keeps no "
+                 "per-step state) or remove 'mamba' from IMPL_INFO.capabilities")))
     pool_factory = getattr(module, "make_block_pool", None)
     if "block_pool" in info.capabilities:
         if pool_factory is None:

@@ -34,6 +34,7 @@ __all__ = [
     "EXTRA_KEY_KINDS",
     "HASH_ALGOS",
     "KIND_CAPABILITIES",
+    "MAMBA_CACHE_MODES",
     "MANAGER_CAPABILITIES",
     "PROFILES",
     "VLLM_PROFILES",
@@ -59,6 +60,7 @@ __all__ = [
     "SupportsInvariants",
     "SupportsKVCacheGroups",
     "SupportsKernels",
+    "SupportsNewStep",
     "SupportsRefCounts",
     "SupportsReleaseComputed",
     "SupportsResetPrefixCache",
@@ -102,6 +104,9 @@ CAPABILITIES: dict[str, str] = {
     "chunked_local_attention": "kv_cache_groups of kind chunked_local_attention",
     "cross_attention": "kv_cache_groups of kind cross_attention (an encoder-decoder model, "
                        "caching off): allocate_slots(..., num_encoder_tokens=E) sizes them",
+    "mamba": "kv_cache_groups of kind mamba (state-space layers: mamba_cache_mode, "
+             "num_speculative_blocks); manager.new_step_starts() at each scheduler step "
+             "(required under vllm-0.33, see SupportsNewStep)",
     "sizing": "module-level KV-cache sizing functions (see kvcheck.conformance.sizing_protocol)",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
@@ -148,7 +153,7 @@ EXTRA_KEY_KINDS: tuple[str, ...] = ("lora", "multimodal", "cache_salt")
 
 #: Attention kinds a ``KVCacheGroupSpec`` may name (vLLM's ``get_kv_cache_spec_kind`` names).
 AttentionKind = Literal["full_attention", "sliding_window", "chunked_local_attention",
-                        "cross_attention"]
+                        "cross_attention", "mamba"]
 ATTENTION_KINDS: tuple[AttentionKind, ...] = get_args(AttentionKind)
 #: The capability a group of each kind needs (full attention: ``kv_cache_groups`` alone).
 KIND_CAPABILITIES: dict[str, str] = {
@@ -156,7 +161,12 @@ KIND_CAPABILITIES: dict[str, str] = {
     "sliding_window": "sliding_window",
     "chunked_local_attention": "chunked_local_attention",
     "cross_attention": "cross_attention",
+    "mamba": "mamba",
 }
+
+#: ``KVCacheGroupSpec.mamba_cache_mode`` values (vLLM 0.33's ``MambaCacheMode``; vLLM 0.10.2 has
+#: no such field, its behaviour is "none").
+MAMBA_CACHE_MODES: tuple[str, ...] = ("none", "align")
 
 #: The behaviour to check against. ``generic`` checks only profile-independent laws
 #: (conservation, all-or-nothing, hit correctness, hit caps...), for any design.
@@ -185,16 +195,25 @@ class KVCacheGroupSpec:
         kind: ``full_attention``, ``sliding_window``, ``chunked_local_attention`` or
             ``cross_attention`` (an encoder-decoder model's cross attention: its table holds
             the request's encoder tokens, ``allocate_slots(..., num_encoder_tokens=E)``;
-            only with ``enable_caching=False``, as vLLM runs encoder-decoder models).
+            only with ``enable_caching=False``, as vLLM runs encoder-decoder models) or
+            ``mamba`` (state-space layers, vLLM's ``MambaSpec``: a request's state after its
+            last computed token; docs/semantics.md#mamba-groups).
         block_size: tokens per block of this group; None: ``KVCacheSpec.block_size``.
         sliding_window: the window in tokens (``sliding_window`` groups only).
         attention_chunk_size: the chunk in tokens (``chunked_local_attention`` only).
+        mamba_cache_mode: ``mamba`` groups only: ``"none"`` (None means it too: one state per
+            request, prefix caching off) or ``"align"`` (vLLM 0.33, prefix caching on: the
+            state at each block end is kept and cached). ``MAMBA_CACHE_MODES``.
+        num_speculative_blocks: ``mamba`` groups only: extra state blocks per request for
+            speculative decoding (vLLM's ``MambaSpec.num_speculative_blocks``), 0 by default.
     """
 
     kind: str = "full_attention"
     block_size: int | None = None
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
+    mamba_cache_mode: str | None = None
+    num_speculative_blocks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,17 +413,23 @@ def reserved_block_ids(info: ImplInfo, profile: str) -> tuple[int, ...]:
 
 def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
     """``spec`` as JSON-able primitives (traces, repro snippets). The hybrid fields are left
-    out while they hold their defaults, so single-group traces read as they always did."""
+    out while they hold their defaults, so single-group traces read as they always did, and so
+    are a group's Mamba fields (``mamba_cache_mode``, ``num_speculative_blocks``)."""
     raw: dict[str, object] = {
         f: getattr(spec, f) for f in KVCacheSpec.__dataclass_fields__
         if f not in ("kv_cache_groups", "prefix_cache_retention_interval")}
     if spec.kv_cache_groups:
         raw["kv_cache_groups"] = [
-            {f: getattr(g, f) for f in KVCacheGroupSpec.__dataclass_fields__}
+            {f: getattr(g, f) for f in KVCacheGroupSpec.__dataclass_fields__
+             if f not in _MAMBA_FIELDS or getattr(g, f) != _MAMBA_FIELDS[f]}
             for g in spec.kv_cache_groups]
     if spec.prefix_cache_retention_interval is not None:
         raw["prefix_cache_retention_interval"] = spec.prefix_cache_retention_interval
     return raw
+
+
+#: A group's Mamba fields and their defaults (left out of ``spec_to_dict`` at them).
+_MAMBA_FIELDS: dict[str, object] = {"mamba_cache_mode": None, "num_speculative_blocks": 0}
 
 
 # Any: decoded JSON in spec_to_dict's form, given to the constructors as it is (a wrong or
@@ -688,6 +713,18 @@ class SupportsEvictBlocks(Protocol):
 
 
 @runtime_checkable
+class SupportsNewStep(Protocol):
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (vLLM 0.33's ``KVCacheManager.new_step_starts``, which its
+        scheduler calls at the start of every ``schedule``). Optional: the driver calls it at
+        the start of each step of a layout with a ``mamba`` group when the manager has it;
+        required of a ``mamba`` implementation under ``vllm-0.33`` (a Mamba "align" group
+        refuses, answering None, a hit on a block cached in the same step; the refusal
+        lifts at the next step). A no-op for every other group kind."""
+        ...
+
+
+@runtime_checkable
 class SupportsInvariants(Protocol):
     def check_invariants(self) -> None: ...
 
@@ -704,7 +741,7 @@ class ManagerWithCapabilities(
     KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
     SupportsBlockHashes, SupportsEvents, SupportsEventWire, SupportsSlotMapping, SupportsInvariants,
     SupportsBatchMetadata, SupportsReleaseComputed, SupportsExternalKV, SupportsEvictBlocks,
-    Protocol,
+    SupportsNewStep, Protocol,
 ):
     """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
     manager-level method; a test calls a capability's methods only when the implementation

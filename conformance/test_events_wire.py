@@ -310,3 +310,20 @@ def test_sparse_group_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle:
     if not kv_impl.info.supports(spec):
         pytest.skip(f"{kv_impl.name} does not support this layout")
     _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("mamba")  # implies kv_cache_groups (the loader checks it)
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_mamba_group_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: ImplHandle,
+                                                kv_profile: str, seed: int) -> None:
+    """Full attention beside a Mamba "align" group (docs/semantics.md#mamba-groups): the
+    Mamba group's stores name the hashes of its non-null blocks only while ``token_ids`` span
+    every block of the range, and a range of nulls still sends a store with no hash, byte for
+    byte as the oracle sends them."""
+    groups = (KVCacheGroupSpec("full_attention", 4),
+              KVCacheGroupSpec("mamba", 4, mamba_cache_mode="align"))
+    spec = _spec(kv_profile, 4, num_blocks=29, groups=groups)
+    if not kv_impl.info.supports(spec) or not kv_oracle.has("mamba"):
+        pytest.skip(f"{kv_impl.name} or the oracle does not support this layout")
+    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))

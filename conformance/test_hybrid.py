@@ -20,6 +20,10 @@ profile, replayed row by row;
   tokens of the step that admits the request, decode steps leaving it alone, nothing cached,
   freed with the request (``hybrid_cross_attention``), and the layouts vLLM refuses for it
   (prefix caching on) refused by name;
+* Mamba (state-space) groups (vLLM 0.33's modes "align" and "none", 0.10.2's): a state per
+  request, tables not append-only (nulls returned among the new blocks, speculative blocks
+  relocated), a hit refused while its block was cached in the same scheduler step
+  (``new_step_starts``; ``hybrid_mamba``), and the Mamba layouts vLLM refuses refused by name;
 * admission at the free-block boundary: a sliding-window group's prefix hits that sit in the
   free queue consume free blocks (docs/semantics.md#kv-cache-groups-hybrid-models), so a
   request fits a pool of exactly its count and is refused by one block fewer;
@@ -42,6 +46,7 @@ from kvcheck.conformance.hybrid_cross_attention import (
 )
 from kvcheck.conformance.hybrid_fixed_point import FIXED_POINT_SCENARIOS, FixedPointScenario
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
+from kvcheck.conformance.hybrid_mamba import MAMBA_SCENARIOS, MambaScenario
 from kvcheck.conformance.hybrid_partial_keys import (
     PARTIAL_KEY_SCENARIOS,
     PartialKeyScenario,
@@ -356,6 +361,58 @@ def test_cross_attention_with_prefix_caching_is_refused(kv_impl: ImplHandle,
 
 _FULL_CROSS_ATTENTION = (KVCacheGroupSpec("full_attention", 2),
                          KVCacheGroupSpec("cross_attention", 2))
+
+
+# --- Mamba groups ----------------------------------------------------------------------------
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("mamba")
+@pytest.mark.parametrize("sc", MAMBA_SCENARIOS, ids=lambda sc: sc.name)
+def test_mamba_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_profile: str,
+                      sc: MambaScenario) -> None:
+    """Mamba groups (docs/semantics.md#mamba-groups): each op's answer (hits and new block ids
+    per group, nulls included) as vLLM's own ``KVCacheManager`` gave it, the driver marking
+    the scheduler steps (``new_step_starts``), and the free queue after the last op; every
+    op's answers and observables also equal the oracle's."""
+    if kv_profile not in sc.answers:
+        pytest.skip(f"{sc.name} has no {kv_profile} table: {sc.missing[kv_profile]}")
+    pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, enable_caching=sc.caching,
+                   kv_cache_groups=sc.groups)
+    for i, (op, want) in enumerate(zip(sc.ops, sc.answers[kv_profile], strict=True)):
+        got = pair.apply(op)
+        assert got == want, (
+            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM "
+            f"{kv_profile.removeprefix('vllm-')} {want} (hits and new block ids per group, "
+            "0 the null block; new None: refused)\n" + pair.impl.snippet())
+    if "free_queue_order" in pair.impl.capabilities:
+        queue = tuple(pair.impl.manager.free_block_ids())
+        assert queue == sc.free_queue[kv_profile], (
+            f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
+            f"{list(sc.free_queue[kv_profile])}\n" + pair.impl.snippet())
+
+
+#: profile -> the Mamba layouts its vLLM refuses: (mode, caching, the words the refusal names).
+_MAMBA_REFUSED: dict[str, tuple[tuple[str, bool, str], ...]] = {
+    "vllm-0.33": (("none", True, "align"),),
+    "vllm-0.10": (("align", False, "mamba_cache_mode"), ("none", True, "cach")),
+}
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("mamba")
+def test_mamba_layouts_vllm_refuses_are_refused(kv_impl: ImplHandle, kv_profile: str) -> None:
+    """The Mamba layouts vLLM never runs are declined (``UnsupportedSpec``) naming the rule,
+    never modelled silently: 0.33 asserts mode "align" with prefix caching on; 0.10.2's
+    ``MambaSpec`` has no mode, and it runs Mamba models with prefix caching off."""
+    for mode, caching, words in _MAMBA_REFUSED[kv_profile]:
+        spec = KVCacheSpec(num_blocks=9, block_size=4, enable_caching=caching,
+                           profile=kv_profile,
+                           kv_cache_groups=(KVCacheGroupSpec("full_attention", 4),
+                                            KVCacheGroupSpec("mamba", 4, mamba_cache_mode=mode)))
+        with pytest.raises(UnsupportedSpec) as refused:
+            kv_impl.make_manager(spec)
+        assert words in str(refused.value), (
+            f"{kv_impl.name} declined a Mamba layout (mode {mode!r}, caching {caching}) "
+            f"without naming the rule ({words!r}): {refused.value}")
 
 
 # --- partial-block keys (0.33) ----------------------------------------------------------------

@@ -18,7 +18,9 @@ ones live in ``kvcheck.conformance.bounds``):
   ``ATTENTION_KINDS`` and optional ``block_size``, ``sliding_window``,
   ``attention_chunk_size`` (null or ints in 1 .. ``MAX_BLOCK_SIZE``; a window only for
   ``sliding_window`` groups, a chunk only for ``chunked_local_attention`` ones, and required
-  there); ``prefix_cache_retention_interval`` null or an int in 0 .. ``MAX_REQUEST_TOKENS``.
+  there; ``mamba_cache_mode`` null or a ``MAMBA_CACHE_MODES`` name and
+  ``num_speculative_blocks`` 0 .. ``MAX_BLOCK_SIZE``, on ``mamba`` groups only);
+  ``prefix_cache_retention_interval`` null or an int in 0 .. ``MAX_REQUEST_TOKENS``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from kvcheck.conformance.ops import Op
 from kvcheck.conformance.protocol import (
     ATTENTION_KINDS,
     HASH_ALGOS,
+    MAMBA_CACHE_MODES,
     PROFILES,
     KVCacheGroupSpec,
     KVCacheSpec,
@@ -144,6 +147,24 @@ def _check_groups(groups: object, where: str) -> None:
                 raise TraceError(f"{at}: a {kind} group needs {key}")
             if not needed and group.get(key) is not None:
                 raise TraceError(f"{at}: {key} is set on a {kind} group")
+        _check_mamba_fields(group, str(kind), at)
+
+
+def _check_mamba_fields(group: dict[str, object], kind: str, at: str) -> None:
+    """A group's ``mamba_cache_mode`` (null or one of ``MAMBA_CACHE_MODES``) and
+    ``num_speculative_blocks`` (an int in 0 .. ``MAX_BLOCK_SIZE``): set on ``mamba`` groups
+    only."""
+    mode = group.get("mamba_cache_mode")
+    spec_blocks = group.get("num_speculative_blocks", 0)
+    if mode is not None and mode not in MAMBA_CACHE_MODES:
+        raise TraceError(f"{at}: mamba_cache_mode={mode!r}: must be null or one of "
+                         f"{list(MAMBA_CACHE_MODES)}")
+    if not _is_int(spec_blocks) or not 0 <= spec_blocks <= MAX_BLOCK_SIZE:
+        raise TraceError(f"{at}: num_speculative_blocks={spec_blocks!r}: must be an int in "
+                         f"[0, {MAX_BLOCK_SIZE}]")
+    if kind != "mamba" and (mode is not None or spec_blocks):
+        raise TraceError(f"{at}: mamba_cache_mode / num_speculative_blocks are set on a {kind} "
+                         "group (mamba groups only)")
 
 
 def check_ops(ops: object, where: str) -> list[Op]:

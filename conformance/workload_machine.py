@@ -388,6 +388,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                             if has_cross_attention(self.pair.spec.groups) else 0)
             if self.encoder:
                 reached["encoder_decoder"] += 1
+            if any(g.kind == "mamba" for g in self.pair.spec.kv_cache_groups):
+                reached["mamba"] += 1
             reached[f"hash_algo:{hash_algo}"] += 1
             reached["caching_off" if not caching else "caching_on"] += 1
             if unset:

@@ -148,6 +148,7 @@ LAW_FAMILIES: dict[str, Checks] = {
         _NONE,
     "test_events_wire.py::test_payload_bytes_equal_the_oracles": _NONE,
     "test_events_wire.py::test_sparse_group_payloads_equal_the_oracles": _NONE,
+    "test_events_wire.py::test_mamba_group_payloads_equal_the_oracles": _NONE,
     # external_kv: a connector's tokens, asynchronous loads, failed loads, evict_blocks
     "test_external_kv.py::test_delayed_load_caches_nothing_until_cache_blocks":
         Checks((CONSERVATION,), (HITS,)),
@@ -227,6 +228,10 @@ LAW_FAMILIES: dict[str, Checks] = {
     # with the laws after every op
     "test_hybrid.py::test_cross_attention_golden": _CO,
     "test_hybrid.py::test_cross_attention_with_prefix_caching_is_refused": _NONE,
+    # Mamba: tables, nulls and the free queue (conservation, ownership), hits on a cached
+    # state and the same-step refusal (hit correctness).
+    "test_hybrid.py::test_mamba_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
+    "test_hybrid.py::test_mamba_layouts_vllm_refuses_are_refused": _NONE,
     "test_hybrid.py::test_partial_block_keys": Checks((CONSERVATION, OWNERSHIP, HITS)),
     # invariants
     "test_invariants.py::test_laws_hold_under_random_workloads": _WORKLOAD,

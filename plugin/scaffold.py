@@ -321,13 +321,16 @@ class Manager:
 
     # ------------------------------------------------------------ capability "kv_cache_groups"
     # Hybrid models ("kv_cache_groups", with "sliding_window" / "chunked_local_attention" /
-    # "cross_attention" for those kinds): when spec.kv_cache_groups is non-empty,
+    # "cross_attention" / "mamba" for those kinds): when spec.kv_cache_groups is non-empty,
     # get_computed_blocks, allocate_slots and get_block_ids above take and return one list of
     # block ids per group (block 0 = the null block), as
     # kvcheck.conformance.protocol.SupportsKVCacheGroups says. With "cross_attention" (an
     # encoder-decoder model, caching off), allocate_slots also takes the keyword argument
     # num_encoder_tokens=E at a request's admission: the cross-attention groups then hold
-    # cdiv(E, block_size) blocks until the request is freed.
+    # cdiv(E, block_size) blocks until the request is freed. With "mamba" (state-space
+    # layers: a group's mamba_cache_mode and num_speculative_blocks) define new_step_starts(self)
+    # -> None (kvcheck calls it at each scheduler step of a Mamba layout; required under
+    # vllm-0.33), and a Mamba group's allocate_slots answer may hold null blocks.
     # No other method: declare the capability once your methods speak both forms.
 
     # ------------------------------------------------------------ capability "batch_metadata"

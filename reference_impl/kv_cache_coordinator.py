@@ -63,10 +63,13 @@ class KVCacheCoordinator:
 
     Attributes:
         skips_blocks: whether some group's attention drops blocks as a request advances
-            (sliding window, chunked local); when False, ``remove_skipped_blocks`` has nothing
-            to do and the manager does not call it.
+            (sliding window, chunked local, Mamba); when False, ``remove_skipped_blocks`` has
+            nothing to do and the manager does not call it.
         has_encoder_groups: whether a cross-attention group is sized by the request's
             encoder tokens.
+        has_main_model_groups: whether some group (Mamba) also reads the main model's token
+            count (``KVCacheManager`` then allocates through ``get_num_blocks_to_allocate_main``
+            and ``allocate_new_blocks_main``).
     """
 
     def __init__(self, specs: Sequence[KVCacheSpec], num_blocks: int, *,
@@ -89,6 +92,9 @@ class KVCacheCoordinator:
         self.skips_blocks = not all(isinstance(s, FullAttentionSpec) for s in self.specs)
         #: Whether some group is sized by the request's encoder tokens (cross attention).
         self.has_encoder_groups = any(m.uses_encoder_tokens for m in self.single_type_managers)
+        #: Whether some group reads the main model's token count (Mamba).
+        self.has_main_model_groups = any(m.uses_main_model_tokens
+                                         for m in self.single_type_managers)
         #: request id -> 0.33's ``shared_prefix_boundary`` of its last lookup (vLLM's
         #: scheduler stores it on the request); only the hybrid hit search records one.
         self.shared_prefix_boundary: dict[str, int] = {}
@@ -137,6 +143,31 @@ class KVCacheCoordinator:
                                                total_computed_tokens)
             for manager, hits in zip(self.single_type_managers, new_computed_blocks,
                                      strict=True))
+
+    def get_num_blocks_to_allocate_main(self, request_id: str, num_tokens: int,
+                                        new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                                        total_computed_tokens: int,
+                                        num_tokens_main_model: int) -> int:
+        """``get_num_blocks_to_allocate`` for a layout with a Mamba group: every group also
+        gets the main model's token count (``computed + new``, lookahead excluded)."""
+        return sum(
+            manager.get_num_blocks_to_allocate_main(request_id, num_tokens, hits,
+                                                    total_computed_tokens,
+                                                    num_tokens_main_model)
+            for manager, hits in zip(self.single_type_managers, new_computed_blocks,
+                                     strict=True))
+
+    def allocate_new_blocks_main(self, request_id: str, num_tokens: int,
+                                 num_tokens_main_model: int) -> GroupBlocks:
+        """``allocate_new_blocks`` for a layout with a Mamba group, group by group."""
+        return tuple(m.allocate_new_blocks_main(request_id, num_tokens, num_tokens_main_model)
+                     for m in self.single_type_managers)
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins: every group forgets what it cached in the last one
+        (vLLM 0.33 ``KVCacheCoordinator.new_step_starts``; only Mamba groups keep any)."""
+        for manager in self.single_type_managers:
+            manager.new_step_starts()
 
     def add_computed_blocks(self, request_id: str,
                             new_computed_blocks: Sequence[Sequence[KVCacheBlock]],

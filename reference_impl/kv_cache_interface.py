@@ -3,9 +3,10 @@ fields only).
 
 A spec says how a group's layers use their blocks: ``FullAttentionSpec`` keeps every block,
 ``SlidingWindowSpec`` only needs the last ``sliding_window`` tokens, and
-``ChunkedLocalAttentionSpec`` only the current ``attention_chunk_size``-token chunk, and
+``ChunkedLocalAttentionSpec`` only the current ``attention_chunk_size``-token chunk,
 ``CrossAttentionSpec`` (an encoder-decoder model's decoder reading the encoder's output) holds
-one static allocation for the request's encoder tokens. Specs are
+one static allocation for the request's encoder tokens, and ``MambaSpec`` (a state-space
+layer) only the state after the last computed token. Specs are
 frozen and compared by value (class included): two groups with equal specs are looked up
 together in a hybrid model's hit search. Page sizes, dtypes and head counts are sizing
 concerns (``kvcheck.reference_impl.sizing``), not modelled here.
@@ -19,10 +20,12 @@ from dataclasses import dataclass
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 
 __all__ = [
+    "MAMBA_CACHE_MODES",
     "ChunkedLocalAttentionSpec",
     "CrossAttentionSpec",
     "FullAttentionSpec",
     "KVCacheSpec",
+    "MambaSpec",
     "SlidingWindowSpec",
     "get_kv_cache_spec_kind",
     "get_kv_cache_spec_sliding_window",
@@ -86,8 +89,44 @@ class CrossAttentionSpec(KVCacheSpec):
     releases)."""
 
 
+#: ``MambaSpec.mamba_cache_mode`` values (vLLM 0.33 ``config/cache.py`` ``MambaCacheMode``).
+MAMBA_CACHE_MODES = ("none", "align")
+
+
+@dataclass(frozen=True, slots=True)
+class MambaSpec(KVCacheSpec):
+    """Mamba (state-space) layers: a request's state after its last computed token is all a
+    step reads, so ``n - 1`` of ``n`` computed tokens are skipped (vLLM 0.33; 0.10.2 keeps
+    its blocks until the request is freed). Block manager fields of vLLM's ``MambaSpec``
+    (``v1/kv_cache_interface.py``; shapes, dtypes and page padding are sizing's
+    ``LayerKVSpec(kind="mamba")``):
+
+    * ``mamba_cache_mode`` (0.33 only; 0.10.2 has no such field, its behaviour is "none"):
+      ``"none"``, prefix caching off, one state per request; ``"align"``, prefix caching on:
+      the state of the last token of each step is kept in its own block, cached when that
+      token ends a block, and the block from two steps ago is freed and nulled;
+    * ``num_speculative_blocks``: extra blocks per request for speculative decoding
+      (MTP/EAGLE draft states), both releases.
+    """
+
+    mamba_cache_mode: str = "none"
+    num_speculative_blocks: int = 0
+
+    def __post_init__(self) -> None:
+        _positive("block_size", self.block_size)
+        if self.mamba_cache_mode not in MAMBA_CACHE_MODES:
+            raise KVCacheMisuseError(
+                f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES} (vLLM 0.33 "
+                f"MambaCacheMode), got {self.mamba_cache_mode!r}")
+        n = self.num_speculative_blocks
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise KVCacheMisuseError(f"num_speculative_blocks must be an int >= 0, got {n!r}")
+
+
 def get_kv_cache_spec_kind(spec: KVCacheSpec) -> str:
     """The kind name vLLM 0.33's KV events carry (``get_kv_cache_spec_kind``)."""
+    if isinstance(spec, MambaSpec):
+        return "mamba"
     if isinstance(spec, CrossAttentionSpec):
         return "cross_attention"
     if isinstance(spec, SlidingWindowSpec):

@@ -2,8 +2,8 @@
 (vLLM ``v1/core/kv_cache_manager.py``; docs/semantics.md#kv-cache-groups-hybrid-models).
 
 One manager for every model, as in vLLM: the groups (full attention, sliding window, chunked
-local attention) live one level down, in the coordinator's per-group managers
-(``kv_cache_coordinator``), and every answer is one list per group even for one group
+local attention, cross attention, Mamba) live one level down, in the coordinator's per-group
+managers (``kv_cache_coordinator``), and every answer is one list per group even for one group
 (vLLM's ``KVCacheBlocks``). A single full-attention group is the one-group case; its fast
 paths are in ``UnitaryKVCacheCoordinator`` and ``FullAttentionManager``.
 
@@ -53,6 +53,7 @@ from kvcheck.reference_impl.kv_cache_interface import (
     CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
+    MambaSpec,
     SlidingWindowSpec,
     kv_cache_event_metadata,
 )
@@ -132,8 +133,9 @@ class KVCacheManager:
     Raises:
         KVCacheMisuseError: both or neither of ``block_size`` / ``kv_cache_specs``; a bad
             block size or ``max_model_len``; a layout that breaks one of vLLM's rules
-            (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups):
-            the message names it.
+            (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups), or a
+            Mamba layout vLLM refuses or the reference does not model (``_check_mamba``): the
+            message names it.
     """
 
     def __init__(
@@ -177,6 +179,7 @@ class KVCacheManager:
         if self.v033:
             self._validate_retention(retention)
         self._check_cross_attention(enable_caching)
+        self._check_mamba(enable_caching, retention)
         self._check_supported(enable_caching, enable_kv_cache_events)
         self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
             specs, num_blocks, profile=self.profile, enable_caching=enable_caching,
@@ -221,14 +224,58 @@ class KVCacheManager:
                 "'Encoder-decoder models do not support chunked prefill nor prefix caching'), "
                 "and vLLM's CrossAttentionManager raises NotImplementedError on a cache lookup")
 
+    def _check_mamba(self, enable_caching: bool, retention: int | None) -> None:
+        """Refuse the Mamba layouts vLLM refuses, and those the reference does not model,
+        naming the rule."""
+        mamba = [s for s in self.kv_cache_specs if isinstance(s, MambaSpec)]
+        if not mamba:
+            return
+        if any(isinstance(s, CrossAttentionSpec) for s in self.kv_cache_specs):
+            raise KVCacheMisuseError(
+                "a Mamba group beside a cross-attention group is not modelled (no vLLM "
+                "encoder-decoder model has Mamba layers)")
+        if not self.v033:
+            if any(s.mamba_cache_mode != "none" for s in mamba):
+                raise KVCacheMisuseError(
+                    "mamba_cache_mode is a vLLM 0.33 MambaSpec field; vLLM 0.10.2 has no "
+                    "Mamba prefix caching (its behaviour is mode 'none')")
+            if enable_caching:
+                raise KVCacheMisuseError(
+                    "vLLM 0.10.2 does not support prefix caching with Mamba layers: "
+                    "gpu_model_runner.py:3706-3708 raises NotImplementedError('Prefix caching "
+                    "is not supported for Mamba yet.'), and MambaModelConfig turns it off "
+                    "(model_executor/models/config.py:308-311); use enable_caching=False")
+            return
+        if enable_caching:
+            none = [s for s in mamba if s.mamba_cache_mode != "align"]
+            if none:
+                raise KVCacheMisuseError(
+                    f"{none[0]!r} with prefix caching on: vLLM 0.33 asserts 'Mamba prefix "
+                    "caching requires mamba_cache_mode=\'align\'' "
+                    "(single_type_kv_cache_manager.py:1442-1444); its config sets 'align' "
+                    "when caching is on and 'none' when off")
+            fine = [s for s in mamba if s.block_size > self.hash_block_size]
+            if fine:
+                raise KVCacheMisuseError(
+                    f"{fine[0]!r}: a Mamba 'align' block larger than the hash block "
+                    f"({self.hash_block_size}) turns on vLLM 0.33's fine-grained partial hash "
+                    "hits (partial_hash_hits_enabled, kv_cache_utils.py:762-801) and their "
+                    "copy-on-write, which the reference does not model; give the Mamba group "
+                    "the smallest block size of the layout")
+        if retention is not None:
+            raise KVCacheMisuseError(
+                "prefix_cache_retention_interval with a Mamba group (0.33's sparse Mamba "
+                "state retention, MambaManager.reachable_block_mask) is not modelled")
+
     def _check_supported(self, enable_caching: bool, events: bool) -> None:
         """Refuse a layout the reference does not reproduce (the message names why).
 
         A full-attention group whose block exceeds the hash block (0.33) is modelled: it
         registers partial-block keys (docs/semantics.md#partial-block-keys). Their sub-block
         hits are not: vLLM 0.33 looks keys up at the hash block only with a Mamba group in
-        "align" mode (``partial_hash_hits_enabled``, ``kv_cache_utils.py:762-801``), a kind
-        the reference has no spec for, so every layout it builds hits at the scheduler block.
+        "align" mode larger than the hash block (``partial_hash_hits_enabled``,
+        ``kv_cache_utils.py:762-801``), which ``_check_mamba`` refuses, so every layout the
+        reference builds hits at the scheduler block.
         """
         specs = self.kv_cache_specs
         if not self.v033 and enable_caching and events:
@@ -312,6 +359,12 @@ class KVCacheManager:
         the decoder's tokens; later calls pass 0 (0.10.2 then counts the cross-attention
         blocks held as a negative need, as it does).
 
+        Mamba groups (``MambaSpec``): sized by ``num_tokens_main_model = computed + new`` in
+        "align" mode (lookahead ignored), and what they return for this call is the table from
+        its previous end on, null padding and relocated speculative blocks included, as vLLM
+        returns it; call ``new_step_starts`` at the start of each scheduler step (vLLM 0.33's
+        same-step refusal of a hit on a block cached in this step lifts then).
+
         ``new_computed_blocks`` is what ``get_computed_blocks`` returned (one list per group;
         None or empty: no hits). All-or-nothing: returns None when the pool is short, with
         nothing changed but the blocks a window skipped (as in vLLM): not the hits'
@@ -368,6 +421,11 @@ class KVCacheManager:
                     request, hits, has_hits, num_local_computed, num_computed, total_computed,
                     num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
                     num_encoder_tokens, delay_cache_blocks)
+            if coordinator.has_main_model_groups and not num_encoder_tokens:
+                return self._allocate_with_main_model(
+                    request, hits, has_hits, num_local_computed, num_computed, total_computed,
+                    num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
+                    delay_cache_blocks)
         if num_encoder_tokens:  # refused there (no cross-attention group); one local test here
             return self._allocate_with_encoder(
                 request, hits, has_hits, num_local_computed, num_computed, total_computed,
@@ -424,6 +482,32 @@ class KVCacheManager:
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot,
                                                      num_encoder_tokens)
         if self.enable_caching and not delay_cache_blocks:  # never with cross attention
+            coordinator.cache_blocks(
+                request, min(total_computed + num_new_tokens, request.num_tokens))
+        return new_blocks
+
+    def _allocate_with_main_model(self, request: Request,
+                                  hits: Sequence[Sequence[KVCacheBlock]], has_hits: bool,
+                                  num_local_computed: int, num_computed: int,
+                                  total_computed: int, num_new_tokens: int,
+                                  num_tokens_need_slot: int, num_external_computed_tokens: int,
+                                  delay_cache_blocks: bool) -> GroupBlocks | None:
+        """``allocate_slots`` from its capacity check on, for a model with a Mamba group: the
+        same steps, every group also given ``num_tokens_main_model = computed + new``
+        (vLLM 0.33 ``kv_cache_manager.py:550``: computed capped at ``max_model_len``,
+        lookahead excluded), which Mamba's "align" mode sizes its table by."""
+        coordinator = self.coordinator
+        num_tokens_main_model = total_computed + num_new_tokens
+        if coordinator.get_num_blocks_to_allocate_main(
+                request.request_id, num_tokens_need_slot, hits, num_computed,
+                num_tokens_main_model) > self.block_pool.free_block_queue.num_free_blocks:
+            return None
+        if has_hits or num_external_computed_tokens:
+            coordinator.add_computed_blocks(request.request_id, hits, num_local_computed,
+                                            num_external_computed_tokens)
+        new_blocks = coordinator.allocate_new_blocks_main(
+            request.request_id, num_tokens_need_slot, num_tokens_main_model)
+        if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(
                 request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
@@ -576,6 +660,13 @@ class KVCacheManager:
         (last block first), so its deepest cached block is evicted before its ancestors.
         Unknown requests are a no-op."""
         self.coordinator.free(request if isinstance(request, str) else request.request_id)
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (vLLM 0.33 ``KVCacheManager.new_step_starts``, called by the
+        scheduler at the start of each ``schedule``): a Mamba group's blocks cached in the
+        last step can be hit again. A no-op for every other group kind and for ``vllm-0.10``
+        (0.10.2 has no such call; its Mamba groups never hit)."""
+        self.coordinator.new_step_starts()
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached hash; False (nothing changed) while any block is in use."""

@@ -36,6 +36,7 @@ from kvcheck.reference_impl.kv_cache_interface import (
     CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from kvcheck.reference_impl.profiles import ProfileBehaviour
@@ -50,6 +51,7 @@ __all__ = [
     "ChunkedLocalAttentionManager",
     "CrossAttentionManager",
     "FullAttentionManager",
+    "MambaManager",
     "SingleTypeKVCacheManager",
     "SlidingWindowManager",
     "cdiv",
@@ -110,6 +112,10 @@ class SingleTypeKVCacheManager:
     #: Whether the coordinator sizes this group by the request's encoder tokens
     #: (``CrossAttentionManager``) rather than by the decoder's tokens.
     uses_encoder_tokens = False
+    #: Whether the group's allocation also reads the main model's token count (lookahead
+    #: excluded; ``MambaManager``): the coordinator then runs ``get_num_blocks_to_allocate_main``
+    #: and ``allocate_new_blocks_main``.
+    uses_main_model_tokens = False
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
                  kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
@@ -275,6 +281,23 @@ class SingleTypeKVCacheManager:
         """Leading blocks of the request's table held by every running request (vLLM 0.10.2;
         0 for the attention types whose blocks are dropped as the window moves)."""
         return 0
+
+    def get_num_blocks_to_allocate_main(self, request_id: str, num_tokens: int,
+                                        new_computed_blocks: Sequence[KVCacheBlock],
+                                        total_computed_tokens: int,
+                                        num_tokens_main_model: int) -> int:
+        """``get_num_blocks_to_allocate`` given also the main model's tokens
+        (``computed + new``, without lookahead; ``MambaManager`` reads it)."""
+        return self.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
+                                               total_computed_tokens)
+
+    def allocate_new_blocks_main(self, request_id: str, num_tokens: int,
+                                 num_tokens_main_model: int) -> list[KVCacheBlock]:
+        """``allocate_new_blocks`` given also the main model's tokens."""
+        return self.allocate_new_blocks(request_id, num_tokens)
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (vLLM 0.33 ``new_step_starts``): nothing for most kinds."""
 
     # ------------------------------------------------------------------ release
     def free(self, request_id: str) -> None:
@@ -626,6 +649,229 @@ class CrossAttentionManager(SingleTypeKVCacheManager):
         return  # no external KV loads into cross attention (0.33 ``:2152-2160``)
 
 
+class MambaManager(SingleTypeKVCacheManager):
+    """Mamba state blocks (``MambaSpec``; vLLM 0.33 ``single_type_kv_cache_manager.py``
+    ``MambaManager``, ``:1428-2136``; 0.10.2 ``:529-603``).
+
+    vLLM 0.10.2: one table per request sized like full attention's plus
+    ``num_speculative_blocks`` extra blocks (``num_tokens + block_size *
+    num_speculative_blocks`` slots, lookahead included); nothing skipped, freed early, hit
+    or cached (0.10.2 runs Mamba models with prefix caching off; ``KVCacheManager``
+    refuses it on).
+
+    vLLM 0.33, ``n`` computed tokens skip ``n - 1`` (only the last token's state is read):
+
+    * mode ``"none"`` (prefix caching off): the generic skip-aware arithmetic on ``num_tokens
+      + block_size * num_speculative_blocks`` slots; skipped blocks are nulled and freed
+      from the highest index down to the first null;
+    * mode ``"align"``: the table has ``cdiv(num_tokens_main_model, block_size) +
+      num_speculative_blocks`` entries (lookahead ignored, ``num_tokens_main_model =
+      computed + new``), all but the last ``1 + num_speculative_blocks`` nulls except the
+      states still awaiting retirement; a running request takes at most 1 new block per
+      step (a new one ``1 + num_speculative_blocks``), and the speculative blocks a step
+      leaves behind move to the table's end (their index becomes a null: the table is not
+      append-only). ``remove_skipped_blocks`` frees the non-null blocks below the skipped
+      boundary (nulls are skipped, not a stop), from the retirement cursor up, and the
+      state block of two allocations ago (``last_state_block_idx``). The hit search looks
+      right to left for ONE cached block whose end is a multiple of the hit alignment and
+      pads it with nulls. A block cached in this step cannot be hit in this step:
+      ``get_num_blocks_to_allocate`` then answers ``num_gpu_blocks + 1`` so the request
+      waits for the next step (``new_step_starts`` lifts it).
+
+    Not modelled (``KVCacheManager`` refuses the layouts that reach them): 0.33's
+    fine-grained partial hash hits and their copy-on-write (a Mamba block larger than the
+    hash block), prefill checkpoint blocks, sparse retention, EAGLE checkpoints and the
+    connector's boundary-state hand-offs. With the Mamba block equal to the hash block,
+    0.33's ``_cache_partial_tail_block`` never keys anything (its boundary is a whole
+    block, keyed already), so it is not reproduced.
+    """
+
+    uses_main_model_tokens = True
+
+    def __init__(self, kv_cache_spec: MambaSpec, block_pool: BlockPool,
+                 kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
+                 scheduler_block_size: int) -> None:
+        super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, profile,
+                         enable_caching, scheduler_block_size)
+        self.mamba_cache_mode = kv_cache_spec.mamba_cache_mode
+        self.align = self.v033 and self.mamba_cache_mode == "align"
+        self.num_speculative_blocks = kv_cache_spec.num_speculative_blocks
+        #: 0.33: keys of the blocks cached in this step (``new_step_starts`` clears it).
+        self.cached_blocks_this_step: set[bytes] = set()
+        #: align: request id -> index of the state block of two allocations ago.
+        self.last_state_block_idx: dict[str, int] = {}
+        #: align: request id -> blocks below this index are retired (nulled and freed).
+        self.num_retired_blocks: dict[str, int] = {}
+        #: align: requests that went through ``allocate_new_blocks`` once.
+        self.allocated_block_reqs: set[str] = set()
+
+    # ------------------------------------------------------------------ skipping
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens - 1
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        if not self.v033:
+            return  # 0.10.2: a request holds its blocks until it is freed
+        if not self.align:
+            super().remove_skipped_blocks(request_id, num_computed_tokens)
+            return
+        blocks = self.req_to_blocks.get(request_id)
+        if blocks is None:
+            return
+        bs = self.block_size
+        skipped = num_computed_tokens - 1
+        if skipped > 0:
+            first = self.num_retired_blocks.get(request_id, 0)
+            last = min(skipped // bs, len(blocks))
+            if first < last:
+                freed: list[KVCacheBlock] = []
+                # Prefill leaves null gaps between states awaiting retirement: skip them.
+                for i in range(last - 1, first - 1, -1):
+                    if blocks[i].is_null:
+                        continue
+                    freed.append(blocks[i])
+                    blocks[i] = self.null_block
+                if freed:
+                    self.block_pool.free_blocks(freed)
+                self.num_retired_blocks[request_id] = last
+        last_state = self.last_state_block_idx.get(request_id)
+        if (last_state is not None and last_state < cdiv(num_computed_tokens, bs) - 1
+                and not blocks[last_state].is_null):
+            self.block_pool.free_blocks([blocks[last_state]])
+            blocks[last_state] = self.null_block
+
+    # ------------------------------------------------------------------ hits
+    def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                               group_ids: Sequence[int], alignment_tokens: int,
+                               ) -> tuple[GroupBlocks, int]:
+        computed: GroupBlocks = tuple([] for _ in group_ids)
+        if not self.v033:
+            return computed, 0  # 0.10.2: "Prefix caching is not supported for mamba now."
+        bs = self.block_size
+        if alignment_tokens < bs:
+            raise KVCacheMisuseError(
+                f"a Mamba block ({bs} tokens) hit at a finer alignment ({alignment_tokens}) "
+                "is vLLM 0.33's fine-grained partial hash hit (copy-on-write), which the "
+                "reference does not model")
+        # Right to left; the first cached block whose end is aligned is the whole hit.
+        for i in range(min(max_length // bs, len(block_hashes)) - 1, -1, -1):
+            hit = self.block_pool.get_cached_block(block_hashes[i], group_ids)  # type: ignore[arg-type]
+            if hit is None:
+                continue
+            if bs != alignment_tokens and (i + 1) * bs % alignment_tokens:
+                continue
+            for out, block in zip(computed, hit, strict=True):
+                out.extend([self.null_block] * i)
+                out.append(block)
+            return computed, (i + 1) * bs
+        return computed, 0
+
+    # ------------------------------------------------------------------ allocation
+    def _hit_cached_this_step(self, new_computed_blocks: Sequence[KVCacheBlock]) -> bool:
+        return bool(new_computed_blocks) and (
+            new_computed_blocks[-1].block_hash in self.cached_blocks_this_step)
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                   new_computed_blocks: Sequence[KVCacheBlock],
+                                   total_computed_tokens: int) -> int:
+        return self.get_num_blocks_to_allocate_main(request_id, num_tokens,
+                                                    new_computed_blocks,
+                                                    total_computed_tokens, num_tokens)
+
+    def get_num_blocks_to_allocate_main(self, request_id: str, num_tokens: int,
+                                        new_computed_blocks: Sequence[KVCacheBlock],
+                                        total_computed_tokens: int,
+                                        num_tokens_main_model: int) -> int:
+        """0.33 first refuses a hit on a block cached in this step: ``num_gpu_blocks + 1``,
+        more than any pool has free (``:1703-1711``)."""
+        if self._hit_cached_this_step(new_computed_blocks):
+            return self.block_pool.num_gpu_blocks + 1
+        if not self.align:
+            num_tokens += self.block_size * self.num_speculative_blocks
+            return super().get_num_blocks_to_allocate(request_id, num_tokens,
+                                                      new_computed_blocks,
+                                                      total_computed_tokens)
+        num_required = cdiv(num_tokens_main_model, self.block_size) + self.num_speculative_blocks
+        # Not clamped at 0, as vLLM has it: rejected drafts can leave more entries than needed.
+        num_new = (num_required - len(new_computed_blocks)
+                   - len(self.req_to_blocks.get(request_id, ())))
+        if num_new > 0:
+            cap = 1 if request_id in self.allocated_block_reqs else 1 + self.num_speculative_blocks
+            num_new = min(num_new, cap)
+        return num_new + sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        return self.allocate_new_blocks_main(request_id, num_tokens, num_tokens)
+
+    def allocate_new_blocks_main(self, request_id: str, num_tokens: int,
+                                 num_tokens_main_model: int) -> list[KVCacheBlock]:
+        """Returns what vLLM returns: in align mode the table's entries from its previous
+        end on, the null padding and relocated speculative blocks included."""
+        if not self.align:
+            return super().allocate_new_blocks(
+                request_id, num_tokens + self.block_size * self.num_speculative_blocks)
+        spec = self.num_speculative_blocks
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_required = cdiv(num_tokens_main_model, self.block_size) + spec
+        if num_required <= len(blocks):
+            self.allocated_block_reqs.add(request_id)
+            return []
+        prev_len = len(blocks)
+        allocated = request_id in self.allocated_block_reqs
+        if allocated:  # the running state sits before the speculative blocks
+            self.last_state_block_idx[request_id] = prev_len - 1 - spec
+        elif prev_len > 0:  # a new request's last hit block holds the hit state
+            self.last_state_block_idx[request_id] = prev_len - 1
+        num_skipped = num_required - spec - 1
+        if prev_len < num_skipped:
+            blocks.extend([self.null_block] * (num_skipped - prev_len))
+        if allocated:
+            for i in range(prev_len - spec, prev_len):
+                if i >= num_skipped:
+                    break
+                self._relocate_speculative_block(blocks, i)
+        num_new = max(num_required - len(blocks), 0)
+        new = self.block_pool.get_new_blocks(num_new)
+        returned = blocks[prev_len:]
+        blocks.extend(new)
+        self.allocated_block_reqs.add(request_id)
+        returned.extend(new)
+        return returned
+
+    def _relocate_speculative_block(self, blocks: list[KVCacheBlock], i: int) -> None:
+        block = blocks[i]
+        if block.is_null or block.ref_cnt != 1 or block.block_hash is not None:
+            raise KVCacheMisuseError(
+                f"speculative Mamba block {block.block_id} is shared or cached and cannot move "
+                "(vLLM 0.33 asserts speculative blocks are exclusively owned and unhashed)")
+        blocks.append(block)
+        blocks[i] = self.null_block
+
+    # ------------------------------------------------------------------ caching
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache the full blocks (nulls skipped) and, 0.33, remember their keys as cached in
+        this step."""
+        rid = request.request_id
+        before = self.num_cached_block.get(rid, 0)
+        super().cache_blocks(request, num_tokens)
+        after = self.num_cached_block.get(rid, 0)
+        if after > before and self.v033:
+            blocks = self.req_to_blocks[rid]
+            for block in blocks[before:after]:
+                if not block.is_null and block.block_hash is not None:
+                    self.cached_blocks_this_step.add(block.block_hash)
+
+    def new_step_starts(self) -> None:
+        self.cached_blocks_this_step.clear()
+
+    # ------------------------------------------------------------------ release
+    def free(self, request_id: str) -> None:
+        self.allocated_block_reqs.discard(request_id)
+        self.last_state_block_idx.pop(request_id, None)
+        self.num_retired_blocks.pop(request_id, None)
+        super().free(request_id)
+
+
 def get_manager_for_kv_cache_spec(spec: KVCacheSpec, block_pool: BlockPool, group_id: int,
                                   profile: ProfileBehaviour, enable_caching: bool,
                                   scheduler_block_size: int) -> SingleTypeKVCacheManager:
@@ -646,4 +892,7 @@ def get_manager_for_kv_cache_spec(spec: KVCacheSpec, block_pool: BlockPool, grou
     if isinstance(spec, CrossAttentionSpec):
         return CrossAttentionManager(spec, block_pool, group_id, profile, enable_caching,
                                      scheduler_block_size)
+    if isinstance(spec, MambaSpec):
+        return MambaManager(spec, block_pool, group_id, profile, enable_caching,
+                            scheduler_block_size)
     raise KVCacheMisuseError(f"no manager for KV-cache spec {spec!r}")

@@ -31,7 +31,7 @@ from kvcheck.plugin.cli import main
 
 SUITE = Path(kvcheck.conformance.__file__).resolve().parent
 NO_HYBRID = ('{"kv_cache_groups", "sliding_window", "chunked_local_attention", '
-             '"cross_attention"}')
+             '"cross_attention", "mamba"}')
 MODULE_LEVEL = '{"block_pool", "kernels", "sizing", "offload"}'
 
 
@@ -299,9 +299,10 @@ def test_golden_scenarios_outside_the_declared_block_sizes_are_skipped(
     ('{"manager", "chunked_local_attention"}',
      "declares 'chunked_local_attention' without 'kv_cache_groups'"),
     ('{"manager", "cross_attention"}', "declares 'cross_attention' without 'kv_cache_groups'"),
+    ('{"manager", "mamba"}', "declares 'mamba' without 'kv_cache_groups'"),
     ('{"block_pool", "kv_cache_groups"}', "declares 'kv_cache_groups' without 'manager'"),
 ], ids=["sliding_window-alone", "chunked_local_attention-alone", "cross_attention-alone",
-        "kv_cache_groups-no-manager"])
+        "mamba-alone", "kv_cache_groups-no-manager"])
 def test_capabilities_that_could_never_be_tested(caps: str, words: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Was: accepted, and every test of the capability skipped for lacking the other one (a

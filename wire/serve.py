@@ -35,6 +35,11 @@ _CONVERTED_RESULTS = frozenset({"bytes", "list[bytes]", "list[KVEvent]", "KVSizi
                                 "KVFeatureDefaults"})
 
 
+#: Methods an implementation may lack, answered as no-ops (``SupportsNewStep``: a design with
+#: no per-step state).
+_OPTIONAL_METHODS = frozenset({"new_step_starts"})
+
+
 #: Capabilities protocol v1 does not carry (an engine declaring one is refused at ``init``).
 _NOT_ON_THE_WIRE = frozenset({"kernels", "offload"})
 
@@ -153,7 +158,12 @@ class Server:
         # without that capability's arguments is called as before.
         kwargs = {p: param_from_wire(wm.annotations[p], params[p])
                   for p in wm.optional if p in params}
-        return _result(wm, getattr(obj, wm.name)(*args, **kwargs))
+        function = getattr(obj, wm.name, None)
+        if function is None and wm.name in _OPTIONAL_METHODS:
+            return None  # a method the design may lack: a no-op there
+        if function is None:
+            raise AttributeError(f"{type(obj).__name__} has no method {wm.name!r}")
+        return _result(wm, function(*args, **kwargs))
 
 
 def _args(wm: WireMethod, params: Mapping[str, object]) -> list[object]:

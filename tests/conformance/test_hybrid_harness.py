@@ -352,3 +352,133 @@ def test_a_decode_past_a_full_pool_with_cross_attention(profile: str) -> None:
         assert "not called: vLLM 0.10.2 raises ValueError" in driver.lines[-1]
     assert driver.tables() == {"a": [[1, 2, 3], [4, 5, 6]]}
     assert not check_laws(driver)
+
+
+# --- Mamba groups ------------------------------------------------------------------------------
+_KINDS_M = ("full_attention", "sliding_window", "chunked_local_attention", "cross_attention",
+            "mamba")
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10", "generic"])
+def test_mamba_layouts_where_vllm_runs_them(profile: str) -> None:
+    """Mamba layouts: a quarter of the draws (caching on: vLLM 0.33's mode "align", the Mamba
+    block the smallest of the layout; caching off: mode "none", both releases), no retention
+    interval, 0 or 1 speculative blocks (with caching off a Mamba block may be the larger);
+    every other draw is the one drawn without the
+    ``mamba`` kind (the tables were appended to)."""
+    for caching in (True, False):
+        mamba = 0
+        for draw in range(80):
+            groups, retention = layout_for(profile, _KINDS_M, 2, draw, enable_caching=caching)
+            kinds = [g.kind for g in groups]
+            if "mamba" not in kinds:
+                assert (groups, retention) == layout_for(profile, _KINDS_M[:4], 2, draw,
+                                                         enable_caching=caching)
+                continue
+            mamba += 1
+            assert draw % 4 == (3 if caching else 2) and retention is None
+            assert "cross_attention" not in kinds
+            for g in groups:
+                if g.kind == "mamba":
+                    assert g.mamba_cache_mode == ("align" if caching else "none")
+                    assert g.num_speculative_blocks in (0, 1)
+                    if caching:  # the hash block: 0.33's fine-grained hits stay off
+                        assert g.block_size == min(x.block_size or 2 for x in groups)
+        assert mamba == (0 if caching and profile == "vllm-0.10" else 20), (profile, caching)
+
+
+def test_mamba_trace_round_trips(tmp_path: Path) -> None:
+    spec = KVCacheSpec(num_blocks=9, block_size=2,
+                       kv_cache_groups=(KVCacheGroupSpec("full_attention", 2),
+                                        KVCacheGroupSpec("mamba", 2, mamba_cache_mode="align",
+                                                         num_speculative_blocks=1)))
+    path = write_trace("t", "reference", spec, OPS, directory=tmp_path)
+    assert load_trace(path)["spec"] == spec
+    # A group's Mamba fields are written only when set (other traces read as before).
+    assert spec_to_dict(SPEC)["kv_cache_groups"] == [
+        {"kind": "full_attention", "block_size": 2, "sliding_window": None,
+         "attention_chunk_size": None},
+        {"kind": "sliding_window", "block_size": 2, "sliding_window": 4,
+         "attention_chunk_size": None}]
+
+
+@pytest.mark.parametrize(("group", "words"), [
+    ({"kind": "mamba", "mamba_cache_mode": "all"}, "mamba_cache_mode='all'"),
+    ({"kind": "mamba", "num_speculative_blocks": -1}, "num_speculative_blocks=-1"),
+    ({"kind": "mamba", "num_speculative_blocks": "1"}, "num_speculative_blocks='1'"),
+    ({"kind": "full_attention", "mamba_cache_mode": "none"}, "mamba groups only"),
+    ({"kind": "sliding_window", "sliding_window": 4, "num_speculative_blocks": 1},
+     "mamba groups only"),
+])
+def test_trace_mamba_fields_are_checked(tmp_path: Path, group: dict[str, object],
+                                        words: str) -> None:
+    raw: dict[str, Any] = spec_to_dict(SPEC)
+    raw["kv_cache_groups"] = [group]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"trace_version": 1, "impl": "x", "spec": raw, "ops": []}))
+    with pytest.raises(TraceError, match=words.replace("[", r"\[").replace("(", r"\(")):
+        load_trace(path)
+
+
+def test_driver_marks_steps_for_mamba_layouts_only() -> None:
+    """In a layout with a Mamba group the driver calls ``new_step_starts()`` at each step's
+    start (the first schedule op, and an op of a request already scheduled in the step), and
+    the repro shows the calls; elsewhere it calls nothing."""
+    from kvcheck.conformance.loader import load_impl
+
+    impl = load_impl("reference")
+    spec = KVCacheSpec(num_blocks=12, block_size=4,
+                       kv_cache_groups=(KVCacheGroupSpec("mamba", 4, mamba_cache_mode="align"),))
+    driver = Driver(impl, spec)
+    ops = [add("a", range(100, 112)), schedule("a", 8), add("b", range(100, 112)),
+           schedule("b"), schedule("b"), schedule("a")]
+    got = [driver.apply(op) for op in ops]
+    # b's hit on a's state cached in this step is refused; its retry is the next step.
+    assert got[3] == {"hits": ([[0, 1]], 8), "new": None}
+    assert got[4]["new"] == [[2]]
+    calls = [line for line in driver.lines if line.startswith(("m.new_step_starts",
+                                                               "m.allocate_slots"))]
+    assert [c.partition("(")[0] for c in calls] == [
+        "m.new_step_starts", "m.allocate_slots", "m.allocate_slots", "m.new_step_starts",
+        "m.allocate_slots", "m.allocate_slots"]
+    assert driver.steps == 2 and not check_laws(driver)
+    assert "m.new_step_starts()" in driver.snippet()
+    other = Driver(impl, replace_groups(spec, (KVCacheGroupSpec("full_attention", 4),)))
+    for op in ops:
+        other.apply(op)
+    assert "new_step_starts" not in other.snippet() and other.steps == 0
+
+
+def replace_groups(spec: KVCacheSpec, groups: tuple[KVCacheGroupSpec, ...]) -> KVCacheSpec:
+    from dataclasses import replace
+
+    return replace(spec, kv_cache_groups=groups)
+
+
+def test_a_mamba_adapter_without_new_step_starts_is_refused_under_033(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Declaring ``mamba`` under vllm-0.33 needs ``new_step_starts`` (vLLM 0.33's same-step
+    refusal lifts there): the loader names the missing method and the fix."""
+    from kvcheck.conformance.loader import ImplLoadError, load_impl
+
+    (tmp_path / "nostep_adapter.py").write_text(
+        "from kvcheck.adapters.reference import IMPL_INFO as _REF\n"
+        "from kvcheck.adapters.reference import make_kv_cache_manager as _make\n"
+        "from dataclasses import replace\n"
+        "IMPL_INFO = replace(_REF, name='nostep', capabilities=_REF.capabilities\n"
+        "                    - {'block_pool', 'kernels', 'sizing'})\n"
+        "class Manager:\n"
+        "    def __init__(self, inner):\n"
+        "        self._inner = inner\n"
+        "    def __getattr__(self, name):\n"
+        "        if name == 'new_step_starts':\n"
+        "            raise AttributeError(name)\n"
+        "        return getattr(self._inner, name)\n"
+        "def make_kv_cache_manager(spec):\n"
+        "    return Manager(_make(spec))\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImplLoadError) as info:
+        load_impl("nostep_adapter")
+    text = str(info.value)
+    assert "capability 'mamba'" in text and "new_step_starts" in text, text
+    assert "Fix: implement new_step_starts(self) -> None" in text, text

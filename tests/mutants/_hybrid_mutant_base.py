@@ -27,16 +27,19 @@ __all__ = ["build_hybrid"]
 
 def build_hybrid(
     name: str, *, managers: Mapping[type, type] | None = None,
-    coordinator: type | None = None, pool: type | None = None,
+    coordinator: type | None = None, pool: type | None = None, mamba: bool = False,
 ) -> tuple[ImplInfo, Callable[[KVCacheSpec], Any], Callable[[KVCacheSpec], Any]]:
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for the hybrid mutant ``name``:
     ``managers`` maps a reference per-group manager class to its mutant subclass;
     ``coordinator`` is a mutant subclass of one reference coordinator class; ``pool`` a
-    subclass of ``BlockPool`` adding no state (the built pool is switched to it)."""
+    subclass of ``BlockPool`` adding no state (the built pool is switched to it). ``mamba``:
+    declare the ``mamba`` kind too (a Mamba mutant's); the others leave it out, so their
+    random workloads draw the layouts they drew before Mamba layouts were added."""
     info, make_single, make_pool = build(name)
     # build() leaves the hybrid capabilities out (its managers are single-group ones).
     hybrid_caps = REFERENCE_INFO.capabilities & {"kv_cache_groups", "sliding_window",
-                                                 "chunked_local_attention", "cross_attention"}
+                                                 "chunked_local_attention", "cross_attention",
+                                                 *(("mamba",) if mamba else ())}
     info = replace(info, capabilities=info.capabilities | hybrid_caps)
     swaps = dict(managers or {})
 

@@ -1,0 +1,57 @@
+"""``new_step_starts`` on the wire (``SupportsNewStep``, docs/wire-protocol.md): an engine's
+manager that has the method is called; one without it answers the call as a no-op (a design
+with no per-step state), never an error."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvcheck.conformance.loader import load_impl
+from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, spec_to_dict
+from kvcheck.wire.serve import Server
+
+SPEC = KVCacheSpec(num_blocks=12, block_size=4,
+                   kv_cache_groups=(KVCacheGroupSpec("mamba", 4, mamba_cache_mode="align"),))
+
+
+class _NoStep:
+    """A manager without ``new_step_starts`` (only what the test calls)."""
+
+    def num_free_blocks(self) -> int:
+        return 11
+
+
+class _Step(_NoStep):
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def new_step_starts(self) -> None:
+        self.steps += 1
+
+
+def _serve(manager: object) -> tuple[Server, int]:
+    handle = load_impl("reference", call_timeout=0)
+    server = Server(replace(handle, factory=lambda spec: manager))
+    made = server.answer({"id": 1, "method": "make_kv_cache_manager",
+                          "params": {"spec": spec_to_dict(SPEC)}})
+    result = made["result"]
+    assert isinstance(result, dict), made
+    return server, int(result["handle"])
+
+
+def test_new_step_starts_reaches_a_manager_that_has_it() -> None:
+    manager = _Step()
+    server, handle = _serve(manager)
+    answer = server.answer({"id": 2, "handle": handle, "method": "new_step_starts",
+                            "params": {}})
+    assert answer == {"id": 2, "result": None} and manager.steps == 1
+
+
+def test_new_step_starts_is_a_no_op_without_the_method() -> None:
+    server, handle = _serve(_NoStep())
+    answer = server.answer({"id": 2, "handle": handle, "method": "new_step_starts",
+                            "params": {}})
+    assert answer == {"id": 2, "result": None}
+    missing = server.answer({"id": 3, "handle": handle, "method": "free_block_ids",
+                             "params": {}})
+    assert missing["id"] == 3 and "error" in missing  # other methods are not optional
