@@ -35,6 +35,16 @@ class NoShrinkProfile:
         settings.load_profile(self.previous)
 
 
+class NoTracebacks:
+    """Inner-run plugin: failures reported without their tracebacks' source (``--tb=no``'s
+    style, set directly: that option belongs to the terminal reporter, which ``run_area``
+    leaves out). A run that only reads outcomes spent more time formatting a failing
+    implementation's tracebacks than running it."""
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.option.tbstyle = "no"
+
+
 class AreaOutcome(NamedTuple):
     """One area run: its failed and passed test functions (names without parameters), and
     how many tests it skipped."""
@@ -50,12 +60,13 @@ def run_area(pytester: pytest.Pytester, area_file: Path, impl: str, *args: str,
     ``option``: ``--kv-indexer``) with ``args``, no shrinking, and ``path`` (default:
     pytester's folder) on ``sys.path`` for the implementation's import. The checkout's
     pytest settings are not used (an empty ini), nor the terminal reporter (the verdict, and
-    the whole-suite inventory it would collect, are not needed)."""
+    the whole-suite inventory it would collect, are not needed), nor failure tracebacks
+    (``NoTracebacks``)."""
     ini = pytester.makeini("[pytest]\n")
     pytester.syspathinsert(path)
     rec = pytester.inline_run(f"{option}={impl}", *args, "-p", "no:cacheprovider",
                               "-p", "no:terminal", "-c", str(ini), str(area_file),
-                              plugins=[NoShrinkProfile()])
+                              plugins=[NoShrinkProfile(), NoTracebacks()])
     passed, skipped, failed = rec.listoutcomes()
     assert passed or failed, f"{impl}: nothing ran"
 

@@ -242,13 +242,16 @@ def test_mutant_wiring_without_a_bug_passes(pytester: pytest.Pytester) -> None:
 
 @pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10"])
 def test_reference_passes_whole_suite(pytester: pytest.Pytester, profile: str) -> None:
-    """The unmodified reference passes every test of the shipped suite (default settings),
-    and the run prints its header and per-area table. The kernel area runs under vllm-0.33
+    """The unmodified reference passes every test of the shipped suite at the mutant runs'
+    example count (the baseline each mutant's failures are read against; the default 40
+    examples are the main job's: README command 1, and CI's run under every profile), and
+    the run prints its header and per-area table. The kernel area runs under vllm-0.33
     only: kernel numerics do not depend on a release (``test_kernels.py``), and the area is
     most of a run's time, interpreted; under vllm-0.10 the reference without kernels runs
     (``kv_helpers.make_ref``: a complete run, the kernel area not applicable)."""
     impl = "reference" if profile == "vllm-0.33" else make_ref(pytester).split("=", 1)[1]
-    result, record = _run_suite(pytester, impl, f"--kv-profile={profile}", subprocess=True)
+    result, record = _run_suite(pytester, impl, f"--kv-profile={profile}",
+                                f"--kv-max-examples={MUTANT_MAX_EXAMPLES}", subprocess=True)
     bad = {t: o for t, o in record["outcomes"].items() if o in ("failed", "error")}
     assert not bad and result.ret == pytest.ExitCode.OK, (
         f"reference under {profile}: {bad}\n" + "\n".join(result.outlines[-30:]))

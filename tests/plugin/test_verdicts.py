@@ -29,7 +29,9 @@ def run(pytester: pytest.Pytester, *args: str, no_shrink: bool = False) -> pytes
     """An in-process run at 3 random examples per test; ``no_shrink``: without Hypothesis's
     shrink phase (runs of BROKEN_FREE that go on after failures: every random test fails at
     its first example, and shrinking those failures, minutes on 2 cores, proves nothing a
-    verdict depends on), the previous profile restored after the run."""
+    verdict depends on), the previous profile restored after the run. Such runs also pass
+    ``--tb=no``: formatting their hundreds of tracebacks took three times as long as the run,
+    and no verdict reads them."""
     plugins = [NoShrinkProfile()] if no_shrink else []
     return pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=3", *args,
                               plugins=plugins)
@@ -168,7 +170,7 @@ def test_selection_with_a_failure_does_not_conform(pytester: pytest.Pytester,
                                                     full_applicable: int,
                                                     select: list[str]) -> None:
     result = run(pytester, make_ref(pytester, body=BROKEN_FREE), *select, "--kv-report=r.jsonl",
-                 no_shrink=True)
+                 "--tb=no", no_shrink=True)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     rec = record(pytester)
     comp = rec["completeness"]
@@ -187,7 +189,7 @@ def test_complete_run_with_a_failure_does_not_conform(pytester: pytest.Pytester)
     """Unchanged by the wording for partial runs: a complete run says nothing about
     completeness."""
     result = run(pytester, make_ref(pytester, body=BROKEN_FREE), "--kv-report=r.jsonl",
-                 no_shrink=True)
+                 "--tb=no", no_shrink=True)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     rec = record(pytester)
     assert rec["complete"] is True and rec["conforms"] is False

@@ -27,7 +27,7 @@ def _record(tmp_path: Path, impl: str, name: str) -> dict:
          str(ROOT / "conformance"), f"--kv-impl={impl}", "--kv-seed=7",
          # Fewer random examples than the default: the same on both sides, and every test
          # still runs (CI's main job runs the default on the reference in process).
-         "--kv-max-examples=8",
+         "--kv-max-examples=4",
          f"--kv-report={report}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=1500, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
