@@ -313,6 +313,25 @@ def test_sparse_group_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle:
 
 
 @pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("kv_cache_groups", "sliding_window")
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_partial_key_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: ImplHandle,
+                                                kv_profile: str, seed: int) -> None:
+    """Full attention at 16-token blocks beside a sliding window at 4 (hash block 4): the
+    block holding a prompt's last hash boundary is also keyed by the hash there, a store of
+    one hash whose ``block_size`` is the hash block's, 4, not the group's, and whose parent is
+    the chain hash one hash block earlier, which the stream need not hold
+    (docs/semantics.md#partial-block-keys); its eviction removes every key of the block; byte
+    for byte as the oracle sends them, and the stream laws hold."""
+    groups = (KVCacheGroupSpec("full_attention", 16),
+              KVCacheGroupSpec("sliding_window", 4, sliding_window=6))
+    spec = _spec(kv_profile, 4, num_blocks=29, groups=groups)
+    if not kv_impl.info.supports(spec):
+        pytest.skip(f"{kv_impl.name} does not support this layout")
+    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
 @pytest.mark.kv_capability("mamba")  # implies kv_cache_groups (the loader checks it)
 @pytest.mark.parametrize("seed", _SEEDS[:2])
 def test_mamba_group_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: ImplHandle,

@@ -163,6 +163,9 @@ class StreamChecker:
         self._topic: bytes | None = None
         self._seen: set[int] = set()
         self._index: Counter[_Key] = Counter()
+        #: group -> the largest ``block_size`` of its stores so far (a smaller one is a
+        #: partial-block store: ``_stored``).
+        self._largest_block: dict[int | None, int] = {}
         self._exact = False
 
     # ------------------------------------------------------------------ messages
@@ -303,9 +306,18 @@ class StreamChecker:
                            f"group {group} is {meta} here but {report.group_kinds[group]} "
                            "earlier in the stream", index, "kv_cache_spec_kind")
         parent = event.parent_block_hash
+        # vLLM 0.33's partial-block store (a full-attention block larger than the hash block,
+        # keyed by the prompt's last hash boundary inside it, docs/semantics.md#partial-block-
+        # keys) has block_size the hash block's, smaller than the group's full stores, and
+        # names as parent the chain hash one hash block earlier, which the group never stores
+        # unless it ends a block: a router can chain it only by hashing the tokens itself.
+        largest = self._largest_block.get(group, 0)
+        partial = 0 < event.block_size < largest
+        if event.block_size > largest:
+            self._largest_block[group] = event.block_size
         # In sliding-window and Mamba groups the parent is the request's hash before the
         # first new block, whose own block may be null or masked: never stored in the group.
-        if (parent is not None and self._dense(spec_kind)
+        if (parent is not None and self._dense(spec_kind) and not partial
                 and self._index[group, event.medium, parent] <= 0):
             if self._exact:
                 self._find(number, seq, "parent-unknown",

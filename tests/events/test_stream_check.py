@@ -122,6 +122,19 @@ def test_a_hash_on_two_physical_blocks_is_removed_once_per_copy() -> None:
     assert report.findings[0].field == "parent_block_hash"
 
 
+def test_a_partial_block_store_may_name_a_parent_the_stream_never_stored() -> None:
+    """vLLM 0.33's partial-block store (block_size the hash block's, smaller than the group's
+    full stores) names the chain hash one hash block earlier as parent: not a finding. The same
+    unknown parent on a store at the group's block size still is."""
+    full = BlockStored((A,), None, tuple(range(4)), 4, None, group_idx=0)
+    partial = BlockStored((B,), C, (8, 9), 2, None, group_idx=0)
+    ok = check_stream(_messages([(full, partial), (BlockRemoved((A, B)),)]), "vllm-0.33")
+    assert ok.ok, ok.render()
+    orphan = BlockStored((B,), C, tuple(range(4)), 4, None, group_idx=0)
+    report = check_stream(_messages([(full, orphan)]), "vllm-0.33")
+    assert _rules(report) == ["parent-unknown"]
+
+
 def test_removals_and_stores_are_per_group_and_medium() -> None:
     meta = (("full_attention", None), ("full_attention", None))
     report = check_stream(_messages([(_store(A),), (BlockRemoved((A,), group_idx=1),),
