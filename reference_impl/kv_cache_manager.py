@@ -494,8 +494,10 @@ class KVCacheManager:
                                   delay_cache_blocks: bool) -> GroupBlocks | None:
         """``allocate_slots`` from its capacity check on, for a model with a Mamba group: the
         same steps, every group also given ``num_tokens_main_model = computed + new``
-        (vLLM 0.33 ``kv_cache_manager.py:550``: computed capped at ``max_model_len``,
-        lookahead excluded), which Mamba's "align" mode sizes its table by."""
+        (vLLM 0.33 ``kv_cache_manager.py:550``: lookahead excluded, and not capped at
+        ``max_model_len`` as the slots are), which Mamba's "align" mode sizes its table by.
+        Kept apart, as ``_allocate_with_encoder`` is, so that the one-group hot path passes
+        no extra argument."""
         coordinator = self.coordinator
         num_tokens_main_model = total_computed + num_new_tokens
         if coordinator.get_num_blocks_to_allocate_main(

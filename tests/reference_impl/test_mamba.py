@@ -3,8 +3,9 @@
 recorded from vLLM's own classes, and the layouts vLLM refuses (or the reference does not
 model) refused by name.
 
-How the expected values were obtained: a throwaway script outside the repository
-(``/tmp/mamba/run_vllm.py``, not committed) built vLLM 0.33.0's and 0.10.2's own
+How the expected values were obtained: a throwaway script outside the repository (not
+committed: it imports vLLM, which the test command does not install) built vLLM 0.33.0's and
+0.10.2's own
 ``KVCacheManager`` (``vllm.v1.core.kv_cache_manager``, CPU-only installs) over a
 ``KVCacheConfig`` with the same groups (``MambaSpec(block_size, shapes=((2, 3),),
 dtypes=(float32,), mamba_cache_mode=..., num_speculative_blocks=...)``, 0.10.2 without
