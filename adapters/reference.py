@@ -96,6 +96,9 @@ IMPL_INFO = ImplInfo(
          # Hybrid models: several KV-cache groups over one pool (ReferenceManager).
          "kv_cache_groups", "sliding_window", "chunked_local_attention", "cross_attention",
          "mamba",
+         # vLLM 0.33's fine-grained partial hash hits and their copy-on-write
+         # (ReferenceManager.take_kv_cache_block_copies).
+         "fine_grained_hits",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
          "sizing",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
@@ -430,6 +433,17 @@ class ReferenceManager:
 
     def new_step_starts(self) -> None:
         self.manager.new_step_starts()
+
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
+        """The copy-on-write copies made since the last call, ``(src_block_id,
+        dst_block_id)`` in vLLM's order, their retained blocks released as vLLM 0.33's
+        scheduler releases them in its non-deferred mode (``block_pool.free_blocks(
+        retained)`` at the end of ``schedule()``: ``BlockPool.free_retained_blocks``, which
+        also takes a source listed twice). ``[]`` without fine-grained hits."""
+        copies, retained = self.manager.take_kv_cache_block_copies()
+        if retained:
+            self.manager.block_pool.free_retained_blocks(retained)
+        return copies
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)

@@ -38,6 +38,7 @@ from kvcheck.reference_impl.invariants import (
     check_invariants,
     check_manager_invariants,
 )
+from kvcheck.reference_impl.kv_cache_coordinator import partial_hash_hits_enabled
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -88,6 +89,7 @@ __all__ = [
     "hash_block_tokens",
     "hash_request_tokens",
     "make_block_hash_with_group_id",
+    "partial_hash_hits_enabled",
     "resolve_none_hash",
     "slot_mapping_for_request",
 ]

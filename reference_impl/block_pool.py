@@ -311,6 +311,32 @@ class BlockPool:
             group_idx=group_id,
         )
 
+    def move_block_hashes(self, src_block: KVCacheBlock, dst_block: KVCacheBlock) -> None:
+        """Re-point every cache key of ``src_block`` to ``dst_block`` (vLLM 0.33's
+        ``move_block_hashes``, ``block_pool.py:688-704``): a Mamba group's copy-on-write for a
+        running request, which keeps writing ``src_block`` while the prefix cache keeps its
+        state in the private copy ``dst_block`` under the same keys. The keys stay live (no
+        event); the first becomes ``dst_block``'s primary key, carrying the prefix length a
+        primary partial-block key of ``src_block`` had, the others secondary keys.
+
+        Raises:
+            KVCacheMisuseError: ``dst_block`` already carries a key (vLLM asserts it).
+        """
+        if dst_block.block_hash is not None or dst_block.block_id in (
+                self.cached_block_hashes_by_block):
+            raise KVCacheMisuseError(
+                f"move_block_hashes({src_block.block_id} -> {dst_block.block_id}): the "
+                "destination already carries a cache key (vLLM asserts it has none)")
+        num_tokens = self.partial_block_hash_num_tokens.get(src_block.block_id)
+        for key in self._remove_cached_block_hashes(src_block):
+            if dst_block.block_hash is None:
+                dst_block.block_hash = key
+                if num_tokens is not None:
+                    self.partial_block_hash_num_tokens[dst_block.block_id] = num_tokens
+            else:
+                self.cached_block_hashes_by_block.setdefault(dst_block.block_id, []).append(key)
+            self.cached_block_hash_to_block.insert(key, dst_block)
+
     def cache_keys_of(self, block: KVCacheBlock) -> list[BlockHashWithGroupId]:
         """Every cache key ``block`` carries: its primary key, then its secondary keys."""
         if block.block_hash is None:
@@ -428,6 +454,11 @@ class BlockPool:
                 raise KVCacheMisuseError(
                     f"double free: block {block.block_id} has ref_cnt {block.ref_cnt}"
                 )
+        self._drop_references(blocks)
+
+    def _drop_references(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """One reference dropped per entry of ``blocks``, in order; those reaching
+        ``ref_cnt == 0`` enqueued per the profile's ``free_order`` (checked by the caller)."""
         freed: list[KVCacheBlock] = []
         for block in blocks:
             if block.is_null:
@@ -446,6 +477,32 @@ class BlockPool:
         evict_last = [b for b in freed if b.block_hash is not None and self.enable_caching]
         self.free_block_queue.prepend_n(evict_first)
         self.free_block_queue.append_n(evict_last)
+
+    def free_retained_blocks(self, ordered_blocks: Sequence[KVCacheBlock]) -> None:
+        """``free_blocks`` for the blocks a copy-on-write retained
+        (``KVCacheManager.take_kv_cache_block_copies``: ``[src, dst, src, dst, ...]``), which
+        vLLM 0.33's scheduler hands to its ``BlockPool.free_blocks`` at the end of a step
+        (``sched/scheduler.py:1698-1706``, ``_free_cow_retained_blocks``): one reference
+        dropped per occurrence, in order, blocks reaching ``ref_cnt == 0`` enqueued as
+        ``free_blocks`` enqueues them. Unlike ``free_blocks`` a block may be listed more than
+        once (two requests that hit the same source block in one step), as vLLM's
+        ``free_blocks`` allows.
+
+        Raises:
+            KVCacheMisuseError: a block listed more often than it has references; nothing
+                changes.
+        """
+        counts: dict[int, int] = {}
+        for block in ordered_blocks:
+            if block.is_null:
+                continue
+            counts[block.block_id] = counts.get(block.block_id, 0) + 1
+            if counts[block.block_id] > block.ref_cnt:
+                raise KVCacheMisuseError(
+                    f"free_retained_blocks: block {block.block_id} is listed "
+                    f"{counts[block.block_id]} times but has ref_cnt {block.ref_cnt}")
+        # Copies retain no null block: nothing here touches the null block's ref_cnt.
+        self._drop_references([b for b in ordered_blocks if not b.is_null])
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the cache keys of ``block_ids`` regardless of ``ref_cnt``; queue order is

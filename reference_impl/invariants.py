@@ -11,9 +11,11 @@
    primary or a secondary key), and every key a block carries is in the map under it; only
    a block with a primary key has secondary keys.
 6. (With the manager) each non-null block's ``ref_cnt`` equals the number of block-table
-   entries holding it, over every KV-cache group; a held block belongs to one group and a
-   cache key on it names that group; a full-attention table never holds the null block, and
-   under ``vllm-0.33`` the null block keeps ``ref_cnt`` 0 (0.10.2 counts null hits on it).
+   entries holding it, over every KV-cache group, plus the copy-on-write copies not taken
+   yet that retain it (each pending ``(src, dst)`` holds one reference on each); a held block
+   belongs to one group and a cache key on it names that group; a full-attention table never
+   holds the null block, and under ``vllm-0.33`` the null block keeps ``ref_cnt`` 0 (0.10.2
+   counts null hits on it).
 """
 
 from __future__ import annotations
@@ -154,6 +156,13 @@ def check_manager_invariants(manager: ManagerState) -> None:
                 if first != group_id:
                     problems.append(f"one group per block: block {block.block_id} is held by "
                                     f"groups {first} and {group_id} (request {request_id!r})")
+        for pair in group._pending_cow_copies:
+            for block in pair:
+                holders[block.block_id] += 1
+                first = owner.setdefault(block.block_id, group_id)
+                if first != group_id:
+                    problems.append(f"one group per block: block {block.block_id} is retained "
+                                    f"by a copy of group {group_id} and held by group {first}")
     for block in pool.blocks:
         if block.is_null:
             continue

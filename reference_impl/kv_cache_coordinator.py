@@ -13,6 +13,13 @@ length:
   one spec group, full attention first; a fixed point shrinks the hit length until every spec
   group accepts it. ``vllm-0.10``: exactly one full spec and one other spec, full hit first,
   then the other type within it.
+
+``vllm-0.33`` fine-grained partial hash hits (``partial_hash_hits_enabled``;
+docs/semantics.md#fine-grained-partial-hits): with a Mamba "align" group whose block is larger
+than the hash block, and every other group able to stop inside a block or at the hash block,
+hits land on hash-block boundaries (``cache_hit_alignment_tokens = hash_block_size``), blocks
+are cached up to the exact token count, and a hit ending inside a block is copied on write by
+the next allocation.
 """
 
 from __future__ import annotations
@@ -23,11 +30,13 @@ from typing import TYPE_CHECKING
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.block_pool import BlockPool
 from kvcheck.reference_impl.errors import KVCacheMisuseError
-from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec, KVCacheSpec
+from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec, KVCacheSpec, MambaSpec
 from kvcheck.reference_impl.profiles import ProfileBehaviour
 from kvcheck.reference_impl.single_type_kv_cache_manager import (
+    MambaManager,
     SingleTypeKVCacheManager,
     cdiv,
+    get_manager_class,
     get_manager_for_kv_cache_spec,
     resolve_block_hashes,
 )
@@ -42,10 +51,29 @@ __all__ = [
     "KVCacheCoordinatorNoPrefixCache",
     "UnitaryKVCacheCoordinator",
     "get_kv_cache_coordinator",
+    "partial_hash_hits_enabled",
 ]
 
 #: One list of blocks per group.
 GroupBlocks = tuple[list[KVCacheBlock], ...]
+
+
+def partial_hash_hits_enabled(specs: Sequence[KVCacheSpec], hash_block_size: int) -> bool:
+    """Whether vLLM 0.33 turns fine-grained partial hash hits on for these groups, prefix
+    caching on and several groups given (``kv_cache_utils.partial_hash_hits_enabled`` with the
+    managers' classes, as ``HybridKVCacheCoordinator`` calls it, ``kv_cache_coordinator.py:
+    706-717``; no decode-context parallelism): some Mamba group in mode "align" has a block
+    larger than ``hash_block_size``, and every other group's manager can stop a hit inside a
+    block (full attention, Mamba) or has the hash block as its block (a sliding window or
+    chunked local group of another block size turns them off). ``hash_block_size`` is the
+    manager's (``KVCacheManager.hash_block_size``, the gcd of the block sizes). vLLM 0.10.2
+    has no such hits; ``KVCacheManager.enable_partial_hash_hits`` is the answer for a built
+    manager, profile and caching included."""
+    if not any(isinstance(spec, MambaSpec) and spec.mamba_cache_mode == "align"
+               and spec.block_size > hash_block_size for spec in specs):
+        return False
+    return all(get_manager_class(spec).supports_fine_grained_hash_lookup
+               or spec.block_size == hash_block_size for spec in specs)
 
 
 class KVCacheCoordinator:
@@ -62,6 +90,10 @@ class KVCacheCoordinator:
         kv_event_factory: the pool's ``event_factory`` (None: the reference's dataclasses).
 
     Attributes:
+        enable_partial_hash_hits: vLLM 0.33's fine-grained partial hash hits are on (only a
+            ``HybridKVCacheCoordinator`` turns them on; ``partial_hash_hits_enabled``).
+        cache_hit_alignment_tokens: hits land on multiples of this: the hash block size with
+            fine-grained hits, else the scheduler block size.
         skips_blocks: whether some group's attention drops blocks as a request advances
             (sliding window, chunked local, Mamba); when False, ``remove_skipped_blocks`` has
             nothing to do and the manager does not call it.
@@ -98,6 +130,8 @@ class KVCacheCoordinator:
         #: request id -> 0.33's ``shared_prefix_boundary`` of its last lookup (vLLM's
         #: scheduler stores it on the request); only the hybrid hit search records one.
         self.shared_prefix_boundary: dict[str, int] = {}
+        self.enable_partial_hash_hits = False
+        self.cache_hit_alignment_tokens = scheduler_block_size
         for manager in self.single_type_managers:
             manager.hash_block_size = hash_block_size
             manager.retention_interval = self.retention_interval
@@ -147,13 +181,17 @@ class KVCacheCoordinator:
     def get_num_blocks_to_allocate_main(self, request_id: str, num_tokens: int,
                                         new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
                                         total_computed_tokens: int,
-                                        num_tokens_main_model: int) -> int:
+                                        num_tokens_main_model: int,
+                                        num_local_computed_tokens: int) -> int:
         """``get_num_blocks_to_allocate`` for a layout with a Mamba group: every group also
-        gets the main model's token count (``computed + new``, lookahead excluded)."""
+        gets the main model's token count (``computed + new``, lookahead excluded) and the
+        local computed tokens (a hit ending inside a block reserves its copy-on-write
+        block)."""
         return sum(
             manager.get_num_blocks_to_allocate_main(request_id, num_tokens, hits,
                                                     total_computed_tokens,
-                                                    num_tokens_main_model)
+                                                    num_tokens_main_model,
+                                                    num_local_computed_tokens)
             for manager, hits in zip(self.single_type_managers, new_computed_blocks,
                                      strict=True))
 
@@ -187,6 +225,10 @@ class KVCacheCoordinator:
             for manager, hits in zip(managers, new_computed_blocks, strict=True):
                 manager.add_local_computed_blocks(request_id, hits, num_local_computed_tokens,
                                                   num_external_computed_tokens)
+                if self.has_main_model_groups:  # where allocate_new_blocks_main copies
+                    manager.record_partial_local_hit(request_id, hits,
+                                                     num_local_computed_tokens,
+                                                     num_external_computed_tokens)
             if num_external_computed_tokens > 0:
                 for manager in managers:
                     manager.allocate_external_computed_blocks(
@@ -221,7 +263,18 @@ class KVCacheCoordinator:
     def free(self, request_id: str) -> None:
         self.shared_prefix_boundary.pop(request_id, None)
         for manager in self.single_type_managers:
+            # vLLM's pop_blocks_for_free drops a copy-on-write not made yet.
+            manager._partial_hit_reqs.pop(request_id, None)
             manager.free(request_id)
+
+    def take_pending_cow_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """Every group's pending copy-on-write pairs, group by group, each group's in the
+        order they were made; drained."""
+        copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
+        for manager in self.single_type_managers:
+            if manager._pending_cow_copies:
+                copies.extend(manager.take_pending_cow_copies())
+        return copies
 
     def get_blocks(self, request_id: str) -> GroupBlocks:
         return tuple(list(m.req_to_blocks.get(request_id, ()))
@@ -370,6 +423,14 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     f"({hash_block_size}); got {bad} (vLLM 0.33 asserts it)")
             # Full attention first (stable).
             self.spec_groups.sort(key=lambda g: not isinstance(g[0], FullAttentionSpec))
+            self.enable_partial_hash_hits = partial_hash_hits_enabled(self.specs,
+                                                                      hash_block_size)
+            if self.enable_partial_hash_hits:
+                self.cache_hit_alignment_tokens = hash_block_size
+                for manager in self.single_type_managers:
+                    manager.cache_hit_alignment_tokens = hash_block_size
+                    if isinstance(manager, MambaManager):
+                        manager.partial_hash_hits = True
             return
         full = [g for g in self.spec_groups if isinstance(g[0], FullAttentionSpec)]
         other = [g for g in self.spec_groups if not isinstance(g[0], FullAttentionSpec)]
@@ -391,7 +452,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 "attention group ids do not interleave (vLLM 0.10.2 raises ValueError)")
 
     def get_num_cacheable_tokens(self, num_tokens: int) -> int:
-        if not self.v033:
+        """0.33's ``_align_cacheable``: rounded down to the scheduler block, where hits land,
+        unless fine-grained hits are on (no rounding: rounding even to the hash block would
+        key a Mamba state block at a boundary it no longer holds)."""
+        if not self.v033 or self.enable_partial_hash_hits:
             return num_tokens
         return num_tokens // self.scheduler_block_size * self.scheduler_block_size
 
@@ -415,9 +479,13 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     def _search(self, spec: KVCacheSpec, ids: list[int], request: Request,
                 max_length: int) -> tuple[GroupBlocks, int]:
         manager = self.single_type_managers[ids[0]]
+        if (self.enable_partial_hash_hits and manager.supports_fine_grained_hash_lookup
+                and manager.block_size > self.hash_block_size):
+            return manager.find_longest_partial_cache_hit(
+                request.block_hashes, max_length, ids, self.hash_block_size)
         return manager.find_longest_cache_hit(
             self.group_hashes(request, ids[0]), max_length, ids,
-            self.scheduler_block_size)
+            self.cache_hit_alignment_tokens)
 
     def _find_v010(self, request: Request, max_length: int) -> tuple[GroupBlocks, int, int]:
         full_hits, full_len = self._search(self.full_spec, self.full_ids, request, max_length)

@@ -194,6 +194,10 @@ class KVCacheManager:
                                               pythonhashseed, none_hash)
         #: Per group ``(kind, sliding_window)`` as 0.33's ``take_events`` annotates events.
         self.kv_cache_event_metadata = kv_cache_event_metadata(specs)
+        #: vLLM 0.33's fine-grained partial hash hits are on (its coordinator's
+        #: ``enable_partial_hash_hits``): hits land on hash-block boundaries and a hit ending
+        #: inside a block is copied on write (``take_kv_cache_block_copies``).
+        self.enable_partial_hash_hits = self.coordinator.enable_partial_hash_hits
         self._group_block_sizes = tuple(s.block_size for s in specs)
         # "No hits" for every group, immutable so it can be shared by every call.
         self._no_hits: tuple[tuple[KVCacheBlock, ...], ...] = ((),) * len(specs)
@@ -254,14 +258,6 @@ class KVCacheManager:
                     "caching requires mamba_cache_mode=\'align\'' "
                     "(single_type_kv_cache_manager.py:1442-1444); its config sets 'align' "
                     "when caching is on and 'none' when off")
-            fine = [s for s in mamba if s.block_size > self.hash_block_size]
-            if fine:
-                raise KVCacheMisuseError(
-                    f"{fine[0]!r}: a Mamba 'align' block larger than the hash block "
-                    f"({self.hash_block_size}) turns on vLLM 0.33's fine-grained partial hash "
-                    "hits (partial_hash_hits_enabled, kv_cache_utils.py:762-801) and their "
-                    "copy-on-write, which the reference does not model; give the Mamba group "
-                    "the smallest block size of the layout")
         if retention is not None:
             raise KVCacheMisuseError(
                 "prefix_cache_retention_interval with a Mamba group (0.33's sparse Mamba "
@@ -271,11 +267,9 @@ class KVCacheManager:
         """Refuse a layout the reference does not reproduce (the message names why).
 
         A full-attention group whose block exceeds the hash block (0.33) is modelled: it
-        registers partial-block keys (docs/semantics.md#partial-block-keys). Their sub-block
-        hits are not: vLLM 0.33 looks keys up at the hash block only with a Mamba group in
-        "align" mode larger than the hash block (``partial_hash_hits_enabled``,
-        ``kv_cache_utils.py:762-801``), which ``_check_mamba`` refuses, so every layout the
-        reference builds hits at the scheduler block.
+        registers partial-block keys (docs/semantics.md#partial-block-keys), looked up at the
+        hash block when fine-grained partial hash hits are on (a Mamba "align" group larger
+        than the hash block; docs/semantics.md#fine-grained-partial-hits).
         """
         specs = self.kv_cache_specs
         if not self.v033 and enable_caching and events:
@@ -502,7 +496,8 @@ class KVCacheManager:
         num_tokens_main_model = total_computed + num_new_tokens
         if coordinator.get_num_blocks_to_allocate_main(
                 request.request_id, num_tokens_need_slot, hits, num_computed,
-                num_tokens_main_model) > self.block_pool.free_block_queue.num_free_blocks:
+                num_tokens_main_model,
+                num_local_computed) > self.block_pool.free_block_queue.num_free_blocks:
             return None
         if has_hits or num_external_computed_tokens:
             coordinator.add_computed_blocks(request.request_id, hits, num_local_computed,
@@ -585,7 +580,7 @@ class KVCacheManager:
         else:
             if any(isinstance(g, KVCacheBlock) for g in hits):
                 self._raise_bad_hits(request, hits)
-            if any(len(g) * bs != num_new_computed_tokens
+            if any(len(g) != self._num_hit_blocks(num_new_computed_tokens, bs)
                    for bs, g in zip(sizes, hits, strict=True)):
                 self._raise_hit_tokens(request, hits, num_new_computed_tokens)
             has_hits = any(hits)
@@ -604,11 +599,19 @@ class KVCacheManager:
             f"{len(self._group_block_sizes)} groups; pass new_computed_blocks as "
             "get_computed_blocks returned them (one list of blocks per KV-cache group)")
 
+    def _num_hit_blocks(self, num_new_computed_tokens: int, block_size: int) -> int:
+        """Hit blocks of a group for that many hit tokens: whole blocks, or with fine-grained
+        hits every block the hit reaches into (the last one partly)."""
+        if self.enable_partial_hash_hits:
+            return cdiv(num_new_computed_tokens, block_size)
+        return -1 if num_new_computed_tokens % block_size else (
+            num_new_computed_tokens // block_size)
+
     def _raise_hit_tokens(self, request: Request, hits: Sequence[Sequence[KVCacheBlock]],
                           num_new_computed_tokens: int) -> None:
         for group_id, (block_size, group) in enumerate(
                 zip(self._group_block_sizes, hits, strict=True)):
-            if len(group) * block_size != num_new_computed_tokens:
+            if len(group) != self._num_hit_blocks(num_new_computed_tokens, block_size):
                 raise KVCacheMisuseError(
                     f"allocate_slots({request.request_id!r}): num_new_computed_tokens="
                     f"{num_new_computed_tokens} but group {group_id} got {len(group)} hit "
@@ -701,6 +704,24 @@ class KVCacheManager:
         """Raise ``InvariantViolation`` naming every broken law
         (``invariants.check_manager_invariants``)."""
         check_manager_invariants(self)
+
+    def take_kv_cache_block_copies(self) -> tuple[list[tuple[int, int]], list[KVCacheBlock]]:
+        """Drain the copy-on-write copies made since the last call (vLLM 0.33's
+        ``take_kv_cache_block_copies``, ``kv_cache_manager.py:863-878``): ``(copies,
+        retained_blocks)``, the copies as ``(src_block_id, dst_block_id)`` pairs, group by
+        group in group order and each group's in the order they were made, and the blocks
+        they keep referenced, ``[src, dst, src, dst, ...]`` in the same order.
+
+        The caller releases the retained blocks once the copies ran, as vLLM 0.33's scheduler
+        does at the end of each ``schedule()``: ``block_pool.free_retained_blocks(retained)``
+        (its ``BlockPool.free_blocks``; a source hit by two requests in one step is listed
+        twice). Empty unless fine-grained partial hash hits are on
+        (``enable_partial_hash_hits``; docs/semantics.md#fine-grained-partial-hits).
+        """
+        pending = self.coordinator.take_pending_cow_copies()
+        copies = [(src.block_id, dst.block_id) for src, dst in pending]
+        retained = [block for pair in pending for block in pair]
+        return copies, retained
 
     def take_events(self) -> list[KVCacheEvent]:
         """Drain the pool's KV events (``kv_cache_event_metadata[group_idx]`` gives the

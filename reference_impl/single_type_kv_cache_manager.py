@@ -55,6 +55,7 @@ __all__ = [
     "SingleTypeKVCacheManager",
     "SlidingWindowManager",
     "cdiv",
+    "get_manager_class",
     "get_manager_for_kv_cache_spec",
     "resolve_block_hashes",
 ]
@@ -116,6 +117,10 @@ class SingleTypeKVCacheManager:
     #: excluded; ``MambaManager``): the coordinator then runs ``get_num_blocks_to_allocate_main``
     #: and ``allocate_new_blocks_main``.
     uses_main_model_tokens = False
+    #: Whether the hit search can stop on a hash-block boundary inside one of this group's
+    #: blocks (vLLM 0.33's ``supports_fine_grained_hash_lookup``: full attention and Mamba);
+    #: ``find_longest_partial_cache_hit`` is that search.
+    supports_fine_grained_hash_lookup = False
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
                  kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
@@ -135,6 +140,13 @@ class SingleTypeKVCacheManager:
         self.hash_block_size = self.block_size
         self.retention_interval: int | None = None
         self.shared_prefix_boundary: dict[str, int] = {}
+        #: 0.33 copy-on-write: request id -> (table index, source block) of a hit that ends
+        #: inside a block, redirected to a private block by the next allocation (vLLM's
+        #: ``_partial_hit_reqs``); only layouts with a Mamba group record one.
+        self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
+        #: 0.33 copy-on-write: (source, destination) pairs made since the last
+        #: ``take_pending_cow_copies`` (vLLM's ``_pending_cow_copies``).
+        self._pending_cow_copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
 
     # ------------------------------------------------------------------ skipping
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -176,6 +188,60 @@ class SingleTypeKVCacheManager:
         """Per group of ``group_ids`` (all with this spec) the hit blocks, and the hit length
         in tokens; ``block_hashes`` are already viewed at this group's block size."""
         raise NotImplementedError
+
+    def find_longest_partial_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                                       group_ids: Sequence[int], hash_block_size: int,
+                                       ) -> tuple[GroupBlocks, int]:
+        """vLLM 0.33's fine-grained hit search (``find_longest_cache_hit`` with
+        ``alignment_tokens = hash_block_size`` below the block size): the hit may end on any
+        hash-block boundary, inside a block; ``block_hashes`` are the request's own (at
+        ``hash_block_size``). Only for a class with ``supports_fine_grained_hash_lookup``."""
+        raise KVCacheMisuseError(
+            f"{type(self).__name__} has no fine-grained hit search (vLLM 0.33's "
+            "supports_fine_grained_hash_lookup is False for it)")
+
+    # ------------------------------------------------------------------ copy-on-write
+    def record_partial_local_hit(self, request_id: str,
+                                 new_computed_blocks: Sequence[KVCacheBlock],
+                                 num_local_computed_tokens: int,
+                                 num_external_computed_tokens: int) -> None:
+        """The last step of 0.33's ``add_local_computed_blocks`` (``:319-325``), run after it:
+        a local hit that ends inside a block (``num_local_computed_tokens % block_size``) with
+        hit blocks left once the window's skipped ones are dropped records its last hit block
+        at index ``num_local_computed_tokens // block_size`` for the copy-on-write of the next
+        ``allocate_new_blocks_main``, and caps ``num_cached_block`` at that index so the
+        private copy is cached again once full."""
+        bs = self.block_size
+        if not num_local_computed_tokens % bs:
+            return
+        skipped = self.get_num_skipped_tokens(
+            num_local_computed_tokens + num_external_computed_tokens) // bs
+        hits = new_computed_blocks[skipped:] if skipped > 0 else new_computed_blocks
+        if not hits:
+            return
+        block_idx = num_local_computed_tokens // bs
+        self._partial_hit_reqs[request_id] = (block_idx, hits[-1])
+        self.num_cached_block[request_id] = block_idx
+
+    def _apply_cow(self, request_id: str, block_idx: int, source_block: KVCacheBlock,
+                   cow_block: KVCacheBlock) -> None:
+        """Redirect a partial hit to the private block ``cow_block`` (vLLM 0.33's
+        ``_apply_cow``, ``:455-475``): the table entry ``block_idx`` becomes ``cow_block``,
+        the copy ``(source_block, cow_block)`` is queued, and both stay retained until the
+        copies are taken and released: ``source_block`` keeps the reference the hit took,
+        ``cow_block`` takes one more beyond the table's."""
+        blocks = self.req_to_blocks[request_id]
+        assert block_idx < len(blocks) and blocks[block_idx] is source_block
+        assert not source_block.is_null and source_block.ref_cnt > 0
+        blocks[block_idx] = cow_block
+        self._pending_cow_copies.append((source_block, cow_block))
+        cow_block.ref_cnt += 1
+
+    def take_pending_cow_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """Drain the (source, destination) copies queued since the last call, in the order
+        they were made (vLLM 0.33's ``take_pending_cow_copies``)."""
+        copies, self._pending_cow_copies = self._pending_cow_copies, []
+        return copies
 
     # ------------------------------------------------------------------ allocation
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
@@ -285,15 +351,28 @@ class SingleTypeKVCacheManager:
     def get_num_blocks_to_allocate_main(self, request_id: str, num_tokens: int,
                                         new_computed_blocks: Sequence[KVCacheBlock],
                                         total_computed_tokens: int,
-                                        num_tokens_main_model: int) -> int:
+                                        num_tokens_main_model: int,
+                                        num_local_computed_tokens: int) -> int:
         """``get_num_blocks_to_allocate`` given also the main model's tokens
-        (``computed + new``, without lookahead; ``MambaManager`` reads it)."""
-        return self.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
-                                               total_computed_tokens)
+        (``computed + new``, without lookahead; ``MambaManager`` reads it) and the local
+        computed tokens (``num_computed_tokens`` + hits): a hit ending inside a block
+        reserves one block more, the copy-on-write block (vLLM 0.33 ``:260-266``)."""
+        num_blocks = self.get_num_blocks_to_allocate(request_id, num_tokens,
+                                                     new_computed_blocks, total_computed_tokens)
+        if new_computed_blocks and num_local_computed_tokens % self.block_size:
+            num_blocks += 1
+        return num_blocks
 
     def allocate_new_blocks_main(self, request_id: str, num_tokens: int,
                                  num_tokens_main_model: int) -> list[KVCacheBlock]:
-        """``allocate_new_blocks`` given also the main model's tokens."""
+        """``allocate_new_blocks`` given also the main model's tokens; a recorded partial hit
+        first takes one block from the queue head as its copy-on-write block
+        (``_apply_cow``), returned first (vLLM 0.33 ``:386-410``)."""
+        if self._partial_hit_reqs and request_id in self._partial_hit_reqs:
+            block_idx, source_block = self._partial_hit_reqs.pop(request_id)
+            cow_block = self.block_pool.get_new_blocks(1)[0]
+            self._apply_cow(request_id, block_idx, source_block, cow_block)
+            return [cow_block, *self.allocate_new_blocks(request_id, num_tokens)]
         return self.allocate_new_blocks(request_id, num_tokens)
 
     def new_step_starts(self) -> None:
@@ -324,6 +403,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     ``cache_blocks_with_partial_tail_block``, so the one-group path pays nothing for it (a
     subclass changes that path through ``_cache_partial_tail_block``).
     """
+
+    supports_fine_grained_hash_lookup = True
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
                  kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
@@ -419,6 +500,37 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             num_blocks = cdiv(hit_length, bs)
             for out in computed:
                 del out[num_blocks:]
+        return computed, hit_length
+
+    def find_longest_partial_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                                       group_ids: Sequence[int], hash_block_size: int,
+                                       ) -> tuple[GroupBlocks, int]:
+        """vLLM 0.33's fine-grained full-attention search (``:743-838``, no EAGLE): the
+        longest run of cached full blocks (keys at the block size), then the first block past
+        it probed at its inner hash boundaries, highest first, for a partial-block key; the
+        hit then ends there, inside that block, which is the last hit block."""
+        bs = self.block_size
+        k = bs // hash_block_size
+        lookup = self.block_pool.get_cached_block
+        computed: GroupBlocks = tuple([] for _ in group_ids)
+        for block_hash in block_hashes[k - 1::k][:max_length // bs]:
+            hit = lookup(block_hash, group_ids)  # type: ignore[arg-type]
+            if hit is None:
+                break
+            for out, block in zip(computed, hit, strict=True):
+                out.append(block)
+        hit_length = len(computed[0]) * bs
+        first_partial_idx = len(computed[0]) * k
+        max_partial_idx = min(first_partial_idx + k - 1, max_length // hash_block_size,
+                              len(block_hashes))
+        for fine_idx in range(max_partial_idx - 1, first_partial_idx - 1, -1):
+            hit = lookup(block_hashes[fine_idx], group_ids)  # type: ignore[arg-type]
+            if hit is None:
+                continue
+            for out, block in zip(computed, hit, strict=True):
+                out.append(block)
+            hit_length = (fine_idx + 1) * hash_block_size
+            break
         return computed, hit_length
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
@@ -678,15 +790,28 @@ class MambaManager(SingleTypeKVCacheManager):
       ``get_num_blocks_to_allocate`` then answers ``num_gpu_blocks + 1`` so the request
       waits for the next step (``new_step_starts`` lifts it).
 
-    Not modelled (``KVCacheManager`` refuses the layouts that reach them): 0.33's
-    fine-grained partial hash hits and their copy-on-write (a Mamba block larger than the
-    hash block), prefill checkpoint blocks, sparse retention, EAGLE checkpoints and the
-    connector's boundary-state hand-offs. With the Mamba block equal to the hash block,
-    0.33's ``_cache_partial_tail_block`` never keys anything (its boundary is a whole
-    block, keyed already), so it is not reproduced.
+    Fine-grained partial hash hits (0.33, an "align" block larger than the hash block,
+    ``partial_hash_hits`` set by the coordinator; docs/semantics.md#fine-grained-partial-hits):
+    the hit search looks right to left at every hash-block boundary
+    (``find_longest_partial_cache_hit``); a new request's hit ending inside a block gets a
+    private copy-on-write block in its table (the base class's ``_apply_cow``), and
+    ``cache_blocks`` keys the running state block at the prompt's last hash boundary
+    (``_cache_partial_tail_block``) when a step ends exactly there, inside a block: the
+    request's next allocation then copies that state to a new block, moves the block's keys
+    onto the copy (``BlockPool.move_block_hashes``) and keeps writing its own block.
+
+    Not modelled (``KVCacheManager`` refuses the layouts that reach them, or they have no
+    reference counterpart): prefill checkpoint blocks (``MambaSpec`` has no
+    ``num_prefill_checkpoint_blocks``), sparse retention, EAGLE checkpoints and the
+    shared-prefix checkpoint (no EAGLE), and the connector's boundary-state hand-offs
+    (``take_boundary_state_offloads``: a list for a connector, no block state). Without
+    fine-grained hits (the Mamba block is the hash block) 0.33's ``_cache_partial_tail_block``
+    never keys anything (its boundary is a whole block, keyed already), so it runs only with
+    them.
     """
 
     uses_main_model_tokens = True
+    supports_fine_grained_hash_lookup = True
 
     def __init__(self, kv_cache_spec: MambaSpec, block_pool: BlockPool,
                  kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
@@ -704,6 +829,8 @@ class MambaManager(SingleTypeKVCacheManager):
         self.num_retired_blocks: dict[str, int] = {}
         #: align: requests that went through ``allocate_new_blocks`` once.
         self.allocated_block_reqs: set[str] = set()
+        #: 0.33 fine-grained partial hash hits are on (set by the coordinator).
+        self.partial_hash_hits = False
 
     # ------------------------------------------------------------------ skipping
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -750,9 +877,9 @@ class MambaManager(SingleTypeKVCacheManager):
         bs = self.block_size
         if alignment_tokens < bs:
             raise KVCacheMisuseError(
-                f"a Mamba block ({bs} tokens) hit at a finer alignment ({alignment_tokens}) "
-                "is vLLM 0.33's fine-grained partial hash hit (copy-on-write), which the "
-                "reference does not model")
+                f"a Mamba block ({bs} tokens) hit at a finer alignment ({alignment_tokens}) is "
+                "vLLM 0.33's fine-grained partial hash hit: search it with "
+                "find_longest_partial_cache_hit and the request's own hashes")
         # Right to left; the first cached block whose end is aligned is the whole hit.
         for i in range(min(max_length // bs, len(block_hashes)) - 1, -1, -1):
             hit = self.block_pool.get_cached_block(block_hashes[i], group_ids)  # type: ignore[arg-type]
@@ -766,6 +893,28 @@ class MambaManager(SingleTypeKVCacheManager):
             return computed, (i + 1) * bs
         return computed, 0
 
+    def find_longest_partial_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
+                                       group_ids: Sequence[int], hash_block_size: int,
+                                       ) -> tuple[GroupBlocks, int]:
+        """vLLM 0.33's fine-grained Mamba search (``:1494-1514``): right to left over every
+        hash-block boundary up to ``max_length``; the first cached key (a full block's or a
+        partial-block key) is the whole hit, its block at index ``boundary_idx // (block_size
+        // hash_block_size)`` after that many nulls."""
+        k = self.block_size // hash_block_size
+        computed: GroupBlocks = tuple([] for _ in group_ids)
+        lookup = self.block_pool.get_cached_block
+        for fine_idx in range(min(max_length // hash_block_size, len(block_hashes)) - 1,
+                              -1, -1):
+            hit = lookup(block_hashes[fine_idx], group_ids)  # type: ignore[arg-type]
+            if hit is None:
+                continue
+            block_idx = fine_idx // k
+            for out, block in zip(computed, hit, strict=True):
+                out.extend([self.null_block] * block_idx)
+                out.append(block)
+            return computed, (fine_idx + 1) * hash_block_size
+        return computed, 0
+
     # ------------------------------------------------------------------ allocation
     def _hit_cached_this_step(self, new_computed_blocks: Sequence[KVCacheBlock]) -> bool:
         return bool(new_computed_blocks) and (
@@ -776,14 +925,18 @@ class MambaManager(SingleTypeKVCacheManager):
                                    total_computed_tokens: int) -> int:
         return self.get_num_blocks_to_allocate_main(request_id, num_tokens,
                                                     new_computed_blocks,
-                                                    total_computed_tokens, num_tokens)
+                                                    total_computed_tokens, num_tokens,
+                                                    total_computed_tokens)
 
     def get_num_blocks_to_allocate_main(self, request_id: str, num_tokens: int,
                                         new_computed_blocks: Sequence[KVCacheBlock],
                                         total_computed_tokens: int,
-                                        num_tokens_main_model: int) -> int:
+                                        num_tokens_main_model: int,
+                                        num_local_computed_tokens: int) -> int:
         """0.33 first refuses a hit on a block cached in this step: ``num_gpu_blocks + 1``,
-        more than any pool has free (``:1703-1711``)."""
+        more than any pool has free (``:1703-1711``). In "align" mode a copy-on-write to come
+        (a hit ending inside a block, or this request's own partial-block key of the last
+        step) needs one block more, and lifts the per-step cap by one (``:1748-1792``)."""
         if self._hit_cached_this_step(new_computed_blocks):
             return self.block_pool.num_gpu_blocks + 1
         if not self.align:
@@ -795,8 +948,15 @@ class MambaManager(SingleTypeKVCacheManager):
         # Not clamped at 0, as vLLM has it: rejected drafts can leave more entries than needed.
         num_new = (num_required - len(new_computed_blocks)
                    - len(self.req_to_blocks.get(request_id, ())))
+        has_partial_hit = bool(
+            (new_computed_blocks and num_local_computed_tokens % self.block_size)
+            or (self._partial_hit_reqs and request_id in self._partial_hit_reqs))
+        if has_partial_hit:
+            num_new = max(num_new, 0) + 1
         if num_new > 0:
-            cap = 1 if request_id in self.allocated_block_reqs else 1 + self.num_speculative_blocks
+            cap = 1 + has_partial_hit
+            if request_id not in self.allocated_block_reqs:
+                cap += self.num_speculative_blocks
             num_new = min(num_new, cap)
         return num_new + sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
 
@@ -806,14 +966,22 @@ class MambaManager(SingleTypeKVCacheManager):
     def allocate_new_blocks_main(self, request_id: str, num_tokens: int,
                                  num_tokens_main_model: int) -> list[KVCacheBlock]:
         """Returns what vLLM returns: in align mode the table's entries from its previous
-        end on, the null padding and relocated speculative blocks included."""
+        end on, the null padding and relocated speculative blocks included.
+
+        A recorded partial hit (0.33, ``:1823-1921``) takes one block more, popped first: a
+        new request's hit block is replaced in its table by that copy-on-write block
+        (``_apply_cow``, returned first); a running request (its own partial-block key of the
+        last step) keeps writing its block, whose keys move to the copy
+        (``BlockPool.move_block_hashes``): the source takes one more reference for the copy,
+        the copy is held by that copy alone, and its key counts as cached in this step."""
         if not self.align:
             return super().allocate_new_blocks(
                 request_id, num_tokens + self.block_size * self.num_speculative_blocks)
         spec = self.num_speculative_blocks
         blocks = self.req_to_blocks.setdefault(request_id, [])
         num_required = cdiv(num_tokens_main_model, self.block_size) + spec
-        if num_required <= len(blocks):
+        partial_hit = self._partial_hit_reqs.get(request_id) if self._partial_hit_reqs else None
+        if num_required <= len(blocks) and partial_hit is None:
             self.allocated_block_reqs.add(request_id)
             return []
         prev_len = len(blocks)
@@ -831,12 +999,36 @@ class MambaManager(SingleTypeKVCacheManager):
                     break
                 self._relocate_speculative_block(blocks, i)
         num_new = max(num_required - len(blocks), 0)
+        if partial_hit is not None:
+            num_new += 1
+            assert num_new <= 2 + (0 if allocated else spec)
         new = self.block_pool.get_new_blocks(num_new)
         returned = blocks[prev_len:]
+        if partial_hit is not None:
+            self._copy_on_write(request_id, blocks, partial_hit, new[0], allocated, returned)
+            new = new[1:]
+            self._partial_hit_reqs.pop(request_id, None)
         blocks.extend(new)
         self.allocated_block_reqs.add(request_id)
         returned.extend(new)
         return returned
+
+    def _copy_on_write(self, request_id: str, blocks: list[KVCacheBlock],
+                       partial_hit: tuple[int, KVCacheBlock], cow_block: KVCacheBlock,
+                       allocated: bool, returned: list[KVCacheBlock]) -> None:
+        block_idx, source_block = partial_hit
+        if allocated:
+            # A running request's table is append-only on the worker: it keeps writing
+            # source_block, the prefix cache keeps the copy (vLLM 0.33 :1884-1915).
+            assert blocks[block_idx] is source_block
+            self.block_pool.move_block_hashes(source_block, cow_block)
+            self._pending_cow_copies.append((source_block, cow_block))
+            source_block.ref_cnt += 1
+            if cow_block.block_hash is not None:
+                self.cached_blocks_this_step.add(cow_block.block_hash)
+        else:
+            self._apply_cow(request_id, block_idx, source_block, cow_block)
+            returned.insert(0, cow_block)
 
     def _relocate_speculative_block(self, blocks: list[KVCacheBlock], i: int) -> None:
         block = blocks[i]
@@ -850,49 +1042,102 @@ class MambaManager(SingleTypeKVCacheManager):
     # ------------------------------------------------------------------ caching
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the full blocks (nulls skipped) and, 0.33, remember their keys as cached in
-        this step."""
+        this step; with fine-grained hits, then the prompt's last hash boundary
+        (``_cache_partial_tail_block``)."""
         rid = request.request_id
         before = self.num_cached_block.get(rid, 0)
         super().cache_blocks(request, num_tokens)
         after = self.num_cached_block.get(rid, 0)
+        if self.partial_hash_hits:
+            partial_key = self._cache_partial_tail_block(request, num_tokens)
+            if partial_key is not None:
+                self.cached_blocks_this_step.add(partial_key)
         if after > before and self.v033:
             blocks = self.req_to_blocks[rid]
             for block in blocks[before:after]:
                 if not block.is_null and block.block_hash is not None:
                     self.cached_blocks_this_step.add(block.block_hash)
 
+    def _cache_partial_tail_block(self, request: Request, num_tokens: int) -> bytes | None:
+        """vLLM 0.33's Mamba ``_cache_partial_tail_block`` without checkpoints or EAGLE
+        (``:2028-2135``): when ``num_tokens`` is exactly the prompt's last hash boundary
+        ``(num_prompt_tokens - 1) // hbs * hbs``, key the state block holding it (index
+        ``cdiv(num_tokens, block_size) - 1``; not a null, not already keyed at that length)
+        by the hash there (``BlockPool.cache_partial_block``). A boundary inside the block
+        records the request for a copy-on-write in its next allocation and caps
+        ``num_cached_block`` at that index. Returns the key, or None."""
+        hbs = self.hash_block_size
+        if num_tokens <= 0 or num_tokens % hbs:
+            return None
+        if num_tokens != max((request.num_prompt_tokens - 1) // hbs * hbs, 0):
+            return None
+        bs = self.block_size
+        block_idx = cdiv(num_tokens, bs) - 1
+        rid = request.request_id
+        blocks = self.req_to_blocks.get(rid, ())
+        if block_idx >= len(blocks):
+            return None
+        source_block = blocks[block_idx]
+        if source_block.is_null or self._block_hash_num_tokens(source_block,
+                                                               block_idx) == num_tokens:
+            return None
+        key = self.block_pool.cache_partial_block(request, source_block, num_tokens,
+                                                  self.kv_cache_group_id, bs, hbs)
+        if key is not None and num_tokens % bs:
+            self._partial_hit_reqs[rid] = (block_idx, source_block)
+            self.num_cached_block[rid] = block_idx
+        return key
+
+    def _block_hash_num_tokens(self, block: KVCacheBlock, block_idx: int) -> int | None:
+        """vLLM's ``block.block_hash_num_tokens`` of ``block``, found at index ``block_idx``
+        of a table of this group: the prefix a primary partial-block key covers, else
+        ``(block_idx + 1) * block_size`` for a full key (keys are positional: a block is only
+        ever keyed, or hit, at its own index); None without a key."""
+        if block.block_hash is None:
+            return None
+        num_tokens = self.block_pool.partial_block_hash_num_tokens.get(block.block_id)
+        return (block_idx + 1) * self.block_size if num_tokens is None else num_tokens
+
     def new_step_starts(self) -> None:
         self.cached_blocks_this_step.clear()
 
     # ------------------------------------------------------------------ release
     def free(self, request_id: str) -> None:
+        self._partial_hit_reqs.pop(request_id, None)
         self.allocated_block_reqs.discard(request_id)
         self.last_state_block_idx.pop(request_id, None)
         self.num_retired_blocks.pop(request_id, None)
         super().free(request_id)
 
 
-def get_manager_for_kv_cache_spec(spec: KVCacheSpec, block_pool: BlockPool, group_id: int,
-                                  profile: ProfileBehaviour, enable_caching: bool,
-                                  scheduler_block_size: int) -> SingleTypeKVCacheManager:
-    """The manager class for ``spec``'s kind.
+def get_manager_class(spec: KVCacheSpec) -> type[SingleTypeKVCacheManager]:
+    """The manager class for ``spec``'s kind (vLLM's ``KVCacheSpecRegistry``).
 
     Raises:
         KVCacheMisuseError: a spec kind the reference does not model.
     """
     if isinstance(spec, SlidingWindowSpec):
-        return SlidingWindowManager(spec, block_pool, group_id, profile, enable_caching,
-                                    scheduler_block_size)
+        return SlidingWindowManager
     if isinstance(spec, ChunkedLocalAttentionSpec):
-        return ChunkedLocalAttentionManager(spec, block_pool, group_id, profile,
-                                            enable_caching, scheduler_block_size)
+        return ChunkedLocalAttentionManager
     if isinstance(spec, FullAttentionSpec):
-        return FullAttentionManager(spec, block_pool, group_id, profile, enable_caching,
-                                    scheduler_block_size)
+        return FullAttentionManager
     if isinstance(spec, CrossAttentionSpec):
-        return CrossAttentionManager(spec, block_pool, group_id, profile, enable_caching,
-                                     scheduler_block_size)
+        return CrossAttentionManager
     if isinstance(spec, MambaSpec):
-        return MambaManager(spec, block_pool, group_id, profile, enable_caching,
-                            scheduler_block_size)
+        return MambaManager
     raise KVCacheMisuseError(f"no manager for KV-cache spec {spec!r}")
+
+
+def get_manager_for_kv_cache_spec(spec: KVCacheSpec, block_pool: BlockPool, group_id: int,
+                                  profile: ProfileBehaviour, enable_caching: bool,
+                                  scheduler_block_size: int) -> SingleTypeKVCacheManager:
+    """A manager of ``get_manager_class(spec)`` for group ``group_id``.
+
+    Raises:
+        KVCacheMisuseError: a spec kind the reference does not model.
+    """
+    cls: type = get_manager_class(spec)
+    manager: SingleTypeKVCacheManager = cls(spec, block_pool, group_id, profile,
+                                            enable_caching, scheduler_block_size)
+    return manager

@@ -474,10 +474,10 @@ def test_same_step_refusal_counts_more_than_the_pool() -> None:
     blocks, n = m.get_computed_blocks(b)
     assert (_ids(blocks), n) == ([[0, 1]], 8)
     coordinator = m.coordinator
-    assert coordinator.get_num_blocks_to_allocate_main("b", 11, blocks, 8, 11) == 13
+    assert coordinator.get_num_blocks_to_allocate_main("b", 11, blocks, 8, 11, 8) == 13
     m.new_step_starts()
     # After the step: cdiv(11, 4) = 3 entries - 2 hits = 1 new block; the hit block is held.
-    assert coordinator.get_num_blocks_to_allocate_main("b", 11, blocks, 8, 11) == 1
+    assert coordinator.get_num_blocks_to_allocate_main("b", 11, blocks, 8, 11, 8) == 1
 
 
 def test_kind_name_is_vllms() -> None:
@@ -513,9 +513,6 @@ def test_bad_spec_arguments(kwargs: dict[str, Any], match: str) -> None:
     ("vllm-0.10", (MambaSpec(4),), True, None, "Prefix caching is not supported for Mamba"),
     ("vllm-0.10", (MambaSpec(4, mamba_cache_mode="align"),), False, None,
      "vLLM 0.33 MambaSpec field"),
-    # A Mamba block larger than the hash block: 0.33's fine-grained partial hits (CoW).
-    ("vllm-0.33", (FullAttentionSpec(4), MambaSpec(8, mamba_cache_mode="align")), True, None,
-     "fine-grained partial hash hits"),
     ("vllm-0.33", (MambaSpec(4, mamba_cache_mode="align"),), True, 0,
      "sparse Mamba state retention"),
     ("vllm-0.33", (FullAttentionSpec(4), CrossAttentionSpec(4), MambaSpec(4)), False, None,

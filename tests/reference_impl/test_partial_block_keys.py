@@ -4,11 +4,13 @@ boundary inside a block of a full-attention group larger than the hash block.
 The expected values were obtained by running vLLM 0.33.0's own ``BlockPool`` (hash block 2,
 cache block 4, four chained hashes ``h0..h3`` of 8 tokens, KV events on) through the same
 calls and printing each call's events and each block's keys (primary first), then copied here
-as literals. The pool-level paths (a partial key as primary, its promotion, a shorter one
-replaced) are not reachable through a manager: vLLM's hybrid coordinator caches only up to the
-scheduler block, so a boundary inside a block is keyed once the block is full (see
-``test_manager_keys_the_boundary_once_the_block_is_full``, and the golden scenarios of
-``conformance/hybrid_partial_keys.py``, replayed on vLLM itself).
+as literals. Without fine-grained partial hash hits the pool-level paths (a partial key as
+primary, its promotion, a shorter one replaced) are not reachable through a manager: vLLM's
+hybrid coordinator caches only up to the scheduler block, so a boundary inside a block is keyed
+once the block is full (see ``test_manager_keys_the_boundary_once_the_block_is_full``, and the
+golden scenarios of ``conformance/hybrid_partial_keys.py``, replayed on vLLM itself); with them
+(a Mamba "align" group larger than the hash block) a manager reaches the primary partial key
+and its promotion (``test_fine_grained_hits.py``, scenario ``full_and_mamba_partial_hit``).
 """
 
 from __future__ import annotations
