@@ -55,6 +55,7 @@ from kvcheck.adapters.vllm_features import (
 )
 from kvcheck.adapters.vllm_kv_config import LEGACY_HYBRID
 from kvcheck.adapters.vllm_manager import (
+    HAS_BLOCK_COPIES,
     HAS_EVICT_BLOCKS,
     VLLMBlockPool,
     VLLMManager,
@@ -200,6 +201,13 @@ else:
 # refuses are declined per spec (UnsupportedSpec).
 _capabilities.update({"kv_cache_groups", "sliding_window", "chunked_local_attention",
                       "cross_attention", "mamba"})
+# vLLM 0.33's fine-grained partial hash hits beside a Mamba "align" group larger than the hash
+# block, with their copy-on-write copies (VLLMManager.take_kv_cache_block_copies).
+if HAS_BLOCK_COPIES:
+    _capabilities.add("fine_grained_hits")
+else:
+    _notes.append("fine_grained_hits not declared: this release's KVCacheManager has no "
+                  "take_kv_cache_block_copies (no fine-grained partial hash hits).")
 if LEGACY_HYBRID:
     _notes.append("kv_cache_groups: this release's hybrid coordinator takes one full-attention "
                   "and one other spec of one block size with prefix caching on; other layouts "

@@ -42,14 +42,17 @@ from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView, Unsu
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.wire_events import wire_event_to_dict
 
-__all__ = ["EXTERNAL_ARGUMENT", "HAS_EVICT_BLOCKS", "VLLMBlockPool", "VLLMManager",
-           "event_to_dict", "make_block_pool"]
+__all__ = ["EXTERNAL_ARGUMENT", "HAS_BLOCK_COPIES", "HAS_EVICT_BLOCKS", "VLLMBlockPool",
+           "VLLMManager", "event_to_dict", "make_block_pool"]
 
 #: Whether this release's ``allocate_slots`` takes ``num_external_computed_tokens`` (0.33;
 #: 0.10.2's scheduler adds the external tokens to ``num_new_tokens`` instead).
 EXTERNAL_ARGUMENT: bool = "num_external_computed_tokens" in params(KVCacheManager.allocate_slots)
 #: Whether this release's manager has ``evict_blocks`` (0.33; not 0.10.2).
 HAS_EVICT_BLOCKS: bool = hasattr(KVCacheManager, "evict_blocks")
+#: Whether this release has fine-grained partial hash hits and their copy-on-write copies
+#: (``KVCacheManager.take_kv_cache_block_copies``: 0.33; not 0.10.2).
+HAS_BLOCK_COPIES: bool = hasattr(KVCacheManager, "take_kv_cache_block_copies")
 
 
 # ------------------------------------------------------------------------------ events
@@ -188,6 +191,20 @@ class VLLMManager:
         step = getattr(self.manager, "new_step_starts", None)
         if step is not None:
             step()
+
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
+        """vLLM 0.33's ``KVCacheManager.take_kv_cache_block_copies()`` and what its scheduler
+        does right after in its non-deferred mode (``Scheduler.schedule``,
+        ``_free_cow_retained_blocks``): ``block_pool.free_blocks(retained_blocks)`` in the
+        order vLLM gives them (``[src, dst, src, dst...]``). The copies as ``(src, dst)``
+        block-id pairs; ``[]`` on a release without the feature (0.10.2)."""
+        take = getattr(self.manager, "take_kv_cache_block_copies", None)
+        if take is None:
+            return []
+        copies, retained = take()
+        if copies:  # as the scheduler: only a step that made copies frees their retentions
+            self.pool.free_blocks(retained)
+        return [(int(c.src_block_id), int(c.dst_block_id)) for c in copies]
 
     def free(self, request_id: str) -> None:
         req = self._requests.pop(request_id)

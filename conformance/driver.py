@@ -38,6 +38,16 @@ retry after a refusal or a preemption). In a layout with a ``mamba`` group the d
 method), and the repro snippet shows those calls; elsewhere nothing is called (every other
 kind keeps no per-step state), so other repros and the hot path are unchanged.
 
+Fine-grained partial hits (``kvcheck.conformance.fine_grained``: vLLM 0.33 beside a Mamba
+"align" group larger than the hash block): a hit may end inside a block, and ``allocate_slots``
+then copies that block on write. In such a layout the driver calls
+``take_kv_cache_block_copies()`` where vLLM's ``schedule()`` drains the copies, at the end of a
+step's allocations: before the next step starts (before ``new_step_starts()``) and before the
+first op that is not a ``schedule``, ``decode`` or ``lookup`` after an allocation; the written
+record (``kvcheck.conformance.written``) copies each pair's content from ``src`` to ``dst`` (a
+copy-on-write the guard saw in a table, as soon as it is seen). The repro snippet shows those
+calls; elsewhere nothing is called.
+
 With ``pinning_lookup`` (``kvcheck.conformance.pinning``) every lookup that no successful
 ``allocate_slots`` follows (a refused admission, a ``lookup`` op) is followed by
 ``release_computed(rid)``, which the repro snippet shows too.
@@ -54,6 +64,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from kvcheck.conformance.fine_grained import fine_grained_hits, hash_block_size
 from kvcheck.conformance.groups import adapter_form, null_of
 from kvcheck.conformance.guard import GuardedManager
 from kvcheck.conformance.laws import check_hits
@@ -131,7 +142,19 @@ class Driver:
         self.running: set[str] = set()  # requests that hold blocks
         self.lines: list[str] = []
         self.last_call: dict[str, int] = {}  # method name -> index in lines of its last call
-        self.written = [WrittenBlocks(spec.group_block_size(g)) for g in range(len(spec.groups))]
+        #: Fine-grained partial hits in this layout (see the module doc), and then the hash
+        #: block their hits end on (0 otherwise).
+        self.fine = fine_grained_hits(spec)
+        self.fine_hash = hash_block_size(spec) if self.fine else 0
+        #: Fine-grained: an ``allocate_slots`` was called since the copies were last drained
+        #: (the blocks copies retain are then neither free nor held: the pool laws wait).
+        self.copies_pending = False
+        self._copied: set[tuple[int, int]] = set()  # copies applied to ``written`` at once
+        #: Every copy drained so far, in order (the golden scenarios compare them).
+        self.drained: list[tuple[int, int]] = []
+        self.written = [WrittenBlocks(spec.group_block_size(g), fine=self.fine,
+                                      state=group.kind == "mamba")
+                        for g, group in enumerate(spec.groups)]
         self.last_start: dict[str, int] = {}
         #: ``rid`` -> the encoder tokens its ``add`` op gave (an encoder-decoder request).
         self.encoder_tokens: dict[str, int] = {}
@@ -146,7 +169,7 @@ class Driver:
         self.step_rids: set[str] | None = set() if self.mamba_groups else None
         self.steps = 0
         #: The writes of the op being run, for the shared-write law.
-        self.write_log = WriteLog()
+        self.write_log = WriteLog(read_only_hits=self.fine)
         #: The guard's judge of rebound table entries (``dedup_on_insert``; None for a
         #: multi-group spec): see ``kvcheck.conformance.rebinding``.
         self.rebindings = watch_rebindings(self.manager, self.written[0],
@@ -167,6 +190,8 @@ class Driver:
     def apply(self, op: Op) -> StepResult:
         """Run one op; returns what the implementation answered (for comparison)."""
         kind = op["op"]
+        if self.copies_pending and kind not in ("schedule", "decode", "lookup"):
+            self.drain_copies()  # vLLM's schedule() ended before this op
         self.write_log.begin()
         if op["op"] == "add":
             return self._add(op)
@@ -257,7 +282,8 @@ class Driver:
             self.manager.get_computed_blocks_per_group, view, shown=lambda a: (
                 adapter_form(self.spec, a[0]), a[1]))
         hits = [list(ids) for ids in hits]  # the adapter may reuse its lists
-        self._law_problems += check_hits(self.written, self.spec, view, hits, num_hit)
+        self._law_problems += check_hits(self.written, self.spec, view, hits, num_hit,
+                                         fine_hash=self.fine_hash)
         for other, (pending, _) in self.loading.items():
             early = sorted({b for group in hits for b in group} & pending)
             if early:
@@ -333,6 +359,8 @@ class Driver:
             new = self._call(f"{text})", self.manager.allocate_slots_per_group, view, num_new,
                              num_hit, hits, shown=shown)
         new_ids = out["new"] = None if new is None else [list(ids) for ids in new]
+        if self.fine:
+            self.copies_pending = True
         if was_running or new_ids is not None:
             # A refused running request's windows may still have moved (0.33: after the
             # external tokens too, which count as computed; 0.10.2 takes them as new tokens).
@@ -346,10 +374,17 @@ class Driver:
         if new_ids is not None:
             if not was_running:
                 self.write_log.admitted(rid, pinned_ids(hits, null=null_of(self.spec)))
+            elif self.fine:  # a hit block released and handed out again is its own now
+                self.write_log.handed_out(rid, (b for ids in new_ids for b in ids))
             self.running.add(rid)
             view = self.views[rid] = replace(view,
                                              num_computed_tokens=start + external + num_new)
             self._write(view, new_ids, start, external + num_new)
+            if self.fine and not was_running:
+                for _, g, _, src, dst in self.manager.copy_on_writes:
+                    if (src, dst) not in self._copied:  # the copy runs before the forward
+                        self._copied.add((src, dst))
+                        self.written[g].copy(src, dst)
             if delay:
                 self.loading[rid] = (frozenset(b for group in new_ids for b in group), start)
             self.lines.append(
@@ -360,10 +395,31 @@ class Driver:
     def new_step(self) -> None:
         """A scheduler step starts: ``new_step_starts()`` (a layout with a ``mamba`` group;
         see the module doc)."""
+        if self.copies_pending:
+            self.drain_copies()  # the last step's schedule() ended
         self.steps += 1
         if self.step_rids is not None:
             self.step_rids.clear()
         self._call("m.new_step_starts()", self.manager.new_step_starts)
+
+    def drain_copies(self) -> list[tuple[int, int]]:
+        """``take_kv_cache_block_copies()`` (fine-grained hits; see the module doc): the
+        copies of the step, applied to the written record (those not applied yet: a Mamba
+        group's copy of a running request's own state), whose step then ends."""
+        self.copies_pending = False
+        pairs = self._call("m.take_kv_cache_block_copies()",
+                           self.manager.take_kv_cache_block_copies)
+        self.drained += pairs
+        for src, dst in pairs:
+            if (src, dst) in self._copied:
+                continue
+            for written in self.written:
+                if written.knows(src):
+                    written.copy(src, dst)
+        self._copied.clear()
+        for written in self.written:
+            written.settle()
+        return pairs
 
     def _v010_encoder_crash(self, view: RequestView, num_tokens: int) -> str:
         """Why vLLM 0.10.2 would crash stepping running request ``view`` by ``num_tokens``

@@ -49,7 +49,16 @@ returned value and the rule):
   ``get_block_ids`` one table per group. Id ``0`` is the null block: allowed in hits and
   tables, never a new block; no other id twice across the groups of one answer. A table
   equals the previous one + the hits + the new ids, except that entries may have become ``0``
-  (skipped by a window).
+  (skipped by a window);
+* fine-grained partial hits (a layout where ``kvcheck.conformance.fine_grained`` says vLLM
+  0.33 has them): a hit may end inside a block (``len(ids) == ceil(n / block_size)`` still),
+  and a new request's table may show its last hit block of such a group replaced by the
+  first new id (its copy-on-write block; the hit list and the new ids otherwise as above).
+  ``take_kv_cache_block_copies()`` answers ``(src, dst)`` pairs of block ids: each
+  replacement seen is drained exactly once as ``(the hit block, the CoW block)``, the CoW
+  block held by its request alone; any other pair is a Mamba group's copy of a running
+  request's own state (``src`` in a Mamba table, ``dst`` held by no request); no block is a
+  destination twice in one answer; the pairs come group by group, in group order.
 
 Lengths come before elements (issue 23 item 3): every list answer is first checked against
 a bound it cannot exceed when correct, so a flood (10^7 ids) is refused at once, naming its
@@ -91,6 +100,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 from kvcheck.conformance.call_limit import CallLimit, arg_text
 from kvcheck.conformance.errors import ProtocolViolation
+from kvcheck.conformance.fine_grained import CowLedger, fine_grained_hits, partial_hit_groups
 from kvcheck.conformance.groups import NULL_BLOCK, adapter_form, null_of
 from kvcheck.conformance.pinning import PinLedger, pinned_ids
 from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView
@@ -145,6 +155,13 @@ _EVENT_FIELDS = 64
 def _type_name(value: object) -> str:
     t = type(value)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _table_matches(got: list[int], want: list[int], null: int | None) -> bool:
+    """Whether table ``got`` is ``want``, some entries possibly replaced by the ``null``
+    block (None: no null block)."""
+    return got == want or (null is not None and len(got) == len(want) and all(
+        a in (b, null) for a, b in zip(got, want, strict=True)))
 
 
 def _duplicates(ids: Sequence[int]) -> list[int]:
@@ -324,9 +341,10 @@ class _Guard:
 class GuardedManager(_Guard):
     """A ``KVCacheManagerAdapter`` whose every answer is validated (see the module doc)."""
 
-    __slots__ = ("_drained", "_events_per_op", "_group_bs", "_grouped", "_held", "_holds",
-                 "_longest", "_lost", "_moving", "_null", "_null_new", "_ops", "_pins",
-                 "_pool_tokens", "_rebinding", "_spec", "_spec_blocks", "_steps", "_tables")
+    __slots__ = ("_cows", "_drained", "_events_per_op", "_fine", "_group_bs",
+                 "_grouped", "_held", "_holds", "_longest", "_lost", "_moving", "_null",
+                 "_null_new", "_ops", "_pins", "_pool_tokens", "_rebinding", "_spec",
+                 "_spec_blocks", "_steps", "_tables")
 
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
@@ -368,6 +386,10 @@ class GuardedManager(_Guard):
         # allocate_slots as (start, end, self._ops after it).
         self._rebinding: RebindingJudge | None = None
         self._steps: dict[str, tuple[int, int, int]] = {}
+        # Fine-grained partial hits (kvcheck.conformance.fine_grained): the copy-on-write
+        # replacements seen in tables and not yet drained.
+        self._fine = fine_grained_hits(spec)
+        self._cows = CowLedger()
 
     @property
     def grouped(self) -> bool:
@@ -475,6 +497,89 @@ class GuardedManager(_Guard):
             return None
         self._ops += 1
         return self._raising("new_step_starts", fn)
+
+    @property
+    def copy_on_writes(self) -> list[tuple[str, int, int, int, int]]:
+        """The copy-on-write replacements seen in tables since the last
+        ``take_kv_cache_block_copies``, as ``(rid, group, index, src, dst)`` (a copy)."""
+        return list(self._cows.pending)
+
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
+        """``take_kv_cache_block_copies()`` (``SupportsBlockCopies``) checked: the ``(src,
+        dst)`` pairs, each copy-on-write replacement seen in a table since the last call among
+        them, the others a Mamba group's state copies (see the module doc). An adapter without
+        the method made no copies: ``[]``."""
+        __tracebackhide__ = True
+        fn: Callable[[], object] | None = getattr(self._raw, "take_kv_cache_block_copies",
+                                                  None)
+        pending = self._cows.take()
+        value: object = []
+        if fn is not None:
+            self._ops += 1
+            value = self._raising("take_kv_cache_block_copies", fn)
+        method, args = "take_kv_cache_block_copies", ()
+        if type(value) is not list and type(value) is not tuple:
+            self._violation(method, args, value, "must be a list of (src_block_id, "
+                            "dst_block_id) pairs")
+        self._too_long(method, args, value, value, "the copies", self._n,
+                       f"num_blocks={self._n} (a copy takes a new block)")
+        pairs: list[tuple[int, int]] = []
+        for pair in cast("list[object]", value):
+            if ((type(pair) is not list and type(pair) is not tuple) or len(pair) != 2
+                    or any(type(b) is not int or not 0 <= b < self._n for b in pair)
+                    or any(b in self._reserved for b in pair)):
+                self._violation(method, args, value,
+                                f"{abbreviate(pair, 40)} is not a (src_block_id, "
+                                f"dst_block_id) pair of block ids in [0, num_blocks={self._n})"
+                                ", none reserved")
+            pairs.append((int(pair[0]), int(pair[1])))
+        if self._lost:
+            return pairs
+        twice = _duplicates([dst for _, dst in pairs])
+        if twice:
+            self._violation(method, args, value,
+                            f"block {twice[0]} is the destination of two copies: each copy "
+                            "takes a new block, and copies are drained once")
+        left = list(pairs)
+        order: list[int] = []  # the group of each pair, in the answer's order
+        for rid, g, index, src, dst in pending:
+            if (src, dst) not in left:
+                self._violation(method, args, value,
+                                f"allocate_slots({rid!r}) replaced its hit block {src} at "
+                                f"index {index} of group {g} by the new block {dst} (a "
+                                f"copy-on-write), but the copies drained lack ({src}, {dst})")
+            left.remove((src, dst))
+            owners = self._owners(dst, rid)
+            if owners:
+                self._violation(method, args, value,
+                                f"the copy-on-write block {dst} of request {rid!r} is also "
+                                f"held by {owners}: a copy-on-write block is private")
+        for src, dst in pairs:
+            match = [p for p in pending if (p[3], p[4]) == (src, dst)]
+            if match:
+                order.append(match[0][1])
+                pending.remove(match[0])
+                continue
+            groups = sorted({g for tables in self._tables.values()
+                             for g, table in enumerate(tables)
+                             if src in table and self._spec.groups[g].kind == "mamba"})
+            holders = sorted(r for r, hold in self._holds.items() if dst in hold)
+            problem = ""
+            if not groups:
+                problem = (f"the copy ({src}, {dst}) matches no copy-on-write seen in a table, "
+                           f"and block {src} is in no live request's Mamba table (only a "
+                           "Mamba group copies a running request's own state)")
+            elif holders:
+                problem = (f"the copy ({src}, {dst}) of a Mamba state writes block {dst}, "
+                           f"which request(s) {holders} hold")
+            if problem:
+                self._violation(method, args, value, problem)
+            order.append(groups[0])
+        if order != sorted(order):
+            self._violation(method, args, value,
+                            f"the copies come from groups {order} in that order; vLLM drains "
+                            "them group by group, in group order")
+        return pairs
 
     def release_computed(self, request_id: str) -> None:
         fn: Callable[[str], None] = self._raw.release_computed
@@ -736,10 +841,24 @@ class GuardedManager(_Guard):
             for table, part_hits, part_new in zip(expected, hits, new, strict=False):
                 table.extend(part_hits)
                 table.extend(part_new)
-            self._follow(rid, expected, f"allocate_slots({rid!r}) returned "
-                         f"{abbreviate(value)}; then get_block_ids",
-                         pad_at=([len(t) - len(n) for t, n in zip(expected, new, strict=False)]
-                                 if num_external_computed_tokens else None))
+            cow: dict[int, list[int]] = {}
+            if self._fine and old is None:
+                # A hit ending inside a block: its last hit block may be replaced by the
+                # first new id (the copy-on-write block), the rest of the answer after it.
+                for g in partial_hit_groups(self._spec, hits, num_new_computed_tokens):
+                    part_hits, part_new = hits[g], new[g]
+                    if part_new and part_new[0] != NULL_BLOCK:
+                        cow[g] = part_hits[:-1] + part_new
+            tables = self._follow(
+                rid, expected, f"allocate_slots({rid!r}) returned "
+                f"{abbreviate(value)}; then get_block_ids",
+                pad_at=([len(t) - len(n) for t, n in zip(expected, new, strict=False)]
+                        if num_external_computed_tokens else None), cow=cow)
+            for g in cow:
+                index = len(hits[g]) - 1
+                if tables[g][index] == new[g][0] != hits[g][index]:
+                    self._cows.record(rid, g, index, hits[g][index], new[g][0])
+
         else:
             mine = self._holds.get(rid, ())
             for b in fresh:
@@ -807,13 +926,14 @@ class GuardedManager(_Guard):
         return "the block tables" if self._grouped else "the block table"
 
     def _follow(self, rid: str, expected: list[list[int]], context: str,
-                pad_at: list[int] | None = None) -> list[list[int]]:
+                pad_at: list[int] | None = None,
+                cow: Mapping[int, list[int]] | None = None) -> list[list[int]]:
         """Read ``rid``'s tables, check them against ``expected`` (the previous tables + the
         hits + the new ids; entries may have become null where there is a null block, or
         been rebound under ``dedup_on_insert``; with ``pad_at``, per group the position
         before the new ids where nulls may have been inserted: external tokens a window
-        skipped), and remember them. ``context`` (the call before, if any) ends the
-        message."""
+        skipped; with ``cow``, per group the table its copy-on-write would make, accepted
+        too), and remember them. ``context`` (the call before, if any) ends the message."""
         __tracebackhide__ = True
         value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
         # A table holds shared hits, but never a block twice (nor, grouped, in two groups).
@@ -824,8 +944,8 @@ class GuardedManager(_Guard):
             expected = [want[:at] + [null] * max(0, len(got) - len(want)) + want[at:]
                         for got, want, at in zip(tables, expected, pad_at, strict=False)]
         for g, (got, want) in enumerate(zip(tables, expected, strict=True)):
-            if got == want or (null is not None and len(got) == len(want) and all(
-                    a in (b, null) for a, b in zip(got, want, strict=True))):
+            if _table_matches(got, want, null) or (
+                    cow and g in cow and _table_matches(got, cow[g], null)):
                 continue
             rebound, note = (False, "") if self._grouped else self._judge_table(rid, want, got)
             if rebound:

@@ -44,7 +44,16 @@ skipped(start) // block_size`` (``skipped``: ``max(0, n - w + 1)`` for a window 
   / multimodal context. ``WrittenBlocks`` (``kvcheck.conformance.written``, one per group) is
   the shadow record of what the suite's scheduler wrote into each block, so the law holds
   whatever the hashing scheme (stale hits after reuse, content-only hashes and broken chains
-  all fail it).
+  all fail it);
+* fine-grained partial hits (``kvcheck.conformance.fine_grained``; vLLM 0.33 beside a Mamba
+  "align" group larger than the hash block): a hit ends on a hash-block boundary and may end
+  inside a block, whose first ``num_hit % block_size`` tokens (a Mamba group: the state after
+  exactly them) must then be the request's, after its own prefix; the block is copied on write
+  by ``allocate_slots``, and the copy-on-write law is the no-shared-write law above (a request
+  never writes into a shared block); the copy-on-write block is private and the copies are
+  drained once (the guard: ``kvcheck.conformance.guard``). Between a step's allocations and
+  the drain of its copies (``Driver.copies_pending``) the pool laws (conservation, the free
+  queue, ``ref_cnt``) wait: the blocks a copy retains are neither free nor held until then.
 """
 
 from __future__ import annotations
@@ -101,9 +110,11 @@ def check_laws(driver: Driven) -> list[str]:
     problems += check_shared_writes(driver.write_log, holders, lambda: tables,
                                     ledger_of(driver.manager), grouped=grouped)
     if grouped:
-        problems += check_pool(driver, holders,
-                               held="live blocks held by live requests in all groups",
-                               pool="one pool shared by every group; ", null_block=NULL_BLOCK)
+        if not driver.copies_pending:
+            problems += check_pool(driver, holders,
+                                   held="live blocks held by live requests in all groups",
+                                   pool="one pool shared by every group; ",
+                                   null_block=NULL_BLOCK)
     else:
         problems += check_pool(driver, holders)
     return problems + check_rebindings(
@@ -311,10 +322,12 @@ def _pin_hint(driver: Driven, live: set[int], lost: bool, pinned: bool) -> str:
 
 
 def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: RequestView,
-               hits: Sequence[Sequence[int]], num_hit: int) -> list[str]:
+               hits: Sequence[Sequence[int]], num_hit: int, *, fine_hash: int = 0) -> list[str]:
     """Hit caps, nulls and hit correctness of one ``get_computed_blocks(view) -> (hits,
     num_hit)`` answer (one list per group), judged against what was written into each block
-    so far (``written``: one record per group)."""
+    so far (``written``: one record per group). ``fine_hash``: the hash block of a layout
+    with fine-grained partial hits (0: none), where a hit ends on a hash-block boundary and
+    may end inside a block."""
     rid = view.request_id
     grouped = bool(spec.kv_cache_groups)
     null = null_of(spec)
@@ -326,10 +339,15 @@ def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: Reques
                    f"{view.num_tokens - 1} (the last token is always recomputed)")
     if grouped:
         problems += cap
+    if fine_hash and num_hit % fine_hash:
+        problems.append(f"fine-grained hit: get_computed_blocks({rid!r}) hit {num_hit} tokens, "
+                        f"not a multiple of the hash block ({fine_hash} tokens): a "
+                        "fine-grained hit ends on a hash-block boundary")
     for g, ids in enumerate(hits):
         bs = spec.group_block_size(g)
         kind = spec.groups[g].kind
-        if len(ids) * bs != num_hit:
+        partial = num_hit % bs if fine_hash and len(ids) == -(-num_hit // bs) else 0
+        if len(ids) * bs != num_hit and not partial:
             if grouped:
                 problems.append(
                     f"hit length: get_computed_blocks({rid!r}) returned {num_hit} tokens but "
@@ -348,6 +366,15 @@ def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: Reques
         for index, block_id in enumerate(ids):
             if block_id == null:
                 continue
+            if partial and index == len(ids) - 1:  # the hit ends inside this block
+                problem = written[g].partial_mismatch(block_id, view, index, partial)
+                if problem:
+                    problems.append(
+                        f"hit correctness: get_computed_blocks({rid!r}) returned block "
+                        f"{block_id}{where} at index {index} for a hit ending inside it "
+                        f"({num_hit} tokens: positions {index * bs}..{num_hit - 1}): "
+                        f"{problem}")
+                break
             problem = written[g].mismatch(block_id, view, index)
             if problem:
                 problems.append(f"hit correctness: get_computed_blocks({rid!r}) returned block "

@@ -24,7 +24,11 @@ tokens.
 Layouts with a ``mamba`` group (state-space models) are drawn in a quarter of the draws where
 the kind is declared: with caching on (vLLM 0.33 only) mode "align" at the layout's smallest
 block size, with caching off (both releases) mode "none"; one speculative block in every
-other draw, no retention interval.
+other draw, no retention interval. For an implementation declaring ``fine_grained_hits``
+(``fine_grained=True``) the caching-on Mamba table also lists layouts with a Mamba group
+larger than the hash block, where vLLM 0.33 has fine-grained partial hits
+(``kvcheck.conformance.fine_grained``), and one where a sliding window keeps them off:
+appended, so the draws of an implementation not declaring it are unchanged.
 
 Only kinds both sides declare are drawn (``declared_kinds``, ``KIND_CAPABILITIES``). vLLM
 0.10.2 crashes when events are on for a chunked-local group or a window ``w - 1 < bs``
@@ -118,6 +122,20 @@ _MAMBA_LAYOUTS_ON: tuple[_Layout, ...] = (
     ((_F, 1), (_S, 1), (_M, 1)),
     ((_M, 1), (_F, 1), (_C, 1)),
 )
+# Fine-grained partial hits (vLLM 0.33, capability ``fine_grained_hits``): a Mamba "align"
+# group larger than the hash block (the gcd). Appended to the caching-on Mamba table for an
+# implementation declaring the capability (``fine_grained``): its other draws stay where they
+# were. A hit may end inside a Mamba block (Mamba at 2, 3 or 4 times the hash block) and inside
+# a full-attention block (full attention at twice the hash block); a sliding window at the
+# hash block leaves the feature on, one at twice it keeps it off.
+_FINE_LAYOUTS: tuple[_Layout, ...] = (
+    ((_F, 1), (_M, 2)),
+    ((_F, 2), (_M, 3)),
+    ((_M, 2), (_F, 1)),
+    ((_F, 1), (_F, 2), (_M, 4)),
+    ((_F, 1), (_S, 1), (_M, 2)),
+    ((_F, 1), (_S, 2), (_M, 2)),
+)
 # Prefix caching off (both releases, mode "none"; 0.10.2 runs Mamba models only so): any block
 # sizes. Drawn in a quarter of the caching-off draws (draw % 4 == 2: not the encoder-decoder
 # ones).
@@ -137,16 +155,18 @@ def hybrid_layouts(profile: str, kinds: Iterable[str]) -> tuple[_Layout, ...]:
 
 
 def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
-               scale: int = 1, *, enable_caching: bool = True,
+               scale: int = 1, *, enable_caching: bool = True, fine_grained: bool = False,
                ) -> tuple[tuple[KVCacheGroupSpec, ...], int | None]:
     """The groups and retention interval of draw number ``draw`` (any int >= 0); sliding
     windows are ``scale`` times ``WINDOWS`` (the machine's ``workload_scale``: at a declared
     256-token block a window spans as many blocks as at 4). With caching off, every other
     draw is an encoder-decoder layout where ``cross_attention`` is among ``kinds``; where
-    ``mamba`` is, a quarter of the draws are Mamba layouts (``_mamba_layouts``)."""
+    ``mamba`` is, a quarter of the draws are Mamba layouts (``_mamba_layouts``; with
+    ``fine_grained``, both sides declaring ``fine_grained_hits``, fine-grained ones among
+    them)."""
     kinds = tuple(kinds)
     layouts = hybrid_layouts(profile, kinds)
-    mamba = _mamba_layouts(profile, kinds, enable_caching, draw)
+    mamba = _mamba_layouts(profile, kinds, enable_caching, draw, fine_grained)
     if mamba:
         layouts = mamba
         draw //= 4
@@ -191,14 +211,16 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
 
 
 def _mamba_layouts(profile: str, kinds: tuple[str, ...], enable_caching: bool,
-                   draw: int) -> tuple[_Layout, ...]:
+                   draw: int, fine_grained: bool = False) -> tuple[_Layout, ...]:
     """The Mamba layouts draw number ``draw`` picks from (none: draw from the other tables):
     a quarter of the draws where ``mamba`` is among ``kinds``, caching on only under vLLM
-    0.33 (0.10.2 runs Mamba models with caching off)."""
+    0.33 (0.10.2 runs Mamba models with caching off); the fine-grained layouts appended
+    with ``fine_grained``."""
     if _M not in kinds:
         return ()
     if enable_caching:
-        table = _MAMBA_LAYOUTS_ON if profile != "vllm-0.10" and draw % 4 == 3 else ()
+        on = _MAMBA_LAYOUTS_ON + (_FINE_LAYOUTS if fine_grained else ())
+        table = on if profile != "vllm-0.10" and draw % 4 == 3 else ()
     else:
         table = _MAMBA_LAYOUTS_OFF if draw % 4 == 2 else ()
     return tuple(lay for lay in table if all(kind in kinds for kind, _ in lay))

@@ -376,6 +376,7 @@ _CAPABILITY_NEEDS: dict[str, tuple[str, ...]] = {
     "chunked_local_attention": ("kv_cache_groups",),
     "cross_attention": ("kv_cache_groups",),
     "mamba": ("kv_cache_groups",),
+    "fine_grained_hits": ("mamba",),
     "kv_cache_groups": ("manager", "indexer"),
     "pinning_lookup": ("manager",),
     "replay": ("indexer",),
@@ -559,6 +560,17 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
                  "scheduler calls it at the start of every step)"),
                 (f"implement {missing}(self) -> None (a no-op if your design keeps no "
                  "per-step state) or remove 'mamba' from IMPL_INFO.capabilities")))
+        if "fine_grained_hits" in caps and info.profile == "vllm-0.33":
+            # The copy-on-write copies and their retained blocks: the suite drains them where
+            # vLLM 0.33's schedule() does (kvcheck.conformance.fine_grained).
+            _require_callables(target, probe, ("take_kv_cache_block_copies",), lambda missing: (
+                (f"capability 'fine_grained_hits' is declared under profile vllm-0.33 but the "
+                 f"manager ({type(probe).__name__}) lacks {missing}() (SupportsBlockCopies: "
+                 "vLLM 0.33's scheduler drains the copy-on-write copies at the end of every "
+                 "schedule() and frees the blocks they retained)"),
+                (f"implement {missing}(self) -> list[tuple[int, int]] (the (src, dst) copies "
+                 "made since the last call, their retained blocks released) or remove "
+                 "'fine_grained_hits' from IMPL_INFO.capabilities")))
     pool_factory = getattr(module, "make_block_pool", None)
     if "block_pool" in info.capabilities:
         if pool_factory is None:

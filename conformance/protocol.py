@@ -51,6 +51,7 @@ __all__ = [
     "Profile",
     "RequestView",
     "SupportsBatchMetadata",
+    "SupportsBlockCopies",
     "SupportsBlockHashes",
     "SupportsEventWire",
     "SupportsEvents",
@@ -107,6 +108,12 @@ CAPABILITIES: dict[str, str] = {
     "mamba": "kv_cache_groups of kind mamba (state-space layers: mamba_cache_mode, "
              "num_speculative_blocks); manager.new_step_starts() at each scheduler step "
              "(required under vllm-0.33, see SupportsNewStep)",
+    "fine_grained_hits": "vLLM 0.33's fine-grained partial hash hits (needs 'mamba'): in a "
+                         "layout with a Mamba 'align' group larger than the hash block, hits "
+                         "end on hash-block boundaries and a hit ending inside a block is "
+                         "redirected to a private copy-on-write block; "
+                         "manager.take_kv_cache_block_copies() drains the copies (required "
+                         "under vllm-0.33, see SupportsBlockCopies)",
     "sizing": "module-level KV-cache sizing functions (see kvcheck.conformance.sizing_protocol)",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
@@ -725,6 +732,27 @@ class SupportsNewStep(Protocol):
 
 
 @runtime_checkable
+class SupportsBlockCopies(Protocol):
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
+        """Capability ``fine_grained_hits`` (vLLM 0.33's ``KVCacheManager.
+        take_kv_cache_block_copies``, then its scheduler's release of the retained blocks).
+        Drains the copy-on-write copies made since the last call, as ``(src_block_id,
+        dst_block_id)`` pairs in vLLM's order (groups in order; within a group, the order the
+        copies were made), and releases the references the copies retained the way vLLM's
+        scheduler does in its non-deferred mode: ``block_pool.free_blocks([src, dst, src,
+        dst, ...])`` in that order (the free queue shows it). ``[]`` when nothing was copied.
+
+        A copy is made by ``allocate_slots`` of a request whose hit ends inside a block (the
+        hit block at that index is replaced in its table by a new private block, ``dst``,
+        first of the new ids) or by a Mamba "align" group whose running request's own
+        partial tail state is moved to a new block. The driver calls it in a layout with
+        fine-grained hits (``kvcheck.conformance.fine_grained``) where vLLM's ``schedule()``
+        drains the copies: before the next step starts and before any op that is not part
+        of a schedule. Optional on the wire (answered ``[]`` when absent)."""
+        ...
+
+
+@runtime_checkable
 class SupportsInvariants(Protocol):
     def check_invariants(self) -> None: ...
 
@@ -741,7 +769,7 @@ class ManagerWithCapabilities(
     KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
     SupportsBlockHashes, SupportsEvents, SupportsEventWire, SupportsSlotMapping, SupportsInvariants,
     SupportsBatchMetadata, SupportsReleaseComputed, SupportsExternalKV, SupportsEvictBlocks,
-    SupportsNewStep, Protocol,
+    SupportsNewStep, SupportsBlockCopies, Protocol,
 ):
     """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
     manager-level method; a test calls a capability's methods only when the implementation

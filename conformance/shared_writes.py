@@ -19,6 +19,12 @@ out.
 The driver records each step's writes in its ``WriteLog`` (``wrote``) and the hits of each
 admission (``admitted``, to say how another request holds a block); ``check_shared_writes``
 judges the writes of the last op against the live tables after it (``laws.check_laws``).
+
+The copy-on-write law (a layout with vLLM 0.33's fine-grained partial hits,
+``kvcheck.conformance.fine_grained``; ``WriteLog(read_only_hits=True)``): a request never
+writes into a block it got as a cache hit, whoever else holds it (a hit ending inside a block
+is copied to a private block first; writing the hit block would change cached content under
+its key).
 """
 
 from __future__ import annotations
@@ -50,11 +56,14 @@ class _Write(NamedTuple):
 class WriteLog:
     """The writes of the op being run and the hits each live request was admitted with."""
 
-    __slots__ = ("_hits", "_writes")
+    __slots__ = ("_hits", "_writes", "read_only_hits")
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_only_hits: bool = False) -> None:
+        """``read_only_hits``: a layout with fine-grained partial hits, where a request's own
+        hit blocks are read-only too (the copy-on-write law)."""
         self._writes: list[_Write] = []
         self._hits: dict[str, set[int]] = {}
+        self.read_only_hits = read_only_hits
 
     def begin(self) -> None:
         """A new op starts: the writes of the previous one are no longer judged."""
@@ -63,6 +72,13 @@ class WriteLog:
     def admitted(self, request_id: str, hit_ids: Iterable[int]) -> None:
         """``request_id`` now holds ``hit_ids`` as cache hits it got from a lookup."""
         self._hits[request_id] = set(hit_ids)
+
+    def handed_out(self, request_id: str, block_ids: Iterable[int]) -> None:
+        """``request_id`` got ``block_ids`` as new blocks: no longer hits of its own (a
+        released hit block may come back to it anew, a Mamba state's)."""
+        hits = self._hits.get(request_id)
+        if hits:
+            hits.difference_update(block_ids)
 
     def forget(self, request_id: str) -> None:
         """``request_id`` was freed: it holds nothing."""
@@ -115,6 +131,21 @@ def check_shared_writes(log: WriteLog, holders: Mapping[int, int],
             if block == w.null:
                 continue
             pinners = [] if pins is None else [r for r in pins.pinners(block) if r != w.request_id]
+            if log.read_only_hits and log.got_as_hit(w.request_id, block):
+                # Cached content, however many hold it: a hit ending inside a block is copied
+                # on write first (vLLM 0.33's fine-grained hits), a whole-block hit never
+                # written.
+                first = max(w.start, index * bs)
+                last = min(w.end, (index + 1) * bs) - 1
+                problems.append(
+                    f"copy-on-write: the forward pass of allocate_slots({w.request_id!r}) "
+                    f"writes its positions {first}..{last} into block {block} "
+                    f"({_at(w.group, index)}), a cache hit it got from get_computed_blocks: a "
+                    "hit block is read-only (a hit ending inside a block is copied to a "
+                    "private block before the request writes past the hit)")
+                if len(problems) == _SHOWN:
+                    return problems
+                continue
             if holders.get(block, 0) <= 1 and not pinners:
                 continue
             if where is None:

@@ -40,6 +40,8 @@ class Driven(Protocol):
     encoder_tokens: dict[str, int]
     write_log: WriteLog
     rebindings: Rebindings | None
+    #: Fine-grained hits: copies may be pending (``kvcheck.conformance.fine_grained``).
+    copies_pending: bool
 
     @property
     def manager(self) -> ManagerWithCapabilities:

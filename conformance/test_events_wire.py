@@ -93,6 +93,30 @@ def _random_ops(seed: int, block_size: int, caps: frozenset[str], steps: int = 6
     return ops
 
 
+def _fine_grained_ops(seed: int, hash_block: int, steps: int = 12) -> list[Op]:
+    """Requests that make fine-grained partial hits (docs/semantics.md#fine-grained-partial-hits):
+    a prompt prefilled up to its last hash boundary, then the rest and two decode steps (its
+    state there is cached, inside a Mamba block, and copied as it goes on), then a request
+    sharing the prompt to that boundary or a few tokens past it (a hit ending inside a block:
+    copy-on-write), decoded once; frees now and then, so hits also land on freed blocks."""
+    rng = random.Random(seed * 7919 + hash_block)
+    ops: list[Op] = []
+    running: list[str] = []
+    for n in range(steps):
+        prompt = [rng.randrange(1, 40) for _ in range(rng.randrange(2 * hash_block,
+                                                                     8 * hash_block))]
+        boundary = (len(prompt) - 1) // hash_block * hash_block
+        producer, sharer = f"p{n}", f"s{n}"
+        ops += [add(producer, prompt), schedule(producer, boundary), schedule(producer),
+                decode(producer), decode(producer)]
+        shared = prompt[:boundary + rng.randrange(hash_block)] + [100 + n]
+        ops += [add(sharer, shared), schedule(sharer), decode(sharer)]
+        running += [producer, sharer]
+        while len(running) > 3 or (running and rng.random() < 0.3):
+            ops.append(free(running.pop(rng.randrange(len(running)))))
+    return ops + [free(rid) for rid in running]
+
+
 class _PayloadShown:
     """A payload as its repro comment shows it: its size and first bytes (the snippet replays
     the call; the whole payload is the implementation's to print)."""
@@ -329,6 +353,25 @@ def test_partial_key_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: 
     if not kv_impl.info.supports(spec):
         pytest.skip(f"{kv_impl.name} does not support this layout")
     _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("fine_grained_hits")  # implies mamba (the loader checks it)
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_fine_grained_hit_payloads_equal_the_oracles(kv_impl: ImplHandle,
+                                                     kv_oracle: ImplHandle, kv_profile: str,
+                                                     seed: int) -> None:
+    """Full attention at 8-token blocks beside a Mamba "align" group at 12 (hash block 4):
+    fine-grained partial hits (docs/semantics.md#fine-grained-partial-hits), their
+    copy-on-write blocks cached once full and the copies' retained blocks released where the
+    driver drains them, byte for byte as the oracle sends them."""
+    groups = (KVCacheGroupSpec("full_attention", 8),
+              KVCacheGroupSpec("mamba", 12, mamba_cache_mode="align"))
+    spec = _spec(kv_profile, 4, num_blocks=29, groups=groups)
+    if not kv_impl.info.supports(spec) or not kv_oracle.has("fine_grained_hits"):
+        pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare "
+                    "fine_grained_hits for this layout")
+    _check_bytes(kv_impl, kv_oracle, spec, _fine_grained_ops(seed, 4))
 
 
 @pytest.mark.kv_profiles("vllm-0.33")

@@ -38,11 +38,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
 from kvcheck.conformance.groups import NULL_BLOCK
 from kvcheck.conformance.hybrid_cross_attention import (
     CROSS_ATTENTION_SCENARIOS,
     NO_CALL,
     CrossAttentionScenario,
+)
+from kvcheck.conformance.hybrid_fine_grained import (
+    FINE_GRAINED_SCENARIOS,
+    MISSING_010,
+    FineGrainedScenario,
 )
 from kvcheck.conformance.hybrid_fixed_point import FIXED_POINT_SCENARIOS, FixedPointScenario
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
@@ -117,7 +123,7 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
 
     run_workload_machine(laws_only, kv_settings, kv_seed, extras=extra_key_kinds(caps),
                          events=False, impl=kv_impl, profile=kv_profile, random_roots=True,
-                         group_kinds=declared_kinds(caps))
+                         group_kinds=declared_kinds(caps), fine_grained=kv_impl.has(FINE_GRAINED))
 
 
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
@@ -134,7 +140,8 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
                     "'kv_cache_groups' (--kv-oracle)")
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
-                         group_kinds=kinds)
+                         group_kinds=kinds, fine_grained=(kv_impl.has(FINE_GRAINED)
+                                                          and kv_oracle.has(FINE_GRAINED)))
 
 
 # --- every layout vLLM accepts is accepted ---------------------------------------------------
@@ -388,6 +395,38 @@ def test_mamba_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_profile: str
         assert queue == sc.free_queue[kv_profile], (
             f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
             f"{list(sc.free_queue[kv_profile])}\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("fine_grained_hits")
+@pytest.mark.parametrize("sc", FINE_GRAINED_SCENARIOS, ids=lambda sc: sc.name)
+def test_fine_grained_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: ImplHandle,
+                             kv_profile: str, sc: FineGrainedScenario) -> None:
+    """Fine-grained partial hits (docs/semantics.md#fine-grained-partial-hits): each op's
+    answer as vLLM 0.33's own ``KVCacheManager`` gave it (a hit ending inside a block, its
+    copy-on-write block first among the new ids, the +1 reservation refusing), every copy the
+    driver drained (``take_kv_cache_block_copies``) and the free queue after the last op (the
+    retained blocks' release order); every op's answers and observables also equal the
+    oracle's when it declares the capability."""
+    if kv_profile == "vllm-0.10":
+        pytest.skip(f"{sc.name}: {MISSING_010}")
+    pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups,
+                   with_oracle=kv_oracle.has("fine_grained_hits"))
+    for i, (op, want) in enumerate(zip(sc.ops, sc.answers, strict=True)):
+        got = pair.apply(op)
+        assert got == want, (
+            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM 0.33 {want} (hits "
+            "and new block ids per group, 0 the null block; new None: refused)\n"
+            + pair.impl.snippet())
+    assert tuple(pair.impl.drained) == sc.copies, (
+        f"{sc.name} ({sc.why}): copies drained {pair.impl.drained}, vLLM 0.33 "
+        f"{list(sc.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in order)\n"
+        + pair.impl.snippet())
+    if "free_queue_order" in pair.impl.capabilities:
+        queue = tuple(pair.impl.manager.free_block_ids())
+        assert queue == sc.free_queue, (
+            f"{sc.name}: free queue after the last op {list(queue)}, vLLM 0.33 "
+            f"{list(sc.free_queue)}\n" + pair.impl.snippet())
 
 
 #: profile -> the Mamba layouts its vLLM refuses: (mode, caching, the words the refusal names).

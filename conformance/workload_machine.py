@@ -192,7 +192,7 @@ def answer_block_ids(groups: Sequence[Sequence[int]], null: int | None) -> list[
 
 
 def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] = (),
-                profile: str = "", scale: int = 1,
+                profile: str = "", scale: int = 1, fine_grained: bool = False,
                 **fields: Unpack[KVCacheSpecOptions]) -> KVCacheSpecFields:
     """The spec fields of one engine (``make_pair(**fields)``): ``num_blocks`` blocks of
     ``block_size`` tokens as drawn, plus ``fields`` (hash algorithm, caching, events, model
@@ -201,12 +201,14 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     (``layouts.layout_for`` under ``profile``, sliding windows ``scale`` times ``WINDOWS``),
     its pool grown with the number of groups (each token needs a slot in every group), KV
     events off where ``profile``'s vLLM crashes on them (``layouts.events_crash``), and prefix
-    caching off for an encoder-decoder layout (``layouts.has_cross_attention``)."""
+    caching off for an encoder-decoder layout (``layouts.has_cross_attention``);
+    ``fine_grained``: layouts with fine-grained partial hits among the Mamba ones."""
     out: KVCacheSpecFields = {"num_blocks": num_blocks, "block_size": block_size, **fields}
     if not group_kinds:
         return out
     groups, retention = layout_for(profile, group_kinds, block_size, num_blocks, scale,
-                                   enable_caching=fields.get("enable_caching", True))
+                                   enable_caching=fields.get("enable_caching", True),
+                                   fine_grained=fine_grained)
     per_group = max(2, num_blocks - 1)
     out["num_blocks"] = 1 + sum(max(2, per_group * block_size // (g.block_size or 1))
                                 for g in groups)
@@ -238,7 +240,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                          step_count: int = 30,
                          impl: ImplHandle | None = None, profile: str | None = None,
                          stats: Counter[str] | None = None, random_roots: bool = False,
-                         group_kinds: Sequence[str] = ()) -> None:
+                         group_kinds: Sequence[str] = (), fine_grained: bool = False) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
     ``Pair`` (``spec_fields``: a single-group spec, or with ``group_kinds`` a multi-group
     layout of those attention kinds, ``layouts.declared_kinds``). ``extras`` adds salts /
@@ -265,6 +267,12 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
 
     ``random_roots``: PYTHONHASHSEED may be left unset even where NONE_HASH is then random per
     manager, for runs whose pairs have no oracle (nothing compares hashes across managers).
+
+    ``fine_grained`` (both sides declare ``fine_grained_hits``): the Mamba layouts include those
+    with fine-grained partial hits (``layouts.layout_for``), and a rule only then,
+    ``partial_hit_share``, prefills a request to its last hash boundary inside a block and
+    sends one sharing it, so partial hits and their copies happen (counted as
+    ``fine_grained_partial_hit``).
 
     The workload features reached (``FEATURES``) are counted into ``stats`` when given, and
     into the process-wide ``REACHED`` in any case, also when the run fails.
@@ -367,6 +375,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             unset = seed_unset and (random_roots or hash_algo in _UNSET_SEED_ALGOS.get(
                 profile or (info.profile if info is not None else ""), ()))
             fields = spec_fields(num_blocks, block_size, group_kinds=group_kinds,
+                                 fine_grained=fine_grained,
                                  profile=active_profile or "", scale=self.scale,
                                  hash_algo=hash_algo, enable_caching=caching,
                                  enable_kv_cache_events=events and with_events,
@@ -517,6 +526,37 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 if again is not None:
                     self._admit(again, None)
 
+        if fine_grained:  # a rule only here: the other examples stay the same
+            @rule(data=st.data())
+            def partial_hit_share(self, data: st.DataObject) -> None:
+                """Fine-grained partial hits (``kvcheck.conformance.fine_grained``): a prompt
+                prefilled up to its last hash boundary, then the rest and two decode steps (vLLM
+                0.33 caches that boundary's state, inside a Mamba block, and copies it before
+                the request goes on), then a request sharing the prompt up to that boundary
+                or a few tokens past it: its hit ends inside a block, which is copied on write.
+                One argument (Hypothesis tries rules of fewer arguments first)."""
+                hashed = self.pair.impl.fine_hash
+                if not hashed:
+                    return  # not a fine-grained layout
+                prefix = data.draw(st.sampled_from(_PREFIXES), label="prefix")
+                tail = data.draw(st.lists(_TOKENS, min_size=1, max_size=10), label="tail")
+                past = data.draw(st.integers(0, hashed - 1), label="tokens shared past it")
+                prompt = self._scaled(prefix + tail)
+                boundary = (len(prompt) - 1) // hashed * hashed
+                rid = self._add(prompt, False, "")
+                if rid is None:
+                    return
+                self._admit(rid, boundary or None)
+                if rid in self.running and self._in_prefill(rid):
+                    self._step(rid, len(prompt) - boundary, 0)
+                for _ in range(2):
+                    if rid in self.running:
+                        self._step(rid, self._tokens(1), 0)
+                again = self._add([*prompt[:min(boundary + past, len(prompt))], 150_001],
+                                  False, "")
+                if again is not None:
+                    self._admit(again, None)
+
         def _run_and_finish(self, prompt: list[int]) -> bool:
             """A request admitted whole and freed at once (not resubmitted later); whether
             it got its blocks."""
@@ -585,6 +625,10 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     reached[f"extra_keys:{key}"] += 1
             if hits:
                 reached["prefix_hit"] += 1
+                if self.pair.impl.fine and any(
+                        got["hits"][1] % self.pair.spec.group_block_size(g)
+                        for g, ids in enumerate(got["hits"][0]) if ids):
+                    reached["fine_grained_partial_hit"] += 1  # a hit ending inside a block
                 self.hit_blocks.update(hits)
                 if not set(hits).isdisjoint(self._held_by_others(rid)):
                     reached["shared_block_hit"] += 1  # a hit another running request holds

@@ -2,6 +2,14 @@
 into which block, the ground truth of the hit-correctness law (``kvcheck.conformance.laws``)
 and of the rebinding judge (``kvcheck.conformance.rebinding``). One record per KV-cache group,
 at that group's block size.
+
+In a layout with fine-grained partial hits (``kvcheck.conformance.fine_grained``) a record
+also keeps, per block, the prefix before it and the tokens written into it, so a hit ending
+inside a block is judged on its first tokens (``partial_mismatch``), a request may continue a
+block whose first tokens are its own (a copy-on-write block), and ``copy(src, dst)`` models a
+copy: ``dst`` gets what ``src`` held before this step's writes (vLLM's worker copies before
+the step's forward pass), the writes already recorded into ``dst`` on top. ``settle()`` ends
+the step (called where the copies are drained).
 """
 
 from __future__ import annotations
@@ -22,12 +30,19 @@ _Key = _RootKey | _BlockKey
 
 class _Write:
     """What one block holds: written by ``rid`` as its block ``index``, ``filled`` tokens from
-    the block start, and once full the id of the prefix it holds (``None`` until then)."""
+    the block start, and once full the id of the prefix it holds (``None`` until then). With
+    fine-grained hits also ``parent``, the prefix id before the block, and ``view``, the
+    writer's request (its tokens)."""
 
-    __slots__ = ("filled", "index", "prefix", "rid")
+    __slots__ = ("filled", "index", "parent", "prefix", "rid", "view")
 
-    def __init__(self, rid: str, index: int, filled: int, prefix: int | None) -> None:
+    def __init__(self, rid: str, index: int, filled: int, prefix: int | None,
+                 parent: int | None = None, view: RequestView | None = None) -> None:
         self.rid, self.index, self.filled, self.prefix = rid, index, filled, prefix
+        self.parent, self.view = parent, view
+
+    def clone(self) -> _Write:
+        return _Write(self.rid, self.index, self.filled, self.prefix, self.parent, self.view)
 
 
 class WrittenBlocks:
@@ -40,8 +55,16 @@ class WrittenBlocks:
     law is one comparison per hit block.
     """
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, *, fine: bool = False, state: bool = False) -> None:
+        """``fine``: the layout has fine-grained partial hits (see the module doc); ``state``:
+        the group keeps states (Mamba), so a block's content is the state after exactly its
+        ``filled`` tokens, not a prefix of them."""
         self.block_size = block_size
+        self.fine = fine
+        self.state = state
+        #: Fine-grained: per block written or handed out since ``settle``, what it held before
+        #: and the writes into it since, ``(view, index, lo, hi)``.
+        self._since: dict[int, tuple[_Write | None, list[tuple[RequestView, int, int, int]]]] = {}
         self._ids: dict[_Key, int] = {}
         self._parts: list[_Key] = []  # prefix id -> its key (for messages)
         self._chains: dict[str, list[int]] = {}  # request id -> prefix ids of its blocks
@@ -80,27 +103,81 @@ class WrittenBlocks:
         """Blocks just handed out as new: whatever they held is being overwritten."""
         for block_id in block_ids:
             self._blocks.pop(block_id, None)
+            if self.fine:
+                self._since[block_id] = (None, [])
 
     def write(self, view: RequestView, table: Sequence[int], start: int, end: int) -> None:
         """``view`` computed its positions ``[start, end)`` into the blocks of ``table``."""
         bs = self.block_size
-        rid = view.request_id
         for index in range(start // bs, min(len(table), -(-end // bs))):
             block_id = table[index]
             lo = max(start, index * bs) - index * bs
             hi = min(end, (index + 1) * bs) - index * bs
-            old = self._blocks.get(block_id)
-            if lo == 0:
-                write = self._blocks[block_id] = _Write(rid, index, hi, None)
-            elif (old is not None and old.rid == rid and old.index == index
-                  and old.filled == lo and old.prefix is None):
-                write = old
-                write.filled = hi
-            else:  # a write continuing someone else's (or nobody's) tokens: mixed content
-                self._blocks[block_id] = _Write(rid, index, -1, None)
-                continue
-            if write.filled == bs:
-                write.prefix = self.prefix_id(view, index)
+            if self.fine and block_id >= 0:  # (negative: a null position's stand-in)
+                if block_id not in self._since:
+                    old = self._blocks.get(block_id)
+                    self._since[block_id] = (None if old is None else old.clone(), [])
+                self._since[block_id][1].append((view, index, lo, hi))
+            self._write_block(view, block_id, index, lo, hi)
+
+    def _write_block(self, view: RequestView, block_id: int, index: int, lo: int,
+                     hi: int) -> None:
+        """``view`` computed the tokens ``[lo, hi)`` of its block ``index`` into
+        ``block_id``."""
+        rid = view.request_id
+        old = self._blocks.get(block_id)
+        if lo == 0:
+            write = self._blocks[block_id] = _Write(
+                rid, index, hi, None, *((self.prefix_id(view, index - 1), view) if self.fine
+                                        else ()))
+        elif (old is not None and old.rid == rid and old.index == index
+              and old.filled == lo and old.prefix is None):
+            write = old
+            write.filled = hi
+            if self.fine:
+                write.view = view
+        elif self.fine and old is not None and self._holds_start(old, view, index, lo):
+            # Its first lo tokens are the writer's own (a copy-on-write block): continued.
+            write = self._blocks[block_id] = _Write(rid, index, hi, None,
+                                                    self.prefix_id(view, index - 1), view)
+        else:  # a write continuing someone else's (or nobody's) tokens: mixed content
+            self._blocks[block_id] = _Write(rid, index, -1, None)
+            return
+        if write.filled == self.block_size:
+            write.prefix = self.prefix_id(view, index)
+
+    def _holds_start(self, write: _Write, view: RequestView, index: int, count: int) -> bool:
+        """Whether ``write`` holds ``view``'s block ``index`` through its first ``count``
+        tokens (exactly ``count`` for a state)."""
+        if write.view is None or write.filled < 0 or write.index != index or (
+                write.filled != count if self.state else write.filled < count):
+            return False
+        if write.parent != self.prefix_id(view, index - 1):
+            return False
+        lo = index * self.block_size
+        return (write.view.token_ids[lo:lo + count] == view.token_ids[lo:lo + count]
+                and _mm_in(write.view, lo, lo + count) == _mm_in(view, lo, lo + count))
+
+    # ------------------------------------------------------------------ copies
+    def copy(self, src: int, dst: int) -> None:
+        """A copy from ``src`` to ``dst`` (fine-grained hits): ``dst`` holds what ``src``
+        held before this step's writes, then the writes recorded into ``dst`` since."""
+        base = self._since[src][0] if src in self._since else self._blocks.get(src)
+        notes = self._since[dst][1] if dst in self._since else []
+        if base is None:
+            self._blocks.pop(dst, None)
+        else:
+            self._blocks[dst] = base.clone()
+        for view, index, lo, hi in notes:
+            self._write_block(view, dst, index, lo, hi)
+
+    def knows(self, block_id: int) -> bool:
+        """Whether this record has seen ``block_id`` written (or handed out) in this group."""
+        return block_id in self._blocks or block_id in self._since
+
+    def settle(self) -> None:
+        """The step's copies are done: forget the before-images."""
+        self._since.clear()
 
     def full_blocks(self) -> list[int]:
         """The blocks that hold a full block of computed tokens (a cache may keep them)."""
@@ -118,6 +195,20 @@ class WrittenBlocks:
         wanted = list(view.token_ids[index * bs:(index + 1) * bs])
         held = self.holds(block_id, need)
         return f"it holds {held}; request {view.request_id!r} needs tokens {wanted}{_ctx(view)}"
+
+    def partial_mismatch(self, block_id: int, view: RequestView, index: int,
+                         count: int) -> str | None:
+        """Why ``block_id`` does not hold ``view``'s block ``index`` through its first
+        ``count`` tokens, the prefix before it included (a hit ending inside the block;
+        exactly ``count`` for a state), or None if it does."""
+        write = self._blocks.get(block_id)
+        if write is not None and self._holds_start(write, view, index, count):
+            return None
+        lo = index * self.block_size
+        wanted = list(view.token_ids[lo:lo + count])
+        return (f"it holds {self.holds(block_id)}; request {view.request_id!r} needs "
+                f"{'the state after ' if self.state else ''}its first {count} tokens "
+                f"{wanted} of the block after its own prefix{_ctx(view)}")
 
     def holds(self, block_id: int, need: int | None = None) -> str:
         """What ``block_id`` holds, in words (its prefix described relative to the prefix id
@@ -173,6 +264,13 @@ class WrittenBlocks:
                 return key, blocks[::-1]
             blocks.append(key)
             prefix = key[0]
+
+
+def _mm_in(view: RequestView, start: int, end: int) -> tuple[tuple[str, int], ...]:
+    """``view``'s multimodal items overlapping ``[start, end)`` (identifier, offset from
+    ``start``)."""
+    return tuple((ident, offset - start) for ident, offset, length in view.mm_features
+                 if offset < end and offset + length > start)
 
 
 def _ctx(view: RequestView) -> str:

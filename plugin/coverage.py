@@ -150,6 +150,7 @@ LAW_FAMILIES: dict[str, Checks] = {
     "test_events_wire.py::test_sparse_group_payloads_equal_the_oracles": _NONE,
     "test_events_wire.py::test_partial_key_payloads_equal_the_oracles": _NONE,
     "test_events_wire.py::test_mamba_group_payloads_equal_the_oracles": _NONE,
+    "test_events_wire.py::test_fine_grained_hit_payloads_equal_the_oracles": _NONE,
     # external_kv: a connector's tokens, asynchronous loads, failed loads, evict_blocks
     "test_external_kv.py::test_delayed_load_caches_nothing_until_cache_blocks":
         Checks((CONSERVATION,), (HITS,)),
@@ -232,6 +233,7 @@ LAW_FAMILIES: dict[str, Checks] = {
     # Mamba: tables, nulls and the free queue (conservation, ownership), hits on a cached
     # state and the same-step refusal (hit correctness).
     "test_hybrid.py::test_mamba_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
+    "test_hybrid.py::test_fine_grained_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
     "test_hybrid.py::test_mamba_layouts_vllm_refuses_are_refused": _NONE,
     "test_hybrid.py::test_partial_block_keys": Checks((CONSERVATION, OWNERSHIP, HITS)),
     # invariants

@@ -330,7 +330,11 @@ class Manager:
     # cdiv(E, block_size) blocks until the request is freed. With "mamba" (state-space
     # layers: a group's mamba_cache_mode and num_speculative_blocks) define new_step_starts(self)
     # -> None (kvcheck calls it at each scheduler step of a Mamba layout; required under
-    # vllm-0.33), and a Mamba group's allocate_slots answer may hold null blocks.
+    # vllm-0.33), and a Mamba group's allocate_slots answer may hold null blocks. With
+    # "fine_grained_hits" (needs "mamba"; vLLM 0.33's sub-block hits beside a Mamba "align"
+    # group larger than the hash block) define take_kv_cache_block_copies(self) ->
+    # list[tuple[int, int]]: the (src, dst) copy-on-write copies made since the last call,
+    # the references they retained released (SupportsBlockCopies).
     # No other method: declare the capability once your methods speak both forms.
 
     # ------------------------------------------------------------ capability "batch_metadata"

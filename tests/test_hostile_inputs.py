@@ -31,7 +31,7 @@ from kvcheck.plugin.cli import main
 
 SUITE = Path(kvcheck.conformance.__file__).resolve().parent
 NO_HYBRID = ('{"kv_cache_groups", "sliding_window", "chunked_local_attention", '
-             '"cross_attention", "mamba"}')
+             '"cross_attention", "mamba", "fine_grained_hits"}')
 MODULE_LEVEL = '{"block_pool", "kernels", "sizing", "offload"}'
 
 

@@ -35,9 +35,12 @@ _CONVERTED_RESULTS = frozenset({"bytes", "list[bytes]", "list[KVEvent]", "KVSizi
                                 "KVFeatureDefaults"})
 
 
-#: Methods an implementation may lack, answered as no-ops (``SupportsNewStep``: a design with
-#: no per-step state).
-_OPTIONAL_METHODS = frozenset({"new_step_starts"})
+#: Methods an implementation may lack, and the answer given for them then: ``new_step_starts``
+#: as a no-op (``SupportsNewStep``: a design with no per-step state),
+#: ``take_kv_cache_block_copies`` as "no copies" (``SupportsBlockCopies``: a design that never
+#: copies a block).
+_OPTIONAL_METHODS: dict[str, object] = {"new_step_starts": None,
+                                        "take_kv_cache_block_copies": []}
 
 
 #: Capabilities protocol v1 does not carry (an engine declaring one is refused at ``init``).
@@ -160,7 +163,9 @@ class Server:
                   for p in wm.optional if p in params}
         function = getattr(obj, wm.name, None)
         if function is None and wm.name in _OPTIONAL_METHODS:
-            return None  # a method the design may lack: a no-op there
+            # A method the design may lack: a no-op there (a fresh list: never shared).
+            answer = _OPTIONAL_METHODS[wm.name]
+            return list(answer) if isinstance(answer, list) else answer
         if function is None:
             raise AttributeError(f"{type(obj).__name__} has no method {wm.name!r}")
         return _result(wm, function(*args, **kwargs))

@@ -38,6 +38,8 @@ CROSS_ATTENTION = {CROSS, "test_cross_attention_with_prefix_caching_is_refused"}
 MAMBA = "test_mamba_golden"
 #: Mamba layouts (both profiles: 0.10.2's mode-"none" scenarios and refusals).
 MAMBA_TESTS = {MAMBA, "test_mamba_layouts_vllm_refuses_are_refused"}
+#: 0.33's fine-grained partial hits (skipped under 0.10: no Mamba prefix caching).
+FINE = "test_fine_grained_golden"
 #: Scenario tests both profiles run (each names the rule it checks).
 SCENARIOS = {"test_every_layout_vllm_accepts_is_accepted",
              "test_groups_of_one_spec_are_searched_together",
@@ -94,6 +96,15 @@ MUTANTS: dict[tuple[str, str], set[str]] = {
     # caching-off Mamba layouts with speculative blocks in its first 15 examples.
     ("hybrid_mamba_speculative_uncounted", "vllm-0.33"): {MAMBA},
     ("hybrid_mamba_speculative_uncounted", "vllm-0.10"): {MAMBA, DIFFERENTIAL},
+    # Fine-grained partial hits: the recorded scenarios (the refusal one block short, the
+    # copies, the free queue after the retained blocks' release; the copy-on-write law when
+    # the hit block is written into). The differential reaches each bug with random
+    # workloads too, but only Mamba's whole-block hits within this run's first 15 examples
+    # (a quarter of them Mamba draws, fewer fine-grained ones).
+    ("hybrid_fine_no_reservation", "vllm-0.33"): {FINE},
+    ("hybrid_fine_hits_whole_blocks", "vllm-0.33"): {FINE, DIFFERENTIAL},
+    ("hybrid_fine_no_copy_on_write", "vllm-0.33"): {FINE},
+    ("hybrid_fine_retained_reversed", "vllm-0.33"): {FINE},
 }
 
 def _run_area(pytester: pytest.Pytester, impl: str, profile: str,
@@ -129,7 +140,7 @@ def test_reference_passes_hybrid_area(pytester: pytest.Pytester, profile: str) -
     assert not failed, failed
     # Each profile's own free-block boundary test runs (the other profile's is skipped), and
     # the fixed-point scenarios under 0.33 only (0.10.2 hybrids have two kinds).
-    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT, PARTIAL, *RETENTION_033},
+    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT, PARTIAL, FINE, *RETENTION_033},
            "vllm-0.10": {BOUNDARY_010}}[profile]
     assert passed == ({GOLDEN, LAWS, DIFFERENTIAL} | SCENARIOS | CROSS_ATTENTION | MAMBA_TESTS
                       | own), passed

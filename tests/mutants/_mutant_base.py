@@ -227,7 +227,7 @@ def build(
         # mutant must import with only tests/mutants on the path (README's replay commands).
         capabilities=REFERENCE_INFO.capabilities - {
             "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
-            "cross_attention", "mamba",
+            "cross_attention", "mamba", "fine_grained_hits",
             "sizing", "offload"} - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,

@@ -1,6 +1,8 @@
-"""``new_step_starts`` on the wire (``SupportsNewStep``, docs/wire-protocol.md): an engine's
-manager that has the method is called; one without it answers the call as a no-op (a design
-with no per-step state), never an error."""
+"""The optional manager methods on the wire (docs/wire-protocol.md): ``new_step_starts``
+(``SupportsNewStep``) and ``take_kv_cache_block_copies`` (``SupportsBlockCopies``). An
+engine's manager that has the method is called; one without it answers the call as a no-op
+(a design with no per-step state) or as "no copies" (a design that never copies a block),
+never an error."""
 
 from __future__ import annotations
 
@@ -55,3 +57,38 @@ def test_new_step_starts_is_a_no_op_without_the_method() -> None:
     missing = server.answer({"id": 3, "handle": handle, "method": "free_block_ids",
                              "params": {}})
     assert missing["id"] == 3 and "error" in missing  # other methods are not optional
+
+
+class _Copies(_NoStep):
+    """A manager with ``take_kv_cache_block_copies`` (capability ``fine_grained_hits``)."""
+
+    def __init__(self) -> None:
+        self.pending = [(3, 7), (5, 8)]
+
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
+        copies, self.pending = self.pending, []
+        return copies
+
+
+def test_take_kv_cache_block_copies_reaches_a_manager_that_has_it() -> None:
+    """The copies cross as arrays of two block ids, drained once."""
+    server, handle = _serve(_Copies())
+    first = server.answer({"id": 2, "handle": handle, "method": "take_kv_cache_block_copies",
+                           "params": {}})
+    again = server.answer({"id": 3, "handle": handle, "method": "take_kv_cache_block_copies",
+                           "params": {}})
+    assert first == {"id": 2, "result": [(3, 7), (5, 8)]}, first
+    assert again == {"id": 3, "result": []}, again
+
+
+def test_take_kv_cache_block_copies_is_no_copies_without_the_method() -> None:
+    """A design that never copies a block need not have the method: "no copies", a fresh
+    list each time (never one the server shares)."""
+    server, handle = _serve(_NoStep())
+    first = server.answer({"id": 2, "handle": handle, "method": "take_kv_cache_block_copies",
+                           "params": {}})
+    assert first == {"id": 2, "result": []}, first
+    first["result"].append((1, 2))
+    again = server.answer({"id": 3, "handle": handle, "method": "take_kv_cache_block_copies",
+                           "params": {}})
+    assert again == {"id": 3, "result": []}, again
