@@ -40,12 +40,14 @@ class ReferenceIndexer:
         self._int = config.hash_form == "int"
         self.index = self.index_type(config.block_size, hash_algo=config.hash_algo,
                                profile=self._release, pythonhashseed=config.pythonhashseed,
-                               int_hashes=self._int, match_group=config.match_group)
+                               int_hashes=self._int, match_group=config.match_group,
+                               hash_block_size=config.hash_block_size)
 
     def apply_batch(self, worker_id: str, seq: int, payload: bytes,
                     replay: bool = False) -> None:
         batch = decode_batch(payload, release=self._release, int_hashes=self._int)
-        self.index.apply(worker_id, seq, batch.events, replay=replay)
+        kinds = {group: kind for group, (kind, _) in batch.group_metadata().items()}
+        self.index.apply(worker_id, seq, batch.events, replay=replay, group_kinds=kinds)
 
     def match(self, token_ids: Sequence[int], context: MatchContext) -> Mapping[str, int]:
         return self.index.match(token_ids, lora=context.lora, cache_salt=context.cache_salt,

@@ -12,7 +12,9 @@ worker's cached keys after it.
 sequence ``N`` are applied, a match for that worker is the number of leading hashes of the
 request (hashed as the worker hashes it: block size, algorithm, NONE_HASH, LoRA, salt and
 multimodal inputs) that the worker's prefix cache held in the match group right after it
-published batch ``N``. ``Truth.blocks`` computes it from the recorded keys.
+published batch ``N``. ``IndexerRun.expected`` computes it from the recorded keys and
+``match_hashes``: with a hash block smaller than the match group's block (vLLM 0.33 hybrid
+layouts), the group keys each block by the hash at its last hash-block boundary.
 """
 
 from __future__ import annotations
@@ -22,18 +24,21 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from kvcheck.conformance.indexer_protocol import HashForm, IndexerConfig, MatchContext
+from kvcheck.errors import KVCheckInputError
 from kvcheck.reference_impl.block import get_block_hash, get_group_id
 from kvcheck.reference_impl.events import KVCacheEvent
 from kvcheck.reference_impl.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheSpec,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 from kvcheck.reference_impl.request import LoRARequest, MultiModalFeature, Request
 
 __all__ = ["LORAS", "SALTS", "Batch", "ClusterPlan", "ClusterRun", "Probe", "PromptPlan",
-           "WorkerOp", "hashes_of", "run_cluster", "truth_hashes", "worker_id"]
+           "WorkerOp", "hashes_of", "match_hashes", "run_cluster", "truth_hashes",
+           "worker_id"]
 
 #: The LoRA adapters and salts workloads and probes draw from.
 LORAS: Final = (("adapter-a", 1, "/loras/a"), ("adapter-b", 2, "/loras/b"))
@@ -41,7 +46,7 @@ SALTS: Final = ("salt-1", "salt-2")
 #: Bytes of vLLM's default integer event hash (the digest's last 8).
 _INT_HASH_BYTES: Final = 8
 
-OpKind = Literal["admit", "turn", "decode", "finish", "reset", "restart", "remove"]
+OpKind = Literal["admit", "turn", "decode", "finish", "reset", "restart", "remove", "evict"]
 Fault = Literal["none", "drop", "duplicate"]
 
 
@@ -69,7 +74,11 @@ class WorkerOp:
       full); ``finish``: it ends;
     * ``reset``: every request ends, then ``reset_prefix_cache`` (``AllBlocksCleared``);
     * ``restart``: the engine process restarts (an empty cache, a new publisher: sequence 0);
-    * ``remove``: the router removes the worker (no batch of it follows).
+    * ``remove``: the router removes the worker (no batch of it follows);
+    * ``evict`` (0.33; scripted tests only, the random plans never draw it): the KV
+      connector's load into running request ``index``'s match-group block ``count - 1``
+      failed, and the scheduler drops every key of that block (``evict_blocks``; the block
+      stays in the request, its tokens counted as computed).
 
     ``fault`` is what happens to the batch the step publishes on its way to the router
     (``kvcheck.conformance.indexer_driver.plan_deliveries``): ``drop`` (replayed after
@@ -103,7 +112,13 @@ class ClusterPlan:
         config: what the index is told (block size, release, hash form and algorithm...).
         num_blocks: per worker, the pool size (null block included): small pools evict.
         sliding_window: None: one full-attention group; else a second group, a sliding window
-            of that many tokens (``kv_cache_groups``; 0.33 only).
+            of that many tokens (``kv_cache_groups``; 0.33 only), in blocks of
+            ``config.hash_block_size`` (None: ``config.block_size``). A smaller block than the
+            full-attention group's makes that group publish partial-block keys.
+        mamba: a second group of Mamba layers in "align" mode (0.33's Mamba prefix caching)
+            in blocks of ``config.hash_block_size`` (None: ``config.block_size``), instead of
+            a sliding window: its stores name only the blocks it keeps, and their hashes are
+            the full-attention group's (``kv_cache_groups``; 0.33 only).
         retention: 0.33's ``prefix_cache_retention_interval`` for the sliding-window group
             (None: every block cached; 0 or a multiple of the block size: blocks masked out
             of the cache, so its stores are sparse: ``token_ids`` span blocks
@@ -120,10 +135,34 @@ class ClusterPlan:
     probes: tuple[Probe, ...]
     sliding_window: int | None = None
     retention: int | None = None
+    mamba: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mamba and (self.sliding_window is not None or self.retention is not None):
+            raise KVCheckInputError("ClusterPlan: a Mamba group replaces the sliding-window "
+                                    "group (and its retention); set mamba=False or "
+                                    "sliding_window=None and retention=None")
+        if self.config.hash_block_size not in (None, self.config.block_size) and not (
+                self.mamba or self.sliding_window is not None):
+            raise KVCheckInputError("ClusterPlan: a hash block smaller than the block needs a "
+                                    "second group in blocks of it (sliding_window or mamba)")
 
     @property
     def workers(self) -> int:
         return len(self.num_blocks)
+
+    @property
+    def specs(self) -> tuple[KVCacheSpec, ...]:
+        """The workers' KV-cache groups: full attention (the match group, 0), then the
+        sliding window or Mamba group, if any, in blocks of the hash block."""
+        config = self.config
+        small = config.hash_block_size or config.block_size
+        specs: tuple[KVCacheSpec, ...] = (FullAttentionSpec(config.block_size),)
+        if self.sliding_window is not None:
+            specs += (SlidingWindowSpec(small, sliding_window=self.sliding_window),)
+        elif self.mamba:
+            specs += (MambaSpec(small, mamba_cache_mode="align"),)
+        return specs
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +208,22 @@ def _options(context: MatchContext) -> dict[str, object]:
 
 def hashes_of(manager: KVCacheManager, tokens: Sequence[int], context: MatchContext,
               hash_form: HashForm) -> list[bytes]:
-    """The block hashes of a request as ``manager`` hashes it, in the stream's form."""
+    """The block hashes of a request as ``manager`` hashes it (in blocks of its hash block),
+    in the stream's form."""
     request = manager.make_request("probe", list(tokens), **_options(context))  # type: ignore[arg-type]
     hashes = [bytes(h) for h in request.block_hashes]
     return [h[-_INT_HASH_BYTES:] for h in hashes] if hash_form == "int" else hashes
+
+
+def match_hashes(manager: KVCacheManager, config: IndexerConfig, tokens: Sequence[int],
+                 context: MatchContext) -> list[bytes]:
+    """The keys of a request's full blocks in the match group, in the stream's form: its
+    hashes at the hash block (``truth_hashes``), every ``block_size // hash_block_size``-th,
+    as vLLM 0.33 keys a group of larger blocks (``BlockHashListWithBlockSize``: the hash at
+    a block's last hash-block boundary chains over its whole prefix)."""
+    hashes = hashes_of(manager, tokens, context, config.hash_form)
+    scale = config.block_size // (config.hash_block_size or config.block_size)
+    return hashes[scale - 1::scale]
 
 
 class _Worker:
@@ -187,11 +238,8 @@ class _Worker:
 
     def restart(self) -> None:
         config, plan = self.plan.config, self.plan
-        specs: tuple[KVCacheSpec, ...] = (FullAttentionSpec(config.block_size),)
-        if plan.sliding_window is not None:
-            specs += (SlidingWindowSpec(config.block_size, sliding_window=plan.sliding_window),)
         self.manager = KVCacheManager(
-            plan.num_blocks[self.index], kv_cache_specs=specs, profile=config.release,
+            plan.num_blocks[self.index], kv_cache_specs=plan.specs, profile=config.release,
             enable_kv_cache_events=True, hash_algo=config.hash_algo,
             pythonhashseed=config.pythonhashseed,
             prefix_cache_retention_interval=(plan.retention if plan.sliding_window is not None
@@ -215,6 +263,7 @@ class _Worker:
 
     def step(self, op: WorkerOp) -> None:
         mgr = self.manager
+        mgr.new_step_starts()  # as vLLM's scheduler does (Mamba's hits of the last step)
         if op.kind == "admit" and op.prompt is not None:
             prompt = op.prompt
             self._new(self.plan.systems[prompt.system] + prompt.user, prompt.context,
@@ -236,6 +285,11 @@ class _Worker:
                 mgr.free(request)
             else:
                 request.num_computed_tokens = request.num_tokens
+        elif op.kind == "evict" and self.running:
+            request = self.running[op.index % len(self.running)]
+            table = mgr.get_block_ids(request.request_id)[self.plan.config.match_group]
+            if 0 < op.count <= len(table):
+                mgr.evict_blocks([table[op.count - 1]])
         elif op.kind == "reset":
             for request in self.running:
                 mgr.free(request)
@@ -243,7 +297,8 @@ class _Worker:
             mgr.reset_prefix_cache()
 
     def cached(self) -> frozenset[bytes]:
-        """The match group's cached hashes now, in the stream's form."""
+        """The match group's cached hashes now, in the stream's form (partial-block keys
+        included: they are keys of the group, and never a block's key, ``match_hashes``)."""
         group = self.plan.config.match_group
         cut = _INT_HASH_BYTES if self.plan.config.hash_form == "int" else None
         keys = self.manager.block_pool.cached_block_hash_to_block
@@ -295,7 +350,9 @@ def run_cluster(plan: ClusterPlan) -> ClusterRun:
 
 
 def truth_hashes(plan: ClusterPlan) -> KVCacheManager:
-    """A manager hashing requests as every worker of ``plan`` does (for ``hashes_of``)."""
+    """A manager hashing requests as every worker of ``plan`` does, in blocks of the hash
+    block (for ``hashes_of`` and ``match_hashes``)."""
     config = plan.config
-    return KVCacheManager(2, config.block_size, profile=config.release,
+    return KVCacheManager(2, config.hash_block_size or config.block_size,
+                          profile=config.release,
                           hash_algo=config.hash_algo, pythonhashseed=config.pythonhashseed)

@@ -40,7 +40,7 @@ from kvcheck.conformance.indexer_cluster import (
     ClusterPlan,
     ClusterRun,
     Probe,
-    hashes_of,
+    match_hashes,
     truth_hashes,
     worker_id,
 )
@@ -190,7 +190,7 @@ class IndexerRun:
         self._release: Release = "vllm-0.10" if config.release == "vllm-0.10" else "vllm-0.33"
         self._int = config.hash_form == "int"
         hasher = truth_hashes(plan)
-        self._probe_hashes = [hashes_of(hasher, p.tokens, p.context, config.hash_form)
+        self._probe_hashes = [match_hashes(hasher, config, p.tokens, p.context)
                               for p in plan.probes]
         self._payloads: dict[tuple[int, int, int], bytes] = {}
         self.done: list[dict[str, object]] = []  # the deliveries made, as the trace lists them

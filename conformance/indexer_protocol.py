@@ -22,7 +22,8 @@ tests, saying so):
   delivered twice (a replay overlapping the live stream, a duplicated delivery);
 * ``lora``, ``cache_salt``, ``multimodal``: match contexts with that input;
 * ``kv_cache_groups``: workers with several KV-cache groups (full attention beside sliding
-  windows), whose stores and removals name their group.
+  windows or a Mamba group in "align" mode, possibly of smaller blocks than the match
+  group's: partial-block keys), whose stores and removals name their group.
 
 ``ImplInfo.hash_algos`` lists the hash algorithms the index can hash requests with (``()``:
 it keys blocks by content, not by the engine's hashes); ``ImplInfo.block_sizes`` the block
@@ -34,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
+
+from kvcheck.errors import KVCheckInputError
 
 __all__ = ["INDEXER_CAPABILITIES", "HashForm", "IndexerAdapter", "IndexerConfig",
            "MatchContext", "SupportsDecodedEvents", "SupportsWireBatches"]
@@ -67,6 +70,12 @@ class IndexerConfig:
             ``xxhash_cbor``); pythonhashseed: the PYTHONHASHSEED their NONE_HASH derives from.
         match_group: the KV-cache group matches count blocks in (a full-attention group;
             0 for single-group workers).
+        hash_block_size: the workers' hash block (vLLM 0.33: the gcd of the groups' block
+            sizes), when it is smaller than ``block_size``; None: ``block_size``. Requests
+            are hashed in blocks of it, a block of ``block_size`` is keyed by the hash at its
+            last hash-block boundary, and a ``BlockStored`` of one hash with this
+            ``block_size`` in the match group is a partial-block key, not a block
+            (docs/indexers.md, "partial keys").
     """
 
     block_size: int
@@ -75,6 +84,16 @@ class IndexerConfig:
     hash_algo: str = "sha256"
     pythonhashseed: str | None = "0"
     match_group: int = 0
+    hash_block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        size = self.hash_block_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 1 or self.block_size % size):
+            raise KVCheckInputError(
+                f"IndexerConfig.hash_block_size must be a positive divisor of block_size "
+                f"({self.block_size}), got {size!r}: vLLM hashes in blocks of the gcd of the "
+                "groups' block sizes; leave it None when every group has blocks of block_size")
 
 
 @dataclass(frozen=True, slots=True)

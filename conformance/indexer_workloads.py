@@ -10,8 +10,11 @@ What a plan draws, within what the indexer declares (``ImplInfo``):
   engine restarts (the sequence back to 0), the router removing a worker;
 * contexts: LoRA adapters (``lora``), salts (``cache_salt``), an image at the prompt's start
   (``multimodal``);
-* with ``kv_cache_groups`` (vLLM 0.33's wire): a sliding-window group beside full attention,
-  whose stores and removals carry the same hashes in another group;
+* with ``kv_cache_groups`` (vLLM 0.33's wire): a second group beside full attention, whose
+  stores and removals carry the same hashes in another group: a sliding window (sparse with
+  a retention interval), or a Mamba group in "align" mode (stores naming only the blocks it
+  keeps); the second group's block is sometimes a divisor of the full-attention block (the
+  hash block), so the full-attention group also publishes partial-block keys;
 * with ``replay``: lost batches replayed later (racing the live stream, overlapping batches
   already received) and duplicated deliveries;
 * probes: prompts the workers ran (whole or cut), the same tokens in another context, and a
@@ -22,6 +25,7 @@ Hypothesis shrinks a failing plan to fewer workers, steps and probes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 
 from hypothesis import strategies as st
@@ -78,9 +82,25 @@ def cluster_plans(draw: st.DrawFn, *, capabilities: Collection[str], profile: st
     # blocks evict in the small ones.
     num_blocks = tuple(draw(st.integers(5, 13)) for _ in range(workers))
     window = retention = None
+    mamba = False
+    # Drawn only under kv_cache_groups on 0.33 (short-circuited before any draw otherwise), so
+    # the plans of an index that does not declare it are the ones they always were.
     if "kv_cache_groups" in capabilities and release == "vllm-0.33" and draw(st.booleans()):
-        window = block_size * draw(st.integers(1, 3))
-        retention = draw(st.sampled_from((None, 0, block_size, 2 * block_size)))
+        layout = draw(st.sampled_from(("window", "partial_keys", "mamba")))
+        # The second group's block: the match group's, or (partial keys) a proper divisor of
+        # it, which becomes the hash block and makes the full-attention group publish
+        # partial-block keys. A Mamba group must have the layout's smallest block.
+        divisors = [d for d in (2, 4) if block_size % d == 0 and block_size // d >= 2]
+        scale = (draw(st.sampled_from(divisors)) if layout == "partial_keys" and divisors
+                 else draw(st.sampled_from((1, *divisors[:1]))) if layout == "mamba" else 1)
+        small = block_size // scale
+        if scale > 1:
+            config = dataclasses.replace(config, hash_block_size=small)
+        if layout == "mamba":
+            mamba = True
+        else:
+            window = small * draw(st.integers(1, 3))
+            retention = draw(st.sampled_from((None, 0, block_size, 2 * block_size)))
     systems = tuple(
         tuple(draw(st.lists(_TOKENS, min_size=block_size // 2,
                             max_size=block_size * 3 + 1)))
@@ -99,7 +119,7 @@ def cluster_plans(draw: st.DrawFn, *, capabilities: Collection[str], profile: st
     # restarts); shrinking stops there too.
     ops = tuple(draw(st.lists(op, min_size=min(min_steps, max_steps), max_size=max_steps)))
     return ClusterPlan(config, num_blocks, systems, ops, draw(_probes(ops, systems, contexts)),
-                       sliding_window=window, retention=retention)
+                       sliding_window=window, retention=retention, mamba=mamba)
 
 
 @st.composite

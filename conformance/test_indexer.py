@@ -30,7 +30,7 @@ from kvcheck.conformance.indexer_driver import Deliver, IndexerRun, batch_dict, 
 from kvcheck.conformance.indexer_protocol import HashForm, IndexerConfig, MatchContext
 from kvcheck.conformance.indexer_workloads import cluster_plans, release_of
 from kvcheck.events.codec import encode_batch
-from kvcheck.reference_impl.events import BlockRemoved, BlockStored
+from kvcheck.reference_impl.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -196,6 +196,104 @@ def test_sliding_window_group_keeps_its_own_keys(kv_impl: ImplHandle, kv_profile
                        (Probe(SYSTEM + long_user), Probe(SYSTEM)), sliding_window=4)
     run = _run(kv_impl, plan, request.node.name)
     assert run.expected(0) == {"w0": 6, "w1": 1}
+
+
+#: Partial-block keys: full attention in blocks of 8 beside a window in blocks of 4 (the hash
+#: block). A 14-token prompt's last hash boundary (12) is inside block 1 (tokens 8-15).
+PROMPT14 = SYSTEM + (9, 10, 11, 12, 13, 14)
+#: The two tokens the worker decodes with ``WorkerOp(..., "decode", count=2)``
+#: (``(count * 7 + k) % 50``), which fill block 1.
+DECODED2 = (14, 15)
+
+
+def _partial_keys_config(impl: ImplHandle, profile: str) -> IndexerConfig:
+    return dataclasses.replace(_config(impl, profile, block_size=8), hash_block_size=4)
+
+
+@pytest.mark.kv_capability("kv_cache_groups")
+@pytest.mark.kv_profiles("vllm-0.33", "generic")
+def test_partial_block_key_is_not_a_block(kv_impl: ImplHandle, kv_profile: str,
+                                          request: pytest.FixtureRequest) -> None:
+    """vLLM 0.33 keys a full-attention block larger than the hash block by the hash at its
+    last hash-block boundary, and the block holding a prompt's last boundary also by the hash
+    at that boundary: a ``BlockStored`` of one hash whose ``block_size`` is the hash block's
+    (``BlockPool.cache_partial_block``). The index must take that store (vLLM sends it
+    legitimately: refusing the batch as a block-size mismatch loses the blocks stored with
+    it), never count it as a block (a request cut at the boundary, or diverging after it,
+    holds no more blocks), and drop only that key on its ``BlockRemoved``."""
+    config = _partial_keys_config(kv_impl, kv_profile)
+    other = tuple(range(40, 56))
+    ops = [WorkerOp(0, "admit", prompt=PromptPlan(0, PROMPT14[8:])),  # block 0 keyed
+           WorkerOp(0, "decode", count=2),  # block 1 full: its key, then the partial key
+           WorkerOp(0, "finish"),
+           WorkerOp(0, "admit", prompt=PromptPlan(1, ()))]  # evicts block 1: both keys go
+    probes = [Probe(PROMPT14 + DECODED2), Probe(PROMPT14[:12] + (60, 61, 62, 63)),
+              Probe(PROMPT14), Probe(PROMPT14[:12])]
+    for steps, want in ((2, {"w0": 2}), (4, {"w0": 1})):
+        plan = ClusterPlan(config, (9,), (SYSTEM, other), tuple(ops[:steps]), tuple(probes),
+                           sliding_window=4)
+        stored = [e for _, b in run_cluster(plan).steps if b is not None for e in b.events
+                  if isinstance(e, BlockStored) and e.group_idx == 0]
+        # The scenario has its partial key (vLLM 0.33.0's own manager publishes the same
+        # events for these ops, replayed through kvcheck's vLLM adapter).
+        assert [e.block_size for e in stored][:3] == [8, 8, 4]
+        run = _run(kv_impl, plan, request.node.name)
+        assert [run.expected(i) for i in range(4)] == [want, {"w0": 1}, {"w0": 1}, {"w0": 1}]
+
+
+@pytest.mark.kv_capability("kv_cache_groups")
+@pytest.mark.kv_profiles("vllm-0.33", "generic")
+def test_partial_block_key_left_alone_is_not_a_block(
+        kv_impl: ImplHandle, kv_profile: str, request: pytest.FixtureRequest) -> None:
+    """A block whose keys were dropped while its request runs (``evict_blocks``: its KV
+    connector load failed) is keyed again by the next step at the prompt's last boundary
+    only, its full key not restored (vLLM 0.33: the block counts as cached): the partial key
+    is then the block's only key, and the worker holds the block's prefix up to that
+    boundary, not the block."""
+    config = _partial_keys_config(kv_impl, kv_profile)
+    ops = [WorkerOp(0, "admit", prompt=PromptPlan(0, PROMPT14[8:])),
+           WorkerOp(0, "decode", count=2),        # block 1: full key and partial key
+           WorkerOp(0, "evict", count=2),         # both dropped
+           WorkerOp(0, "decode", count=1)]        # the partial key again, alone
+    plan = ClusterPlan(config, (9,), (SYSTEM,), tuple(ops),
+                       (Probe(PROMPT14 + DECODED2), Probe(PROMPT14[:12])), sliding_window=4)
+    last = [b for _, b in run_cluster(plan).steps if b is not None][-1]
+    assert [(type(e).__name__, e.group_idx, getattr(e, "block_size", None))
+            for e in last.events if not isinstance(e, AllBlocksCleared)] == [
+        ("BlockStored", 0, 4)], last.events  # as vLLM 0.33.0 publishes it (see above)
+    run = _run(kv_impl, plan, request.node.name)
+    assert [run.expected(0), run.expected(1)] == [{"w0": 1}, {"w0": 1}]
+
+
+@pytest.mark.kv_capability("kv_cache_groups")
+@pytest.mark.kv_profiles("vllm-0.33", "generic")
+def test_mamba_hashes_are_not_attention_hits(kv_impl: ImplHandle, kv_profile: str,
+                                             request: pytest.FixtureRequest) -> None:
+    """A Mamba group in "align" mode stores the very hashes of the full-attention group (vLLM
+    mixes no group into a hash) for the blocks whose state it keeps, and a ``BlockStored``
+    with no hash at all for a range of nulls; a Mamba key says a state is cached, not the
+    prefix's attention KV. When the attention copy of a block is evicted and the Mamba one
+    is not, the block is no attention hit (AMD Infera #98: Mamba hashes collided with
+    attention hashes in the router's map, and every request went to one worker)."""
+    config = _config(kv_impl, kv_profile)
+    long_user = tuple(range(20, 28))
+    other = tuple(range(40, 48))
+    # w0: the request ends; its attention blocks are freed before its Mamba block (group
+    # order), so the next prompt evicts attention's last block while Mamba's copy of that
+    # hash stays cached. w1: a prompt one token past a block boundary keeps its state in no
+    # cached block: a Mamba store of no hash.
+    ops = [_admit(0, long_user), WorkerOp(0, "finish"),
+           WorkerOp(0, "admit", prompt=PromptPlan(1, ())), _admit(1, long_user + (50,))]
+    plan = ClusterPlan(config, (8, 16), (SYSTEM, other), tuple(ops),
+                       (Probe(SYSTEM + long_user), Probe(SYSTEM)), mamba=True)
+    steps = [b for _, b in run_cluster(plan).steps if b is not None]
+    mamba = [e for b in steps for e in b.events if isinstance(e, BlockStored)
+             and e.group_idx == 1]
+    # The scenario has its stores, and w0 its eviction, as vLLM 0.33.0 publishes them (the
+    # ops replayed through kvcheck's vLLM adapter).
+    assert [len(e.block_hashes) for e in mamba] == [1, 1, 0]
+    run = _run(kv_impl, plan, request.node.name)
+    assert [run.expected(0), run.expected(1)] == [{"w0": 3, "w1": 4}, {"w0": 2, "w1": 2}]
 
 
 def test_sequence_reset_clears_the_worker(kv_impl: ImplHandle, kv_profile: str,

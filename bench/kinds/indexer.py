@@ -60,8 +60,10 @@ def corpus_streams(release: str, *, int_hashes: bool, scale: float) -> IndexerSt
         KVCheckInputError: the release has no shipped corpus.
     """
     from kvcheck.bench.event_serve import impl_source
+    from kvcheck.bench.replay.recorded import lean_replay_problem
     from kvcheck.bench.workload.source import RecordedWorkload, resolve_workload
     from kvcheck.conformance.loader import load_impl
+    from kvcheck.conformance.protocol import spec_from_dict
     from kvcheck.conformance.recorded import corpus_path
     from kvcheck.events.codec import decode_batch
 
@@ -77,9 +79,11 @@ def corpus_streams(release: str, *, int_hashes: bool, scale: float) -> IndexerSt
                 spec.get("pythonhashseed", "0"))
 
     # One index config for every worker: the traces of the most common (block size, hash
-    # algorithm, seed), single-group, caching on.
+    # algorithm, seed), single-group, caching on, that the lean replay replays as recorded
+    # (no KV-connector trace: it has no external-KV step).
     usable = [t for t in workload.corpus["traces"] if not t["spec"].get("kv_cache_groups")
-              and t["spec"].get("enable_caching", True)]
+              and t["spec"].get("enable_caching", True)
+              and not lean_replay_problem(t, spec_from_dict(t["spec"]))]
     shapes = [shape(t["spec"]) for t in usable]
     common = max(set(shapes), key=shapes.count)
     chosen = [t for t in usable if shape(t["spec"]) == common]

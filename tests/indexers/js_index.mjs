@@ -72,10 +72,14 @@ class Index {
   }
 
   apply_events({ worker_id: id, seq, batch, replay }) {
-    const config = this.config;
+    const config = this.config, hashBlock = config.hash_block_size ?? config.block_size;
     for (const e of batch.events) {  // refuse before changing anything
+      // vLLM 0.33's partial-block key (one hash of one hash block, in a group of larger
+      // blocks) is legitimate and never a block: applyEvents finds no full block in it.
+      const partialKey = hashBlock < config.block_size && e.block_size === hashBlock
+        && e.block_hashes?.length === 1 && e.token_ids?.length === hashBlock;
       if (e.type === "BlockStored" && (e.group_idx ?? 0) === config.match_group
-          && e.block_size !== config.block_size) {
+          && e.block_size !== config.block_size && !partialKey) {
         throw new WireError("invalid_argument",
           `${id}: blocks of ${e.block_size}, configured for ${config.block_size}`);
       }

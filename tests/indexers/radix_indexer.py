@@ -103,8 +103,8 @@ def _parse_batch(batch: Mapping[str, Any], config: IndexerConfig,
 
     Raises ValueError, before anything is applied, for a store in the match group whose
     ``block_size`` is not the configured one (its blocks are not the blocks a request is cut
-    into; docs/indexers.md, "block size"). Events of another medium and event types this
-    index does not know are dropped.
+    into; docs/indexers.md, "block size"), unless it is a partial-block key, which is dropped.
+    Events of another medium and event types this index does not know are dropped.
     """
     parsed: list[Event] = []
     for event in batch["events"]:
@@ -113,6 +113,8 @@ def _parse_batch(batch: Mapping[str, Any], config: IndexerConfig,
         if kind == "AllBlocksCleared":
             parsed.append(Cleared())
         elif kind == "BlockStored":
+            if group == config.match_group and _is_partial_key(event, config):
+                continue  # a key at a boundary inside a block: never a block of the tree
             if group == config.match_group and event["block_size"] != config.block_size:
                 raise ValueError(
                     f"worker {worker_id!r}: a BlockStored in group {group} has blocks of "
@@ -123,6 +125,15 @@ def _parse_batch(batch: Mapping[str, Any], config: IndexerConfig,
         elif kind == "BlockRemoved" and _on_gpu(event):
             parsed.append(Removed(group, tuple(event["block_hashes"])))
     return parsed
+
+
+def _is_partial_key(event: Mapping[str, Any], config: IndexerConfig) -> bool:
+    """vLLM 0.33's partial-block key (docs/indexers.md, "partial keys"): one hash of one
+    hash block, in a match group of larger blocks. Its removal later names a hash no node
+    has, which changes nothing."""
+    hash_block = config.hash_block_size or config.block_size
+    return (hash_block < config.block_size and event["block_size"] == hash_block
+            and len(event["block_hashes"]) == 1 and len(event["token_ids"]) == hash_block)
 
 
 def _parse_store(event: Mapping[str, Any], group: int, release: str) -> Stored:

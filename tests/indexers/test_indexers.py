@@ -18,6 +18,9 @@ import pytest
 from inner_runs import run_area
 
 import kvcheck.conformance
+from kvcheck.reference_impl.errors import IndexerInputError
+from kvcheck.reference_impl.events import BlockStored
+from kvcheck.reference_impl.kv_indexer import KVIndexer
 
 pytest_plugins = ["pytester"]
 
@@ -43,6 +46,12 @@ EXPECTED: dict[str, set[str]] = {
     "mut_idx_unknown_removal_raises": {"test_removal_of_an_unknown_hash_is_ignored"},
     "mut_idx_removed_worker_kept": {"test_removed_worker_is_never_named"},
     "mut_idx_medium_ignored": {"test_other_media_are_not_the_gpu_cache"},
+    "mut_idx_partial_key_refused": {"test_partial_block_key_is_not_a_block"},
+    "mut_idx_hashed_at_block_size": {"test_partial_block_key_is_not_a_block"},
+    "mut_idx_partial_key_counted_as_block": {
+        "test_partial_block_key_is_not_a_block",
+        "test_partial_block_key_left_alone_is_not_a_block"},
+    "mut_idx_mamba_keyed_as_attention": {"test_mamba_hashes_are_not_attention_hits"},
 }
 
 
@@ -78,3 +87,37 @@ def test_each_mutant_fails_its_bugs_test(pytester: pytest.Pytester, mutant: str)
                        "-k", " or ".join(sorted(expected)), path=HERE, option="--kv-indexer")
     assert expected <= outcome.failed, (
         f"{mutant} passed {sorted(expected - outcome.failed)}: the area no longer catches it")
+
+
+def _stored(block_size: int, group: int = 0) -> BlockStored:
+    return BlockStored(block_hashes=(b"\x01" * 8,), parent_block_hash=None,
+                       token_ids=tuple(range(block_size)), block_size=block_size,
+                       lora_id=None, group_idx=group)
+
+
+def test_reference_refuses_a_match_group_of_another_kind() -> None:
+    """A match group whose stores name a Mamba (or any non-attention) kind is a misconfigured
+    router: its keys say a state is cached, not the prefix's attention blocks. The batch is
+    refused, naming the kind and the fix, and the index is left as it was."""
+    index = KVIndexer(4, int_hashes=True)
+    with pytest.raises(IndexerInputError, match=r"'mamba' group.*Fix: configure match_group"):
+        index.apply("w0", 0, [_stored(4)], group_kinds={0: "mamba", 1: "full_attention"})
+    assert index.workers == {}
+    index.apply("w0", 0, [_stored(4), _stored(4, group=1)],
+                group_kinds={0: "full_attention", 1: "mamba"})
+    assert set(index.workers["w0"].copies) == {(0, b"\x01" * 8), (1, b"\x01" * 8)}
+
+
+@pytest.mark.parametrize(("block_size", "accepted"), [(4, True), (2, False), (16, False)])
+def test_reference_takes_only_the_hash_blocks_one_hash_stores(block_size: int,
+                                                              accepted: bool) -> None:
+    """With blocks of 8 and a hash block of 4, a one-hash store of 4 tokens in the match
+    group is a partial-block key (kept, never a block); a store of any other size is of
+    other blocks, refused as before (dynamo PR #1233)."""
+    index = KVIndexer(8, hash_block_size=4, int_hashes=True)
+    if accepted:
+        index.apply("w0", 0, [_stored(block_size)])
+        assert index.workers["w0"].copies == {(0, b"\x01" * 8): 1}
+    else:
+        with pytest.raises(IndexerInputError, match=f"block_size {block_size}"):
+            index.apply("w0", 0, [_stored(block_size)])
