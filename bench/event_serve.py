@@ -27,6 +27,7 @@ from kvcheck.bench.replay.recorded import (
     RecordedRun,
     decode_trace,
     iter_ops,
+    lean_replay_problem,
     missing_capabilities,
 )
 from kvcheck.bench.replay.scheduler import iter_steps
@@ -136,6 +137,11 @@ def _recorded_plan(impl: ImplHandle, workload: RecordedWorkload, release: Releas
     if missing:
         raise KVCheckInputError(f"{impl.name} cannot replay trace {decoded.name}: it does not "
                                 f"declare {sorted(missing)}")
+    lean = lean_replay_problem(raw, decoded.spec)
+    if lean:
+        raise KVCheckInputError(f"trace {decoded.name} of {workload.scenario} is {lean}, "
+                                "which the op-by-op replay does not model; give another "
+                                "--trace")
     decoded = replace(decoded, spec=replace(decoded.spec, enable_kv_cache_events=True))
     return decoded.spec, lambda manager: iter_ops(impl, manager, decoded, RecordedRun())
 

@@ -3,18 +3,23 @@
 A corpus file (``conformance/corpus/vllm-0.33.cbor.xz``: one per profile, shipped in the
 wheel) is CBOR compressed with xz (``lzma``). Its CBOR value is a map::
 
-    {"format": "kvcheck-recorded-corpus", "format_version": 1,
+    {"format": "kvcheck-recorded-corpus", "format_version": 1 or 2,
      "header": {"profile", "impl", "impl_version", "target", "kvcheck_version", "seed",
                 "traces", "steps", "steps_per_trace"},
      "traces": [{"name", "spec" (spec_to_dict), "fields" (state fields recorded),
                  "steps": [{"op", "answer", "state"}, ...]}, ...]}
 
-``impl`` / ``impl_version`` say what was recorded (``vllm`` 0.33.0...), ``target`` the
-``--kv-impl`` value; ``seed``, ``traces`` and ``steps_per_trace`` are what ``kvcheck record
---check`` re-records with. A step's ``state`` holds only the fields that changed since the
-previous step (the first step holds them all; ``events`` is absent when the step emitted
-none; ``hashes`` holds only the requests whose hashes changed, the others being those of the
-block tables): ``iter_steps`` rebuilds the full state. Fields: see
+``format_version`` is 2 when a trace has several KV-cache groups (``spec.kv_cache_groups``: its
+answers and block tables hold one list of block ids per group, the adapter's form, and its
+``add`` ops may carry ``encoder`` tokens), which kvcheck before 2 cannot read; 1 otherwise, so
+a single-group corpus stays readable by older kvcheck. ``traces`` is the corpus's count, its
+traces those of ``kvcheck.conformance.recorder.trace_indices`` (vLLM 0.10.2's corpus leaves out
+the layouts only 0.33 accepts). ``impl`` / ``impl_version`` say what was recorded (``vllm``
+0.33.0...), ``target`` the ``--kv-impl`` value; ``seed``, ``traces`` and ``steps_per_trace``
+are what ``kvcheck record --check`` re-records with. A step's ``state`` holds only the fields
+that changed since the previous step (the first step holds them all; ``events`` is absent when
+the step emitted none; ``hashes`` holds only the requests whose hashes changed, the others
+being those of the block tables): ``iter_steps`` rebuilds the full state. Fields: see
 ``kvcheck.conformance.recorder.observe_state``.
 
 ``load_corpus`` validates everything before a replay runs: a file that is not xz or is
@@ -22,7 +27,8 @@ truncated, larger than 64 MiB or decompressing past its bound (``MAX_CBOR_RATIO`
 size beyond 4 MiB, 512 MiB at most: a decompression bomb), bad CBOR, another format, a newer
 ``format_version``, a missing or mistyped header field (strings of at most 1000 printable
 characters, a seed in the signed 64-bit range), a bad spec, op, answer or state field (specs
-and ops with ``kvcheck replay``'s bounds, ``kvcheck.conformance.bounds``): each is a
+and ops with ``kvcheck replay``'s bounds, ``kvcheck.conformance.bounds``; block ids one list,
+or one list per group of a multi-group spec; a multi-group trace in a version 1 file): each is a
 ``CorpusError`` (an input error) naming the file, the trace and the step.
 
 ``replay_recorded`` re-runs a trace's ops on an implementation and compares its answers, and
@@ -52,7 +58,7 @@ from kvcheck.conformance.driver import Check, Driver
 from kvcheck.conformance.errors import CorpusError
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import Op
-from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheSpec
+from kvcheck.conformance.protocol import KIND_CAPABILITIES, VLLM_PROFILES, KVCacheSpec
 from kvcheck.conformance.recorder import (
     STEPS_PER_TRACE,
     RecordedAnswer,
@@ -61,10 +67,10 @@ from kvcheck.conformance.recorder import (
     RecordedTrace,
     normalize_answer,
     observe_state,
-    record_trace,
+    record_corpus,
     recordable_fields,
 )
-from kvcheck.conformance.trace_check import check_ops, check_spec
+from kvcheck.conformance.trace_check import check_encoder_ops, check_ops, check_spec
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
@@ -89,7 +95,9 @@ __all__ = [
 ]
 
 FORMAT = "kvcheck-recorded-corpus"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The first format version with multi-group traces.
+GROUPS_FORMAT_VERSION = 2
 #: Where the shipped corpora live (package data of kvcheck.conformance).
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 #: Every state field a step may record.
@@ -168,8 +176,9 @@ def make_corpus(traces: list[RecordedTrace], *, profile: str, impl: ImplHandle, 
         "traces": len(traces), "steps": sum(len(t["steps"]) for t in traces),
         "steps_per_trace": steps_per_trace,
     }
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "header": header,
-            "traces": [{**t, "steps": _delta(t["steps"])} for t in traces]}
+    grouped = any(t["spec"].get("kv_cache_groups") for t in traces)
+    return {"format": FORMAT, "format_version": GROUPS_FORMAT_VERSION if grouped else 1,
+            "header": header, "traces": [{**t, "steps": _delta(t["steps"])} for t in traces]}
 
 
 def encode_corpus(corpus: Corpus) -> bytes:
@@ -279,7 +288,7 @@ def _check_corpus(corpus: object, where: str) -> None:
                           f"holds {len(traces)}")
     total = 0
     for index, trace in enumerate(traces):
-        total += _check_trace(trace, f"{where}: traces[{index}]", header["profile"])
+        total += _check_trace(trace, f"{where}: traces[{index}]", header["profile"], version)
     if total != header["steps"]:
         raise CorpusError(f"{where}: the header counts {_show_int(header['steps'])} steps, "
                           f"the traces hold {total}")
@@ -312,7 +321,7 @@ def _check_text(value: str, at: str) -> None:
                           f"({', '.join(bad[:5])}); record the corpus again")
 
 
-def _check_trace(trace: object, at: str, profile: str) -> int:
+def _check_trace(trace: object, at: str, profile: str, version: int) -> int:
     if not isinstance(trace, dict):
         raise CorpusError(f"{at}: a trace is a map")
     name = trace.get("name")
@@ -329,14 +338,20 @@ def _check_trace(trace: object, at: str, profile: str) -> int:
             raise CorpusError(f"{at}: field 'steps' missing, empty or not a list")
         if spec.profile != profile:
             raise CorpusError(f"{at}: spec.profile={spec.profile!r}, the corpus is {profile!r}")
+        groups = len(spec.kv_cache_groups)
+        if groups and version < GROUPS_FORMAT_VERSION:
+            raise CorpusError(f"{at}: spec.kv_cache_groups in a format_version {version} file; "
+                              f"multi-group traces are format_version {GROUPS_FORMAT_VERSION} "
+                              "(kvcheck record writes it): record the corpus again")
         ops = []
         for i, step in enumerate(steps):
             if not isinstance(step, dict) or set(step) != {"op", "answer", "state"}:
                 raise CorpusError(f"{at}: steps[{i}] (step #{i + 1}): a step is a map of op, "
                                   "answer and state")
             ops.append(step["op"])
-            _check_step(step, f"{at}: steps[{i}] (step #{i + 1})", set(fields), first=i == 0)
-        check_ops(ops, at)
+            _check_step(step, f"{at}: steps[{i}] (step #{i + 1})", set(fields), groups,
+                        first=i == 0)
+        check_encoder_ops(spec, check_ops(ops, at), at)
     except CorpusError:
         raise
     except KVCheckInputError as exc:  # TraceError from check_spec / check_ops
@@ -344,17 +359,22 @@ def _check_trace(trace: object, at: str, profile: str) -> int:
     return len(steps)
 
 
-def _check_step(step: dict[str, object], at: str, fields: set[str], first: bool) -> None:
+def _check_step(step: dict[str, object], at: str, fields: set[str], groups: int,
+                first: bool) -> None:
+    """One step of a trace whose spec has ``groups`` KV-cache groups (0: the single-group
+    protocol, flat lists of block ids)."""
     answer, state = step["answer"], step["state"]
     if not isinstance(answer, dict) or not set(answer) <= _ANSWER_KEYS:
         raise CorpusError(f"{at}: answer {_short(answer)}: a map of {sorted(_ANSWER_KEYS)}")
-    hits = answer.get("hits", [[], 0])
-    if not (isinstance(hits, list) and len(hits) == 2 and _ints(hits[0])
+    ids = _IDS_OF[min(groups, 1)]
+    hits = answer.get("hits", [[[] for _ in range(groups)], 0])
+    if not (isinstance(hits, list) and len(hits) == 2 and _block_ids(hits[0], groups)
             and type(hits[1]) is int):
-        raise CorpusError(f"{at}: answer hits={_short(hits)}: [block ids, num_computed_tokens]")
+        raise CorpusError(f"{at}: answer hits={_short(hits)}: [block ids ({ids}), "
+                          "num_computed_tokens]")
     new = answer.get("new")
-    if new is not None and not _ints(new):
-        raise CorpusError(f"{at}: answer new={_short(new)}: a list of block ids or null")
+    if new is not None and not _block_ids(new, groups):
+        raise CorpusError(f"{at}: answer new={_short(new)}: {ids} or null")
     if not isinstance(state, dict) or not set(state) <= fields:
         shown = sorted(map(str, state)) if isinstance(state, dict) else state
         raise CorpusError(f"{at}: state {_short(shown)}: a map of the trace's fields "
@@ -363,19 +383,35 @@ def _check_step(step: dict[str, object], at: str, fields: set[str], first: bool)
     if first and missing:
         raise CorpusError(f"{at}: the first step's state lacks {sorted(missing)}")
     for key, value in state.items():
-        if not _STATE_CHECKS[key](value):
+        if key == "tables":
+            if not (isinstance(value, dict) and all(
+                    isinstance(k, str) and _block_ids(t, groups) for k, t in value.items())):
+                raise CorpusError(f"{at}: state field 'tables' is malformed: {_short(value)}: "
+                                  f"request id -> {ids}")
+        elif not _STATE_CHECKS[key](value):
             raise CorpusError(f"{at}: state field {key!r} is malformed: {_short(value)}")
+
+
+#: How block ids are written: flat (single-group) or per group.
+_IDS_OF = ("a list of block ids", "one list of block ids per group")
 
 
 def _ints(value: object) -> bool:
     return isinstance(value, list) and all(type(v) is int for v in value)
 
 
-#: State field -> whether a recorded value has its shape.
+def _block_ids(value: object, groups: int) -> bool:
+    """Block ids in the adapter's form: one list (``groups`` 0), or one list per group."""
+    if not groups:
+        return _ints(value)
+    return (isinstance(value, list) and len(value) == groups
+            and all(_ints(ids) for ids in value))
+
+
+#: State field -> whether a recorded value has its shape (``tables``: by the trace's groups,
+#: in ``_check_step``).
 _STATE_CHECKS: dict[str, Callable[[object], bool]] = {
     "free": lambda v: type(v) is int and v >= 0,
-    "tables": lambda v: isinstance(v, dict) and all(
-        isinstance(k, str) and _ints(ids) for k, ids in v.items()),
     "queue": _ints,
     "refs": lambda v: isinstance(v, list) and all(
         isinstance(p, list) and len(p) == 2 and _ints(p) for p in v),
@@ -443,8 +479,8 @@ def first_difference(shipped: Corpus, fresh: Corpus) -> str | None:
 def rerecord(corpus: Corpus, impl: ImplHandle) -> Corpus:
     """Record ``corpus`` again on ``impl`` with its header's parameters."""
     header = corpus["header"]
-    traces = [record_trace(impl, header["profile"], i, header["seed"],
-                           header["steps_per_trace"]) for i in range(header["traces"])]
+    traces = record_corpus(impl, header["profile"], header["traces"], header["seed"],
+                           header["steps_per_trace"])
     return make_corpus(traces, profile=header["profile"], impl=impl, seed=header["seed"],
                        steps_per_trace=header["steps_per_trace"])
 
@@ -452,11 +488,15 @@ def rerecord(corpus: Corpus, impl: ImplHandle) -> Corpus:
 # ---------------------------------------------------------------------- replay
 # Any: a loaded corpus's trace, as the benchmarks pass it (Corpus).
 def needed_capabilities(trace: dict[str, Any]) -> frozenset[str]:
-    """Capabilities a trace's ops need beyond ``manager`` (and the design capabilities a
-    vLLM profile implies): ``extra_keys`` for LoRA, salt or multimodal requests,
-    ``external_kv`` for external tokens and load endings, ``evict_blocks`` for evictions."""
+    """Capabilities a trace needs beyond ``manager`` (and the design capabilities a vLLM
+    profile implies): ``kv_cache_groups`` and each group's kind (``KIND_CAPABILITIES``:
+    ``sliding_window``, ``mamba``, ``cross_attention``...) for a multi-group spec,
+    ``extra_keys`` for LoRA, salt or multimodal requests, ``external_kv`` for external tokens
+    and load endings, ``evict_blocks`` for evictions."""
     ops = [s["op"] for s in trace["steps"]]
     needed = set()
+    for group in trace["spec"].get("kv_cache_groups") or ():
+        needed |= {"kv_cache_groups", KIND_CAPABILITIES[group["kind"]]}
     if any(op["op"] == "add" and (op.get("lora") or op.get("mm") or op.get("salt") is not None)
            for op in ops):
         needed.add("extra_keys")

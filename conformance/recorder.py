@@ -18,6 +18,20 @@ requests hold blocks), and LoRA / cache-salt / multimodal requests (``extras`` t
 extra-key kinds the implementation declares, ``extra_keys`` for all three; LoRA only without
 KV events: vLLM 0.10.2 crashes on that pair, see ``adapters/vllm-0.10.2.xfails``).
 
+Multi-group traces (``HYBRID_PLANS``, after the single-group ones): the same moves on layouts
+of several KV-cache groups, each a layout its vLLM release accepts: full attention beside
+sliding-window or chunked-local groups, Mamba groups (mode "none" with prefix caching off, and
+under vLLM 0.33 mode "align" at the hash block, some with a speculative block),
+cross attention (prefix caching off; every request carries encoder tokens, ``add(...,
+encoder=E)``), and under 0.33 partial-block keys (a full-attention group larger than the hash
+block). Pool pressure takes the free blocks' worth of tokens over the groups that hold tokens,
+and in a Mamba layout the driver marks the scheduler steps (``new_step_starts``). The plans
+vLLM 0.10.2 refuses (Mamba "align", mixed block sizes or more than one non-full spec with
+caching on) come last and are left out of that profile's corpora (``runs_under``,
+``trace_indices``): a trace index is one plan, and one name, under every profile. Recording
+them needs ``kv_cache_groups`` and their kinds: ``record_corpus`` refuses an implementation
+without them before recording anything, naming the ``--traces`` it can record.
+
 Observed after every step (``observe_state``): ``num_free_blocks()``, the block tables of the
 requests holding blocks, and what the implementation declares: the free queue
 (``free_queue_order``), the non-zero ref counts (``ref_counts``), each live request's block
@@ -49,10 +63,13 @@ from kvcheck.conformance.ops import (
     schedule,
 )
 from kvcheck.conformance.protocol import (
+    VLLM_PROFILES,
+    KVCacheGroupSpec,
     KVCacheSpec,
     KVEvent,
     effective_capabilities,
     extra_key_kinds,
+    group_capabilities,
     spec_to_dict,
 )
 from kvcheck.conformance.workload_machine import OFFERED_HASH_ALGOS, same_extras
@@ -66,27 +83,34 @@ __all__ = [
     "DEFAULT_SEED",
     "DEFAULT_TRACES",
     "FLAVOURS",
+    "HYBRID_PLANS",
+    "HYBRID_START",
     "STEPS_PER_TRACE",
+    "HybridPlan",
     "RecordedAnswer",
     "RecordedState",
     "RecordedStep",
     "RecordedTrace",
     "TracePlan",
+    "default_traces",
     "normalize_answer",
     "observe_state",
     "plan_spec",
     "record_corpus",
     "record_trace",
     "recordable_fields",
+    "runs_under",
+    "trace_indices",
     "trace_plan",
 ]
 
-#: Traces of the eight original flavours, then the KV-connector traces after them (appended,
-#: so the first 60 keep the plans they were recorded with).
+#: Traces of the eight original flavours, then the KV-connector traces after them, then the
+#: multi-group traces (each kind appended, so the earlier traces keep the plans they were
+#: recorded with).
 PLAIN_TRACES = 60
 CONNECTOR_TRACES = 8
-#: Traces per profile and the seed of the shipped corpora (``kvcheck record`` defaults).
-DEFAULT_TRACES = PLAIN_TRACES + CONNECTOR_TRACES
+HYBRID_START = PLAIN_TRACES + CONNECTOR_TRACES
+#: The seed of the shipped corpora (``kvcheck record``'s default).
 DEFAULT_SEED = 0
 #: Ops per trace (a trace ends at the first move that reaches it).
 STEPS_PER_TRACE = 180
@@ -110,6 +134,7 @@ _WEIGHTS: dict[str, dict[str, int]] = {
     "mixed": {},
     "connector": {"add": 2, "resubmit": 2, "step": 5, "finish": 2, "external": 6,
                   "load_ends": 4, "evict": 1},
+    "cow": {"add": 2, "resubmit": 2, "step": 4, "finish": 3, "fine_share": 6},
 }
 #: The moves of ``connector`` traces only (other flavours draw from ``_MOVES`` alone, so their
 #: traces stay as they were recorded).
@@ -124,10 +149,80 @@ _TOKENS = (0, 1, 2, 3, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 151643)
 
 
 @dataclass(frozen=True)
+class HybridPlan:
+    """A multi-group trace's layout and moves. ``label`` names the layout in the trace's name;
+    ``block_size`` is the hash block (the smallest group's); ``profiles``: the vLLM profiles
+    whose release accepts the layout (the others leave the trace out)."""
+
+    label: str
+    flavour: str
+    block_size: int
+    pool_tokens: int
+    enable_caching: bool
+    enable_kv_cache_events: bool
+    groups: tuple[KVCacheGroupSpec, ...]
+    profiles: tuple[str, ...] = ("vllm-0.33", "vllm-0.10")
+
+
+_F, _S, _C = "full_attention", "sliding_window", "chunked_local_attention"
+_033 = ("vllm-0.33",)
+
+
+def _g(kind: str, size: int, *, sliding_window: int | None = None,
+       attention_chunk_size: int | None = None, mamba_cache_mode: str | None = None,
+       num_speculative_blocks: int = 0) -> KVCacheGroupSpec:
+    return KVCacheGroupSpec(kind, size, sliding_window, attention_chunk_size, mamba_cache_mode,
+                            num_speculative_blocks)
+
+
+#: The multi-group traces, trace ``HYBRID_START + i`` being plan ``i``. Both releases first;
+#: the layouts only vLLM 0.33 accepts last, so that vLLM 0.10.2's corpus holds a prefix of
+#: the plans. Events are off where 0.10.2 crashes on them (a chunked-local group, a window
+#: ``w - 1 < block_size``) under both profiles, so names stay those of the plans; caching is
+#: off for cross attention (vLLM runs encoder-decoder models so) and Mamba mode "none".
+HYBRID_PLANS: tuple[HybridPlan, ...] = (
+    HybridPlan("swa", "chat", 4, 48, True, True, (_g(_F, 4), _g(_S, 4, sliding_window=8))),
+    HybridPlan("swa", "pressure", 2, 32, True, True,
+               (_g(_S, 2, sliding_window=5), _g(_F, 2))),
+    HybridPlan("chunked", "chunked", 4, 48, True, False,
+               (_g(_F, 4), _g(_C, 4, attention_chunk_size=8))),
+    HybridPlan("swa4", "lookahead", 2, 32, True, True,
+               (_g(_F, 2), _g(_F, 2), _g(_S, 2, sliding_window=4),
+                _g(_S, 2, sliding_window=4))),
+    HybridPlan("mamba", "lookahead", 4, 48, False, True,
+               (_g(_F, 4), _g("mamba", 4, mamba_cache_mode="none", num_speculative_blocks=1))),
+    HybridPlan("mamba", "preempt", 2, 32, False, True,
+               (_g(_F, 2), _g(_S, 2, sliding_window=4), _g("mamba", 2, mamba_cache_mode="none"))),
+    HybridPlan("cross", "pressure", 2, 32, False, True,
+               (_g(_F, 2), _g("cross_attention", 2))),
+    # vLLM 0.33 only: Mamba "align" (at the hash block: a larger one turns on 0.33's
+    # fine-grained partial hits), partial-block keys, three kinds for the hit fixed point.
+    HybridPlan("mamba-align", "chat", 4, 48, True, True,
+               (_g(_F, 4), _g("mamba", 4, mamba_cache_mode="align")), _033),
+    HybridPlan("mamba-align", "lookahead", 2, 32, True, True,
+               (_g(_F, 2), _g(_S, 2, sliding_window=5),
+                _g("mamba", 2, mamba_cache_mode="align", num_speculative_blocks=1)), _033),
+    HybridPlan("partial", "chat", 2, 48, True, True,
+               (_g(_F, 8), _g(_S, 2, sliding_window=4)), _033),
+    HybridPlan("fixedpoint", "chunked", 2, 32, True, True,
+               (_g(_F, 2), _g(_C, 2, attention_chunk_size=4), _g(_S, 2, sliding_window=3)),
+               _033),
+    # vLLM 0.33's fine-grained partial hits: a Mamba "align" block larger than the hash block
+    # (hits inside blocks, copied on write; the driver drains the copies).
+    HybridPlan("fine", "cow", 4, 96, True, True,
+               (_g(_F, 4), _g("mamba", 8, mamba_cache_mode="align")), _033),
+)
+#: Trace indices planned (``kvcheck record``'s default under vLLM 0.33: every plan; under
+#: 0.10 the plans its release runs, ``default_traces``).
+DEFAULT_TRACES = HYBRID_START + len(HYBRID_PLANS)
+
+
+@dataclass(frozen=True)
 class TracePlan:
     """What trace ``index`` is, from its index alone. ``name`` is its test id (the same under
     every profile: the hash algorithm, which depends on what the profile offers, is not in
-    it)."""
+    it). ``groups``: the KV-cache groups of a multi-group trace (``HYBRID_PLANS``; ``()``:
+    one group, the single-group protocol)."""
 
     index: int
     name: str
@@ -138,16 +233,69 @@ class TracePlan:
     enable_caching: bool
     enable_kv_cache_events: bool
     max_model_len: int | None
+    groups: tuple[KVCacheGroupSpec, ...] = ()
+
+
+def _hybrid(index: int) -> HybridPlan | None:
+    """The multi-group plan of trace ``index`` (None: a single-group trace)."""
+    if HYBRID_START <= index < DEFAULT_TRACES:
+        return HYBRID_PLANS[index - HYBRID_START]
+    return None
+
+
+def runs_under(index: int, profile: str) -> bool:
+    """Whether ``profile``'s vLLM release runs trace ``index``'s layout (every single-group
+    trace; a multi-group one when its plan lists the profile). Under another profile
+    (``generic``) every trace runs."""
+    hybrid = _hybrid(index)
+    return hybrid is None or profile not in VLLM_PROFILES or profile in hybrid.profiles
+
+
+def trace_indices(profile: str, traces: int) -> list[int]:
+    """The indices of a corpus of ``traces`` traces under ``profile``: the first ``traces``
+    trace indices it runs (``runs_under``); a corpus of vLLM 0.10.2 leaves the 0.33-only
+    layouts out."""
+    out: list[int] = []
+    index = 0
+    while len(out) < traces:
+        if runs_under(index, profile):
+            out.append(index)
+        index += 1
+    return out
+
+
+def default_traces(profile: str) -> int:
+    """``kvcheck record``'s default trace count under ``profile``: every planned trace its
+    release runs (``DEFAULT_TRACES`` under vLLM 0.33)."""
+    return sum(runs_under(i, profile) for i in range(DEFAULT_TRACES))
 
 
 def trace_plan(index: int, profile: str) -> TracePlan:
     """The plan of trace ``index`` under ``profile`` (hash algorithms: those the profile's
-    vLLM offers, cycled)."""
+    vLLM offers, cycled). Indices past the multi-group traces are single-group connector
+    traces again.
+
+    Raises:
+        KVCheckInputError: a negative index, or a multi-group layout ``profile``'s vLLM
+            release does not accept (``runs_under``).
+    """
     if index < 0:
         raise KVCheckInputError(f"trace index {index}: must be >= 0")
+    algos = OFFERED_HASH_ALGOS.get(profile, OFFERED_HASH_ALGOS["vllm-0.33"])
+    hybrid = _hybrid(index)
+    if hybrid is not None:
+        if not runs_under(index, profile):
+            raise KVCheckInputError(
+                f"trace {index} ({hybrid.label}): a layout only {list(hybrid.profiles)} "
+                f"accept; a {profile} corpus leaves it out (trace_indices)")
+        name = (f"t{index:02d}-{hybrid.label}-{hybrid.flavour}-bs{hybrid.block_size}"
+                + ("" if hybrid.enable_caching else "-nocache")
+                + ("-events" if hybrid.enable_kv_cache_events else ""))
+        return TracePlan(index, name, hybrid.flavour, hybrid.block_size, hybrid.pool_tokens,
+                         algos[index % len(algos)], hybrid.enable_caching,
+                         hybrid.enable_kv_cache_events, None, hybrid.groups)
     flavour = FLAVOURS[index % len(FLAVOURS)] if index < PLAIN_TRACES else "connector"
     block_size = BLOCK_SIZES[(index // len(FLAVOURS) + index) % len(BLOCK_SIZES)]
-    algos = OFFERED_HASH_ALGOS.get(profile, OFFERED_HASH_ALGOS["vllm-0.33"])
     caching = index % 7 != 5
     events = index % 5 != 4
     max_model_len = 40 if index % 6 == 3 else None
@@ -161,12 +309,14 @@ def trace_plan(index: int, profile: str) -> TracePlan:
 
 def plan_spec(plan: TracePlan, profile: str) -> KVCacheSpec:
     """The spec trace ``plan`` runs on: ``pool_tokens`` worth of blocks (at least 3) plus
-    vLLM's null block."""
+    vLLM's null block; with several groups, that per group (each token needs a slot in every
+    group), no retention interval."""
+    sizes = [g.block_size or plan.block_size for g in plan.groups] or [plan.block_size]
     return KVCacheSpec(
-        num_blocks=1 + max(3, plan.pool_tokens // plan.block_size),
+        num_blocks=1 + sum(max(3, plan.pool_tokens // size) for size in sizes),
         block_size=plan.block_size, enable_caching=plan.enable_caching,
         hash_algo=plan.hash_algo, enable_kv_cache_events=plan.enable_kv_cache_events,
-        max_model_len=plan.max_model_len, profile=profile)
+        max_model_len=plan.max_model_len, profile=profile, kv_cache_groups=plan.groups)
 
 
 class RecordedAnswer(TypedDict, total=False):
@@ -283,11 +433,19 @@ class _Workload:
         self.moves = list(_MOVES)
         caps = driver.capabilities
         if plan.flavour == "connector" and "external_kv" in caps:
-            self.moves += [m for m in _CONNECTOR_MOVES
-                           if m != "evict" or "evict_blocks" in caps]
+            # vLLM 0.10.2's KVCacheManager has no evict_blocks: not drawn under its profile,
+            # whatever the implementation declares (the reference refuses the call there).
+            evicts = "evict_blocks" in caps and driver.spec.profile != "vllm-0.10"
+            self.moves += [m for m in _CONNECTOR_MOVES if m != "evict" or evicts]
+        if plan.flavour == "cow":  # fine-grained partial hits: a move of these traces only
+            self.moves.append("fine_share")
         self.weights = [weights.get(m, 1) for m in self.moves]
         self.loading: list[str] = []  # admitted with an asynchronous load not yet ended
         self.multi = "multi_token_decode" in driver.capabilities
+        # Groups that hold the request's tokens (all but cross attention's encoder blocks):
+        # pool pressure spreads the free blocks over them. 0: a single-group trace.
+        self.token_groups = sum(g.kind != "cross_attention" for g in plan.groups)
+        self.encoder = any(g.kind == "cross_attention" for g in plan.groups)
         self.lookahead = "lookahead" in driver.capabilities and plan.flavour in (
             "lookahead", "mixed", "chunked")
 
@@ -323,6 +481,8 @@ class _Workload:
             self.prompts.append(prompt)
         rid = f"r{self.next_id}"
         self.next_id += 1
+        if self.encoder:  # an encoder-decoder request: its encoder tokens (audio frames)
+            kwargs["encoder"] = self.rng.randint(1, 12)
         self.apply(add(rid, prompt, **kwargs))
         self.pending.append(rid)
         return rid
@@ -419,6 +579,26 @@ class _Workload:
             self._admit(rid, self._chunk())
         return None
 
+    def _fine_share(self) -> None:
+        """vLLM 0.33's fine-grained partial hits (``kvcheck.conformance.fine_grained``): a
+        prompt prefilled to its last hash boundary (the state there is cached, inside a Mamba
+        block), then to its end and two decode steps, then a request sharing the prompt up to
+        that boundary or a few tokens past it: its hit ends inside a block, copied on write."""
+        hashed = self.plan.block_size  # a multi-group plan's block_size is the hash block
+        prompt = self.rng.choice(_PREFIXES) + self._tail(1, 10)
+        boundary = (len(prompt) - 1) // hashed * hashed
+        rid = self._add(prompt) if boundary else None
+        if rid is None:
+            return
+        self._admit(rid, boundary)
+        for num_tokens in (len(prompt) - boundary, 1, 1):
+            if rid not in self.running:
+                return
+            self._step_one(rid, num_tokens, 0)
+        other = self._add(prompt[:boundary + self.rng.randrange(hashed)] + self._tail(1, 6))
+        if other is not None:
+            self._admit(other, None)
+
     def _admit_(self) -> None:
         if self.pending:
             self._admit(self.rng.choice(self.pending), self._chunk())
@@ -455,6 +635,8 @@ class _Workload:
             return self._finish()
         base = 100_000 + 1_000 * self.next_id
         tokens = size * self.plan.block_size
+        if self.token_groups:  # every group holding tokens takes its share of the pool
+            tokens //= self.token_groups
         if self.plan.max_model_len is not None:
             tokens = min(tokens, self.plan.max_model_len - 1)
         rid = self._add([base + i for i in range(tokens)], remember=False)
@@ -521,16 +703,30 @@ def record_trace(impl: ImplHandle, profile: str, index: int, seed: int,
     driver = Driver(impl, spec)
     fields = recordable_fields(impl, spec)
     extras = (extra_key_kinds(effective_capabilities(impl.info, profile))
-              if plan.flavour in ("extras", "mixed") else frozenset())
+              if plan.flavour in ("extras", "mixed") and not plan.groups else frozenset())
     workload = _Workload(driver, plan, random.Random(seed * 1_000_003 + index), extras, fields)
     workload.run(steps)
     return {"name": plan.name, "spec": spec_to_dict(spec), "fields": sorted(fields),
             "steps": workload.steps}
 
 
-def record_corpus(impl: ImplHandle, profile: str, traces: int = DEFAULT_TRACES,
-                  seed: int = DEFAULT_SEED) -> list[RecordedTrace]:
-    """``traces`` traces of ``impl`` under ``profile`` (see ``record_trace``)."""
+def record_corpus(impl: ImplHandle, profile: str, traces: int | None = None,
+                  seed: int = DEFAULT_SEED, steps: int = STEPS_PER_TRACE
+                  ) -> list[RecordedTrace]:
+    """``traces`` traces of ``impl`` under ``profile`` (None: ``default_traces(profile)``),
+    those of ``trace_indices`` (see ``record_trace``)."""
+    if traces is None:
+        traces = default_traces(profile)
     if traces < 1:
         raise KVCheckInputError(f"--traces {traces}: record at least one trace")
-    return [record_trace(impl, profile, i, seed) for i in range(traces)]
+    indices = trace_indices(profile, traces)
+    caps = effective_capabilities(impl.info, profile)
+    for n, index in enumerate(indices):  # before anything is recorded
+        plan = trace_plan(index, profile)
+        missing = group_capabilities(plan_spec(plan, profile)) - caps
+        if missing:
+            raise KVCheckInputError(
+                f"trace {index} ({plan.name}) has several KV-cache groups and needs "
+                f"{sorted(missing)}, which {impl.name} does not declare; record the traces "
+                f"before it with --traces {n}")
+    return [record_trace(impl, profile, i, seed, steps) for i in indices]

@@ -25,9 +25,10 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
-# kvcheck.conformance.recorder.DEFAULT_TRACES, spelled here so `kvcheck --help` imports nothing
-# heavy (tests/plugin/test_cli_record.py checks they agree).
-_DEFAULT_TRACES = 68
+# kvcheck.conformance.recorder.DEFAULT_TRACES (every planned trace: vLLM 0.33's default; 0.10
+# records those its release runs, recorder.default_traces), spelled here so `kvcheck --help`
+# imports nothing heavy (tests/plugin/test_cli_record.py checks they agree).
+_DEFAULT_TRACES = 80
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -157,7 +158,7 @@ def _record_or_check(args: argparse.Namespace) -> int:
         rerecord,
         write_corpus,
     )
-    from kvcheck.conformance.recorder import record_corpus
+    from kvcheck.conformance.recorder import default_traces, record_corpus
     from kvcheck.plugin.record_args import check_profile
 
     try:
@@ -168,7 +169,6 @@ def _record_or_check(args: argparse.Namespace) -> int:
         args, shipped["header"]["profile"], args.check)
     if mismatch is not None:
         return _fail_input("record", mismatch)
-    traces = _DEFAULT_TRACES if args.traces is None else args.traces
     seed = 0 if args.seed is None else args.seed
     target = args.kv_impl or (shipped["header"]["target"] if shipped else "vllm")
     try:
@@ -200,6 +200,7 @@ def _record_or_check(args: argparse.Namespace) -> int:
     if profile != impl.info.profile and impl.module.__name__ != "kvcheck.adapters.reference":
         print(f"kvcheck record: warning: {impl.name} {impl.info.version} claims profile "
               f"{impl.info.profile}; recording it under {profile}", file=sys.stderr)
+    traces = default_traces(profile) if args.traces is None else args.traces
     corpus = make_corpus(record_corpus(impl, profile, traces, seed),
                          profile=profile, impl=impl, seed=seed)
     data = encode_corpus(corpus)
@@ -424,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "fail (exit 1) if anything differs")
     # Defaults None: given beside --check (whose corpus header decides) they are refused.
     record.add_argument("--traces", type=int, default=None, metavar="N",
-                        help=f"traces to record, 1 to 10000 (default {_DEFAULT_TRACES})")
+                        help=f"traces to record, 1 to 10000 (default: every planned trace the "
+                             f"profile's vLLM runs, {_DEFAULT_TRACES} under vllm-0.33)")
     record.add_argument("--seed", type=int, default=None, metavar="S",
                         help="seed of the traces' moves, 0 to 2^63-1 (default 0)")
     record.set_defaults(func=_cmd_record)

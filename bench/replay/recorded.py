@@ -33,8 +33,11 @@ Ops are decoded from the corpus once, when the bench is built (``decode_trace``;
 states are not rebuilt). ``load_recorded_workload`` bounds a corpus as a benchmark (steps in
 all, decode work) on top of ``load_corpus``'s checks. Traces the
 implementation cannot run (a capability their requests need, a pool its factory declines) are
-skipped and counted; ``recorded_pair`` builds an implementation bench and a reference bench
-over the traces both can run, for ``kvcheck.bench.measure.paired.PairedBench``.
+skipped and counted, and so are those the lean replay does not model
+(``lean_replay_problem``: KV-connector traces, cross-attention and Mamba layouts; the other
+multi-group traces replay, one list of block ids per group as the adapter answers);
+``recorded_pair`` builds an implementation bench and a reference bench over the traces both
+can run, for ``kvcheck.bench.measure.paired.PairedBench``.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ __all__ = [
     "RecordedTrace",
     "decode_trace",
     "iter_ops",
+    "lean_replay_problem",
     "load_recorded_workload",
     "missing_capabilities",
     "recorded_pair",
@@ -351,6 +355,22 @@ def missing_capabilities(impl: ImplHandle, trace: Trace,
 _CONNECTOR_CAPABILITIES = frozenset({"external_kv", "evict_blocks"})
 
 
+def lean_replay_problem(trace: Trace, spec: KVCacheSpec) -> str:
+    """Why the lean replay (``iter_ops``) cannot replay ``trace`` as recorded ('' when it
+    can): it has no external-KV step (KV-connector traces), passes no encoder tokens
+    (``cross_attention`` layouts) and marks no scheduler steps (``new_step_starts``, which a
+    ``mamba`` layout's answers depend on). The ``recorded`` area checks those traces."""
+    if needed_capabilities(trace) & _CONNECTOR_CAPABILITIES:
+        return "a KV-connector trace (external tokens, load endings)"
+    kinds = {g.kind for g in spec.kv_cache_groups}
+    if "cross_attention" in kinds:
+        return "a cross_attention layout (the benchmark's replay passes no encoder tokens)"
+    if "mamba" in kinds:
+        return ("a mamba layout (the benchmark's replay marks no scheduler steps, "
+                "new_step_starts)")
+    return ""
+
+
 class RecordedBench(RoundBench[RecordedRun]):
     """Each round replays every runnable trace of ``corpus`` on its own fresh manager.
 
@@ -383,10 +403,9 @@ class RecordedBench(RoundBench[RecordedRun]):
         missing = missing_capabilities(self.impl, raw, spec)
         if missing:
             return f"{self.impl.name} does not declare {sorted(missing)}"
-        if needed_capabilities(raw) & _CONNECTOR_CAPABILITIES:
-            # The lean replay (Replay.apply) has no external-KV step: a KV-connector trace is
-            # checked by the recorded area, not timed here.
-            return "a KV-connector trace (external tokens, load endings): not timed"
+        lean = lean_replay_problem(raw, spec)
+        if lean:  # checked by the recorded area, not timed here
+            return f"{lean}: not timed"
         if not self.impl.info.supports(spec):
             return (f"{self.impl.name} does not support the pool (num_blocks="
                     f"{spec.num_blocks}, block_size={spec.block_size})")

@@ -202,6 +202,13 @@ def test_serve_cli_workload_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "was recorded under vllm-0.10: serve it with --format vllm-0.10" in text
     code, text = _serve_cli(capsys, "--workload", corpus, "--format", "vllm-0.10", "--trace", "x")
     assert code == 2 and "has no trace 'x': give one of t00-chat-bs4-events" in text
+    # A trace the op-by-op replay does not model (encoder tokens) is refused, saying why.
+    code, text = _serve_cli(capsys, "--workload", corpus, "--format", "vllm-0.10", "--trace",
+                            "t74-cross-pressure-bs2-nocache-events")
+    assert code == 2 and ("trace t74-cross-pressure-bs2-nocache-events of " in text
+                          and "is a cross_attention layout (the benchmark's replay passes no "
+                          "encoder tokens), which the op-by-op replay does not model; give "
+                          "another --trace" in text)
     code, text = _serve_cli(capsys, "--workload", corpus, "--format", "vllm-0.10",
                             "--drop", "100000")
     assert code == 2 and "so the fault at batch 100000 never happened" in text

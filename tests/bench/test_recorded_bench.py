@@ -224,10 +224,41 @@ def test_a_malformed_file_is_the_corpus_input_error(tmp_path: Path) -> None:
 
 
 def test_kv_connector_traces_are_not_timed(reference: ImplHandle, corpus: Corpus) -> None:
-    """The lean replay has no external-KV step: the shipped corpus's KV-connector traces are
-    skipped, saying why (the recorded area checks them), and every other trace runs."""
+    """The lean replay has no external-KV step, passes no encoder tokens and marks no
+    scheduler steps: the shipped corpus's KV-connector, cross-attention and Mamba traces are
+    skipped, saying why (the recorded area checks them), and every other trace runs, the
+    other multi-group ones included."""
     bench = RecordedBench(reference, corpus, "vllm-0.33.cbor.xz")
-    connector = {t["name"] for t in corpus["traces"] if "-connector-" in t["name"]}
-    assert connector and set(bench.skipped) == connector
-    assert all("KV-connector trace" in why for why in bench.skipped.values())
-    assert len(bench.traces) == len(corpus["traces"]) - len(connector)
+    names = [t["name"] for t in corpus["traces"]]
+    connector = {n for n in names if "-connector-" in n}
+    lean = {n for n in names if "-mamba-" in n or "-cross-" in n or "-fine-" in n}
+    assert len(connector) == 8 and len(lean) == 6
+    assert set(bench.skipped) == connector | lean
+    assert all("KV-connector trace" in bench.skipped[n] for n in connector)
+    assert bench.skipped["t74-cross-pressure-bs2-nocache-events"] == (
+        "a cross_attention layout (the benchmark's replay passes no encoder tokens): not timed")
+    assert bench.skipped["t76-mamba-align-lookahead-bs2-events"] == (
+        "a mamba layout (the benchmark's replay marks no scheduler steps, new_step_starts): "
+        "not timed")
+    assert len(bench.traces) == len(corpus["traces"]) - len(connector) - len(lean)
+    grouped = [t.name for t in bench.traces if t.spec.kv_cache_groups]
+    assert grouped == ["t68-swa-chat-bs4-events", "t69-swa-pressure-bs2-events",
+                       "t70-chunked-chunked-bs4", "t71-swa4-lookahead-bs2-events",
+                       "t77-partial-chat-bs2-events", "t78-fixedpoint-chunked-bs2-events"]
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10"])
+def test_multi_group_traces_replay_as_recorded(reference: ImplHandle, profile: str) -> None:
+    """The multi-group traces the benchmark times (windows, chunks, partial-block keys) give
+    vLLM's recorded answers, tables (one list per group) and hashes on the reference through
+    the lean replay: it issues the Driver's calls for several groups too."""
+    corpus = load_recorded_workload(corpus_path(profile))
+    bench = RecordedBench(reference, corpus, f"{profile}.cbor.xz")
+    timed = {t.name for t in bench.traces}
+    picked = [raw for raw in corpus["traces"]
+              if raw["spec"].get("kv_cache_groups") and raw["name"] in timed]
+    assert len(picked) == {"vllm-0.33": 6, "vllm-0.10": 4}[profile]
+    for raw in picked:
+        check = _Recorded(raw, reference.make_manager(decode_trace(raw).spec, guard=False))
+        replay_trace(reference, check.manager, check.trace, RecordedRun(), check)
+        assert check.checked == len(raw["steps"])

@@ -1,7 +1,8 @@
 """The recorded corpus format (``kvcheck.conformance.recorded``): round trip of the delta
 encoding, byte-for-byte determinism, the shipped corpora's budget, and a clear ``CorpusError``
 for every kind of broken file (not xz, truncated, not CBOR, another format, a newer version,
-a bad header, trace or step)."""
+a bad header, trace or step); multi-group traces (format version 2: block ids per group,
+encoder tokens) likewise."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.protocol import VLLM_PROFILES
 from kvcheck.conformance.recorded import (
     FORMAT_VERSION,
+    GROUPS_FORMAT_VERSION,
     CorpusError,
     corpus_path,
     decode_corpus,
@@ -26,7 +28,15 @@ from kvcheck.conformance.recorded import (
     load_corpus,
     make_corpus,
 )
-from kvcheck.conformance.recorder import DEFAULT_TRACES, record_trace, trace_plan
+from kvcheck.conformance.recorder import (
+    DEFAULT_TRACES,
+    HYBRID_START,
+    default_traces,
+    record_trace,
+    trace_indices,
+    trace_plan,
+)
+from kvcheck.errors import KVCheckInputError
 
 STEPS = 60
 
@@ -81,20 +91,50 @@ def test_another_seed_differs(recorded: tuple[list[dict[str, Any]], dict[str, An
     assert first_difference(corpus, other) == "header.seed: shipped 7, re-recorded 8"
 
 
+#: Multi-group traces each shipped corpus holds (vLLM 0.10.2 lacks Mamba "align", partial-block
+#: keys and mixed layouts with caching on: 5 of the 12 plans).
+_MULTI_GROUP = {"vllm-0.33": 12, "vllm-0.10": 7}
+
+
 @pytest.mark.parametrize("profile", VLLM_PROFILES)
 def test_shipped_corpus_budget(profile: str) -> None:
     """Recorded from that vLLM release: at least 50 traces and 10,000 steps, named as the
-    plans name them; both files together at most 2 MB."""
+    plans name them (the single-group ones first, then the multi-group ones the release
+    accepts); each file under 1 MiB, both together at most 2 MB."""
     corpus = load_corpus(corpus_path(profile))
     header = corpus["header"]
     assert header["impl"] == "vllm" and header["target"] == "vllm"
     assert header["impl_version"].startswith({"vllm-0.33": "0.33.", "vllm-0.10": "0.10."}[profile])
     assert header["profile"] == profile
-    assert header["traces"] == DEFAULT_TRACES >= 50
+    assert header["traces"] == default_traces(profile) == HYBRID_START + _MULTI_GROUP[profile]
     assert header["steps"] >= 10_000
     assert [t["name"] for t in corpus["traces"]] == [
-        trace_plan(i, profile).name for i in range(DEFAULT_TRACES)]
+        trace_plan(i, profile).name for i in trace_indices(profile, header["traces"])]
+    grouped = [t for t in corpus["traces"] if t["spec"].get("kv_cache_groups")]
+    assert len(grouped) == _MULTI_GROUP[profile]
+    assert corpus["format_version"] == GROUPS_FORMAT_VERSION
+    assert corpus_path(profile).stat().st_size < 1 << 20
     assert sum(corpus_path(p).stat().st_size for p in VLLM_PROFILES) <= 2_000_000
+
+
+def test_the_0_33_only_layouts_are_left_out_of_0_10_under_the_same_names() -> None:
+    """A trace index is one plan and one name under every profile; vLLM 0.10.2's corpus
+    leaves out the layouts its release refuses (they come last), and asking for one is an
+    input error naming the profiles that accept it."""
+    assert default_traces("vllm-0.33") == DEFAULT_TRACES
+    only_033 = sorted(set(range(DEFAULT_TRACES))
+                      - set(trace_indices("vllm-0.10", default_traces("vllm-0.10"))))
+    assert [trace_plan(i, "vllm-0.33").name.split("-bs")[0] for i in only_033] == [
+        "t75-mamba-align-chat", "t76-mamba-align-lookahead", "t77-partial-chat",
+        "t78-fixedpoint-chunked", "t79-fine-cow"]
+    for i in range(DEFAULT_TRACES):
+        if i not in only_033:
+            assert trace_plan(i, "vllm-0.10").name == trace_plan(i, "vllm-0.33").name
+    with pytest.raises(KVCheckInputError, match=r"trace 75 \(mamba-align\): a layout only "
+                                                r"\['vllm-0.33'\] accept"):
+        trace_plan(75, "vllm-0.10")
+    # Past the planned traces, both profiles record single-group connector traces again.
+    assert trace_indices("vllm-0.10", default_traces("vllm-0.10") + 1)[-1] == DEFAULT_TRACES
 
 
 def test_unknown_profile_has_no_corpus() -> None:
@@ -181,3 +221,67 @@ def test_first_difference_names_trace_step_and_field(
     assert difference is not None
     assert difference.startswith(f"trace {name}, step #{index + 1} (")
     assert "state.free differs" in difference
+
+
+# ---------------------------------------------------------------------- multi-group traces
+@pytest.fixture(scope="module")
+def grouped() -> dict[str, Any]:
+    """A corpus of three multi-group traces of the reference (sliding window, cross attention
+    with encoder tokens, Mamba "align" with a speculative block)."""
+    impl = load_impl("reference")
+    traces = [record_trace(impl, "vllm-0.33", i, 0, STEPS) for i in (68, 74, 76)]
+    return make_corpus(traces, profile="vllm-0.33", impl=impl, seed=0, steps_per_trace=STEPS)
+
+
+def test_multi_group_traces_round_trip(grouped: dict[str, Any]) -> None:
+    """Format version 2 (a single-group corpus stays 1, readable by older kvcheck); answers
+    and tables hold one list per group; the cross-attention trace's requests carry encoder
+    tokens; every full state comes back."""
+    loaded = decode_corpus(encode_corpus(grouped), "mem")
+    assert loaded["format_version"] == GROUPS_FORMAT_VERSION == 2
+    names = [t["name"] for t in loaded["traces"]]
+    assert names == ["t68-swa-chat-bs4-events", "t74-cross-pressure-bs2-nocache-events",
+                     "t76-mamba-align-lookahead-bs2-events"]
+    for trace in loaded["traces"]:
+        groups = len(trace["spec"]["kv_cache_groups"])
+        for _, answer, state in iter_steps(trace):
+            for table in state["tables"].values():
+                assert len(table) == groups
+            if answer.get("new"):
+                assert len(answer["new"]) == groups
+    adds = [s["op"] for s in loaded["traces"][1]["steps"] if s["op"]["op"] == "add"]
+    assert adds and all(1 <= op["encoder"] <= 12 for op in adds)
+    assert not any("encoder" in s["op"] for t in (loaded["traces"][0], loaded["traces"][2])
+                   for s in t["steps"])
+
+
+def test_a_single_group_corpus_stays_format_version_1(
+        recorded: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
+    assert recorded[1]["format_version"] == 1
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    # Block ids flat where the spec has groups, or one list short.
+    (lambda c: c["traces"][0]["steps"][3]["state"].__setitem__("tables", {"r0": [1, 2]}),
+     (r"traces\[0\] \(t68-\S+\): steps\[3\] \(step #4\): state field 'tables' is "
+      r"malformed: \{'r0': \[1, 2\]\}: request id -> one list of block ids per group")),
+    (lambda c: c["traces"][0]["steps"][1]["answer"].__setitem__("new", [[1]]),
+     (r"steps\[1\] \(step #2\): answer new=\[\[1\]\]: one list of block ids per group or "
+      "null")),
+    (lambda c: c["traces"][2]["steps"][1]["answer"].__setitem__("hits", [[], 0]),
+     (r"traces\[2\] \(t76-\S+\): steps\[1\] \(step #2\): answer hits=\[\[\], 0\]: \[block "
+      r"ids \(one list of block ids per group\), num_computed_tokens\]")),
+    # Encoder tokens need a cross-attention group; a multi-group trace needs version 2.
+    (lambda c: c["traces"][0]["steps"][0]["op"].__setitem__("encoder", 4),
+     (r"traces\[0\] \(t68-\S+\): ops\[0\] \(op #1\): encoder tokens \(4\) but "
+      "spec.kv_cache_groups has no cross_attention group")),
+    (lambda c: c.__setitem__("format_version", 1),
+     (r"traces\[0\] \(t68-\S+\): spec.kv_cache_groups in a format_version 1 file; "
+      "multi-group traces are format_version 2")),
+])
+def test_malformed_multi_group_content_is_named(grouped: dict[str, Any], edit: Any,
+                                                message: str) -> None:
+    corpus = copy.deepcopy(grouped)
+    edit(corpus)
+    with pytest.raises(CorpusError, match=message):
+        decode_corpus(reencode(corpus), "mem")

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kv_helpers import reference_capabilities_source
+from kv_helpers import reference_capabilities_source, reference_without_kernels
 
 from kvcheck.conformance.differential import ConformanceMismatch, load_trace
 from kvcheck.conformance.loader import load_impl
-from kvcheck.conformance.protocol import VLLM_PROFILES
+from kvcheck.conformance.protocol import VLLM_PROFILES, effective_capabilities
 from kvcheck.conformance.recorded import needed_capabilities, replay_recorded, shipped_corpus
 from kvcheck.conformance.recorder import DEFAULT_TRACES
 from kvcheck.plugin.cli import main
@@ -55,12 +55,16 @@ def test_a_mutant_fails_naming_trace_step_and_field(tmp_path: Path,
     mutant = load_impl("mut_all_to_tail", search=[MUTANTS])
     corpus = shipped_corpus("vllm-0.33")
     failures = []
-    for trace in corpus["traces"]:
+    caps = effective_capabilities(mutant.info, "vllm-0.33")
+    # The traces the area runs on it: not the multi-group ones (the mutant is single-group).
+    runnable = [t for t in corpus["traces"] if needed_capabilities(t) <= caps]
+    assert len(runnable) == len(corpus["traces"]) - 12
+    for trace in runnable:
         try:
             replay_recorded(mutant, trace, corpus["header"])
         except ConformanceMismatch as exc:
             failures.append((trace["name"], str(exc)))
-    assert len(failures) >= len(corpus["traces"]) // 2, [name for name, _ in failures]
+    assert len(failures) >= len(runnable) // 2, [name for name, _ in failures]
     name, message = failures[0]
     first = message.splitlines()[0]
     assert first.startswith(f"recorded trace {name} (vllm-0.33, vllm 0.33.0), step #"), first
@@ -114,3 +118,42 @@ def test_area_is_skipped_under_generic(pytester: pytest.Pytester) -> None:
         str(SUITE_FILE))
     result.assert_outcomes(skipped=DEFAULT_TRACES)
     result.stdout.fnmatch_lines(["*checks exact vLLM behaviour; not run under --kv-profile*"])
+
+
+def test_multi_group_traces_are_skipped_where_the_layout_is_missing(
+        pytester: pytest.Pytester) -> None:
+    """Under vllm-0.10 the layouts only vLLM 0.33 accepts (Mamba "align", partial-block keys)
+    have no trace: skipped, naming the layout; an implementation that does not declare
+    ``mamba`` skips the Mamba traces its release has, naming the capability; the other
+    multi-group traces replay."""
+    pytester.makepyfile(nossm=reference_without_kernels(name="nossm").replace(
+        '- {"kernels"}', '- {"kernels", "mamba", "fine_grained_hits"}'))
+    pytester.syspathinsert()
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-rs", "--kv-impl=nossm",
+                                "--kv-profile=vllm-0.10", str(SUITE_FILE), "-k",
+                                "mamba or partial or swa-chat")
+    result.assert_outcomes(passed=1, skipped=5)
+    skips = [line.split(": ", 1)[1] for line in result.stdout.lines
+             if line.startswith("SKIPPED [")]
+    refused = ("vllm-0.10's vLLM release does not accept this trace's layout ({}), so its "
+               "corpus has no such trace; the layout is recorded under ['vllm-0.33']")
+    assert sorted(skips) == sorted([
+        "nossm does not declare ['mamba'], which this trace's layout needs",  # t72 and t73
+        refused.format("mamba-align: full_attention, mamba"),
+        refused.format("mamba-align: full_attention, sliding_window, mamba"),
+        refused.format("partial: full_attention, sliding_window")])
+    assert "SKIPPED [2] " in result.stdout.str()
+
+
+@pytest.mark.parametrize("profile", VLLM_PROFILES)
+def test_multi_group_traces_need_their_kinds(profile: str) -> None:
+    """A multi-group trace needs ``kv_cache_groups`` and each of its groups' kinds (and
+    nothing of the requests' extras); a single-group one none of them."""
+    needs = {t["name"]: needed_capabilities(t) for t in shipped_corpus(profile)["traces"]}
+    assert needs["t68-swa-chat-bs4-events"] == {"kv_cache_groups", "sliding_window"}
+    assert needs["t70-chunked-chunked-bs4"] == {"kv_cache_groups", "chunked_local_attention"}
+    assert needs["t73-mamba-preempt-bs2-nocache-events"] == {
+        "kv_cache_groups", "sliding_window", "mamba"}
+    assert needs["t74-cross-pressure-bs2-nocache-events"] == {"kv_cache_groups",
+                                                              "cross_attention"}
+    assert needs["t00-chat-bs4-events"] == frozenset()

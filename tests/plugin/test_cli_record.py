@@ -9,10 +9,16 @@ import os
 from pathlib import Path
 
 import pytest
+from kv_helpers import reference_without_kernels
 
 from kvcheck import atomic
 from kvcheck.conformance.recorded import decode_corpus, encode_corpus, load_corpus
-from kvcheck.conformance.recorder import DEFAULT_TRACES, trace_plan
+from kvcheck.conformance.recorder import (
+    DEFAULT_TRACES,
+    default_traces,
+    trace_indices,
+    trace_plan,
+)
 from kvcheck.plugin import cli
 from kvcheck.plugin.cli import main
 
@@ -111,6 +117,47 @@ def test_default_trace_count_matches_the_recorder() -> None:
     assert cli._DEFAULT_TRACES == DEFAULT_TRACES
 
 
+def test_the_default_records_the_traces_the_profile_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --traces, every planned trace the profile's vLLM runs: under vllm-0.10 the
+    multi-group plans its release accepts, not those only 0.33 accepts (which come last);
+    --check records the same traces again from the header's count."""
+    path = tmp_path / "all.cbor.xz"
+    assert main(["record", "--kv-impl=reference", "--kv-profile=vllm-0.10", "-o",
+                 str(path)]) == 0
+    corpus = load_corpus(path)
+    count = default_traces("vllm-0.10")
+    assert corpus["header"]["traces"] == count == DEFAULT_TRACES - 5
+    assert trace_indices("vllm-0.10", count) == list(range(count))
+    assert [t["name"] for t in corpus["traces"]] == [trace_plan(i, "vllm-0.10").name
+                                                     for i in range(count)]
+    assert sum(bool(t["spec"].get("kv_cache_groups")) for t in corpus["traces"]) == 7
+    capsys.readouterr()
+    assert main(["record", "--check", str(path)]) == 0
+    assert f"up to date: {count} traces" in capsys.readouterr().out
+
+
 def test_recorded_corpus_round_trips_through_bytes(corpus_file: Path) -> None:
     data = corpus_file.read_bytes()
     assert encode_corpus(decode_corpus(data, "x")) == data
+
+
+def test_an_implementation_without_groups_is_told_which_traces_it_can_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The default traces include multi-group layouts: an implementation that does not
+    declare kv_cache_groups is refused before anything is recorded, naming the first such
+    trace, what it needs and the --traces that records the ones before it."""
+    (tmp_path / "onegroup.py").write_text(reference_without_kernels(name="onegroup").replace(
+        '- {"kernels"}', '- {"kernels", "kv_cache_groups", "sliding_window", '
+        '"chunked_local_attention", "cross_attention", "mamba", "fine_grained_hits"}'),
+        encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "c.cbor.xz"
+    assert main(["record", "--kv-impl=onegroup", "--kv-profile=vllm-0.33", "-o",
+                 str(out)]) == 2
+    assert ("kvcheck record: trace 68 (t68-swa-chat-bs4-events) has several KV-cache groups "
+            "and needs ['kv_cache_groups', 'sliding_window'], which onegroup does not declare; "
+            "record the "
+            "traces before it with --traces 68") in capsys.readouterr().err
+    assert not out.exists()

@@ -95,7 +95,7 @@ def test_a_manager_only_design_has_insufficient_coverage(
          "(declare prefix_caching)"),
         "  not applicable, undeclared capabilities: * tests: *",
         ("  not applicable, exact vLLM behaviour, not run under generic: * tests: "
-         "recorded 68 (whole area)*"),
+         f"recorded {DEFAULT_TRACES} (whole area)*"),
     ])
     # The undeclared capabilities' entry (wrapped over lines, largest count first) names it.
     undeclared = result.stdout.str().split("  not applicable, undeclared capabilities: ")[1]
