@@ -66,6 +66,7 @@ __all__ = [
     "ReferenceBlockPool",
     "ReferenceManager",
     "SnapshotSync",
+    "check_knobs_grouped",
     "decode_event_batch",
     "event_to_dict",
     "group_kv_cache_spec",
@@ -96,9 +97,19 @@ IMPL_INFO = ImplInfo(
          # Hybrid models: several KV-cache groups over one pool (ReferenceManager).
          "kv_cache_groups", "sliding_window", "chunked_local_attention", "cross_attention",
          "mamba",
+         # Decode context parallelism and vLLM 0.33's prefix_match_unit (KVCacheManager's
+         # dcp_world_size and prefix_match_unit).
+         "dcp", "prefix_match_unit",
          # vLLM 0.33's fine-grained partial hash hits and their copy-on-write
          # (ReferenceManager.take_kv_cache_block_copies).
          "fine_grained_hits",
+         # vLLM 0.33's Mamba prefill checkpoint blocks and sparse Mamba retention.
+         "mamba_checkpoints",
+         # vLLM 0.33's boundary-state hand-offs for a KV connector
+         # (ReferenceManager.take_boundary_state_offloads).
+         "boundary_state_offloads",
+         # EAGLE/MTP: hits drop their last block (KVCacheManager(use_eagle=True)).
+         "eagle",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
          "sizing",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
@@ -125,12 +136,12 @@ def reference_profile(spec: KVCacheSpec) -> str:
 def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
                         index: int) -> GroupKVCacheSpec:
     """The reference spec of one protocol ``KVCacheGroupSpec`` (block size defaulting to
-    ``spec.block_size``).
+    ``spec.block_size``; per rank: the manager scales it by ``spec.dcp_world_size``).
 
     Raises:
         KVCheckInputError: an unknown kind, or a window / chunk missing for its kind.
     """
-    block_size = spec.group_block_size(index)
+    block_size = spec.group_spec_block_size(index)
     if group.kind == "full_attention":
         return FullAttentionSpec(block_size)
     if group.kind == "sliding_window":
@@ -148,10 +159,24 @@ def group_kv_cache_spec(spec: KVCacheSpec, group: KVCacheGroupSpec,
     if group.kind == "mamba":
         try:
             return MambaSpec(block_size, group.mamba_cache_mode or "none",
-                             group.num_speculative_blocks)
+                             group.num_speculative_blocks,
+                             group.num_prefill_checkpoint_blocks,
+                             group.prefill_checkpoint_alignment)
         except KVCacheMisuseError as exc:
             raise KVCheckInputError(f"kv_cache_groups[{index}]: {exc}") from None
     raise KVCheckInputError(f"kv_cache_groups[{index}]: unknown kind {group.kind!r}")
+
+
+def check_knobs_grouped(spec: KVCacheSpec) -> None:
+    """``KVCheckInputError`` for ``dcp_world_size`` or ``prefix_match_unit`` on a spec without
+    ``kv_cache_groups``: they come with the grouped protocol (capabilities ``dcp`` and
+    ``prefix_match_unit``), where the harness counts a block as ``group_block_size``."""
+    if not spec.kv_cache_groups and (spec.dcp_world_size != 1
+                                     or spec.prefix_match_unit is not None):
+        raise KVCheckInputError(
+            f"dcp_world_size={spec.dcp_world_size}, prefix_match_unit="
+            f"{spec.prefix_match_unit} on a spec without kv_cache_groups: give the groups "
+            "(kv_cache_groups=(KVCacheGroupSpec('full_attention', block_size),) for one)")
 
 
 def reference_kv_cache_manager(spec: KVCacheSpec, *,
@@ -169,6 +194,7 @@ def reference_kv_cache_manager(spec: KVCacheSpec, *,
         KVCacheMisuseError: a layout vLLM refuses (the message names the rule).
     """
     groups = spec.kv_cache_groups
+    check_knobs_grouped(spec)
     specs = [group_kv_cache_spec(spec, g, i) for i, g in enumerate(groups)] if groups else None
     profile = reference_profile(spec)
     factory = None
@@ -190,6 +216,9 @@ def reference_kv_cache_manager(spec: KVCacheSpec, *,
         pythonhashseed=spec.pythonhashseed,
         prefix_cache_retention_interval=spec.prefix_cache_retention_interval,
         kv_event_factory=factory,
+        dcp_world_size=spec.dcp_world_size,
+        prefix_match_unit=spec.prefix_match_unit,
+        use_eagle=spec.use_eagle,
     )
 
 
@@ -444,6 +473,18 @@ class ReferenceManager:
         if retained:
             self.manager.block_pool.free_retained_blocks(retained)
         return copies
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """The Mamba "align" boundary-state hand-offs made since the last call,
+        ``{request_id: [(group_id, block_id, boundary_tokens), ...]}`` in vLLM's order
+        (``KVCacheManager.take_boundary_state_offloads``); ``{}`` without such a group."""
+        return self.manager.take_boundary_state_offloads()
+
+    def finalize_partial_tail_offloads(self, request: RequestView,
+                                       ) -> list[tuple[int, int, int]]:
+        """A finishing request's producer partial tails (``KVCacheManager.
+        finalize_partial_tail_offloads``), judged at ``request.num_computed_tokens``."""
+        return self.manager.finalize_partial_tail_offloads(self._requests.sync(request))
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)

@@ -53,9 +53,10 @@ from kvcheck.adapters.vllm_features import (
     detect_none_hash,
     release_behaviour,
 )
-from kvcheck.adapters.vllm_kv_config import LEGACY_HYBRID
+from kvcheck.adapters.vllm_kv_config import HAS_MAMBA_CHECKPOINTS, LEGACY_HYBRID
 from kvcheck.adapters.vllm_manager import (
     HAS_BLOCK_COPIES,
+    HAS_BOUNDARY_STATE_OFFLOADS,
     HAS_EVICT_BLOCKS,
     VLLMBlockPool,
     VLLMManager,
@@ -208,6 +209,30 @@ if HAS_BLOCK_COPIES:
 else:
     _notes.append("fine_grained_hits not declared: this release's KVCacheManager has no "
                   "take_kv_cache_block_copies (no fine-grained partial hash hits).")
+# vLLM 0.33's boundary-state hand-offs of Mamba "align" states to a KV connector
+# (VLLMManager.take_boundary_state_offloads, finalize_partial_tail_offloads).
+if HAS_BOUNDARY_STATE_OFFLOADS:
+    _capabilities.add("boundary_state_offloads")
+else:
+    _notes.append("boundary_state_offloads not declared: this release's KVCacheManager has "
+                  "no take_boundary_state_offloads (no Mamba prefix caching).")
+# vLLM 0.33's Mamba prefill checkpoint blocks (MambaSpec.num_prefill_checkpoint_blocks) and
+# sparse Mamba retention (prefix_cache_retention_interval beside a Mamba group).
+if HAS_MAMBA_CHECKPOINTS:
+    _capabilities.add("mamba_checkpoints")
+else:
+    _notes.append("mamba_checkpoints not declared: this release's MambaSpec has no prefill "
+                  "checkpoint blocks (no Mamba prefix caching).")
+# EAGLE/MTP (KVCacheManager(use_eagle=True)): every supported release takes it.
+_capabilities.add("eagle")
+# Decode context parallelism (KVCacheManager(dcp_world_size=W)): every supported release; and
+# vLLM 0.33's CacheConfig.prefix_match_unit (its resolve_kv_cache_block_sizes), not in 0.10.2.
+_capabilities.add("dcp")
+if not LEGACY_HYBRID:
+    _capabilities.add("prefix_match_unit")
+else:
+    _notes.append("prefix_match_unit not declared: a vLLM 0.33 CacheConfig field this release "
+                  "lacks (hashes are at the block size).")
 if LEGACY_HYBRID:
     _notes.append("kv_cache_groups: this release's hybrid coordinator takes one full-attention "
                   "and one other spec of one block size with prefix caching on; other layouts "

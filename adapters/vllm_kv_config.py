@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any, NamedTuple, Protocol
 
+from kvcheck.adapters.reference import check_knobs_grouped
 from kvcheck.adapters.vllm_runtime import (
     MANAGER_PARAMS,
     VERSION,
@@ -48,6 +49,7 @@ from kvcheck.adapters.vllm_runtime import (
 from kvcheck.adapters.vllm_runtime import KVCacheGroupSpec as VLLMKVCacheGroupSpec
 from kvcheck.conformance.protocol import (
     ATTENTION_KINDS,
+    MAMBA_CACHE_MODES,
     KVCacheGroupSpec,
     KVCacheSpec,
     UnsupportedSpec,
@@ -59,6 +61,9 @@ __all__ = ["LEGACY_HYBRID", "VLLMCache", "block_sizes", "make_vllm_cache", "unsu
 #: True for releases whose ``KVCacheManager`` has no ``hash_block_size`` (0.10.x): one block
 #: size with caching, the one-full-one-other hybrid coordinator, the KV-event null-parent bug.
 LEGACY_HYBRID: bool = "hash_block_size" not in MANAGER_PARAMS
+#: vLLM 0.33's MambaSpec has prefill checkpoint blocks (0.10.2's has not).
+HAS_MAMBA_CHECKPOINTS: bool = "num_prefill_checkpoint_blocks" in getattr(
+    MambaSpec, "__dataclass_fields__", {})
 # max_model_len when the spec sets none: far above anything a pool in the suite can hold.
 _UNCAPPED_MODEL_LEN = 1 << 20
 
@@ -90,6 +95,9 @@ def _check_group(where: str, group: KVCacheGroupSpec, block_size: int) -> None:
     if group.kind == "chunked_local_attention" and (group.attention_chunk_size or 0) < 1:
         raise KVCheckInputError(f"{where}: a chunked_local_attention group needs "
                                 f"attention_chunk_size >= 1, got {group.attention_chunk_size!r}")
+    if group.kind == "mamba" and (group.mamba_cache_mode or "none") not in MAMBA_CACHE_MODES:
+        raise KVCheckInputError(f"{where}: a mamba group's mamba_cache_mode must be one of "
+                                f"{MAMBA_CACHE_MODES} or None, got {group.mamba_cache_mode!r}")
 
 
 def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> _VllmAttentionSpec:
@@ -111,13 +119,22 @@ def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> _VllmAttentionS
         return mamba(**accepting(
             MambaSpec, block_size=block_size, shapes=((2, 3),), dtypes=(torch.float32,),
             mamba_cache_mode=group.mamba_cache_mode or "none",
-            num_speculative_blocks=group.num_speculative_blocks))
+            num_speculative_blocks=group.num_speculative_blocks,
+            num_prefill_checkpoint_blocks=group.num_prefill_checkpoint_blocks,
+            prefill_checkpoint_alignment=group.prefill_checkpoint_alignment))
     else:
         cls = FullAttentionSpec
     return cls(**accepting(cls, **common))
 
 
 def _group_sizes(spec: KVCacheSpec) -> list[int]:
+    """The groups' own (per-rank) block sizes: vLLM's specs hold them, its managers scale
+    them by the DCP world size."""
+    return [spec.group_spec_block_size(i) for i in range(len(spec.groups))]
+
+
+def _effective_sizes(spec: KVCacheSpec) -> list[int]:
+    """Tokens per block of each group's manager (DCP-scaled where sharded)."""
     return [spec.group_block_size(i) for i in range(len(spec.groups))]
 
 
@@ -127,14 +144,15 @@ def _vllm_groups(spec: KVCacheSpec, sizes: Sequence[int]) -> list[_VllmGroup]:
 
 
 def _vllm_config(spec: KVCacheSpec, groups: Sequence[_VllmGroup]) -> SimpleNamespace:
-    """The few ``VllmConfig`` fields vLLM's block-size resolution reads (no connector, no
-    DCP, no ``prefix_match_unit``)."""
+    """The few ``VllmConfig`` fields vLLM's block-size resolution reads (no connector; the
+    spec's DCP world size and ``prefix_match_unit``, as the engine's ``CacheConfig`` and
+    ``ParallelConfig`` hold them)."""
     first = groups[0].kv_cache_spec.block_size
     return SimpleNamespace(
         cache_config=SimpleNamespace(block_size=first,
                                      enable_prefix_caching=spec.enable_caching,
-                                     prefix_match_unit=None),
-        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+                                     prefix_match_unit=spec.prefix_match_unit),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=spec.dcp_world_size),
         kv_transfer_config=None)
 
 
@@ -142,18 +160,29 @@ def block_sizes(spec: KVCacheSpec) -> tuple[int, int]:
     """``(scheduler_block_size, hash_block_size)`` for ``spec`` on this release.
 
     0.33: vLLM's ``resolve_kv_cache_block_sizes`` on the translated groups. 0.10.x has neither
-    (one hash size: the common block size; ``spec.block_size`` when sizes differ, which only
-    caching off allows, where hashes are unused)."""
+    (one hash size: the common block size, DCP-scaled as its scheduler hashes
+    (``scheduler.py:103-108``); ``spec.block_size`` (times the DCP world size) when sizes
+    differ, which only caching off allows, where hashes are unused).
+
+    Raises:
+        UnsupportedSpec: a ``prefix_match_unit`` vLLM rejects (its ValueError).
+    """
     sizes = _group_sizes(spec)
     if LEGACY_HYBRID:
-        size = sizes[0] if len(set(sizes)) == 1 else spec.block_size
+        # The scheduler hashes at cache_config.block_size * dcp (scheduler.py:103-108).
+        scaled = _effective_sizes(spec)
+        size = scaled[0] if len(set(scaled)) == 1 else spec.block_size * spec.dcp_world_size
         return size, size
     from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
     groups = _vllm_groups(spec, sizes)
     config = KVCacheConfig(num_blocks=spec.num_blocks, kv_cache_tensors=[],
                            kv_cache_groups=groups)
-    scheduler, hashed = resolve_kv_cache_block_sizes(config, _vllm_config(spec, groups))
+    try:
+        scheduler, hashed = resolve_kv_cache_block_sizes(config, _vllm_config(spec, groups))
+    except ValueError as exc:  # prefix_match_unit (vLLM's engine core fails to start)
+        raise UnsupportedSpec(f"vLLM {VERSION}'s resolve_kv_cache_block_sizes raises "
+                              f"ValueError: {exc}") from exc
     return int(scheduler), int(hashed)
 
 
@@ -161,7 +190,6 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
     """Why the installed vLLM refuses ``spec``'s groups (a sentence naming the release and
     its rule), or None when it takes them."""
     groups = spec.groups
-    sizes = _group_sizes(spec)
     if spec.enable_caching and any(g.kind == "cross_attention" for g in groups):
         return (f"vLLM {VERSION} runs encoder-decoder models (a cross_attention group) with "
                 "prefix caching off, and its CrossAttentionManager raises "
@@ -169,10 +197,28 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
     mamba = _mamba_reason(spec, groups)
     if mamba is not None:
         return mamba
+    if spec.use_eagle and spec.enable_caching and any(
+            g.kind == "chunked_local_attention" for g in groups):
+        return (f"vLLM {VERSION}'s ChunkedLocalAttentionManager asserts 'Hybrid KV cache is "
+                "not supported for eagle + chunked local attention' on a cache lookup: use "
+                "use_eagle=False or enable_caching=False")
+    if spec.use_eagle and spec.enable_caching and any(
+            g.kind == "mamba" and g.num_prefill_checkpoint_blocks for g in groups):
+        return (f"vLLM {VERSION} fails 'assert block_idx < len(req_blocks)' in "
+                "MambaManager._apply_cow once a request hits a Mamba prefill checkpoint that "
+                "EAGLE keyed below its table index: use use_eagle=False or "
+                "num_prefill_checkpoint_blocks=0")
+    dcp = _dcp_reason(spec, groups)
+    if dcp is not None:
+        return dcp
     if LEGACY_HYBRID:
-        return _legacy_reason(spec, groups, sizes)
+        if spec.prefix_match_unit is not None:
+            return (f"vLLM {VERSION} has no prefix_match_unit (a vLLM 0.33 CacheConfig "
+                    "field; hashes are at the block size)")
+        return _legacy_reason(spec, groups, _effective_sizes(spec))
     if not spec.enable_caching:
         return None
+    sizes = _effective_sizes(spec)
     scheduler = math.lcm(*sizes)
     for i, (group, size) in enumerate(zip(groups, sizes, strict=True)):
         if group.kind == "chunked_local_attention" and size != scheduler:
@@ -182,11 +228,38 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
     return None
 
 
+def _dcp_reason(spec: KVCacheSpec, groups: Sequence[KVCacheGroupSpec]) -> str | None:
+    """Why this release refuses a layout under DCP: the assertion vLLM's sliding-window and
+    chunked-local managers raise at their first cache lookup (``find_longest_cache_hit``),
+    taken before the manager is built (the constructor's own DCP assertions are caught as
+    they happen, ``make_vllm_cache``)."""
+    if spec.dcp_world_size == 1 or not spec.enable_caching:
+        return None
+    if len(groups) > 1:
+        if LEGACY_HYBRID:
+            return (f"vLLM {VERSION}'s KVCacheManager asserts one KV-cache group with DCP and "
+                    "prefix caching on (kv_cache_manager.py:113-114; its hybrid coordinator: "
+                    "'DCP not support hybrid attn now.')")
+        return None  # 0.33's HybridKVCacheCoordinator asserts its own rule when built
+    kind = groups[0].kind
+    if kind in ("sliding_window", "chunked_local_attention"):
+        rule = "sliding window" if kind == "sliding_window" else "chunked local"
+        return (f"vLLM {VERSION}'s manager asserts 'DCP not support {rule} attn now.' at its "
+                f"first cache lookup (dcp_world_size={spec.dcp_world_size}, prefix caching on)")
+    return None
+
+
 def _mamba_reason(spec: KVCacheSpec, groups: Sequence[KVCacheGroupSpec]) -> str | None:
     """Why this release refuses a layout with a ``mamba`` group (None: it takes it)."""
     mamba = [g for g in groups if g.kind == "mamba"]
     if not mamba:
         return None
+    if not HAS_MAMBA_CHECKPOINTS and any(
+            g.num_prefill_checkpoint_blocks or g.prefill_checkpoint_alignment is not None
+            for g in mamba):
+        return (f"vLLM {VERSION}'s MambaSpec has no num_prefill_checkpoint_blocks / "
+                "prefill_checkpoint_alignment (no Mamba prefill checkpoints): leave them at 0 "
+                "and None")
     if LEGACY_HYBRID:
         if any((g.mamba_cache_mode or "none") != "none" for g in mamba):
             return (f"vLLM {VERSION}'s MambaSpec has no mamba_cache_mode (no Mamba prefix "
@@ -270,8 +343,10 @@ def make_vllm_cache(spec: KVCacheSpec) -> VLLMCache:
     Raises:
         UnsupportedSpec: this release refuses the spec's groups (``unsupported_reason``, or an
             ``AssertionError`` of vLLM's own constructor the checks missed).
-        KVCheckInputError: a malformed group.
+        KVCheckInputError: a malformed group; DCP or ``prefix_match_unit`` without
+            ``kv_cache_groups`` (``check_knobs_grouped``).
     """
+    check_knobs_grouped(spec)
     reason = unsupported_reason(spec)
     if reason is not None:
         raise UnsupportedSpec(reason)
@@ -285,7 +360,8 @@ def make_vllm_cache(spec: KVCacheSpec) -> VLLMCache:
             max_model_len=spec.max_model_len or _UNCAPPED_MODEL_LEN,
             scheduler_block_size=scheduler, hash_block_size=hashed,
             enable_caching=spec.enable_caching, log_stats=False,
-            enable_kv_cache_events=spec.enable_kv_cache_events))
+            dcp_world_size=spec.dcp_world_size,
+            enable_kv_cache_events=spec.enable_kv_cache_events, use_eagle=spec.use_eagle))
     except AssertionError as exc:  # a rule of this release the checks above missed
         raise UnsupportedSpec(f"vLLM {VERSION} refuses these KV-cache groups: "
                               f"AssertionError: {exc}") from exc

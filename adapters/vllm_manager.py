@@ -42,14 +42,17 @@ from kvcheck.conformance.protocol import KVCacheSpec, KVEvent, RequestView, Unsu
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.wire_events import wire_event_to_dict
 
-__all__ = ["EXTERNAL_ARGUMENT", "HAS_BLOCK_COPIES", "HAS_EVICT_BLOCKS", "VLLMBlockPool",
-           "VLLMManager", "event_to_dict", "make_block_pool"]
+__all__ = ["EXTERNAL_ARGUMENT", "HAS_BLOCK_COPIES", "HAS_BOUNDARY_STATE_OFFLOADS",
+           "HAS_EVICT_BLOCKS", "VLLMBlockPool", "VLLMManager", "event_to_dict", "make_block_pool"]
 
 #: Whether this release's ``allocate_slots`` takes ``num_external_computed_tokens`` (0.33;
 #: 0.10.2's scheduler adds the external tokens to ``num_new_tokens`` instead).
 EXTERNAL_ARGUMENT: bool = "num_external_computed_tokens" in params(KVCacheManager.allocate_slots)
 #: Whether this release's manager has ``evict_blocks`` (0.33; not 0.10.2).
 HAS_EVICT_BLOCKS: bool = hasattr(KVCacheManager, "evict_blocks")
+#: Whether this release hands Mamba "align" boundary states to a KV connector
+#: (``KVCacheManager.take_boundary_state_offloads``: 0.33; not 0.10.2).
+HAS_BOUNDARY_STATE_OFFLOADS: bool = hasattr(KVCacheManager, "take_boundary_state_offloads")
 #: Whether this release has fine-grained partial hash hits and their copy-on-write copies
 #: (``KVCacheManager.take_kv_cache_block_copies``: 0.33; not 0.10.2).
 HAS_BLOCK_COPIES: bool = hasattr(KVCacheManager, "take_kv_cache_block_copies")
@@ -205,6 +208,29 @@ class VLLMManager:
         if copies:  # as the scheduler: only a step that made copies frees their retentions
             self.pool.free_blocks(retained)
         return [(int(c.src_block_id), int(c.dst_block_id)) for c in copies]
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """vLLM 0.33's ``KVCacheManager.take_boundary_state_offloads()`` (its scheduler
+        calls it in every ``schedule()``, just before ``take_kv_cache_block_copies``), as
+        plain ints; ``{}`` on a release without it (0.10.2)."""
+        take = getattr(self.manager, "take_boundary_state_offloads", None)
+        if take is None:
+            return {}
+        offloads: dict[str, list[tuple[int, int, int]]] = take()
+        return {str(rid): [(int(g), int(b), int(n)) for g, b, n in entries]
+                for rid, entries in offloads.items()}
+
+    def finalize_partial_tail_offloads(self, request: RequestView,
+                                       ) -> list[tuple[int, int, int]]:
+        """vLLM 0.33's ``KVCacheManager.finalize_partial_tail_offloads(request)`` (its
+        scheduler calls it for a KV producer whose request finishes, before freeing it), the
+        request synced to the view (``num_computed_tokens``; none in flight); ``[]`` on a
+        release without it."""
+        finalize = getattr(self.manager, "finalize_partial_tail_offloads", None)
+        if finalize is None:
+            return []
+        tails: list[tuple[int, int, int]] = finalize(self._requests.sync(request))
+        return [(int(g), int(b), int(n)) for g, b, n in tails]
 
     def free(self, request_id: str) -> None:
         req = self._requests.pop(request_id)

@@ -203,6 +203,12 @@ def observe(impl: Driver, oracle: Driver) -> list[tuple[str, object, object, str
         # Events are drained per op; a replay from the start would see them all at once.
         out.append(("KV events", normalize_events(mine.take_events()),
                     normalize_events(theirs.take_events()), None))
+    if "boundary_state_offloads" in caps and impl.offloads:
+        # Every drain so far (the drivers drain at the same points): vLLM's hand-offs.
+        out.append(("boundary-state hand-offs drained (take_boundary_state_offloads)",
+                    impl.drained_offloads, oracle.drained_offloads, None))
+        out.append(("partial tails finalized (finalize_partial_tail_offloads)",
+                    impl.finalized_tails, oracle.finalized_tails, None))
     # slot_mapping speaks the single-group protocol: with KV-cache groups it would show group 0
     # only, which the block tables above already compare (and vLLM computes it with a Triton
     # kernel, interpreted on a CPU: most of a multi-group run's time).

@@ -48,6 +48,15 @@ record (``kvcheck.conformance.written``) copies each pair's content from ``src``
 copy-on-write the guard saw in a table, as soon as it is seen). The repro snippet shows those
 calls; elsewhere nothing is called.
 
+Boundary-state hand-offs (``kvcheck.conformance.boundary_offloads``: capability
+``boundary_state_offloads``, vLLM 0.33 with a Mamba "align" group and prefix caching on): the
+driver calls ``take_boundary_state_offloads()`` where vLLM's ``schedule()`` drains them, at the
+same points as the copies and just before them, and judges each hand-off once the copies drained
+with it are applied to the written record; it plays a KV producer: before each ``free`` of a
+running request it calls ``finalize_partial_tail_offloads(views[rid])`` (vLLM's scheduler
+does for a producer's finished request; for a preempted one the free drops the tail anyway).
+Elsewhere nothing is called.
+
 With ``pinning_lookup`` (``kvcheck.conformance.pinning``) every lookup that no successful
 ``allocate_slots`` follows (a refused admission, a ``lookup`` op) is followed by
 ``release_computed(rid)``, which the repro snippet shows too.
@@ -64,11 +73,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from kvcheck.conformance.boundary_offloads import CAPABILITY as OFFLOADS
+from kvcheck.conformance.boundary_offloads import (
+    boundary_state_offloads,
+    offload_problems,
+    tail_problems,
+)
 from kvcheck.conformance.fine_grained import fine_grained_hits, hash_block_size
 from kvcheck.conformance.groups import adapter_form, null_of
 from kvcheck.conformance.guard import GuardedManager
 from kvcheck.conformance.laws import check_hits
 from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.mamba_checkpoints import checkpoint_groups, checkpoint_of
 from kvcheck.conformance.ops import AddOp, Op, StepResult
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import pinned_ids
@@ -152,6 +168,14 @@ class Driver:
         self._copied: set[tuple[int, int]] = set()  # copies applied to ``written`` at once
         #: Every copy drained so far, in order (the golden scenarios compare them).
         self.drained: list[tuple[int, int]] = []
+        #: Boundary-state hand-offs (declared, in a layout that makes them; see the module
+        #: doc): an allocation or ``cache_blocks`` since the last drain, and every non-empty
+        #: drain so far, then every finalized tail, in order (the golden scenarios).
+        self.offloads = (OFFLOADS in impl.info.capabilities
+                         and boundary_state_offloads(spec))
+        self.offloads_pending = False
+        self.drained_offloads: list[dict[str, list[tuple[int, int, int]]]] = []
+        self.finalized_tails: list[tuple[str, list[tuple[int, int, int]]]] = []
         self.written = [WrittenBlocks(spec.group_block_size(g), fine=self.fine,
                                       state=group.kind == "mamba")
                         for g, group in enumerate(spec.groups)]
@@ -161,6 +185,8 @@ class Driver:
         #: Groups sized by the encoder tokens (``cross_attention``), by index.
         self.encoder_groups = frozenset(g for g, group in enumerate(spec.groups)
                                         if group.kind == "cross_attention")
+        #: Mamba groups that may export prefill checkpoints (``mamba_checkpoints``).
+        self.checkpoint_groups = checkpoint_groups(spec)
         #: Groups of kind ``mamba`` (state-space layers), by index.
         self.mamba_groups = frozenset(g for g, group in enumerate(spec.groups)
                                       if group.kind == "mamba")
@@ -190,8 +216,9 @@ class Driver:
     def apply(self, op: Op) -> StepResult:
         """Run one op; returns what the implementation answered (for comparison)."""
         kind = op["op"]
-        if self.copies_pending and kind not in ("schedule", "decode", "lookup"):
-            self.drain_copies()  # vLLM's schedule() ended before this op
+        if ((self.copies_pending or self.offloads_pending)
+                and kind not in ("schedule", "decode", "lookup")):
+            self.end_schedule()  # vLLM's schedule() ended before this op
         self.write_log.begin()
         if op["op"] == "add":
             return self._add(op)
@@ -224,6 +251,8 @@ class Driver:
         return [self.apply(op) for op in ops]
 
     def _free(self, rid: str) -> None:
+        if self.offloads and rid in self.running:
+            self._finalize_tails(rid)
         self._call(f"m.free({rid!r})", self.manager.free, rid)
         self.running.discard(rid)
         self.loading.pop(rid, None)
@@ -251,6 +280,8 @@ class Driver:
                           f"{num_valid})")
         self._call(f"m.cache_blocks(views[{rid!r}], {num_valid})", self.manager.cache_blocks,
                    view, num_valid)
+        if self.offloads:  # vLLM caches an arrived load inside schedule(), which drains it
+            self.offloads_pending = True
         if num_valid == view.num_tokens:  # a whole-prompt hit recomputes its last token
             self.views[rid] = replace(view, num_computed_tokens=num_valid - 1)
             self.lines.append(f"views[{rid!r}] = replace(views[{rid!r}], "
@@ -361,6 +392,8 @@ class Driver:
         new_ids = out["new"] = None if new is None else [list(ids) for ids in new]
         if self.fine:
             self.copies_pending = True
+        if self.offloads:
+            self.offloads_pending = True
         if was_running or new_ids is not None:
             # A refused running request's windows may still have moved (0.33: after the
             # external tokens too, which count as computed; 0.10.2 takes them as new tokens).
@@ -395,12 +428,41 @@ class Driver:
     def new_step(self) -> None:
         """A scheduler step starts: ``new_step_starts()`` (a layout with a ``mamba`` group;
         see the module doc)."""
-        if self.copies_pending:
-            self.drain_copies()  # the last step's schedule() ended
+        if self.copies_pending or self.offloads_pending:
+            self.end_schedule()  # the last step's schedule() ended
         self.steps += 1
         if self.step_rids is not None:
             self.step_rids.clear()
         self._call("m.new_step_starts()", self.manager.new_step_starts)
+
+    def end_schedule(self) -> None:
+        """The end of vLLM's ``schedule()``: the boundary-state hand-offs drained, then the
+        copies (its order), then the hand-offs judged (see the module doc)."""
+        offloads: dict[str, list[tuple[int, int, int]]] = {}
+        if self.offloads_pending:
+            self.offloads_pending = False
+            offloads = self._call("m.take_boundary_state_offloads()",
+                                  self.manager.take_boundary_state_offloads)
+            if offloads:
+                self.drained_offloads.append(offloads)
+        # The tables the hand-offs are judged against: before a later op changes them.
+        tables = {rid: self.manager.get_block_ids_per_group(rid)
+                  for rid in offloads if rid in self.running}
+        copies = self.drain_copies() if self.copies_pending else []
+        if offloads:
+            self._law_problems += offload_problems(self.spec, self.written, self.views,
+                                                   self.running, tables, offloads, copies)
+
+    def _finalize_tails(self, rid: str) -> None:
+        """``finalize_partial_tail_offloads(views[rid])`` before ``rid`` is freed, judged."""
+        view = self.views[rid]
+        tails = self._call(f"m.finalize_partial_tail_offloads(views[{rid!r}])",
+                           self.manager.finalize_partial_tail_offloads, view)
+        if tails:
+            self.finalized_tails.append((rid, tails))
+            self._law_problems += tail_problems(self.spec, self.written, view,
+                                                self.manager.get_block_ids_per_group(rid),
+                                                tails)
 
     def drain_copies(self) -> list[tuple[int, int]]:
         """``take_kv_cache_block_copies()`` (fine-grained hits; see the module doc): the
@@ -470,6 +532,21 @@ class Driver:
                 written.write(view, table, start, start + num_new)
                 self.write_log.wrote(rid, tables[g], start, start + num_new, written.block_size,
                                      group=g if null is not None else None, null=null)
+                if g in self.checkpoint_groups:
+                    self._write_checkpoint(view, g, table, start, start + num_new)
+
+    def _write_checkpoint(self, view: RequestView, g: int, table: list[int], start: int,
+                          end: int) -> None:
+        """A Mamba prefill checkpoint (``kvcheck.conformance.mamba_checkpoints``): where the
+        chunk ``[start, end)`` exports one, the block the table holds at its index (not a
+        null, not the last state's) holds the state at the checkpoint position."""
+        found = checkpoint_of(self.spec, g, view, start, end)
+        if found is None:
+            return
+        position, index = found
+        if index < len(table) and table[index] >= 0 and index != (end - 1) // (
+                self.spec.group_block_size(g)):
+            self.written[g].write_state(view, table[index], position)
 
     def _call(self, text: str, fn: Callable[[Unpack[_Args]], _T], *args: Unpack[_Args],
               shown: Callable[[_T], object] | None = None) -> _T:

@@ -37,17 +37,18 @@ _FINE_KINDS = frozenset({"full_attention", "mamba"})
 
 
 def hash_block_size(spec: KVCacheSpec) -> int:
-    """The hash block of ``spec`` as vLLM 0.33 resolves it (``resolve_kv_cache_block_sizes``,
-    no ``prefix_match_unit``): one group's block; with several groups and caching on, the gcd
-    of their block sizes, unless a Mamba group is not in mode "align" (then the scheduler
-    block, their lcm); with caching off the scheduler block."""
+    """The hash block of ``spec`` as vLLM 0.33 resolves it (``resolve_kv_cache_block_sizes``):
+    one group's block; with several groups and caching on, ``prefix_match_unit`` or else the
+    gcd of their block sizes (DCP-scaled: ``group_block_size``), unless a Mamba group is not
+    in mode "align" (then the scheduler block, their lcm); with caching off the scheduler
+    block."""
     sizes = [spec.group_block_size(g) for g in range(len(spec.groups))]
     if len(sizes) == 1:
         return sizes[0]
     if not spec.enable_caching or any(
             g.kind == "mamba" and g.mamba_cache_mode != "align" for g in spec.groups):
         return math.lcm(*sizes)
-    return math.gcd(*sizes)
+    return spec.prefix_match_unit or math.gcd(*sizes)
 
 
 def fine_grained_hits(spec: KVCacheSpec) -> bool:
@@ -57,7 +58,11 @@ def fine_grained_hits(spec: KVCacheSpec) -> bool:
         return False
     hashed = hash_block_size(spec)
     sizes = [spec.group_block_size(g) for g in range(len(spec.groups))]
-    if not any(g.kind == "mamba" and g.mamba_cache_mode == "align" and size > hashed
+    # Under DCP a Mamba block equal to the hash block is enough (vLLM scales the attention
+    # blocks instead: partial_hash_hits_enabled).
+    dcp = spec.dcp_world_size > 1
+    if not any(g.kind == "mamba" and g.mamba_cache_mode == "align"
+               and (size >= hashed if dcp else size > hashed)
                for g, size in zip(spec.groups, sizes, strict=True)):
         return False
     return all(g.kind in _FINE_KINDS or size == hashed

@@ -581,6 +581,75 @@ class GuardedManager(_Guard):
                             "them group by group, in group order")
         return pairs
 
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """``take_boundary_state_offloads()`` (``SupportsBoundaryStateOffloads``) checked
+        for shape: ``{request_id: [(group_id, block_id, boundary_tokens), ...]}`` with a
+        group index of the spec, a block id in ``[0, num_blocks)`` (none reserved) and a
+        positive token count. An adapter without the method hands nothing off: ``{}``. What
+        the hand-offs must hold is a law (``kvcheck.conformance.boundary_offloads``)."""
+        __tracebackhide__ = True
+        fn: Callable[[], object] | None = getattr(self._raw, "take_boundary_state_offloads",
+                                                  None)
+        if fn is None:
+            return {}
+        self._ops += 1
+        value = self._raising("take_boundary_state_offloads", fn)
+        method = "take_boundary_state_offloads"
+        if type(value) is not dict:
+            self._violation(method, (), value, "must be a dict {request_id: [(group_id, "
+                            "block_id, boundary_tokens), ...]}")
+        out: dict[str, list[tuple[int, int, int]]] = {}
+        for rid, entries in cast("dict[object, object]", value).items():
+            if type(rid) is not str:
+                self._violation(method, (), value, f"key {abbreviate(rid, 40)} is not a "
+                                "request id (str)")
+            out[rid] = self._offload_entries(method, (), value, entries)
+        return out
+
+    def finalize_partial_tail_offloads(self, request: RequestView,
+                                       ) -> list[tuple[int, int, int]]:
+        """``finalize_partial_tail_offloads(request)`` (``SupportsBoundaryStateOffloads``)
+        checked for shape: a list of ``(group_id, block_id, boundary_tokens)``, at most one
+        per group. An adapter without the method has no partial tails: ``[]``."""
+        __tracebackhide__ = True
+        fn: Callable[[RequestView], object] | None = getattr(
+            self._raw, "finalize_partial_tail_offloads", None)
+        if fn is None:
+            return []
+        self._ops += 1
+        value = self._raising("finalize_partial_tail_offloads", fn, request)
+        method, args = "finalize_partial_tail_offloads", (request,)
+        entries = self._offload_entries(method, args, value, value)
+        twice = _duplicates([g for g, _, _ in entries])
+        if twice:
+            self._violation(method, args, value, f"group {twice[0]} hands off two partial "
+                            "tails: a request keys at most one per group")
+        return entries
+
+    def _offload_entries(self, method: str, args: tuple[object, ...], value: object,
+                         entries: object) -> list[tuple[int, int, int]]:
+        """``entries`` checked as a list of ``(group_id, block_id, boundary_tokens)``."""
+        __tracebackhide__ = True
+        if type(entries) is not list and type(entries) is not tuple:
+            self._violation(method, args, value, f"{abbreviate(entries, 40)} is not a list of "
+                            "(group_id, block_id, boundary_tokens) triples")
+        self._too_long(method, args, value, entries, "the hand-offs", self._n,
+                       f"num_blocks={self._n} (one per block at most)")
+        groups = len(self._spec.groups)
+        out: list[tuple[int, int, int]] = []
+        for entry in cast("list[object]", entries):
+            if ((type(entry) is not list and type(entry) is not tuple) or len(entry) != 3
+                    or any(type(x) is not int for x in entry)
+                    or not 0 <= entry[0] < groups or not 0 <= entry[1] < self._n
+                    or entry[1] in self._reserved or entry[2] <= 0):
+                self._violation(method, args, value,
+                                f"{abbreviate(entry, 40)} is not a (group_id, block_id, "
+                                f"boundary_tokens) triple: a group index in [0, {groups}), a "
+                                f"block id in [0, num_blocks={self._n}) not reserved, a "
+                                "positive token count")
+            out.append((int(entry[0]), int(entry[1]), int(entry[2])))
+        return out
+
     def release_computed(self, request_id: str) -> None:
         fn: Callable[[str], None] = self._raw.release_computed
         self._ops += 1

@@ -37,8 +37,9 @@ skipped(start) // block_size`` (``skipped``: ``max(0, n - w + 1)`` for a window 
   the guard accepted as rebound to an identical block released its old block (held by another
   request, or free);
 * hit caps: ``get_computed_blocks`` returns whole blocks covering exactly the hit tokens in
-  every group (nulls included), at most ``num_tokens - 1`` tokens; its nulls obey the window
-  law for the hit length;
+  every group (nulls included), at most ``num_tokens - 1`` tokens; with EAGLE
+  (``KVCacheSpec.use_eagle``) at most ``num_tokens // H * H - H`` (``H`` the hash block: the
+  hit drops its last block); its nulls obey the window law for the hit length;
 * hit correctness: every live block ``get_computed_blocks`` returns at index ``i`` of a group
   holds exactly the request's tokens ``[0, (i + 1) * block_size)`` under the same LoRA / salt
   / multimodal context. ``WrittenBlocks`` (``kvcheck.conformance.written``, one per group) is
@@ -63,6 +64,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvcheck.conformance.cache_refs import ref_count_problems
+from kvcheck.conformance.fine_grained import hash_block_size
 from kvcheck.conformance.groups import NULL_BLOCK, null_floor, null_of, window_slack
 from kvcheck.conformance.pinning import ledger_of
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
@@ -337,6 +339,8 @@ def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: Reques
         cap.append(f"hit cap: get_computed_blocks({rid!r}) hit {num_hit} tokens of a "
                    f"{view.num_tokens}-token request; at most num_tokens - 1 = "
                    f"{view.num_tokens - 1} (the last token is always recomputed)")
+    if not cap and spec.use_eagle:
+        cap += _eagle_cap(spec, rid, view.num_tokens, num_hit)
     if grouped:
         problems += cap
     if fine_hash and num_hit % fine_hash:
@@ -382,6 +386,24 @@ def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: Reques
                                 f"{(index + 1) * bs - 1}): {problem}")
                 break  # later blocks of a wrong chain say nothing new
     return problems
+
+
+def _eagle_cap(spec: KVCacheSpec, rid: str, num_tokens: int, num_hit: int) -> list[str]:
+    """EAGLE's hit cap (``KVCacheSpec.use_eagle``): a hit drops the last block its search
+    matched, at least one hash block, and the search never reads past the request's hashed
+    tokens, so a hit is at most ``num_tokens // H * H - H`` tokens (``H``: the hash block).
+    Only where some group drops (full attention or a sliding window; a Mamba group's search
+    never drops)."""
+    if not any(g.kind in ("full_attention", "sliding_window") for g in spec.groups):
+        return []
+    hashed = hash_block_size(spec)
+    most = max(0, num_tokens // hashed * hashed - hashed)
+    if num_hit <= most:
+        return []
+    return [(f"EAGLE hit cap: get_computed_blocks({rid!r}) hit {num_hit} tokens of a "
+             f"{num_tokens}-token request with use_eagle; a hit drops its last block (at "
+             f"least one hash block of {hashed} tokens) of what the request's hashed tokens "
+             f"match, so at most {most} (docs/semantics.md#prefix-cache-hits)")]
 
 
 def _hit_nulls(spec: KVCacheSpec, rid: str, g: int, ids: Sequence[int],

@@ -24,11 +24,16 @@ tokens.
 Layouts with a ``mamba`` group (state-space models) are drawn in a quarter of the draws where
 the kind is declared: with caching on (vLLM 0.33 only) mode "align" at the layout's smallest
 block size, with caching off (both releases) mode "none"; one speculative block in every
-other draw, no retention interval. For an implementation declaring ``fine_grained_hits``
+other draw, no retention interval (but with checkpoints, below). For an
+implementation declaring ``fine_grained_hits``
 (``fine_grained=True``) the caching-on Mamba table also lists layouts with a Mamba group
 larger than the hash block, where vLLM 0.33 has fine-grained partial hits
 (``kvcheck.conformance.fine_grained``), and one where a sliding window keeps them off:
-appended, so the draws of an implementation not declaring it are unchanged.
+appended, so the draws of an implementation not declaring it are unchanged. For an
+implementation declaring ``mamba_checkpoints`` (``checkpoints=True``) half the caching-on
+Mamba draws give the Mamba groups prefill checkpoint blocks and draw a retention interval
+(sparse Mamba retention; ``kvcheck.conformance.mamba_checkpoints``): the same tables, so the
+draws of an implementation not declaring it are unchanged.
 
 Only kinds both sides declare are drawn (``declared_kinds``, ``KIND_CAPABILITIES``). vLLM
 0.10.2 crashes when events are on for a chunked-local group or a window ``w - 1 < bs``
@@ -43,8 +48,8 @@ from collections.abc import Iterable
 
 from kvcheck.conformance.protocol import KIND_CAPABILITIES, KVCacheGroupSpec
 
-__all__ = ["WINDOWS", "declared_kinds", "events_crash", "has_cross_attention",
-           "hybrid_layouts", "layout_for"]
+__all__ = ["KNOBS", "WINDOWS", "declared_kinds", "events_crash", "has_cross_attention",
+           "hybrid_layouts", "knobs_for", "layout_for"]
 
 #: Sliding windows drawn (tokens).
 WINDOWS: tuple[int, ...] = (4, 2, 3, 5, 8, 16, 32)
@@ -136,6 +141,17 @@ _FINE_LAYOUTS: tuple[_Layout, ...] = (
     ((_F, 1), (_S, 1), (_M, 2)),
     ((_F, 1), (_S, 2), (_M, 2)),
 )
+# Boundary-state hand-offs (vLLM 0.33, capability ``boundary_state_offloads``): two Mamba
+# "align" groups, whose hand-offs come group by group. Appended after the tables above for an
+# implementation declaring the capability (``offloads``): the other draws stay where they were;
+# the second one (a Mamba group larger than the hash block: fine-grained hits, copies of both
+# groups) only where ``fine_grained`` holds too.
+_OFFLOAD_LAYOUTS: tuple[_Layout, ...] = (
+    ((_M, 1), (_F, 1), (_M, 1)),
+)
+_OFFLOAD_FINE_LAYOUTS: tuple[_Layout, ...] = (
+    ((_F, 1), (_M, 2), (_M, 3)),
+)
 # Prefix caching off (both releases, mode "none"; 0.10.2 runs Mamba models only so): any block
 # sizes. Drawn in a quarter of the caching-off draws (draw % 4 == 2: not the encoder-decoder
 # ones).
@@ -156,6 +172,7 @@ def hybrid_layouts(profile: str, kinds: Iterable[str]) -> tuple[_Layout, ...]:
 
 def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
                scale: int = 1, *, enable_caching: bool = True, fine_grained: bool = False,
+               offloads: bool = False, checkpoints: bool = False,
                ) -> tuple[tuple[KVCacheGroupSpec, ...], int | None]:
     """The groups and retention interval of draw number ``draw`` (any int >= 0); sliding
     windows are ``scale`` times ``WINDOWS`` (the machine's ``workload_scale``: at a declared
@@ -163,10 +180,13 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
     draw is an encoder-decoder layout where ``cross_attention`` is among ``kinds``; where
     ``mamba`` is, a quarter of the draws are Mamba layouts (``_mamba_layouts``; with
     ``fine_grained``, both sides declaring ``fine_grained_hits``, fine-grained ones among
-    them)."""
+    them; with ``offloads``, both sides declaring ``boundary_state_offloads``, layouts of
+    two Mamba groups after them; with ``checkpoints``, both sides declaring
+    ``mamba_checkpoints``, half the caching-on Mamba layouts get prefill checkpoint blocks
+    and a retention interval, ``_checkpoint_fields``)."""
     kinds = tuple(kinds)
     layouts = hybrid_layouts(profile, kinds)
-    mamba = _mamba_layouts(profile, kinds, enable_caching, draw, fine_grained)
+    mamba = _mamba_layouts(profile, kinds, enable_caching, draw, fine_grained, offloads)
     if mamba:
         layouts = mamba
         draw //= 4
@@ -176,6 +196,13 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
         draw //= 2
     layout = layouts[draw % len(layouts)]
     draw //= len(layouts)
+    # Prefill checkpoint blocks and sparse retention (vLLM 0.33, ``checkpoints``: both sides
+    # declare ``mamba_checkpoints``): the caching-on Mamba layouts in half the draws, by the
+    # parity of what is left of the draw and of the block size's bit length (a pool size
+    # reaches a layout in few draws; the block sizes vary them).
+    checkpointed = (checkpoints and bool(mamba) and enable_caching
+                    and (draw + block_size.bit_length()) % 2 == 1)
+    ckpt_blocks, ckpt_alignment = _checkpoint_fields(checkpointed, draw, block_size)
     groups = []
     for i, (kind, mult) in enumerate(layout):
         bs = block_size * mult
@@ -194,7 +221,9 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
             # "align" with caching on, "none" off; one speculative block in every other draw.
             groups.append(KVCacheGroupSpec(kind, bs,
                                            mamba_cache_mode="align" if enable_caching else "none",
-                                           num_speculative_blocks=(draw + i) % 2))
+                                           num_speculative_blocks=(draw + i) % 2,
+                                           num_prefill_checkpoint_blocks=ckpt_blocks,
+                                           prefill_checkpoint_alignment=ckpt_alignment))
         else:
             groups.append(KVCacheGroupSpec(kind, bs))
     # 0.33's prefix_cache_retention_interval: None, 0, or (with a sliding group) a multiple of
@@ -202,7 +231,11 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
     choice = (draw + 1) % 4
     has_swa = any(kind == _S for kind, _ in layout)
     retention: int | None = None
-    if mamba:  # 0.33's sparse Mamba retention is not modelled
+    if checkpointed:  # sparse Mamba retention: None, 0, one or two scheduler blocks
+        scheduler = math.lcm(*(g.block_size or block_size for g in groups))
+        variant = draw // 2 + block_size.bit_length() // 2
+        return tuple(groups), (None, 0, scheduler, 2 * scheduler)[variant % 4]
+    if mamba:  # the Mamba layouts drawn before checkpoints were: no retention interval
         return tuple(groups), None
     if profile != "vllm-0.10" and choice and (choice == 1 or has_swa):
         retention = 0 if choice == 1 else math.lcm(*(g.block_size or block_size
@@ -210,16 +243,31 @@ def layout_for(profile: str, kinds: Iterable[str], block_size: int, draw: int,
     return tuple(groups), retention
 
 
+def _checkpoint_fields(checkpointed: bool, draw: int, block_size: int) -> tuple[int, int | None]:
+    """A checkpoint layout's Mamba ``(num_prefill_checkpoint_blocks,
+    prefill_checkpoint_alignment)`` (``(0, None)`` elsewhere): one checkpoint block in four
+    variants of five (none in the fifth: sparse retention alone), aligned on 1, the layout's
+    smallest block or twice it. The variant mixes in the block size: a pool size reaches a
+    layout of this table in few draws, the block sizes vary them."""
+    if not checkpointed:
+        return 0, None
+    variant = draw + block_size.bit_length() // 2
+    return int(variant % 5 != 4), (1, block_size, 2 * block_size)[(variant + variant // 3) % 3]
+
+
 def _mamba_layouts(profile: str, kinds: tuple[str, ...], enable_caching: bool,
-                   draw: int, fine_grained: bool = False) -> tuple[_Layout, ...]:
+                   draw: int, fine_grained: bool = False,
+                   offloads: bool = False) -> tuple[_Layout, ...]:
     """The Mamba layouts draw number ``draw`` picks from (none: draw from the other tables):
     a quarter of the draws where ``mamba`` is among ``kinds``, caching on only under vLLM
     0.33 (0.10.2 runs Mamba models with caching off); the fine-grained layouts appended
-    with ``fine_grained``."""
+    with ``fine_grained``, then the two-Mamba-group ones with ``offloads``."""
     if _M not in kinds:
         return ()
     if enable_caching:
         on = _MAMBA_LAYOUTS_ON + (_FINE_LAYOUTS if fine_grained else ())
+        if offloads:
+            on += _OFFLOAD_LAYOUTS + (_OFFLOAD_FINE_LAYOUTS if fine_grained else ())
         table = on if profile != "vllm-0.10" and draw % 4 == 3 else ()
     else:
         table = _MAMBA_LAYOUTS_OFF if draw % 4 == 2 else ()
@@ -247,3 +295,56 @@ def has_cross_attention(groups: Iterable[KVCacheGroupSpec]) -> bool:
     """Whether ``groups`` are an encoder-decoder model's (a ``cross_attention`` group): vLLM
     runs those with prefix caching off."""
     return any(g.kind == _X for g in groups)
+
+
+#: Capabilities for the manager's configuration knobs ``knobs_for`` draws (the spec's
+#: ``dcp_world_size`` and ``prefix_match_unit``).
+KNOBS: tuple[str, ...] = ("dcp", "prefix_match_unit")
+
+# Decode context parallelism with prefix caching on, where vLLM allows it: one full-attention
+# group (0.10.2 asserts one group, and its and 0.33's window and chunk managers assert DCP 1 at
+# a lookup), or 0.33's hybrid layouts of full attention only (its HybridKVCacheCoordinator
+# asserts every group full attention or Mamba; Mamba with DCP and caching on is not modelled).
+_DCP_LAYOUTS_ON_010: tuple[_Layout, ...] = (((_F, 1),),)
+_DCP_LAYOUTS_ON_033: tuple[_Layout, ...] = (
+    ((_F, 1),),
+    ((_F, 1), (_F, 2)),
+    ((_F, 2), (_F, 1), (_F, 1)),
+)
+#: DCP world sizes drawn.
+_DCP_SIZES: tuple[int, ...] = (2, 4)
+
+
+def knobs_for(profile: str, groups: tuple[KVCacheGroupSpec, ...], block_size: int, draw: int,
+              *, enable_caching: bool, knobs: Iterable[str],
+              ) -> tuple[tuple[KVCacheGroupSpec, ...], int, int | None] | None:
+    """The knobs of draw number ``draw`` for an implementation declaring ``knobs`` (``KNOBS``
+    both sides declare), or None (most draws, and every draw without them: the layout of
+    ``layout_for`` as it is). Else ``(groups, dcp_world_size, prefix_match_unit)``, in one
+    draw of three each where declared:
+
+    * ``dcp``: world size 2 or 4; with caching off on the drawn layout (any groups: vLLM's
+      no-prefix-cache coordinator; not a Mamba one under 0.10.2, not modelled), with caching
+      on on a layout of ``_DCP_LAYOUTS_ON_*`` (no retention interval then: no window);
+    * ``prefix_match_unit`` (0.33, caching on, several groups): a proper divisor of the gcd
+      of the group block sizes (the gcd when it is 1), so hashes are finer than the default;
+      beside a Mamba group only with ``fine_grained_hits`` among ``knobs`` (a Mamba block
+      then exceeds the hash block: fine-grained partial hits).
+    """
+    wanted = set(knobs)
+    slot = (draw // 5) % 3
+    if slot == 1 and "dcp" in wanted and not (profile == "vllm-0.10"
+                                              and any(g.kind == _M for g in groups)):
+        dcp = _DCP_SIZES[(draw // 15) % len(_DCP_SIZES)]
+        if enable_caching:
+            table = _DCP_LAYOUTS_ON_010 if profile == "vllm-0.10" else _DCP_LAYOUTS_ON_033
+            layout = table[(draw // 30) % len(table)]
+            groups = tuple(KVCacheGroupSpec(kind, block_size * mult) for kind, mult in layout)
+        return groups, dcp, None
+    if (slot == 2 and "prefix_match_unit" in wanted and profile != "vllm-0.10"
+            and enable_caching and len(groups) > 1
+            and ("fine_grained_hits" in wanted or all(g.kind != _M for g in groups))):
+        gcd = math.gcd(*(g.block_size or block_size for g in groups))
+        units = [d for d in range(1, gcd) if gcd % d == 0] or [gcd]
+        return groups, 1, units[(draw // 15) % len(units)]
+    return None

@@ -377,6 +377,11 @@ _CAPABILITY_NEEDS: dict[str, tuple[str, ...]] = {
     "cross_attention": ("kv_cache_groups",),
     "mamba": ("kv_cache_groups",),
     "fine_grained_hits": ("mamba",),
+    "mamba_checkpoints": ("mamba",),
+    "boundary_state_offloads": ("mamba",),
+    "dcp": ("kv_cache_groups",),
+    "prefix_match_unit": ("kv_cache_groups",),
+    "eagle": ("manager",),
     "kv_cache_groups": ("manager", "indexer"),
     "pinning_lookup": ("manager",),
     "replay": ("indexer",),
@@ -571,6 +576,20 @@ def load_impl(target: str, *, call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
                 (f"implement {missing}(self) -> list[tuple[int, int]] (the (src, dst) copies "
                  "made since the last call, their retained blocks released) or remove "
                  "'fine_grained_hits' from IMPL_INFO.capabilities")))
+        if "boundary_state_offloads" in caps and info.profile == "vllm-0.33":
+            # The driver drains the hand-offs where vLLM 0.33's schedule() does and asks a
+            # finishing request's partial tail (kvcheck.conformance.boundary_offloads).
+            _require_callables(target, probe, ("take_boundary_state_offloads",
+                                               "finalize_partial_tail_offloads"),
+                               lambda missing: (
+                (f"capability 'boundary_state_offloads' is declared under profile vllm-0.33 "
+                 f"but the manager ({type(probe).__name__}) lacks {missing}() "
+                 "(SupportsBoundaryStateOffloads: vLLM 0.33's scheduler drains the Mamba "
+                 "'align' boundary-state hand-offs for a KV connector in every schedule())"),
+                (f"implement {missing} (take_boundary_state_offloads(self) -> dict[str, "
+                 "list[tuple[int, int, int]]], finalize_partial_tail_offloads(self, request) "
+                 "-> list[tuple[int, int, int]]) or remove 'boundary_state_offloads' from "
+                 "IMPL_INFO.capabilities")))
     pool_factory = getattr(module, "make_block_pool", None)
     if "block_pool" in info.capabilities:
         if pool_factory is None:

@@ -53,6 +53,7 @@ __all__ = [
     "SupportsBatchMetadata",
     "SupportsBlockCopies",
     "SupportsBlockHashes",
+    "SupportsBoundaryStateOffloads",
     "SupportsEventWire",
     "SupportsEvents",
     "SupportsEvictBlocks",
@@ -114,6 +115,27 @@ CAPABILITIES: dict[str, str] = {
                          "redirected to a private copy-on-write block; "
                          "manager.take_kv_cache_block_copies() drains the copies (required "
                          "under vllm-0.33, see SupportsBlockCopies)",
+    "mamba_checkpoints": "vLLM 0.33's Mamba prefill checkpoint blocks and sparse Mamba "
+                         "retention (needs 'mamba'): mamba groups with "
+                         "num_prefill_checkpoint_blocks / prefill_checkpoint_alignment, and "
+                         "prefix_cache_retention_interval beside a mamba group "
+                         "(docs/semantics.md#mamba-prefill-checkpoints)",
+    "boundary_state_offloads": "vLLM 0.33's boundary-state hand-offs for a KV connector "
+                               "(needs 'mamba'): a Mamba 'align' group's keyed state blocks "
+                               "and a producer's partial-tail copy, drained by "
+                               "manager.take_boundary_state_offloads(), a finishing "
+                               "producer's tail by manager.finalize_partial_tail_offloads("
+                               "request) (required under vllm-0.33, see "
+                               "SupportsBoundaryStateOffloads)",
+    "dcp": "specs with dcp_world_size > 1 (decode context parallelism, with kv_cache_groups): "
+           "a sharded group's block covers block_size * dcp_world_size tokens of a request "
+           "for allocation, hashing and hits (KVCacheSpec.group_block_size)",
+    "prefix_match_unit": "specs with prefix_match_unit (vLLM 0.33, with kv_cache_groups): "
+                         "the hash block of several groups with caching on; a unit vLLM "
+                         "rejects is refused (UnsupportedSpec or a misuse error)",
+    "eagle": "specs with use_eagle=True (EAGLE/MTP speculative decoding, vLLM's "
+             "KVCacheManager(use_eagle=True)): a prefix-cache hit drops its last block in "
+             "every group (a sliding window needs one more contiguous block first)",
     "sizing": "module-level KV-cache sizing functions (see kvcheck.conformance.sizing_protocol)",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
@@ -213,6 +235,14 @@ class KVCacheGroupSpec:
             state at each block end is kept and cached). ``MAMBA_CACHE_MODES``.
         num_speculative_blocks: ``mamba`` groups only: extra state blocks per request for
             speculative decoding (vLLM's ``MambaSpec.num_speculative_blocks``), 0 by default.
+        num_prefill_checkpoint_blocks: ``mamba`` groups only (capability
+            ``mamba_checkpoints``, vLLM 0.33's ``MambaSpec`` field): above 0, an "align"
+            prefill chunk may also export the state at its checkpoint position into one more
+            block (docs/semantics.md#mamba-prefill-checkpoints); 0 by default.
+        prefill_checkpoint_alignment: ``mamba`` groups only (capability
+            ``mamba_checkpoints``, vLLM 0.33's ``MambaSpec`` field): the token grid, from the
+            chunk start, a checkpoint must be on (an int >= 1); None (the default): the
+            backend exports no checkpoint.
     """
 
     kind: str = "full_attention"
@@ -221,6 +251,8 @@ class KVCacheGroupSpec:
     attention_chunk_size: int | None = None
     mamba_cache_mode: str | None = None
     num_speculative_blocks: int = 0
+    num_prefill_checkpoint_blocks: int = 0
+    prefill_checkpoint_alignment: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +279,18 @@ class KVCacheSpec:
         prefix_cache_retention_interval: vLLM 0.33's ``KVCacheConfig`` field of that name
             (None: every block of a sliding-window group is cached; 0: only the blocks that
             end at the prompt's last aligned boundary). Ignored by ``vllm-0.10``.
+        dcp_world_size: decode context parallelism (capability ``dcp``, with
+            ``kv_cache_groups``): vLLM's ``KVCacheManager(dcp_world_size=W)``. Block sizes
+            stay per rank; a sharded group's block covers ``W`` times as many tokens of the
+            request (``group_block_size``), as the block tables of ``build_batch`` do.
+        prefix_match_unit: vLLM 0.33's ``CacheConfig.prefix_match_unit`` (capability
+            ``prefix_match_unit``, with ``kv_cache_groups``): hashes every this many tokens
+            with several groups and caching on (None: the gcd of the group block sizes).
+        use_eagle: EAGLE/MTP speculative decoding (capability ``eagle``): vLLM's
+            ``KVCacheManager(use_eagle=True)``. A hit drops its last block (0.33: one hit
+            alignment unit) in every group, so the drafting head's hidden state is recomputed
+            (docs/semantics.md#prefix-cache-hits); an implementation refuses it with chunked
+            local attention and caching on, as vLLM asserts.
     """
 
     num_blocks: int
@@ -259,6 +303,9 @@ class KVCacheSpec:
     profile: str = "vllm-0.33"
     kv_cache_groups: tuple[KVCacheGroupSpec, ...] = ()
     prefix_cache_retention_interval: int | None = None
+    dcp_world_size: int = 1
+    prefix_match_unit: int | None = None
+    use_eagle: bool = False
 
     def __post_init__(self) -> None:
         # Immutable all the way down: a list of groups given here becomes a tuple, so no
@@ -272,10 +319,21 @@ class KVCacheSpec:
         """The effective groups: ``kv_cache_groups``, or one full-attention group."""
         return self.kv_cache_groups or (KVCacheGroupSpec("full_attention", self.block_size),)
 
-    def group_block_size(self, group: int) -> int:
-        """Tokens per block of group ``group``."""
+    def group_spec_block_size(self, group: int) -> int:
+        """Group ``group``'s own block size (per rank: vLLM's ``kv_cache_spec.block_size``)."""
         size = self.groups[group].block_size
         return self.block_size if size is None else size
+
+    def group_block_size(self, group: int) -> int:
+        """Tokens of a request per block of group ``group`` (vLLM's per-group manager's
+        ``block_size``): its own size, times ``dcp_world_size`` where DCP shards the group
+        (``dcp_sharded``: every kind under ``vllm-0.10``, every kind but ``mamba`` else)."""
+        size = self.groups[group].block_size
+        size = self.block_size if size is None else size
+        if self.dcp_world_size != 1 and (self.profile == "vllm-0.10"
+                                         or self.groups[group].kind != "mamba"):
+            return size * self.dcp_world_size
+        return size
 
 
 class KVCacheSpecOptions(TypedDict, total=False):
@@ -288,6 +346,9 @@ class KVCacheSpecOptions(TypedDict, total=False):
     max_model_len: int | None
     kv_cache_groups: tuple[KVCacheGroupSpec, ...]
     prefix_cache_retention_interval: int | None
+    dcp_world_size: int
+    prefix_match_unit: int | None
+    use_eagle: bool
 
 
 class _KVCacheSpecSizes(TypedDict):
@@ -369,9 +430,10 @@ class ImplInfo:
 
     def supports(self, spec: KVCacheSpec) -> bool:
         """Whether ``spec``'s block sizes (every KV-cache group's, for a multi-group spec) and
-        pool size are within the declared limits."""
+        pool size are within the declared limits (a group's own size: per rank under DCP)."""
         if self.block_sizes is not None and not all(
-                spec.group_block_size(g) in self.block_sizes for g in range(len(spec.groups))):
+                spec.group_spec_block_size(g) in self.block_sizes
+                for g in range(len(spec.groups))):
             return False
         if self.num_blocks_range is not None:
             low, high = self.num_blocks_range
@@ -403,11 +465,17 @@ def effective_capabilities(info: ImplInfo, profile: str) -> frozenset[str]:
 
 def group_capabilities(spec: KVCacheSpec) -> frozenset[str]:
     """The capabilities a multi-group ``spec`` needs (``kv_cache_groups`` and one per group
-    kind, ``KIND_CAPABILITIES``); none for a single-group spec."""
+    kind, ``KIND_CAPABILITIES``; ``mamba_checkpoints`` for a Mamba group's prefill checkpoint
+    fields or a retention interval beside one); none for a single-group spec."""
     if not spec.kv_cache_groups:
         return frozenset()
-    return frozenset({"kv_cache_groups"} | {KIND_CAPABILITIES.get(g.kind, g.kind)
-                                            for g in spec.kv_cache_groups})
+    caps = {"kv_cache_groups"} | {KIND_CAPABILITIES.get(g.kind, g.kind)
+                                  for g in spec.kv_cache_groups}
+    if "mamba" in caps and (spec.prefix_cache_retention_interval is not None or any(
+            g.num_prefill_checkpoint_blocks or g.prefill_checkpoint_alignment is not None
+            for g in spec.kv_cache_groups)):
+        caps.add("mamba_checkpoints")
+    return frozenset(caps)
 
 
 def reserved_block_ids(info: ImplInfo, profile: str) -> tuple[int, ...]:
@@ -421,10 +489,14 @@ def reserved_block_ids(info: ImplInfo, profile: str) -> tuple[int, ...]:
 def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
     """``spec`` as JSON-able primitives (traces, repro snippets). The hybrid fields are left
     out while they hold their defaults, so single-group traces read as they always did, and so
-    are a group's Mamba fields (``mamba_cache_mode``, ``num_speculative_blocks``)."""
+    are a group's Mamba fields (``mamba_cache_mode``, ``num_speculative_blocks``,
+    ``num_prefill_checkpoint_blocks``, ``prefill_checkpoint_alignment``) and
+    ``dcp_world_size`` / ``prefix_match_unit`` / ``use_eagle`` (an engine that predates
+    them never sees them)."""
     raw: dict[str, object] = {
         f: getattr(spec, f) for f in KVCacheSpec.__dataclass_fields__
-        if f not in ("kv_cache_groups", "prefix_cache_retention_interval")}
+        if f not in ("kv_cache_groups", "prefix_cache_retention_interval", "dcp_world_size",
+                     "prefix_match_unit", "use_eagle")}
     if spec.kv_cache_groups:
         raw["kv_cache_groups"] = [
             {f: getattr(g, f) for f in KVCacheGroupSpec.__dataclass_fields__
@@ -432,11 +504,19 @@ def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
             for g in spec.kv_cache_groups]
     if spec.prefix_cache_retention_interval is not None:
         raw["prefix_cache_retention_interval"] = spec.prefix_cache_retention_interval
+    if spec.dcp_world_size != 1:
+        raw["dcp_world_size"] = spec.dcp_world_size
+    if spec.prefix_match_unit is not None:
+        raw["prefix_match_unit"] = spec.prefix_match_unit
+    if spec.use_eagle:
+        raw["use_eagle"] = True
     return raw
 
 
 #: A group's Mamba fields and their defaults (left out of ``spec_to_dict`` at them).
-_MAMBA_FIELDS: dict[str, object] = {"mamba_cache_mode": None, "num_speculative_blocks": 0}
+_MAMBA_FIELDS: dict[str, object] = {"mamba_cache_mode": None, "num_speculative_blocks": 0,
+                                    "num_prefill_checkpoint_blocks": 0,
+                                    "prefill_checkpoint_alignment": None}
 
 
 # Any: decoded JSON in spec_to_dict's form, given to the constructors as it is (a wrong or
@@ -753,6 +833,37 @@ class SupportsBlockCopies(Protocol):
 
 
 @runtime_checkable
+class SupportsBoundaryStateOffloads(Protocol):
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """Capability ``boundary_state_offloads`` (vLLM 0.33's ``KVCacheManager.
+        take_boundary_state_offloads``). Drains the hand-offs made since the last call as
+        ``{request_id: [(group_id, block_id, boundary_tokens), ...]}``: requests in the order
+        of their first hand-off, each request's in the order made (groups in order). Only a
+        Mamba "align" group makes them: each state block ``cache_blocks`` keys (a full block
+        at index ``i``: ``boundary_tokens = (i + 1) * block_size``) and, with fine-grained
+        hits, the copy-on-write copy of a running request's own partial tail (its key's
+        boundary, the prompt's last hash boundary). A request freed before the drain loses
+        its hand-offs. ``{}`` when there are none.
+
+        The driver calls it where vLLM's ``schedule()`` does, just before
+        ``take_kv_cache_block_copies`` (``kvcheck.conformance.driver``). Optional on the
+        wire (answered ``{}`` when absent)."""
+        ...
+
+    def finalize_partial_tail_offloads(self, request: RequestView,
+                                       ) -> list[tuple[int, int, int]]:
+        """Capability ``boundary_state_offloads`` (vLLM 0.33's ``KVCacheManager.
+        finalize_partial_tail_offloads``, called by its scheduler for a KV producer whose
+        request finishes, before it is freed): per Mamba "align" group that keyed
+        ``request``'s own partial tail and has not copied it yet, ``(group_id, block_id,
+        boundary_tokens)`` of its table block when ``request.num_computed_tokens`` equals
+        ``boundary_tokens`` (no later token computed into it); ``[]`` otherwise. Consumes
+        the tail either way. The driver calls it before each ``free``. Optional on the wire
+        (answered ``[]`` when absent)."""
+        ...
+
+
+@runtime_checkable
 class SupportsInvariants(Protocol):
     def check_invariants(self) -> None: ...
 
@@ -769,7 +880,7 @@ class ManagerWithCapabilities(
     KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
     SupportsBlockHashes, SupportsEvents, SupportsEventWire, SupportsSlotMapping, SupportsInvariants,
     SupportsBatchMetadata, SupportsReleaseComputed, SupportsExternalKV, SupportsEvictBlocks,
-    SupportsNewStep, SupportsBlockCopies, Protocol,
+    SupportsNewStep, SupportsBlockCopies, SupportsBoundaryStateOffloads, Protocol,
 ):
     """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
     manager-level method; a test calls a capability's methods only when the implementation

@@ -38,8 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kvcheck.conformance.boundary_offloads import CAPABILITY as OFFLOADS
 from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
 from kvcheck.conformance.groups import NULL_BLOCK
+from kvcheck.conformance.hybrid_boundary_offloads import MISSING_010 as OFFLOADS_MISSING_010
+from kvcheck.conformance.hybrid_boundary_offloads import OFFLOAD_SCENARIOS, OffloadScenario
 from kvcheck.conformance.hybrid_cross_attention import (
     CROSS_ATTENTION_SCENARIOS,
     NO_CALL,
@@ -52,14 +55,28 @@ from kvcheck.conformance.hybrid_fine_grained import (
 )
 from kvcheck.conformance.hybrid_fixed_point import FIXED_POINT_SCENARIOS, FixedPointScenario
 from kvcheck.conformance.hybrid_golden import SCENARIOS, scenario
+from kvcheck.conformance.hybrid_knobs import (
+    KNOB_REFUSALS,
+    KNOB_SCENARIOS,
+    KnobRefusal,
+    KnobScenario,
+    knob_spec,
+)
 from kvcheck.conformance.hybrid_mamba import MAMBA_SCENARIOS, MambaScenario
+from kvcheck.conformance.hybrid_mamba_checkpoints import (
+    CHECKPOINT_SCENARIOS,
+    CheckpointScenario,
+)
+from kvcheck.conformance.hybrid_mamba_checkpoints import MISSING_010 as CHECKPOINTS_MISSING_010
 from kvcheck.conformance.hybrid_partial_keys import (
     PARTIAL_KEY_SCENARIOS,
     PartialKeyScenario,
     show_events,
 )
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
-from kvcheck.conformance.layouts import declared_kinds
+from kvcheck.conformance.laws import check_laws
+from kvcheck.conformance.layouts import KNOBS, declared_kinds
+from kvcheck.conformance.mamba_checkpoints import CAPABILITY as CHECKPOINTS
 from kvcheck.conformance.ops import add, decode, free, schedule
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
 from kvcheck.conformance.pinning import release_after_lookup
@@ -123,7 +140,11 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
 
     run_workload_machine(laws_only, kv_settings, kv_seed, extras=extra_key_kinds(caps),
                          events=False, impl=kv_impl, profile=kv_profile, random_roots=True,
-                         group_kinds=declared_kinds(caps), fine_grained=kv_impl.has(FINE_GRAINED))
+                         group_kinds=declared_kinds(caps), fine_grained=kv_impl.has(FINE_GRAINED),
+                         offloads=kv_impl.has(OFFLOADS),
+                         checkpoints=kv_impl.has(CHECKPOINTS),
+                         eagle=kv_impl.has("eagle"),
+                         knobs=[k for k in (*KNOBS, FINE_GRAINED) if kv_impl.has(k)])
 
 
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
@@ -141,7 +162,12 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
                          group_kinds=kinds, fine_grained=(kv_impl.has(FINE_GRAINED)
-                                                          and kv_oracle.has(FINE_GRAINED)))
+                                                          and kv_oracle.has(FINE_GRAINED)),
+                         offloads=kv_impl.has(OFFLOADS) and kv_oracle.has(OFFLOADS),
+                         checkpoints=kv_impl.has(CHECKPOINTS) and kv_oracle.has(CHECKPOINTS),
+                         eagle=kv_impl.has("eagle") and kv_oracle.has("eagle"),
+                         knobs=[k for k in (*KNOBS, FINE_GRAINED)
+                                if kv_impl.has(k) and kv_oracle.has(k)])
 
 
 # --- every layout vLLM accepts is accepted ---------------------------------------------------
@@ -397,6 +423,30 @@ def test_mamba_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_profile: str
             f"{list(sc.free_queue[kv_profile])}\n" + pair.impl.snippet())
 
 
+def _replay_033_answers(pair: Any, sc: Any) -> None:
+    """Apply a vLLM 0.33 golden scenario's ops; each answer must be the one vLLM gave."""
+    for i, (op, want) in enumerate(zip(sc.ops, sc.answers, strict=True)):
+        got = pair.apply(op)
+        assert got == want, (
+            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM 0.33 {want} (hits "
+            "and new block ids per group, 0 the null block; new None: refused)\n"
+            + pair.impl.snippet())
+
+
+def _assert_033_copies_and_queue(pair: Any, sc: Any) -> None:
+    """The copies drained and (``free_queue_order``) the free queue after the last op are
+    the scenario's, as vLLM 0.33 gave them."""
+    assert tuple(pair.impl.drained) == sc.copies, (
+        f"{sc.name} ({sc.why}): copies drained {pair.impl.drained}, vLLM 0.33 "
+        f"{list(sc.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in order)\n"
+        + pair.impl.snippet())
+    if "free_queue_order" in pair.impl.capabilities:
+        queue = tuple(pair.impl.manager.free_block_ids())
+        assert queue == sc.free_queue, (
+            f"{sc.name}: free queue after the last op {list(queue)}, vLLM 0.33 "
+            f"{list(sc.free_queue)}\n" + pair.impl.snippet())
+
+
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
 @pytest.mark.kv_capability("fine_grained_hits")
 @pytest.mark.parametrize("sc", FINE_GRAINED_SCENARIOS, ids=lambda sc: sc.name)
@@ -412,21 +462,64 @@ def test_fine_grained_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracl
         pytest.skip(f"{sc.name}: {MISSING_010}")
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups,
                    with_oracle=kv_oracle.has("fine_grained_hits"))
-    for i, (op, want) in enumerate(zip(sc.ops, sc.answers, strict=True)):
-        got = pair.apply(op)
-        assert got == want, (
-            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM 0.33 {want} (hits "
-            "and new block ids per group, 0 the null block; new None: refused)\n"
-            + pair.impl.snippet())
-    assert tuple(pair.impl.drained) == sc.copies, (
-        f"{sc.name} ({sc.why}): copies drained {pair.impl.drained}, vLLM 0.33 "
-        f"{list(sc.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in order)\n"
-        + pair.impl.snippet())
-    if "free_queue_order" in pair.impl.capabilities:
-        queue = tuple(pair.impl.manager.free_block_ids())
-        assert queue == sc.free_queue, (
-            f"{sc.name}: free queue after the last op {list(queue)}, vLLM 0.33 "
-            f"{list(sc.free_queue)}\n" + pair.impl.snippet())
+    _replay_033_answers(pair, sc)
+    _assert_033_copies_and_queue(pair, sc)
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("mamba_checkpoints")
+@pytest.mark.parametrize("sc", CHECKPOINT_SCENARIOS, ids=lambda sc: sc.name)
+def test_mamba_checkpoints_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
+                                  kv_oracle: ImplHandle, kv_profile: str,
+                                  sc: CheckpointScenario) -> None:
+    """Mamba prefill checkpoint blocks and sparse Mamba retention
+    (docs/semantics.md#mamba-prefill-checkpoints): each op's answer (the checkpoint block in
+    the new ids, hits on it, at its position, retention's misses), every copy drained and the
+    free queue after the last op, as vLLM 0.33's own ``KVCacheManager`` gave them; the laws
+    hold (the checkpoint block holds the state at its position, ``kvcheck.conformance.
+    mamba_checkpoints``) and every op's answers and observables equal the oracle's when it
+    declares the capability."""
+    if kv_profile == "vllm-0.10":
+        pytest.skip(f"{sc.name}: {CHECKPOINTS_MISSING_010}")
+    pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups,
+                   prefix_cache_retention_interval=sc.retention,
+                   with_oracle=kv_oracle.has(CHECKPOINTS))
+    _replay_033_answers(pair, sc)
+    pair.impl.new_step()
+    problems = check_laws(pair.impl)
+    assert not problems, f"{sc.name}: " + "; ".join(problems) + "\n" + pair.impl.snippet()
+    _assert_033_copies_and_queue(pair, sc)
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("boundary_state_offloads")
+@pytest.mark.parametrize("sc", OFFLOAD_SCENARIOS, ids=lambda sc: sc.name)
+def test_boundary_state_offloads_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
+                                        kv_oracle: ImplHandle, kv_profile: str,
+                                        sc: OffloadScenario) -> None:
+    """Boundary-state hand-offs (docs/semantics.md#boundary-state-hand-offs): each op's answer,
+    every drain of ``take_boundary_state_offloads`` (which block, at which boundary, in which
+    order), every partial tail ``finalize_partial_tail_offloads`` handed off before a
+    ``free`` and every copy drained, as vLLM 0.33's own ``KVCacheManager`` gave them; the
+    hand-off laws hold (``kvcheck.conformance.boundary_offloads``) and, when the oracle
+    declares the capability, every op's answers and observables equal its."""
+    if kv_profile == "vllm-0.10":
+        pytest.skip(f"{sc.name}: {OFFLOADS_MISSING_010}")
+    pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups,
+                   with_oracle=kv_oracle.has(OFFLOADS))
+    _replay_033_answers(pair, sc)
+    pair.impl.new_step()  # the last step's schedule() ends: its hand-offs are drained
+    problems = check_laws(pair.impl)
+    assert not problems, f"{sc.name}: " + "; ".join(problems) + "\n" + pair.impl.snippet()
+    drains: tuple[tuple[str, tuple[object, ...], tuple[object, ...]], ...] = (
+        ("hand-offs drained (take_boundary_state_offloads, non-empty drains in order)",
+         tuple(pair.impl.drained_offloads), sc.offloads),
+        ("partial tails (finalize_partial_tail_offloads before free, non-empty answers)",
+         tuple(pair.impl.finalized_tails), sc.tails),
+        ("copies drained (take_kv_cache_block_copies)", tuple(pair.impl.drained), sc.copies))
+    for what, seen, recorded in drains:
+        assert seen == recorded, (f"{sc.name} ({sc.why}): {what} {list(seen)}, vLLM 0.33 "
+                                  f"{list(recorded)}\n" + pair.impl.snippet())
 
 
 #: profile -> the Mamba layouts its vLLM refuses: (mode, caching, the words the refusal names).
@@ -574,3 +667,69 @@ def test_v033_window_hits_inside_the_window_consume_free_blocks(kv_impl: ImplHan
     included, consumes a free block
     (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups)."""
     _check_boundary(kv_impl, kv_profile, "0.33's skip-aware count (skip 0: every free hit)")
+
+
+# --- decode context parallelism and prefix_match_unit -----------------------------------------
+def _knob_needs(sc: KnobScenario | KnobRefusal) -> list[str]:
+    """The capabilities a knob scenario needs: its groups' kinds and its knobs."""
+    needs = [KIND_CAPABILITIES[g.kind] for g in sc.groups if g.kind in KIND_CAPABILITIES]
+    if sc.dcp_world_size != 1:
+        needs.append("dcp")
+    if sc.prefix_match_unit is not None:
+        needs.append("prefix_match_unit")
+    return needs
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("events")
+@pytest.mark.parametrize("sc", KNOB_SCENARIOS, ids=lambda sc: sc.name)
+def test_dcp_and_prefix_match_unit_golden(kv_impl: ImplHandle, kv_profile: str,
+                                          kv_pair: PairFactory, sc: KnobScenario) -> None:
+    """DCP scales a sharded group's block (``block_size * dcp_world_size`` tokens for
+    allocation, hashing and hits) and vLLM 0.33's ``prefix_match_unit`` sets the hash block of
+    several groups: each op's answer and KV events as vLLM 0.33.0 / 0.10.2 gave them
+    (``hybrid_knobs``; docs/semantics.md#decode-context-parallelism-and-prefix_match_unit)."""
+    from kvcheck.conformance.differential import normalize_events
+
+    steps = sc.steps if kv_profile == "vllm-0.33" else sc.steps_010
+    if steps is None:
+        pytest.skip(f"{sc.name}: vLLM 0.10.2 refuses this layout or lacks the knob "
+                    "(KNOB_REFUSALS)")
+    missing = [c for c in (*_knob_needs(sc), *sc.needs) if not kv_impl.has(c)]
+    if missing:
+        pytest.skip(f"{kv_impl.name} does not declare capability "
+                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    spec = knob_spec(sc, kv_profile)
+    if not kv_impl.info.supports(spec):
+        pytest.skip(f"{kv_impl.name} does not support this scenario's pool (IMPL_INFO."
+                    "block_sizes, num_blocks_range)")
+    pair = kv_pair(spec, with_oracle=False)  # no oracle: it would drain the events read here
+    names: dict[object, str] = {}
+    for i, step in enumerate(steps):
+        got = pair.apply(step.op)
+        events = (tuple(show_events(normalize_events(pair.impl.manager.take_events()), names))
+                  if spec.enable_kv_cache_events else ())
+        assert (got, events) == (step.answer, step.events), (
+            f"{sc.name} ({sc.why}), op #{i + 1} {step.op}: answer {got}, events "
+            f"{list(events)}; vLLM answered {step.answer} with events {list(step.events)}\n"
+            + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.parametrize("rf", KNOB_REFUSALS, ids=lambda rf: rf.name)
+def test_dcp_and_prefix_match_unit_layouts_vllm_refuses_are_refused(
+        kv_impl: ImplHandle, kv_profile: str, rf: KnobRefusal) -> None:
+    """The DCP and ``prefix_match_unit`` layouts vLLM refuses (an assertion, a ValueError, a
+    knob the release lacks) are declined (``UnsupportedSpec``) naming the rule, never modelled
+    silently (``hybrid_knobs.KNOB_REFUSALS``)."""
+    if kv_profile not in rf.profiles:
+        pytest.skip(f"{rf.name}: a rule of {', '.join(rf.profiles)}, not {kv_profile}")
+    missing = [c for c in _knob_needs(rf) if not kv_impl.has(c)]
+    if missing:
+        pytest.skip(f"{kv_impl.name} does not declare capability "
+                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    with pytest.raises(UnsupportedSpec) as refused:
+        kv_impl.make_manager(knob_spec(rf, kv_profile))
+    assert rf.words in str(refused.value), (
+        f"{kv_impl.name} declined {rf.name} ({rf.rule}) without naming the rule "
+        f"({rf.words!r}): {refused.value}")

@@ -41,7 +41,8 @@ def test_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile: str,
     # No oracle, so nothing compares hashes across managers: PYTHONHASHSEED may be unset
     # even where NONE_HASH is then random.
     run_workload_machine(laws_only, kv_settings, kv_seed, extras=extras, events=False,
-                         impl=kv_impl, profile=kv_profile, random_roots=True)
+                         impl=kv_impl, profile=kv_profile, random_roots=True,
+                         eagle=kv_impl.has("eagle"))
 
 
 @pytest.mark.kv_generic

@@ -19,8 +19,11 @@ ones live in ``kvcheck.conformance.bounds``):
   ``attention_chunk_size`` (null or ints in 1 .. ``MAX_BLOCK_SIZE``; a window only for
   ``sliding_window`` groups, a chunk only for ``chunked_local_attention`` ones, and required
   there; ``mamba_cache_mode`` null or a ``MAMBA_CACHE_MODES`` name and
-  ``num_speculative_blocks`` 0 .. ``MAX_BLOCK_SIZE``, on ``mamba`` groups only);
-  ``prefix_cache_retention_interval`` null or an int in 0 .. ``MAX_REQUEST_TOKENS``.
+  ``num_speculative_blocks`` 0 .. ``MAX_BLOCK_SIZE``, ``num_prefill_checkpoint_blocks`` 0 ..
+  ``MAX_BLOCK_SIZE`` and ``prefill_checkpoint_alignment`` null or 1 .. ``MAX_BLOCK_SIZE``, on
+  ``mamba`` groups only);
+  ``prefix_cache_retention_interval`` null or an int in 0 .. ``MAX_REQUEST_TOKENS``;
+  ``use_eagle`` (optional) true or false.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ def check_spec(raw: object, where: str) -> KVCacheSpec:
         value = raw[key]
         if not _is_int(value) or not 1 <= value <= high:
             raise TraceError(f"{where}: spec.{key}={value!r}: must be an int in [1, {high}]")
-    for key in ("enable_caching", "enable_kv_cache_events"):
+    for key in ("enable_caching", "enable_kv_cache_events", "use_eagle"):
         if key in raw and type(raw[key]) is not bool:
             raise TraceError(f"{where}: spec.{key}={raw[key]!r}: must be true or false")
     if "hash_algo" in raw and raw["hash_algo"] not in HASH_ALGOS:
@@ -165,6 +168,18 @@ def _check_mamba_fields(group: dict[str, object], kind: str, at: str) -> None:
     if kind != "mamba" and (mode is not None or spec_blocks):
         raise TraceError(f"{at}: mamba_cache_mode / num_speculative_blocks are set on a {kind} "
                          "group (mamba groups only)")
+    checkpoints = group.get("num_prefill_checkpoint_blocks", 0)
+    alignment = group.get("prefill_checkpoint_alignment")
+    if not _is_int(checkpoints) or not 0 <= checkpoints <= MAX_BLOCK_SIZE:
+        raise TraceError(f"{at}: num_prefill_checkpoint_blocks={checkpoints!r}: must be an int "
+                         f"in [0, {MAX_BLOCK_SIZE}]")
+    if alignment is not None and (not _is_int(alignment)
+                                  or not 1 <= alignment <= MAX_BLOCK_SIZE):
+        raise TraceError(f"{at}: prefill_checkpoint_alignment={alignment!r}: must be null or an "
+                         f"int in [1, {MAX_BLOCK_SIZE}]")
+    if kind != "mamba" and (checkpoints or alignment is not None):
+        raise TraceError(f"{at}: num_prefill_checkpoint_blocks / prefill_checkpoint_alignment "
+                         f"are set on a {kind} group (mamba groups only)")
 
 
 def check_ops(ops: object, where: str) -> list[Op]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import Phase, assume
 from hypothesis import seed as hypothesis_seed
@@ -41,7 +41,12 @@ from hypothesis.stateful import (
 )
 
 from kvcheck.conformance.groups import null_of
-from kvcheck.conformance.layouts import events_crash, has_cross_attention, layout_for
+from kvcheck.conformance.layouts import (
+    events_crash,
+    has_cross_attention,
+    knobs_for,
+    layout_for,
+)
 from kvcheck.conformance.ops import RequestExtras, add, decode, free, lookup, reset, schedule
 from kvcheck.conformance.protocol import (
     DESIGN_CAPABILITIES,
@@ -193,6 +198,8 @@ def answer_block_ids(groups: Sequence[Sequence[int]], null: int | None) -> list[
 
 def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] = (),
                 profile: str = "", scale: int = 1, fine_grained: bool = False,
+                offloads: bool = False, eagle: bool = False, knobs: Collection[str] = (),
+                checkpoints: bool = False,
                 **fields: Unpack[KVCacheSpecOptions]) -> KVCacheSpecFields:
     """The spec fields of one engine (``make_pair(**fields)``): ``num_blocks`` blocks of
     ``block_size`` tokens as drawn, plus ``fields`` (hash algorithm, caching, events, model
@@ -202,13 +209,29 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     its pool grown with the number of groups (each token needs a slot in every group), KV
     events off where ``profile``'s vLLM crashes on them (``layouts.events_crash``), and prefix
     caching off for an encoder-decoder layout (``layouts.has_cross_attention``);
-    ``fine_grained``: layouts with fine-grained partial hits among the Mamba ones."""
+    ``fine_grained``: layouts with fine-grained partial hits among the Mamba ones;
+    ``offloads``: layouts of two Mamba groups after them (boundary-state hand-offs);
+    ``checkpoints``: Mamba prefill checkpoint and sparse retention layouts last.
+    ``eagle``: EAGLE/MTP (``KVCacheSpec.use_eagle``, set only when True), except beside a
+    chunked local group with caching on, which vLLM refuses, or Mamba prefill checkpoint
+    blocks with caching on, where vLLM 0.33.0 fails an assertion (the reference refuses it).
+    ``knobs``: the ``layouts.KNOBS`` both sides declare (DCP world sizes and ``prefix_match_unit`` in some
+    draws, ``layouts.knobs_for``)."""
     out: KVCacheSpecFields = {"num_blocks": num_blocks, "block_size": block_size, **fields}
     if not group_kinds:
+        if eagle:
+            out["use_eagle"] = True
         return out
     groups, retention = layout_for(profile, group_kinds, block_size, num_blocks, scale,
                                    enable_caching=fields.get("enable_caching", True),
-                                   fine_grained=fine_grained)
+                                   fine_grained=fine_grained, offloads=offloads,
+                                   checkpoints=checkpoints)
+    knobbed = knobs_for(profile, groups, block_size, num_blocks,
+                        enable_caching=fields.get("enable_caching", True), knobs=knobs)
+    if knobbed is not None:
+        if knobbed[0] is not groups:  # a DCP layout of its own: no window, no retention
+            retention = None
+        groups, out["dcp_world_size"], out["prefix_match_unit"] = knobbed
     per_group = max(2, num_blocks - 1)
     out["num_blocks"] = 1 + sum(max(2, per_group * block_size // (g.block_size or 1))
                                 for g in groups)
@@ -218,6 +241,11 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
         out["enable_kv_cache_events"] = False
     if has_cross_attention(groups):
         out["enable_caching"] = False
+    if eagle and not (out.get("enable_caching", True)
+                      and any(g.kind == "chunked_local_attention"
+                              or (g.kind == "mamba" and g.num_prefill_checkpoint_blocks)
+                              for g in groups)):
+        out["use_eagle"] = True
     return out
 
 
@@ -240,7 +268,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                          step_count: int = 30,
                          impl: ImplHandle | None = None, profile: str | None = None,
                          stats: Counter[str] | None = None, random_roots: bool = False,
-                         group_kinds: Sequence[str] = (), fine_grained: bool = False) -> None:
+                         group_kinds: Sequence[str] = (), fine_grained: bool = False,
+                         eagle: bool = False, knobs: Collection[str] = (),
+                         offloads: bool = False, checkpoints: bool = False) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
     ``Pair`` (``spec_fields``: a single-group spec, or with ``group_kinds`` a multi-group
     layout of those attention kinds, ``layouts.declared_kinds``). ``extras`` adds salts /
@@ -274,6 +304,23 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     sends one sharing it, so partial hits and their copies happen (counted as
     ``fine_grained_partial_hit``).
 
+    ``offloads`` (both sides declare ``boundary_state_offloads``): the Mamba layouts include
+    two-Mamba-group ones after the others (``layouts.layout_for``), and with ``fine_grained``
+    a rule only then, ``producer_finishes``, prefills a request exactly to its last hash
+    boundary and frees it at once (the driver asks for its partial tail first:
+    ``finalize_partial_tail_offloads``).
+
+    ``eagle`` (both sides declare ``eagle``): one engine in four runs with ``use_eagle``
+    (EAGLE/MTP: hits drop their last block), drawn after every other engine draw, so the
+    examples of a run without it stay the same (counted as ``eagle``).
+
+    ``checkpoints`` (both sides declare ``mamba_checkpoints``): the Mamba layouts end with
+    layouts of Mamba prefill checkpoint blocks and sparse retention (``layouts.layout_for``).
+
+    ``knobs`` (the ``layouts.KNOBS`` both sides declare): some layouts run with a DCP world
+    size or a ``prefix_match_unit`` (``layouts.knobs_for``); without them the draws are
+    unchanged.
+
     The workload features reached (``FEATURES``) are counted into ``stats`` when given, and
     into the process-wide ``REACHED`` in any case, also when the run fails.
     """
@@ -306,6 +353,11 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     # Speculative slots as an EAGLE/MTP scheduler reserves them (0 first: Hypothesis shrinks
     # towards it); 4 can span a whole block of the sizes drawn.
     lookahead_draw = (st.sampled_from([0, 1, 2, 4]) if "lookahead" in caps else st.just(0))
+    # EAGLE in one engine in four, only where both sides declare it. Without it the keyword
+    # is not drawn at all: even a st.just() among a rule's arguments moves Hypothesis's choice
+    # sequence, and with it every example the earlier designs and mutants were checked on.
+    eagle_kw: dict[str, Any] = (
+        {"use_eagle": _coin_index(4).map(lambda i: i == 3)} if eagle else {})
     extra_draw = extra_draws(extras)
     drawn_extras = frozenset(extra_draw) - {""} if extras else frozenset()
     reached: Counter[str] = Counter()
@@ -333,19 +385,20 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
         # mostly on: otherwise most allocations fail and prefix hits never occur.
         @initialize(block_size=st.sampled_from(block_sizes), pool_tokens=st.integers(24, 96),
                     with_events=events_draw, hash_algo=hash_algo_draw, caching=caching_draw,
-                    max_model_len=max_model_len_draw, seed_unset=seed_unset_draw)
+                    max_model_len=max_model_len_draw, seed_unset=seed_unset_draw, **eagle_kw)
         def setup(self, block_size: int, pool_tokens: int, caching: bool, with_events: bool,
-                  hash_algo: str, max_model_len: int | None, seed_unset: bool) -> None:
+                  hash_algo: str, max_model_len: int | None, seed_unset: bool,
+                  use_eagle: bool = False) -> None:
             self._start(block_size, pool_tokens, caching, with_events, hash_algo, max_model_len,
-                        seed_unset)
+                        seed_unset, use_eagle)
 
         @rule(dice=_coin_index(8), block_size=st.sampled_from(block_sizes),
               pool_tokens=st.integers(24, 96), with_events=events_draw,
               hash_algo=hash_algo_draw, caching=caching_draw,
-              max_model_len=max_model_len_draw, seed_unset=seed_unset_draw)
+              max_model_len=max_model_len_draw, seed_unset=seed_unset_draw, **eagle_kw)
         def restart(self, dice: int, block_size: int, pool_tokens: int, caching: bool,
                     with_events: bool, hash_algo: str, max_model_len: int | None,
-                    seed_unset: bool) -> None:
+                    seed_unset: bool, use_eagle: bool = False) -> None:
             """Rarely, a new engine with another spec. Hypothesis varies an example's first
             draws (``setup``'s) little between the examples of a run, so the specs a run sees,
             hash algorithms and caching off among them, come mostly from here."""
@@ -354,10 +407,11 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 self.handed_out.clear()
                 self.hit_blocks.clear()
                 self._start(block_size, pool_tokens, caching, with_events, hash_algo,
-                            max_model_len, seed_unset)
+                            max_model_len, seed_unset, use_eagle)
 
         def _start(self, block_size: int, pool_tokens: int, caching: bool, with_events: bool,
-                   hash_algo: str, max_model_len: int | None, seed_unset: bool) -> None:
+                   hash_algo: str, max_model_len: int | None, seed_unset: bool,
+                   use_eagle: bool = False) -> None:
             """A new ``Pair`` for this spec (its failure trace starts here). PYTHONHASHSEED is
             left unset (``seed_unset``) only where NONE_HASH then stays comparable: the
             deterministic default root of vllm-0.33's sha256 pair, or no oracle at all."""
@@ -375,7 +429,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             unset = seed_unset and (random_roots or hash_algo in _UNSET_SEED_ALGOS.get(
                 profile or (info.profile if info is not None else ""), ()))
             fields = spec_fields(num_blocks, block_size, group_kinds=group_kinds,
-                                 fine_grained=fine_grained,
+                                 fine_grained=fine_grained, offloads=offloads,
+                                 eagle=use_eagle, knobs=knobs, checkpoints=checkpoints,
                                  profile=active_profile or "", scale=self.scale,
                                  hash_algo=hash_algo, enable_caching=caching,
                                  enable_kv_cache_events=events and with_events,
@@ -399,6 +454,12 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 reached["encoder_decoder"] += 1
             if any(g.kind == "mamba" for g in self.pair.spec.kv_cache_groups):
                 reached["mamba"] += 1
+            if self.pair.spec.use_eagle:
+                reached["eagle"] += 1
+            if self.pair.spec.dcp_world_size > 1:
+                reached["dcp"] += 1
+            if self.pair.spec.prefix_match_unit is not None:
+                reached["prefix_match_unit"] += 1
             reached[f"hash_algo:{hash_algo}"] += 1
             reached["caching_off" if not caching else "caching_on"] += 1
             if unset:
@@ -557,6 +618,29 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 if again is not None:
                     self._admit(again, None)
 
+        if offloads and fine_grained:  # a rule only here: the other examples stay the same
+            @rule(length=st.integers(2, 40))
+            def producer_finishes(self, length: int) -> None:
+                """Boundary-state hand-offs (``kvcheck.conformance.boundary_offloads``): a
+                prompt of tokens no other request uses, prefilled exactly to its last hash
+                boundary (often inside a Mamba block, where vLLM 0.33 keys that state), then
+                freed before its next step: the driver asks for its partial tail, which its
+                own table block still holds."""
+                hashed = self.pair.impl.fine_hash
+                if not hashed:
+                    return  # not a fine-grained layout
+                base = 300_000 + 1_000 * self.next_id  # token ids no other request uses
+                prompt = self._scaled([base + i for i in range(length)])
+                boundary = (len(prompt) - 1) // hashed * hashed
+                if not boundary:
+                    return
+                rid = self._add(prompt, False, "")
+                if rid is None:
+                    return
+                self._admit(rid, boundary)
+                if rid in self.running:
+                    self._free(rid)
+
         def _run_and_finish(self, prompt: list[int]) -> bool:
             """A request admitted whole and freed at once (not resubmitted later); whether
             it got its blocks."""
@@ -625,6 +709,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     reached[f"extra_keys:{key}"] += 1
             if hits:
                 reached["prefix_hit"] += 1
+                if self.pair.spec.use_eagle:
+                    reached["eagle_hit"] += 1  # a hit that dropped its last block
                 if self.pair.impl.fine and any(
                         got["hits"][1] % self.pair.spec.group_block_size(g)
                         for g, ids in enumerate(got["hits"][0]) if ids):

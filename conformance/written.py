@@ -158,6 +158,19 @@ class WrittenBlocks:
         return (write.view.token_ids[lo:lo + count] == view.token_ids[lo:lo + count]
                 and _mm_in(write.view, lo, lo + count) == _mm_in(view, lo, lo + count))
 
+    def write_state(self, view: RequestView, block_id: int, num_tokens: int) -> None:
+        """``block_id`` now holds ``view``'s state after exactly its first ``num_tokens``
+        tokens, whatever table index it sits at (a state group's prefill checkpoint,
+        ``kvcheck.conformance.mamba_checkpoints``): recorded as ``view``'s block ``(num_tokens
+        - 1) // block_size`` written through that many tokens."""
+        bs = self.block_size
+        index = (num_tokens - 1) // bs
+        filled = num_tokens - index * bs
+        self._blocks[block_id] = _Write(
+            view.request_id, index, filled,
+            self.prefix_id(view, index) if filled == bs else None,
+            *((self.prefix_id(view, index - 1), view) if self.fine else ()))
+
     # ------------------------------------------------------------------ copies
     def copy(self, src: int, dst: int) -> None:
         """A copy from ``src`` to ``dst`` (fine-grained hits): ``dst`` holds what ``src``

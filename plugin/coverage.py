@@ -234,8 +234,22 @@ LAW_FAMILIES: dict[str, Checks] = {
     # state and the same-step refusal (hit correctness).
     "test_hybrid.py::test_mamba_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
     "test_hybrid.py::test_fine_grained_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
+    # Mamba prefill checkpoints and sparse retention: golden answers, the laws after every op
+    # (the checkpoint block holds the state at its position: hit correctness).
+    "test_hybrid.py::test_mamba_checkpoints_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
+    # Boundary-state hand-offs: the golden drains, with the laws after every op (the hand-off
+    # laws check which block holds which state: hit correctness).
+    "test_hybrid.py::test_boundary_state_offloads_golden": Checks((CONSERVATION, OWNERSHIP,
+                                                                    HITS)),
     "test_hybrid.py::test_mamba_layouts_vllm_refuses_are_refused": _NONE,
+    # EAGLE / MTP (capability eagle): golden hits with the last block dropped, the refusal.
+    "test_eagle.py::test_eagle_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
+    "test_eagle.py::test_eagle_with_chunked_local_attention_is_refused": _NONE,
     "test_hybrid.py::test_partial_block_keys": Checks((CONSERVATION, OWNERSHIP, HITS)),
+    # DCP and prefix_match_unit: golden answers and events from vLLM, the refusals.
+    "test_hybrid.py::test_dcp_and_prefix_match_unit_golden": Checks((CONSERVATION, OWNERSHIP,
+                                                                     HITS)),
+    "test_hybrid.py::test_dcp_and_prefix_match_unit_layouts_vllm_refuses_are_refused": _NONE,
     # invariants
     "test_invariants.py::test_laws_hold_under_random_workloads": _WORKLOAD,
     "test_invariants.py::test_laws_hold_through_a_full_drain": _CO,

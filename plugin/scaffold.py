@@ -334,8 +334,20 @@ class Manager:
     # "fine_grained_hits" (needs "mamba"; vLLM 0.33's sub-block hits beside a Mamba "align"
     # group larger than the hash block) define take_kv_cache_block_copies(self) ->
     # list[tuple[int, int]]: the (src, dst) copy-on-write copies made since the last call,
-    # the references they retained released (SupportsBlockCopies).
+    # the references they retained released (SupportsBlockCopies). With
+    # "boundary_state_offloads" (needs "mamba"; vLLM 0.33's hand-offs of Mamba "align" states to
+    # a KV connector) define take_boundary_state_offloads(self) -> dict[str, list[tuple[int,
+    # int, int]]] and finalize_partial_tail_offloads(self, request) -> list[tuple[int, int,
+    # int]] ((group_id, block_id, boundary_tokens); SupportsBoundaryStateOffloads). With
+    # "mamba_checkpoints" (needs "mamba"; vLLM 0.33's Mamba prefill checkpoint blocks and sparse
+    # retention) a Mamba group may carry num_prefill_checkpoint_blocks and
+    # prefill_checkpoint_alignment, and the spec a prefix_cache_retention_interval beside it.
+    # With "dcp" / "prefix_match_unit" a spec may carry dcp_world_size > 1 (a sharded group's
+    # block covers block_size * dcp_world_size tokens: spec.group_block_size(g)) or vLLM 0.33's
+    # prefix_match_unit (the hash block of several groups with caching on).
     # No other method: declare the capability once your methods speak both forms.
+    # Capability "eagle" (EAGLE/MTP, any spec): spec.use_eagle=True asks that a prefix-cache hit
+    # drop the last block it matched (docs/semantics.md#prefix-cache-hits); no other method.
 
     # ------------------------------------------------------------ capability "batch_metadata"
     # Your worker's batch builder and page-table conversions. They use no manager state: the

@@ -232,6 +232,7 @@ class BlockPool:
         kv_cache_group_id: int,
         block_size: int,
         hash_block_size: int,
+        replace_existing_hashes: bool = False,
     ) -> BlockHashWithGroupId | None:
         """Make ``block`` reachable from the prefix boundary ``num_tokens`` inside it: key it
         by ``request.block_hashes[num_tokens // hash_block_size - 1] ‖ group id`` (vLLM 0.33's
@@ -242,8 +243,10 @@ class BlockPool:
         block removed, one ``BlockRemoved`` each). Nothing changes for a key the block
         already carries. Events: one ``BlockStored`` per newly registered key, with
         ``block_size = hash_block_size``, the last ``hash_block_size`` tokens before the
-        boundary and the hash before them as parent. (vLLM's ``replace_existing_hashes``
-        serves Mamba groups only and is not modelled.)
+        boundary and the hash before them as parent. ``replace_existing_hashes`` (a Mamba
+        prefill checkpoint: the block's content was replaced): every key of the block is
+        removed first (one ``BlockRemoved`` each) and the key is always registered anew, as
+        its primary key covering ``num_tokens`` (a ``BlockStored`` even for a key it had).
 
         Returns:
             The key, or None for the null block (never keyed).
@@ -267,7 +270,10 @@ class BlockPool:
         already_cached = (block.block_hash == key
                           or self.cached_block_hash_to_block.contain(key, block.block_id))
         shorter = self.partial_block_hash_num_tokens.get(block.block_id)
-        if not already_cached and shorter is not None and shorter < num_tokens:
+        if replace_existing_hashes:
+            self._emit_block_removed_events(self._remove_cached_block_hashes(block))
+            already_cached = False
+        elif not already_cached and shorter is not None and shorter < num_tokens:
             self._emit_block_removed_events(self._remove_cached_block_hashes(block))
         self._insert_partial_block_hash(key, block, num_tokens)
         if self.enable_kv_cache_events and not already_cached:

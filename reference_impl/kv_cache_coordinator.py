@@ -88,6 +88,9 @@ class KVCacheCoordinator:
         hash_block_size: block size of the request's hashes.
         retention_interval: 0.33 ``prefix_cache_retention_interval`` (None: dense).
         kv_event_factory: the pool's ``event_factory`` (None: the reference's dataclasses).
+        use_eagle: EAGLE/MTP speculative decoding: every group's hits drop their last block
+            (vLLM flags every group when the model config flags none, and kvcheck's groups
+            carry no flag), and 0.33's Mamba checkpoints follow EAGLE's replay boundary.
 
     Attributes:
         enable_partial_hash_hits: vLLM 0.33's fine-grained partial hash hits are on (only a
@@ -108,7 +111,8 @@ class KVCacheCoordinator:
                  profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None,
-                 kv_event_factory: KVEventFactory | None = None) -> None:
+                 kv_event_factory: KVEventFactory | None = None,
+                 use_eagle: bool = False) -> None:
         self.specs = tuple(specs)
         self.v033 = profile.hybrid_rules == "spec_groups"
         self.enable_caching = enable_caching
@@ -136,6 +140,17 @@ class KVCacheCoordinator:
             manager.hash_block_size = hash_block_size
             manager.retention_interval = self.retention_interval
             manager.shared_prefix_boundary = self.shared_prefix_boundary
+        #: EAGLE/MTP: every group's hits drop their last block (vLLM's
+        #: ``drop_eagle_group_ids``, all groups: ``KVCacheGroupSpec`` has no per-group flag,
+        #: and vLLM falls back to every group when none is flagged).
+        self.use_eagle = use_eagle
+        if use_eagle:
+            for manager in self.single_type_managers:
+                manager.use_eagle = True
+                if self.v033 and isinstance(manager, MambaManager):
+                    # vLLM 0.33 kv_cache_coordinator.py:177-181: Mamba checkpoints match
+                    # EAGLE's attention replay boundary.
+                    manager.drop_eagle_checkpoint_block = True
 
     # ------------------------------------------------------------------ helpers
     def group_hashes(self, request: Request, group_id: int) -> Sequence[bytes]:
@@ -182,16 +197,23 @@ class KVCacheCoordinator:
                                         new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
                                         total_computed_tokens: int,
                                         num_tokens_main_model: int,
-                                        num_local_computed_tokens: int) -> int:
+                                        num_local_computed_tokens: int,
+                                        prefill_end: int = 0) -> int:
         """``get_num_blocks_to_allocate`` for a layout with a Mamba group: every group also
         gets the main model's token count (``computed + new``, lookahead excluded) and the
         local computed tokens (a hit ending inside a block reserves its copy-on-write
-        block)."""
+        block). ``prefill_end``: where the request's prefill ends (the manager's
+        ``max(num_prompt_tokens, num_tokens - 1)``), passed on only under
+        ``retention_interval == 0``, where a Mamba group reserves a prefill checkpoint block
+        only for the chunk reaching it (vLLM 0.33 ``kv_cache_coordinator.py:237-238``);
+        otherwise 0: every chunk may take one."""
+        if self.retention_interval != 0:
+            prefill_end = 0
         return sum(
             manager.get_num_blocks_to_allocate_main(request_id, num_tokens, hits,
                                                     total_computed_tokens,
                                                     num_tokens_main_model,
-                                                    num_local_computed_tokens)
+                                                    num_local_computed_tokens, prefill_end)
             for manager, hits in zip(self.single_type_managers, new_computed_blocks,
                                      strict=True))
 
@@ -276,6 +298,14 @@ class KVCacheCoordinator:
                 copies.extend(manager.take_pending_cow_copies())
         return copies
 
+    def take_boundary_state_offloads(self) -> list[tuple[str, int, KVCacheBlock, int]]:
+        """Every group's pending boundary-state hand-offs, group by group, each group's in
+        the order they were made; drained (only Mamba "align" groups make any)."""
+        offloads: list[tuple[str, int, KVCacheBlock, int]] = []
+        for manager in self.single_type_managers:
+            offloads.extend(manager.take_pending_boundary_state_offloads())
+        return offloads
+
     def get_blocks(self, request_id: str) -> GroupBlocks:
         return tuple(list(m.req_to_blocks.get(request_id, ()))
                      for m in self.single_type_managers)
@@ -315,7 +345,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                  profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None,
-                 kv_event_factory: KVEventFactory | None = None) -> None:
+                 kv_event_factory: KVEventFactory | None = None,
+                 use_eagle: bool = False) -> None:
         if len(specs) != 1:
             raise KVCacheMisuseError(
                 f"UnitaryKVCacheCoordinator needs exactly one group, got {len(specs)}")
@@ -327,9 +358,12 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
                          hash_block_size=hash_block_size, retention_interval=retention_interval,
-                         kv_event_factory=kv_event_factory)
+                         kv_event_factory=kv_event_factory, use_eagle=use_eagle)
         self._group_ids = (0,)
         self.use_manager(self.single_type_managers[0])
+        if use_eagle:  # bound here so the hot path without EAGLE passes nothing more
+            self.find_longest_cache_hit = (  # type: ignore[method-assign]
+                self._find_longest_cache_hit_eagle)
 
     def use_manager(self, manager: SingleTypeKVCacheManager) -> None:
         """Route the one group's steps to ``manager``. The steps whose signature is the
@@ -392,6 +426,16 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
         return manager.find_longest_cache_hit(
             request.block_hashes, max_cache_hit_length, self._group_ids, manager.block_size)
 
+    def _find_longest_cache_hit_eagle(self, request: Request,
+                                      max_cache_hit_length: int) -> tuple[GroupBlocks, int]:
+        """``find_longest_cache_hit`` with EAGLE: the hit drops its last block (vLLM's
+        unitary coordinator passes ``drop_eagle_block``; no margin: a resend is still capped
+        at ``num_tokens - 1`` before the drop)."""
+        manager = self.manager
+        return manager.find_longest_cache_hit(
+            request.block_hashes, max_cache_hit_length, self._group_ids, manager.block_size,
+            drop_eagle_block=True)
+
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
     """Several groups with caching (see the module docstring for the two rule sets)."""
@@ -400,12 +444,13 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                  profile: ProfileBehaviour, enable_caching: bool, enable_kv_cache_events: bool,
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None,
-                 kv_event_factory: KVEventFactory | None = None) -> None:
+                 kv_event_factory: KVEventFactory | None = None,
+                 use_eagle: bool = False) -> None:
         super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
                          hash_block_size=hash_block_size, retention_interval=retention_interval,
-                         kv_event_factory=kv_event_factory)
+                         kv_event_factory=kv_event_factory, use_eagle=use_eagle)
         # Spec groups: (spec, group ids), equal specs looked up together.
         self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = []
         for i, spec in enumerate(self.specs):
@@ -459,6 +504,21 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             return num_tokens
         return num_tokens // self.scheduler_block_size * self.scheduler_block_size
 
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache every group's newly full blocks, group by group; 0.33 with EAGLE, a group
+        caches one of its blocks past the aligned boundary, the block a later EAGLE hit
+        matches and drops (vLLM 0.33 ``get_num_cacheable_tokens``,
+        ``kv_cache_coordinator.py:788-805``)."""
+        if not self.enable_caching:
+            return
+        n = self.get_num_cacheable_tokens(num_tokens)
+        if not (self.use_eagle and self.v033) or n == 0:
+            for manager in self.single_type_managers:
+                manager.cache_blocks(request, n)
+            return
+        for manager in self.single_type_managers:
+            manager.cache_blocks(request, min(num_tokens, n + manager.block_size))
+
     def find_longest_cache_hit(self, request: Request,
                                max_cache_hit_length: int) -> tuple[GroupBlocks, int]:
         """Per-group hits and the common hit length; records 0.33's shared-prefix boundary
@@ -477,19 +537,36 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         self.shared_prefix_boundary.pop(request_id, None)
 
     def _search(self, spec: KVCacheSpec, ids: list[int], request: Request,
-                max_length: int) -> tuple[GroupBlocks, int]:
+                max_length: int, drop_eagle_block: bool = False) -> tuple[GroupBlocks, int]:
+        """One spec group's hit within ``max_length``. ``drop_eagle_block`` (EAGLE/MTP,
+        never for Mamba, whose finder never drops): 0.33 first widens ``max_length`` by the
+        drop unit (``eagle_proof_margin``: the hash block for a fine-grained search, else
+        the group's block; at most the request's hashed tokens), so the drop lands back at
+        the candidate length; 0.10.2 does not."""
         manager = self.single_type_managers[ids[0]]
-        if (self.enable_partial_hash_hits and manager.supports_fine_grained_hash_lookup
-                and manager.block_size > self.hash_block_size):
+        fine = (self.enable_partial_hash_hits and manager.supports_fine_grained_hash_lookup
+                and manager.block_size > self.hash_block_size)
+        if drop_eagle_block:
+            if isinstance(spec, MambaSpec):
+                drop_eagle_block = False
+            elif self.v033:
+                margin = self.hash_block_size if fine else manager.block_size
+                max_length = min(max_length + margin,
+                                 len(request.block_hashes) * self.hash_block_size)
+        if fine:
             return manager.find_longest_partial_cache_hit(
-                request.block_hashes, max_length, ids, self.hash_block_size)
+                request.block_hashes, max_length, ids, self.hash_block_size,
+                drop_eagle_block=drop_eagle_block)
         return manager.find_longest_cache_hit(
             self.group_hashes(request, ids[0]), max_length, ids,
-            self.cache_hit_alignment_tokens)
+            self.cache_hit_alignment_tokens, drop_eagle_block=drop_eagle_block)
 
     def _find_v010(self, request: Request, max_length: int) -> tuple[GroupBlocks, int, int]:
-        full_hits, full_len = self._search(self.full_spec, self.full_ids, request, max_length)
-        other_hits, hit_len = self._search(self.other_spec, self.other_ids, request, full_len)
+        eagle = self.use_eagle  # both searches drop (vLLM 0.10.2 passes use_eagle to each)
+        full_hits, full_len = self._search(self.full_spec, self.full_ids, request, max_length,
+                                           eagle)
+        other_hits, hit_len = self._search(self.other_spec, self.other_ids, request, full_len,
+                                           eagle)
         keep = hit_len // self.full_spec.block_size
         for blocks in full_hits:
             del blocks[keep:]
@@ -507,14 +584,23 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         length_by_group = [0] * len(self.specs)
         simple = (len(self.spec_groups) == 2
                   and isinstance(self.spec_groups[0][0], FullAttentionSpec))
+        # EAGLE: spec groups whose drop is verified at the current candidate length; each
+        # drops at most once per candidate (vLLM 0.33 kv_cache_coordinator.py:842-905).
+        eagle = self.use_eagle
+        eagle_verified: set[int] = set()
         while True:
             curr = hit_length
-            for spec, ids in self.spec_groups:
+            for idx, (spec, ids) in enumerate(self.spec_groups):
                 first = ids[0]
                 if isinstance(spec, FullAttentionSpec) and by_group[first] is not None:
                     curr = min(curr, length_by_group[first])
                     continue
-                hits, new_len = self._search(spec, ids, request, curr)
+                drop = eagle and idx not in eagle_verified
+                hits, new_len = self._search(spec, ids, request, curr, drop)
+                if drop:
+                    eagle_verified.add(idx)
+                elif new_len < curr:
+                    eagle_verified.clear()
                 curr = new_len
                 for gid, blocks in zip(ids, hits, strict=True):
                     by_group[gid] = blocks
@@ -542,7 +628,7 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
                              enable_kv_cache_events: bool, scheduler_block_size: int,
                              hash_block_size: int, retention_interval: int | None,
                              kv_event_factory: KVEventFactory | None = None,
-                             ) -> KVCacheCoordinator:
+                             use_eagle: bool = False) -> KVCacheCoordinator:
     """The coordinator vLLM picks: caching off → no prefix cache; one group → unitary;
     otherwise hybrid."""
     cls: type[KVCacheCoordinator]
@@ -555,4 +641,5 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
     return cls(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                enable_kv_cache_events=enable_kv_cache_events,
                scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,
-               retention_interval=retention_interval, kv_event_factory=kv_event_factory)
+               retention_interval=retention_interval, kv_event_factory=kv_event_factory,
+               use_eagle=use_eagle)

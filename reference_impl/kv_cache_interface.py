@@ -106,11 +106,19 @@ class MambaSpec(KVCacheSpec):
       the state of the last token of each step is kept in its own block, cached when that
       token ends a block, and the block from two steps ago is freed and nulled;
     * ``num_speculative_blocks``: extra blocks per request for speculative decoding
-      (MTP/EAGLE draft states), both releases.
+      (MTP/EAGLE draft states), both releases;
+    * ``num_prefill_checkpoint_blocks`` and ``prefill_checkpoint_alignment`` (0.33 only): a
+      prefill chunk in "align" mode may also export the state at its last reusable boundary
+      (the prefill checkpoint) into one more block, the one before its last state block
+      (docs/semantics.md#mamba-prefill-checkpoints); ``num_prefill_checkpoint_blocks > 0``
+      turns that on, ``prefill_checkpoint_alignment`` (None: the backend exports none) is the
+      token grid the checkpoint's offset from the chunk start must be on.
     """
 
     mamba_cache_mode: str = "none"
     num_speculative_blocks: int = 0
+    num_prefill_checkpoint_blocks: int = 0
+    prefill_checkpoint_alignment: int | None = None
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)
@@ -121,6 +129,15 @@ class MambaSpec(KVCacheSpec):
         n = self.num_speculative_blocks
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise KVCacheMisuseError(f"num_speculative_blocks must be an int >= 0, got {n!r}")
+        c = self.num_prefill_checkpoint_blocks
+        if not isinstance(c, int) or isinstance(c, bool) or c < 0:
+            raise KVCacheMisuseError(
+                f"num_prefill_checkpoint_blocks must be an int >= 0, got {c!r}")
+        a = self.prefill_checkpoint_alignment
+        if a is not None and (not isinstance(a, int) or isinstance(a, bool) or a < 1):
+            raise KVCacheMisuseError(
+                f"prefill_checkpoint_alignment must be None or an int >= 1 (vLLM 0.33 asserts "
+                f"checkpoint_alignment > 0 in is_mamba_prefill_checkpoint_valid), got {a!r}")
 
 
 def get_kv_cache_spec_kind(spec: KVCacheSpec) -> str:

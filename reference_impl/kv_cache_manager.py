@@ -25,15 +25,23 @@ new block is popped), group by group; (5) new blocks popped, group by group (gro
 the queue head first); (6) newly full blocks cached, group by group.
 
 Block sizes (0.33): ``scheduler_block_size = lcm`` of the group block sizes,
-``hash_block_size = gcd`` (caching on; ``scheduler_block_size`` with caching off); one group:
-both are its block size. Request hashes are computed at ``hash_block_size``. 0.10.2: with
-caching on every group has the same block size.
+``hash_block_size = gcd`` (caching on; ``scheduler_block_size`` with caching off), or
+``prefix_match_unit`` when set; one group: both are its block size. Request hashes are
+computed at ``hash_block_size``. 0.10.2: with caching on every group has the same block size.
+
+Decode context parallelism (``dcp_world_size = W > 1``): each rank holds every ``W``-th token
+of a block, so one block of a sharded group covers ``block_size * W`` tokens of the request
+(vLLM 0.33 ``resolve_dcp_kv_block_size``, ``SingleTypeKVCacheManager.block_size``; 0.10.2
+``kv_cache_manager.py:113-118``). The manager works on the scaled specs (``dcp_kv_cache_specs``)
+from the start: allocation, hashing, hits, the block sizes above. Sharded: every attention
+kind under 0.33 (Mamba keeps its per-rank state), every kind under 0.10.2.
 
 The manager never advances ``request.num_computed_tokens``; the caller (a scheduler) does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -64,8 +72,8 @@ from kvcheck.reference_impl.single_type_kv_cache_manager import cdiv
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads this annotation
     from typing_extensions import Unpack
 
-__all__ = ["PYTHONHASHSEED_FROM_ENV", "KVCacheManager", "make_block_hasher",
-           "resolve_kv_cache_block_sizes"]
+__all__ = ["PYTHONHASHSEED_FROM_ENV", "KVCacheManager", "dcp_kv_cache_specs",
+           "make_block_hasher", "resolve_kv_cache_block_sizes"]
 
 #: ``pythonhashseed``'s default in the manager: take the NONE_HASH from the environment.
 PYTHONHASHSEED_FROM_ENV = object()
@@ -85,18 +93,40 @@ def make_block_hasher(block_size: int, hash_algo: str, profile: ProfileBehaviour
     return RequestBlockHasher(block_size, hash_algo, profile=profile, none_hash=none_hash)
 
 
+def dcp_kv_cache_specs(specs: Sequence[KVCacheSpec], dcp_world_size: int,
+                       profile: ProfileBehaviour) -> tuple[KVCacheSpec, ...]:
+    """``specs`` with each sharded group's block size times ``dcp_world_size`` (the tokens one
+    block covers under decode context parallelism): vLLM 0.33 shards attention groups
+    (``AttentionSpec.dcp_sharded``; ``MambaSpec`` is not), vLLM 0.10.2 scales every manager
+    (``SingleTypeKVCacheManager.__init__``). ``specs`` itself when ``dcp_world_size == 1``."""
+    if dcp_world_size == 1:
+        return tuple(specs)
+    v033 = profile.hybrid_rules == "spec_groups"
+    return tuple(s if v033 and isinstance(s, MambaSpec)
+                 else dataclasses.replace(s, block_size=s.block_size * dcp_world_size)
+                 for s in specs)
+
+
 def resolve_kv_cache_block_sizes(specs: Sequence[KVCacheSpec], enable_caching: bool,
-                                 profile: ProfileBehaviour) -> tuple[int, int]:
-    """``(scheduler_block_size, hash_block_size)`` for ``specs``
-    (docs/semantics.md#kv-cache-sizing).
+                                 profile: ProfileBehaviour,
+                                 prefix_match_unit: int | None = None) -> tuple[int, int]:
+    """``(scheduler_block_size, hash_block_size)`` for ``specs`` (DCP-scaled already:
+    ``dcp_kv_cache_specs``; docs/semantics.md#kv-cache-sizing), as vLLM 0.33's
+    ``resolve_kv_cache_block_sizes`` (several groups with caching on and every Mamba group in
+    mode "align": hashes at ``prefix_match_unit``, else the gcd).
 
     Raises:
-        KVCacheMisuseError: no group; 0.10.2 with caching and differing block sizes.
+        KVCacheMisuseError: no group; 0.10.2 with caching and differing block sizes; a
+            ``prefix_match_unit`` vLLM rejects (ValueError there), or any under 0.10.2.
     """
     if not specs:
         raise KVCacheMisuseError("a KV cache needs at least one group")
     sizes = [s.block_size for s in specs]
     if profile.hybrid_rules == "full_and_other":
+        if prefix_match_unit is not None:
+            raise KVCacheMisuseError(
+                "prefix_match_unit is a vLLM 0.33 CacheConfig field; vLLM 0.10.2 has none "
+                "(its hashes are at the block size): leave it None under vllm-0.10")
         if enable_caching and len(set(sizes)) != 1:
             raise KVCacheMisuseError(
                 f"vLLM 0.10.2 supports one block size with prefix caching, got {sizes} "
@@ -104,8 +134,23 @@ def resolve_kv_cache_block_sizes(specs: Sequence[KVCacheSpec], enable_caching: b
         return math.lcm(*sizes), math.gcd(*sizes)
     scheduler = math.lcm(*sizes)
     if len(specs) == 1:
+        if prefix_match_unit not in (None, scheduler) and enable_caching:
+            raise KVCacheMisuseError(
+                f"Invalid prefix_match_unit={prefix_match_unit}; with a single KV cache group, "
+                f"prefix-cache hits land on the block size ({scheduler}). Unset it or set it "
+                f"to {scheduler} (vLLM 0.33 resolve_kv_cache_block_sizes raises ValueError)")
         return scheduler, scheduler
-    return scheduler, (math.gcd(*sizes) if enable_caching else scheduler)
+    if not enable_caching or any(isinstance(s, MambaSpec) and s.mamba_cache_mode != "align"
+                                 for s in specs):
+        return scheduler, scheduler
+    hashed = prefix_match_unit if prefix_match_unit is not None else math.gcd(*sizes)
+    if any(size % hashed for size in sizes):
+        raise KVCacheMisuseError(
+            f"Invalid prefix_match_unit={hashed}; prefix-cacheable KV cache group block sizes "
+            f"must be divisible by prefix_match_unit (group block sizes {sizes}; vLLM 0.33 "
+            "resolve_kv_cache_block_sizes raises ValueError): use a divisor of their gcd "
+            f"({math.gcd(*sizes)})")
+    return scheduler, hashed
 
 
 class KVCacheManager:
@@ -129,13 +174,27 @@ class KVCacheManager:
         kv_event_factory: what the pool builds its events with (``events.KVEventFactory``;
             None: the reference's dataclasses). ``kv_cache_event_metadata(specs)`` gives what a
             factory that annotates 0.33's ``BlockStored`` needs, before the manager exists.
+        dcp_world_size: decode context parallel world size (vLLM's ``KVCacheManager``
+            argument): a sharded group's block covers ``block_size * dcp_world_size`` tokens
+            (``kv_cache_specs`` holds the scaled specs).
+        prefix_match_unit: vLLM 0.33's ``CacheConfig.prefix_match_unit`` (None: the gcd of
+            the group block sizes); ``KVCacheMisuseError`` under vllm-0.10, which has none.
+        use_eagle: EAGLE/MTP speculative decoding (vLLM's ``KVCacheManager(use_eagle=...)``):
+            a prefix-cache hit drops its last block so the drafting head's hidden state is
+            recomputed, in every group (docs/semantics.md#prefix-cache-hits).
+        num_prefill_lookahead: vLLM 0.33's multi-module MTP prefill lookahead
+            (``num_speculative_tokens``): with EAGLE and caching on it must not exceed
+            ``scheduler_block_size`` (vLLM raises ValueError; here ``KVCacheMisuseError``).
+            Values above 1 with caching on (the re-prefilled tail left uncached) are not
+            modelled and refused; 0.10.2 has no such argument.
 
     Raises:
         KVCacheMisuseError: both or neither of ``block_size`` / ``kv_cache_specs``; a bad
             block size or ``max_model_len``; a layout that breaks one of vLLM's rules
             (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups), or a
-            Mamba layout vLLM refuses or the reference does not model (``_check_mamba``): the
-            message names it.
+            Mamba layout vLLM refuses or the reference does not model (``_check_mamba``), a
+            DCP layout vLLM asserts against (``_check_dcp``), a ``prefix_match_unit`` vLLM
+            rejects: the message names it.
     """
 
     def __init__(
@@ -153,6 +212,10 @@ class KVCacheManager:
         none_hash: bytes | None = None,
         prefix_cache_retention_interval: int | None = None,
         kv_event_factory: KVEventFactory | None = None,
+        dcp_world_size: int = 1,
+        prefix_match_unit: int | None = None,
+        use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
     ) -> None:
         if (block_size is None) == (kv_cache_specs is None):
             raise KVCacheMisuseError(
@@ -168,11 +231,19 @@ class KVCacheManager:
                 raise KVCacheMisuseError(f"not a KV-cache spec: {spec!r}")
         self.profile = get_profile(profile)
         self.v033 = self.profile.hybrid_rules == "spec_groups"
+        for name, value in (("dcp_world_size", dcp_world_size),
+                            ("prefix_match_unit", prefix_match_unit)):
+            if value is not None and (type(value) is not int or value < 1):
+                raise KVCacheMisuseError(f"{name} must be an int >= 1, got {value!r}")
+        self.dcp_world_size = dcp_world_size
+        self._check_dcp(specs, enable_caching)
+        specs = dcp_kv_cache_specs(specs, dcp_world_size, self.profile)
+        #: The groups' specs, block sizes scaled by DCP (``dcp_kv_cache_specs``).
         self.kv_cache_specs = specs
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         self.scheduler_block_size, self.hash_block_size = resolve_kv_cache_block_sizes(
-            specs, enable_caching, self.profile)
+            specs, enable_caching, self.profile, prefix_match_unit)
         #: Tokens per block of the scheduler's view (one group: its block size).
         self.block_size = self.scheduler_block_size
         retention = prefix_cache_retention_interval if self.v033 else None
@@ -181,12 +252,15 @@ class KVCacheManager:
         self._check_cross_attention(enable_caching)
         self._check_mamba(enable_caching, retention)
         self._check_supported(enable_caching, enable_kv_cache_events)
+        self._check_eagle(use_eagle, enable_caching, num_prefill_lookahead)
+        #: EAGLE/MTP: hits drop their last block (every group).
+        self.use_eagle = use_eagle
         self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
             specs, num_blocks, profile=self.profile, enable_caching=enable_caching,
             enable_kv_cache_events=enable_kv_cache_events,
             scheduler_block_size=self.scheduler_block_size,
             hash_block_size=self.hash_block_size, retention_interval=retention,
-            kv_event_factory=kv_event_factory)
+            kv_event_factory=kv_event_factory, use_eagle=use_eagle)
         self.block_pool = self.coordinator.block_pool
         # Built even with caching off so requests can still be hashed (vLLM builds it when a
         # KV connector needs hashes); the manager itself ignores hashes when caching is off.
@@ -205,16 +279,111 @@ class KVCacheManager:
     def _validate_retention(self, retention: int | None) -> None:
         if retention is None:
             return
-        if not any(isinstance(s, SlidingWindowSpec) for s in self.kv_cache_specs):
+        if not any(isinstance(s, (SlidingWindowSpec, MambaSpec)) for s in self.kv_cache_specs):
             if retention == 0:
                 return
             raise KVCacheMisuseError(
                 "prefix_cache_retention_interval is set but this model has no sliding-window "
-                "KV cache group, so retention has no effect (vLLM 0.33 raises ValueError)")
+                "or Mamba KV cache group, so retention has no effect (vLLM 0.33 raises "
+                "ValueError): set it to 0 or None")
         if retention < 0 or retention % self.scheduler_block_size:
             raise KVCacheMisuseError(
                 f"prefix_cache_retention_interval ({retention}) must be non-negative and a "
                 f"multiple of scheduler_block_size ({self.scheduler_block_size})")
+
+    def _check_dcp(self, specs: Sequence[KVCacheSpec], enable_caching: bool) -> None:
+        """Refuse the DCP layouts vLLM asserts against (at construction here; vLLM fails some
+        only at the first cache lookup), and the one the reference does not model."""
+        if self.dcp_world_size == 1:
+            return
+        if not self.v033 and any(isinstance(s, MambaSpec) for s in specs):
+            raise KVCacheMisuseError(
+                f"dcp_world_size={self.dcp_world_size} with a Mamba group under vLLM 0.10.2 is "
+                "not modelled: its MambaManager sizes speculative blocks with the spec's block "
+                "size but divides by the DCP-scaled one (single_type_kv_cache_manager.py:"
+                "580-583), a mix no 0.10.2 model runs (its DCP serves MLA models)")
+        if not enable_caching:
+            return  # caching off: any groups (vLLM's no-prefix-cache coordinator)
+        if not self.v033:
+            if len(specs) > 1:
+                raise KVCacheMisuseError(
+                    f"dcp_world_size={self.dcp_world_size} with {len(specs)} KV-cache groups "
+                    "and prefix caching on: vLLM 0.10.2's KVCacheManager asserts one group "
+                    "(kv_cache_manager.py:113-114) and its HybridKVCacheCoordinator 'DCP not "
+                    "support hybrid attn now.'; use one group or enable_caching=False")
+        elif len(specs) > 1:
+            bad = [s for s in specs if not isinstance(s, (FullAttentionSpec, MambaSpec))]
+            if bad:
+                raise KVCacheMisuseError(
+                    f"dcp_world_size={self.dcp_world_size}: vLLM 0.33's "
+                    "HybridKVCacheCoordinator asserts 'DCP with hybrid KV cache layouts only "
+                    f"supports full-attention, Mamba, and replicated draft groups', got {bad[0]!r}"
+                    "; use enable_caching=False or dcp_world_size=1")
+        spec = next((s for s in specs if isinstance(
+            s, (SlidingWindowSpec, ChunkedLocalAttentionSpec))), None)
+        if spec is not None:  # one group here (the checks above took several)
+            rule = "sliding window" if isinstance(spec, SlidingWindowSpec) else "chunked local"
+            raise KVCacheMisuseError(
+                f"dcp_world_size={self.dcp_world_size} with {spec!r} and prefix caching on: "
+                f"vLLM's manager asserts 'DCP not support {rule} attn now.' at its first cache "
+                "lookup (find_longest_cache_hit); use enable_caching=False or dcp_world_size=1")
+        if self.v033 and len(specs) > 1 and any(isinstance(s, MambaSpec) for s in specs):
+            raise KVCacheMisuseError(
+                f"dcp_world_size={self.dcp_world_size} with a Mamba group and prefix caching on "
+                "is not modelled (vLLM 0.33 keeps Mamba blocks unscaled and turns fine-grained "
+                "hits on at a Mamba block equal to the hash block, partial_hash_hits_enabled); "
+                "use enable_caching=False or dcp_world_size=1")
+
+    def _check_eagle(self, use_eagle: bool, enable_caching: bool,
+                     num_prefill_lookahead: int) -> None:
+        """EAGLE with prefix caching and a chunked local attention group is refused: vLLM's
+        ``ChunkedLocalAttentionManager.find_longest_cache_hit`` asserts ``drop_eagle_block
+        is False`` ('Hybrid KV cache is not supported for eagle + chunked local attention',
+        0.33 ``single_type_kv_cache_manager.py:1333``, 0.10.2 ``:457``) on the first lookup.
+        ``num_prefill_lookahead``: vLLM 0.33's check (``kv_cache_coordinator.py:150-159``),
+        then the multi-module MTP caching lag the reference does not model."""
+        if type(use_eagle) is not bool:
+            raise KVCacheMisuseError(f"use_eagle must be a bool, got {use_eagle!r}")
+        if type(num_prefill_lookahead) is not int or num_prefill_lookahead < 0:
+            raise KVCacheMisuseError(
+                f"num_prefill_lookahead must be an int >= 0, got {num_prefill_lookahead!r}")
+        if num_prefill_lookahead and not self.v033:
+            raise KVCacheMisuseError(
+                "num_prefill_lookahead is a vLLM 0.33 KVCacheManager argument (multi-module "
+                "MTP); vLLM 0.10.2 has none: use num_prefill_lookahead=0")
+        if enable_caching and use_eagle and self.scheduler_block_size < num_prefill_lookahead:
+            raise KVCacheMisuseError(
+                "Multi-module MTP with prefix caching requires scheduler_block_size (="
+                f"{self.scheduler_block_size}) >= num_speculative_tokens (="
+                f"{num_prefill_lookahead}). (vLLM 0.33 raises ValueError: lower "
+                "num_speculative_tokens or use larger blocks)")
+        if enable_caching and num_prefill_lookahead > 1:
+            raise KVCacheMisuseError(
+                f"num_prefill_lookahead={num_prefill_lookahead} with prefix caching: vLLM 0.33 "
+                "then leaves the last num_prefill_lookahead - 1 computed tokens uncached "
+                "(multi-module MTP re-prefills them), which the reference does not model; "
+                "use 0 or 1")
+        if not (use_eagle and enable_caching):
+            return
+        chunked = [s for s in self.kv_cache_specs if isinstance(s, ChunkedLocalAttentionSpec)]
+        if chunked:
+            raise KVCacheMisuseError(
+                f"use_eagle=True with prefix caching and {chunked[0]!r}: vLLM asserts 'Hybrid "
+                "KV cache is not supported for eagle + chunked local attention' "
+                "(ChunkedLocalAttentionManager.find_longest_cache_hit); use use_eagle=False "
+                "or enable_caching=False for this layout")
+        checkpointed = [s for s in self.kv_cache_specs
+                        if isinstance(s, MambaSpec) and s.num_prefill_checkpoint_blocks]
+        if checkpointed:
+            # Found by the multi-group differential: EAGLE keys a checkpoint one block below
+            # its table index, and a request hitting it makes vLLM 0.33.0 fail
+            # ``assert block_idx < len(req_blocks)`` in MambaManager._apply_cow. A crash is
+            # not behaviour to reproduce.
+            raise KVCacheMisuseError(
+                f"use_eagle=True with prefix caching and Mamba prefill checkpoint blocks "
+                f"({checkpointed[0]!r}) is not modelled: vLLM 0.33.0 fails an assertion in "
+                "MambaManager._apply_cow once a request hits a checkpoint EAGLE keyed below "
+                "its table index; use use_eagle=False or num_prefill_checkpoint_blocks=0")
 
     def _check_cross_attention(self, enable_caching: bool) -> None:
         """A cross-attention group only with prefix caching off, as vLLM runs encoder-decoder
@@ -239,6 +408,14 @@ class KVCacheManager:
                 "a Mamba group beside a cross-attention group is not modelled (no vLLM "
                 "encoder-decoder model has Mamba layers)")
         if not self.v033:
+            checkpoints = [s for s in mamba if s.num_prefill_checkpoint_blocks
+                           or s.prefill_checkpoint_alignment is not None]
+            if checkpoints:
+                raise KVCacheMisuseError(
+                    f"{checkpoints[0]!r}: num_prefill_checkpoint_blocks and "
+                    "prefill_checkpoint_alignment are vLLM 0.33 MambaSpec fields; vLLM 0.10.2's "
+                    "MambaSpec has neither (no Mamba prefix caching, no prefill checkpoints): "
+                    "leave them at 0 and None")
             if any(s.mamba_cache_mode != "none" for s in mamba):
                 raise KVCacheMisuseError(
                     "mamba_cache_mode is a vLLM 0.33 MambaSpec field; vLLM 0.10.2 has no "
@@ -258,10 +435,6 @@ class KVCacheManager:
                     "caching requires mamba_cache_mode=\'align\'' "
                     "(single_type_kv_cache_manager.py:1442-1444); its config sets 'align' "
                     "when caching is on and 'none' when off")
-        if retention is not None:
-            raise KVCacheMisuseError(
-                "prefix_cache_retention_interval with a Mamba group (0.33's sparse Mamba "
-                "state retention, MambaManager.reachable_block_mask) is not modelled")
 
     def _check_supported(self, enable_caching: bool, events: bool) -> None:
         """Refuse a layout the reference does not reproduce (the message names why).
@@ -494,10 +667,14 @@ class KVCacheManager:
         no extra argument."""
         coordinator = self.coordinator
         num_tokens_main_model = total_computed + num_new_tokens
+        # The scheduler's prefill boundary (vLLM 0.33 kv_cache_manager.py:529, from the request
+        # itself: num_tokens - 1 covers a resumed request replaying its output tokens); the
+        # coordinator passes it on under retention 0 only (Mamba prefill checkpoints).
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if coordinator.get_num_blocks_to_allocate_main(
                 request.request_id, num_tokens_need_slot, hits, num_computed,
-                num_tokens_main_model,
-                num_local_computed) > self.block_pool.free_block_queue.num_free_blocks:
+                num_tokens_main_model, num_local_computed,
+                prefill_end) > self.block_pool.free_block_queue.num_free_blocks:
             return None
         if has_hits or num_external_computed_tokens:
             coordinator.add_computed_blocks(request.request_id, hits, num_local_computed,
@@ -722,6 +899,42 @@ class KVCacheManager:
         copies = [(src.block_id, dst.block_id) for src, dst in pending]
         retained = [block for pair in pending for block in pair]
         return copies, retained
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """Drain the boundary-state hand-offs for a KV connector (vLLM 0.33's
+        ``take_boundary_state_offloads``, ``kv_cache_manager.py:880-904``, which its
+        scheduler calls in every ``schedule()`` just before ``take_kv_cache_block_copies``):
+        ``{request_id: [(group_id, block_id, boundary_tokens), ...]}``, requests in the order
+        of their first hand-off (groups in order, each group's hand-offs in the order made).
+
+        Only a Mamba "align" group (``vllm-0.33``, caching on) makes them: each state block
+        its ``cache_blocks`` keys, at ``(index + 1) * block_size``, and with fine-grained
+        hits the copy-on-write copy of a running request's own partial tail, at the
+        prompt's last hash boundary. A request's hand-offs not drained yet are dropped when
+        it is freed (preemption included). The blocks are not pinned: a copy is held by
+        nobody once ``take_kv_cache_block_copies``' retained blocks are released.
+        """
+        offloads: dict[str, list[tuple[int, int, int]]] = {}
+        for rid, group_id, block, boundary in self.coordinator.take_boundary_state_offloads():
+            offloads.setdefault(rid, []).append((group_id, block.block_id, boundary))
+        return offloads
+
+    def finalize_partial_tail_offloads(self, request: Request) -> list[tuple[int, int, int]]:
+        """A finishing request's producer partial tails (vLLM 0.33's
+        ``finalize_partial_tail_offloads``, ``kv_cache_manager.py:906-925``, called by its
+        scheduler for a KV producer before the request's blocks are freed): per Mamba
+        "align" group that keyed the request's own partial tail and has not copied it yet,
+        ``(group_id, block_id, boundary_tokens)`` of its table block when the request
+        computed exactly ``boundary_tokens`` tokens (none in flight). Consumes them: a
+        second call answers ``[]``."""
+        offloads: list[tuple[int, int, int]] = []
+        for manager in self.coordinator.single_type_managers:
+            finalized = manager.finalize_partial_tail_offload(request.request_id,
+                                                              request.num_computed_tokens)
+            if finalized is not None:
+                group_id, block, boundary = finalized
+                offloads.append((group_id, block.block_id, boundary))
+        return offloads
 
     def take_events(self) -> list[KVCacheEvent]:
         """Drain the pool's KV events (``kv_cache_event_metadata[group_idx]`` gives the

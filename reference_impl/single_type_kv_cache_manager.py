@@ -81,6 +81,31 @@ def resolve_block_hashes(hashes: Sequence[bytes], hash_block_size: int,
     return hashes[k - 1::k]
 
 
+def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int,
+                      use_eagle: bool) -> list[int]:
+    """Positions a later request replaying a prompt can resume at (vLLM 0.33
+    ``kv_cache_coordinator.replay_boundaries``): ``num_prompt_tokens - 1`` (a resend's cap);
+    with EAGLE the aligned resend and extension positions, each one scheduler block lower
+    (the block EAGLE matches and drops), at least 0, sorted and distinct."""
+    if not use_eagle:
+        return [num_prompt_tokens - 1]
+    block = scheduler_block_size
+    resend = (num_prompt_tokens - 1) // block * block
+    extension = num_prompt_tokens // block * block
+    return sorted({max(resend - block, 0), max(extension - block, 0)})
+
+
+def mamba_prefill_checkpoint_position(num_tokens: int, hash_block_size: int,
+                                      drop_eagle_block: bool) -> int:
+    """The reusable Mamba checkpoint boundary of a prefill of ``num_tokens`` (vLLM 0.33
+    ``kv_cache_interface.get_mamba_prefill_checkpoint_position``, no hash lookahead):
+    ``(num_tokens - 1)`` rounded down to the hash block; with EAGLE's drop, ``num_tokens``
+    rounded down, minus one hash block (EAGLE recomputes that block); at least 0."""
+    if drop_eagle_block:
+        return max(num_tokens // hash_block_size * hash_block_size - hash_block_size, 0)
+    return max((num_tokens - 1) // hash_block_size * hash_block_size, 0)
+
+
 def trim_null_head(blocks: list[KVCacheBlock]) -> list[KVCacheBlock]:
     """``blocks`` without its leading null blocks (vLLM 0.33 ``trim_null_head``); ``blocks``
     itself when it starts with a real block."""
@@ -140,6 +165,10 @@ class SingleTypeKVCacheManager:
         self.hash_block_size = self.block_size
         self.retention_interval: int | None = None
         self.shared_prefix_boundary: dict[str, int] = {}
+        #: Whether this group's hits drop the EAGLE/MTP block (set by the coordinator, vLLM's
+        #: ``use_eagle`` of a manager): 0.33's sliding-window ``reachable_block_mask`` and
+        #: the full-attention partial-block key read it.
+        self.use_eagle = False
         #: 0.33 copy-on-write: request id -> (table index, source block) of a hit that ends
         #: inside a block, redirected to a private block by the next allocation (vLLM's
         #: ``_partial_hit_reqs``); only layouts with a Mamba group record one.
@@ -184,13 +213,14 @@ class SingleTypeKVCacheManager:
     # ------------------------------------------------------------------ hits
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[GroupBlocks, int]:
+                               drop_eagle_block: bool = False) -> tuple[GroupBlocks, int]:
         """Per group of ``group_ids`` (all with this spec) the hit blocks, and the hit length
         in tokens; ``block_hashes`` are already viewed at this group's block size."""
         raise NotImplementedError
 
     def find_longest_partial_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                        group_ids: Sequence[int], hash_block_size: int,
+                                       drop_eagle_block: bool = False,
                                        ) -> tuple[GroupBlocks, int]:
         """vLLM 0.33's fine-grained hit search (``find_longest_cache_hit`` with
         ``alignment_tokens = hash_block_size`` below the block size): the hit may end on any
@@ -242,6 +272,19 @@ class SingleTypeKVCacheManager:
         they were made (vLLM 0.33's ``take_pending_cow_copies``)."""
         copies, self._pending_cow_copies = self._pending_cow_copies, []
         return copies
+
+    def take_pending_boundary_state_offloads(self) -> list[tuple[str, int, KVCacheBlock, int]]:
+        """Drain the boundary-state hand-offs for a KV connector, ``(request_id, group_id,
+        block, boundary_tokens)`` (vLLM 0.33's ``take_pending_boundary_state_offloads``):
+        only a Mamba "align" group makes any (``MambaManager``)."""
+        return []
+
+    def finalize_partial_tail_offload(self, request_id: str, num_computed_tokens: int,
+                                      ) -> tuple[int, KVCacheBlock, int] | None:
+        """A finishing request's producer partial tail, ``(group_id, block,
+        boundary_tokens)``, or None (vLLM 0.33's ``finalize_partial_tail_offload``): only a
+        Mamba "align" group has one (``MambaManager``)."""
+        return None
 
     # ------------------------------------------------------------------ allocation
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
@@ -322,6 +365,22 @@ class SingleTypeKVCacheManager:
         return new
 
     # ------------------------------------------------------------------ caching
+    def reachable_boundaries(self, request: Request) -> list[int]:
+        """The token positions whose state a sparse-retention group (sliding window, Mamba)
+        keeps cached (vLLM 0.33 ``SingleTypeKVCacheManager.cache_blocks``, ``:508-520``): the
+        prompt's replay boundaries (``replay_boundaries``) and the request's shared-prefix
+        boundary; with EAGLE also the boundary one block below the latter."""
+        boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
+                                       self.use_eagle)
+        shared_prefix_boundary = self.shared_prefix_boundary.get(request.request_id, 0)
+        if shared_prefix_boundary:
+            boundaries.append(shared_prefix_boundary)
+            if self.use_eagle:
+                # A sibling diverging right after the junction has no block past it to
+                # drop, so its hit lands one block lower.
+                boundaries.append(shared_prefix_boundary - self.block_size)
+        return boundaries
+
     def reachable_block_mask(self, request: Request, start_block: int,
                              end_block: int) -> list[bool] | None:
         """Which blocks of ``[start_block, end_block)`` a later hit can use (None: all)."""
@@ -352,11 +411,14 @@ class SingleTypeKVCacheManager:
                                         new_computed_blocks: Sequence[KVCacheBlock],
                                         total_computed_tokens: int,
                                         num_tokens_main_model: int,
-                                        num_local_computed_tokens: int) -> int:
+                                        num_local_computed_tokens: int,
+                                        prefill_end: int = 0) -> int:
         """``get_num_blocks_to_allocate`` given also the main model's tokens
         (``computed + new``, without lookahead; ``MambaManager`` reads it) and the local
         computed tokens (``num_computed_tokens`` + hits): a hit ending inside a block
-        reserves one block more, the copy-on-write block (vLLM 0.33 ``:260-266``)."""
+        reserves one block more, the copy-on-write block (vLLM 0.33 ``:260-266``).
+        ``prefill_end`` (only ``MambaManager`` reads it): see
+        ``KVCacheCoordinator.get_num_blocks_to_allocate_main``."""
         num_blocks = self.get_num_blocks_to_allocate(request_id, num_tokens,
                                                      new_computed_blocks, total_computed_tokens)
         if new_computed_blocks and num_local_computed_tokens % self.block_size:
@@ -471,8 +533,16 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[GroupBlocks, int]:
+                               drop_eagle_block: bool = False) -> tuple[GroupBlocks, int]:
+        """The longest run of cached blocks from the start, within ``max_length`` and (0.33)
+        rounded down to ``alignment_tokens``. ``drop_eagle_block`` (EAGLE/MTP): the hit then
+        drops its last block (0.10.2 pops it; 0.33 subtracts ``min(alignment_tokens, bs)``
+        tokens before the rounding, ``single_type_kv_cache_manager.py:829-838``)."""
         bs = self.block_size
+        if drop_eagle_block:
+            found, found_length = self.find_longest_cache_hit(block_hashes, max_length,
+                                                              group_ids, bs)
+            return self._drop_eagle_block(found, found_length, alignment_tokens)
         if len(group_ids) == 1:
             # BlockPool.get_cached_block(block_hash, group_ids) for one group, unrolled: this
             # loop runs once per prompt block of every admission.
@@ -504,11 +574,13 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
     def find_longest_partial_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                        group_ids: Sequence[int], hash_block_size: int,
+                                       drop_eagle_block: bool = False,
                                        ) -> tuple[GroupBlocks, int]:
-        """vLLM 0.33's fine-grained full-attention search (``:743-838``, no EAGLE): the
-        longest run of cached full blocks (keys at the block size), then the first block past
-        it probed at its inner hash boundaries, highest first, for a partial-block key; the
-        hit then ends there, inside that block, which is the last hit block."""
+        """vLLM 0.33's fine-grained full-attention search (``:743-838``): the longest run of
+        cached full blocks (keys at the block size), then the first block past it probed at
+        its inner hash boundaries, highest first, for a partial-block key; the hit then ends
+        there, inside that block, which is the last hit block. ``drop_eagle_block``: then one
+        hash block less (the blocks trimmed to the shorter hit)."""
         bs = self.block_size
         k = bs // hash_block_size
         lookup = self.block_pool.get_cached_block
@@ -531,6 +603,25 @@ class FullAttentionManager(SingleTypeKVCacheManager):
                 out.append(block)
             hit_length = (fine_idx + 1) * hash_block_size
             break
+        if drop_eagle_block:
+            return self._drop_eagle_block(computed, hit_length, hash_block_size)
+        return computed, hit_length
+
+    def _drop_eagle_block(self, computed: GroupBlocks, hit_length: int,
+                          alignment_tokens: int) -> tuple[GroupBlocks, int]:
+        """EAGLE's drop on an unrounded full-attention hit (vLLM 0.33 ``:829-838``: minus
+        ``min(alignment_tokens, bs)`` tokens, then down to ``alignment_tokens``, blocks
+        trimmed to ``cdiv(hit, bs)``; 0.10.2 ``:282-284``: the last block popped)."""
+        if hit_length > 0:
+            bs = self.block_size
+            if self.v033:
+                hit_length -= min(alignment_tokens, bs)
+                hit_length -= hit_length % alignment_tokens
+            else:
+                hit_length -= bs
+            num_blocks = cdiv(hit_length, bs)
+            for out in computed:
+                del out[num_blocks:]
         return computed, hit_length
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
@@ -558,12 +649,16 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     def _cache_partial_tail_block(self, request: Request, num_tokens: int) -> None:
         """Key the block holding the prompt's last hash boundary ``b = min((num_prompt_tokens
         - 1) // hbs, len(block_hashes)) * hbs`` by the hash at ``b`` (vLLM 0.33's
-        ``_cache_partial_tail_block``, ``:859-897``, without EAGLE): only that boundary,
+        ``_cache_partial_tail_block``, ``:859-897``; with EAGLE ``num_prompt_tokens`` in place of
+        ``num_prompt_tokens - 1``): only that boundary,
         never the others inside a block; nothing when ``b`` is 0, past ``num_tokens`` (the
         hybrid coordinator rounds it down to the scheduler block, so the block is full and
         keyed already), block-aligned, or in a block the request does not hold."""
         hbs = self.hash_block_size
-        boundary = min((request.num_prompt_tokens - 1) // hbs, len(request.block_hashes)) * hbs
+        # A resend hits at most num_prompt_tokens - 1 tokens, but an EAGLE lookup reads the
+        # whole prompt before dropping a hash block (vLLM 0.33 :870-877).
+        token_limit = request.num_prompt_tokens - (0 if self.use_eagle else 1)
+        boundary = min(token_limit // hbs, len(request.block_hashes)) * hbs
         if boundary == 0 or boundary > num_tokens or boundary % self.block_size == 0:
             return
         blocks = self.req_to_blocks.get(request.request_id, ())
@@ -608,9 +703,13 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[GroupBlocks, int]:
+                               drop_eagle_block: bool = False) -> tuple[GroupBlocks, int]:
+        """The rightmost run of ``cdiv(w - 1, bs)`` cached blocks within ``max_length`` (else
+        the run from the start), nulls before it. ``drop_eagle_block`` (EAGLE/MTP): the run
+        needs one block more and its last block is then popped (0.33 re-aligns after the pop;
+        vLLM 0.33 ``:957-1063``, 0.10.2 ``:312-372``)."""
         bs = self.block_size
-        need = self.contiguous_blocks
+        need = self.contiguous_blocks + (1 if drop_eagle_block else 0)
         max_num_blocks = max_length // bs
         null = self.null_block
         computed = tuple([null] * max_num_blocks for _ in group_ids)
@@ -622,8 +721,8 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
                 run = 0
                 continue
             if (self.v033 and run == 0 and bs != alignment_tokens
-                    and ((i + 1) * bs) % alignment_tokens != 0):
-                continue  # 0.33: a run must end on an aligned boundary
+                    and ((i if drop_eagle_block else i + 1) * bs) % alignment_tokens != 0):
+                continue  # 0.33: a run must end (after EAGLE's pop) on an aligned boundary
             for out, block in zip(computed, hit, strict=True):
                 out[i] = block
             run += 1
@@ -639,20 +738,32 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
                 while bs != alignment_tokens and len(computed[0]) * bs % alignment_tokens:
                     for out in computed:
                         out.pop()
+        if drop_eagle_block and computed[0]:
+            for out in computed:
+                out.pop()
+            if self.v033:
+                while bs != alignment_tokens and len(computed[0]) * bs % alignment_tokens:
+                    for out in computed:
+                        out.pop()
         return computed, len(computed[0]) * bs
 
     def reachable_block_mask(self, request: Request, start_block: int,
                              end_block: int) -> list[bool] | None:
-        """0.33 ``reachable_block_mask`` without EAGLE
+        """0.33 ``reachable_block_mask``
         (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups): the
-        reachable boundaries are the prompt's last hit position and the request's
-        shared-prefix boundary."""
+        reachable boundaries are the prompt's replay boundaries (``replay_boundaries``) and
+        the request's shared-prefix boundary. With EAGLE (``use_eagle``) a hit needs one block
+        more, and its run's right edge is the block past the boundary (``shift`` 1); the
+        boundary one block below the shared prefix's is reachable too (vLLM 0.33
+        ``:509-520, 1066-1144``)."""
         retention_interval = self.retention_interval
         alignment = self.cache_hit_alignment_tokens
         bs = self.block_size
         if alignment % bs != 0:
             return None
-        need = self.contiguous_blocks
+        use_eagle = self.use_eagle
+        need = self.contiguous_blocks + (1 if use_eagle else 0)
+        shift = 1 if use_eagle else 0
         mask = [False] * (end_block - start_block)
         segment = (alignment if retention_interval is None
                    else (None if retention_interval == 0 else retention_interval))
@@ -661,15 +772,11 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             if need >= per_segment:
                 return None
             for i in range(start_block, end_block):
-                if i % per_segment >= per_segment - need:
+                if i >= shift and (i - shift) % per_segment >= per_segment - need:
                     mask[i - start_block] = True
         if retention_interval is not None:
-            reachable_boundaries = [request.num_prompt_tokens - 1]
-            shared_prefix_boundary = self.shared_prefix_boundary.get(request.request_id, 0)
-            if shared_prefix_boundary:
-                reachable_boundaries.append(shared_prefix_boundary)
-            for boundary in reachable_boundaries:
-                end = (boundary // alignment * alignment) // bs
+            for boundary in self.reachable_boundaries(request):
+                end = (boundary // alignment * alignment) // bs + shift
                 for j in range(max(start_block, end - need), min(end_block, end)):
                     mask[j - start_block] = True
         return mask
@@ -698,7 +805,7 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[GroupBlocks, int]:
+                               drop_eagle_block: bool = False) -> tuple[GroupBlocks, int]:
         bs = self.block_size
         if self.v033 and bs != alignment_tokens:
             raise KVCacheMisuseError(
@@ -741,7 +848,7 @@ class CrossAttentionManager(SingleTypeKVCacheManager):
 
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[GroupBlocks, int]:
+                               drop_eagle_block: bool = False) -> tuple[GroupBlocks, int]:
         raise KVCacheMisuseError("a cross-attention group never hits: vLLM's "
                                  "CrossAttentionManager does not support caching")
 
@@ -800,14 +907,36 @@ class MambaManager(SingleTypeKVCacheManager):
     request's next allocation then copies that state to a new block, moves the block's keys
     onto the copy (``BlockPool.move_block_hashes``) and keeps writing its own block.
 
-    Not modelled (``KVCacheManager`` refuses the layouts that reach them, or they have no
-    reference counterpart): prefill checkpoint blocks (``MambaSpec`` has no
-    ``num_prefill_checkpoint_blocks``), sparse retention, EAGLE checkpoints and the
-    shared-prefix checkpoint (no EAGLE), and the connector's boundary-state hand-offs
-    (``take_boundary_state_offloads``: a list for a connector, no block state). Without
-    fine-grained hits (the Mamba block is the hash block) 0.33's ``_cache_partial_tail_block``
-    never keys anything (its boundary is a whole block, keyed already), so it runs only with
-    them.
+    Prefill checkpoint blocks (0.33, "align", ``MambaSpec.num_prefill_checkpoint_blocks > 0``;
+    docs/semantics.md#mamba-prefill-checkpoints): an allocation whose chunk ``[start, end)``
+    can export the state at its checkpoint position ``p``
+    (``mamba_prefill_checkpoint_position(end, cache_hit_alignment_tokens, ...)``; the rule is
+    ``_needs_internal_checkpoint``) reserves one block more, at table index ``cdiv(end,
+    block_size) - 2`` (a new block where a null would be, or a speculative block kept in
+    place), remembered in ``_checkpoints``; ``cache_blocks`` then re-keys that block at ``p``
+    (every key it had removed first) when ``p`` is the prompt's checkpoint, a retained
+    boundary or the shared-prefix boundary, and else drops its keys (a transient state).
+    Under ``prefix_cache_retention_interval == 0`` only the chunk reaching the prefill end
+    reserves one (``prefill_end``).
+
+    Sparse retention (0.33, ``retention_interval`` not None): ``reachable_block_mask`` keeps
+    one state per retention segment (0: none) plus the states at the reachable boundaries.
+
+    Boundary-state hand-offs for a KV connector (0.33, "align";
+    docs/semantics.md#boundary-state-hand-offs): each state block ``cache_blocks`` keys, at
+    its key's boundary (``_offer_cached_states``, after ``_cache_partial_tail_block`` as in
+    vLLM), and a producer's copy of its own partial tail (``_offer_producer_tail``), drained
+    by ``take_pending_boundary_state_offloads``; a freed request's not drained yet are
+    dropped; ``finalize_partial_tail_offload`` hands a tail not copied yet from the table
+    when the request finishes exactly at it.
+
+    Not modelled (no reference counterpart, or EAGLE only): the shared-prefix checkpoint
+    (``enable_mamba_shared_prefix_checkpoint``: a ``KVCacheManager`` flag that vLLM narrows to
+    EAGLE layouts with fine-grained hits) and hash lookahead (``num_hash_lookahead_tokens``).
+    ``_cache_partial_tail_block`` runs after every "align" ``cache_blocks``, as in vLLM: without
+    fine-grained hits, a checkpoint or EAGLE's checkpoint shift it keys nothing (its boundary
+    is a whole block, keyed already), but with the shift under sparse retention it keys the
+    prompt's tail state that the mask left out.
     """
 
     uses_main_model_tokens = True
@@ -831,6 +960,24 @@ class MambaManager(SingleTypeKVCacheManager):
         self.allocated_block_reqs: set[str] = set()
         #: 0.33 fine-grained partial hash hits are on (set by the coordinator).
         self.partial_hash_hits = False
+        #: 0.33: Mamba checkpoints follow EAGLE's replay boundary (the coordinator sets it
+        #: when the manager runs with ``use_eagle``; vLLM ``drop_eagle_checkpoint_block``).
+        self.drop_eagle_checkpoint_block = False
+        #: 0.33 "align" with ``num_prefill_checkpoint_blocks > 0``: allocations may reserve a
+        #: prefill checkpoint block (vLLM ``has_prefill_checkpoint_blocks``).
+        self.has_prefill_checkpoint_blocks = (
+            self.align and kv_cache_spec.num_prefill_checkpoint_blocks > 0)
+        self.prefill_checkpoint_alignment = kv_cache_spec.prefill_checkpoint_alignment
+        #: request id -> (checkpoint position, table index of its block) of the request's
+        #: last allocation count (vLLM ``_checkpoints``); read by ``cache_blocks``.
+        self._checkpoints: dict[str, tuple[int, int]] = {}
+        #: align: the boundary states handed to a KV connector, not drained yet
+        #: (``(request_id, group_id, block, boundary_tokens)``; vLLM 0.33's
+        #: ``_pending_boundary_state_offloads``).
+        self._pending_boundary_state_offloads: list[tuple[str, int, KVCacheBlock, int]] = []
+        #: align: request id -> (its state block, the prompt's last hash boundary) for a
+        #: request that keyed its own partial tail (a producer) and has not copied it yet.
+        self._producer_partial_tail_reqs: dict[str, tuple[KVCacheBlock, int]] = {}
 
     # ------------------------------------------------------------------ skipping
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -870,7 +1017,7 @@ class MambaManager(SingleTypeKVCacheManager):
     # ------------------------------------------------------------------ hits
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                group_ids: Sequence[int], alignment_tokens: int,
-                               ) -> tuple[GroupBlocks, int]:
+                               drop_eagle_block: bool = False) -> tuple[GroupBlocks, int]:
         computed: GroupBlocks = tuple([] for _ in group_ids)
         if not self.v033:
             return computed, 0  # 0.10.2: "Prefix caching is not supported for mamba now."
@@ -895,6 +1042,7 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def find_longest_partial_cache_hit(self, block_hashes: Sequence[bytes], max_length: int,
                                        group_ids: Sequence[int], hash_block_size: int,
+                                       drop_eagle_block: bool = False,
                                        ) -> tuple[GroupBlocks, int]:
         """vLLM 0.33's fine-grained Mamba search (``:1494-1514``): right to left over every
         hash-block boundary up to ``max_length``; the first cached key (a full block's or a
@@ -932,11 +1080,14 @@ class MambaManager(SingleTypeKVCacheManager):
                                         new_computed_blocks: Sequence[KVCacheBlock],
                                         total_computed_tokens: int,
                                         num_tokens_main_model: int,
-                                        num_local_computed_tokens: int) -> int:
+                                        num_local_computed_tokens: int,
+                                        prefill_end: int = 0) -> int:
         """0.33 first refuses a hit on a block cached in this step: ``num_gpu_blocks + 1``,
         more than any pool has free (``:1703-1711``). In "align" mode a copy-on-write to come
         (a hit ending inside a block, or this request's own partial-block key of the last
-        step) needs one block more, and lifts the per-step cap by one (``:1748-1792``)."""
+        step) needs one block more, and lifts the per-step cap by one (``:1748-1792``); so
+        does a prefill checkpoint (``_needs_internal_checkpoint``), recorded in
+        ``_checkpoints`` (or dropped from it) by this count, as vLLM's is (``:1756-1790``)."""
         if self._hit_cached_this_step(new_computed_blocks):
             return self.block_pool.num_gpu_blocks + 1
         if not self.align:
@@ -953,8 +1104,14 @@ class MambaManager(SingleTypeKVCacheManager):
             or (self._partial_hit_reqs and request_id in self._partial_hit_reqs))
         if has_partial_hit:
             num_new = max(num_new, 0) + 1
+        checkpoint_block = 0
+        if self.has_prefill_checkpoint_blocks:
+            checkpoint_block = self._reserve_checkpoint(
+                request_id, total_computed_tokens, num_tokens_main_model, prefill_end)
+        elif self._checkpoints:
+            self._checkpoints.pop(request_id, None)
         if num_new > 0:
-            cap = 1 + has_partial_hit
+            cap = 1 + has_partial_hit + checkpoint_block
             if request_id not in self.allocated_block_reqs:
                 cap += self.num_speculative_blocks
             num_new = min(num_new, cap)
@@ -981,7 +1138,8 @@ class MambaManager(SingleTypeKVCacheManager):
         blocks = self.req_to_blocks.setdefault(request_id, [])
         num_required = cdiv(num_tokens_main_model, self.block_size) + spec
         partial_hit = self._partial_hit_reqs.get(request_id) if self._partial_hit_reqs else None
-        if num_required <= len(blocks) and partial_hit is None:
+        checkpoint = int(bool(self._checkpoints) and request_id in self._checkpoints)
+        if num_required <= len(blocks) and partial_hit is None and not checkpoint:
             self.allocated_block_reqs.add(request_id)
             return []
         prev_len = len(blocks)
@@ -991,17 +1149,19 @@ class MambaManager(SingleTypeKVCacheManager):
         elif prev_len > 0:  # a new request's last hit block holds the hit state
             self.last_state_block_idx[request_id] = prev_len - 1
         num_skipped = num_required - spec - 1
+        # A prefill checkpoint keeps the entry before the last state block: its block (a new
+        # one, or a speculative block left in place) receives the checkpoint's state.
         if prev_len < num_skipped:
-            blocks.extend([self.null_block] * (num_skipped - prev_len))
+            blocks.extend([self.null_block] * (num_skipped - checkpoint - prev_len))
         if allocated:
             for i in range(prev_len - spec, prev_len):
-                if i >= num_skipped:
+                if i >= num_skipped - checkpoint:
                     break
                 self._relocate_speculative_block(blocks, i)
         num_new = max(num_required - len(blocks), 0)
         if partial_hit is not None:
             num_new += 1
-            assert num_new <= 2 + (0 if allocated else spec)
+        assert num_new <= 1 + (partial_hit is not None) + checkpoint + (0 if allocated else spec)
         new = self.block_pool.get_new_blocks(num_new)
         returned = blocks[prev_len:]
         if partial_hit is not None:
@@ -1024,6 +1184,7 @@ class MambaManager(SingleTypeKVCacheManager):
             self.block_pool.move_block_hashes(source_block, cow_block)
             self._pending_cow_copies.append((source_block, cow_block))
             source_block.ref_cnt += 1
+            self._offer_producer_tail(request_id, source_block, cow_block)
             if cow_block.block_hash is not None:
                 self.cached_blocks_this_step.add(cow_block.block_hash)
         else:
@@ -1041,14 +1202,15 @@ class MambaManager(SingleTypeKVCacheManager):
 
     # ------------------------------------------------------------------ caching
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the full blocks (nulls skipped) and, 0.33, remember their keys as cached in
-        this step; with fine-grained hits, then the prompt's last hash boundary
-        (``_cache_partial_tail_block``)."""
+        """Cache the full blocks (nulls skipped; under sparse retention those
+        ``reachable_block_mask`` keeps) and, 0.33, remember their keys as cached in this step;
+        in "align" mode, between the two, the prefill checkpoint or the prompt's last hash
+        boundary (``_cache_partial_tail_block``)."""
         rid = request.request_id
         before = self.num_cached_block.get(rid, 0)
         super().cache_blocks(request, num_tokens)
         after = self.num_cached_block.get(rid, 0)
-        if self.partial_hash_hits:
+        if self.align:
             partial_key = self._cache_partial_tail_block(request, num_tokens)
             if partial_key is not None:
                 self.cached_blocks_this_step.add(partial_key)
@@ -1057,19 +1219,141 @@ class MambaManager(SingleTypeKVCacheManager):
             for block in blocks[before:after]:
                 if not block.is_null and block.block_hash is not None:
                     self.cached_blocks_this_step.add(block.block_hash)
+            if self.align:
+                self._offer_cached_states(rid, blocks, before, after)
+
+    def reachable_block_mask(self, request: Request, start_block: int,
+                             end_block: int) -> list[bool] | None:
+        """0.33's sparse Mamba state retention (``MambaManager.reachable_block_mask``,
+        ``:1549-1606``): None (every state) without a retention interval, else the segment
+        states and the states at the request's reachable boundaries
+        (``reachable_boundaries``)."""
+        if self.retention_interval is None:
+            return None
+        return self._retention_mask(start_block, end_block, self.reachable_boundaries(request))
+
+    def _retention_mask(self, start_block: int, end_block: int,
+                        boundaries: Sequence[int]) -> list[bool] | None:
+        """Which state blocks of ``[start_block, end_block)`` sparse retention keeps: with
+        ``retention_interval = r > 0`` the block ending each multiple of ``r`` (None: every
+        block, when ``r`` is at most one block), and the block ending at each of
+        ``boundaries`` rounded down to the hit alignment (a Mamba hit needs exactly that one
+        state; no window, no EAGLE shift: draft models have no Mamba layers)."""
+        bs = self.block_size
+        alignment = self.cache_hit_alignment_tokens
+        mask = [False] * (end_block - start_block)
+        if self.retention_interval:
+            per_segment = self.retention_interval // bs
+            if per_segment <= 1:
+                return None
+            first = (start_block + per_segment) // per_segment * per_segment - 1
+            for i in range(first - start_block, len(mask), per_segment):
+                mask[i] = True
+        for boundary in boundaries:
+            boundary_block = boundary // alignment * alignment // bs - 1
+            if start_block <= boundary_block < end_block:
+                mask[boundary_block - start_block] = True
+        return mask
+
+    # ------------------------------------------------------------------ prefill checkpoints
+    def _reserve_checkpoint(self, request_id: str, query_start: int, query_end: int,
+                            prefill_end: int) -> int:
+        """The prefill checkpoint of an allocation of the chunk ``[query_start, query_end)``
+        (vLLM 0.33 ``:1756-1784``): its position ``p`` is the last reusable boundary before
+        ``query_end`` at the hit alignment (``mamba_prefill_checkpoint_position``); when
+        ``_needs_internal_checkpoint`` holds, ``(p, cdiv(query_end, block_size) - 2)`` is
+        recorded in ``_checkpoints`` and 1 returned (one block more), else the request's
+        entry is dropped and 0 returned."""
+        position = mamba_prefill_checkpoint_position(
+            query_end, self.cache_hit_alignment_tokens, self.drop_eagle_checkpoint_block)
+        if position > 0 and self._needs_internal_checkpoint(request_id, query_start,
+                                                            query_end, position, prefill_end):
+            self._checkpoints[request_id] = (position, cdiv(query_end, self.block_size) - 2)
+            return 1
+        self._checkpoints.pop(request_id, None)
+        return 0
+
+    def _needs_internal_checkpoint(self, request_id: str, query_start: int, query_end: int,
+                                   position: int, prefill_end: int) -> bool:
+        """vLLM 0.33's ``_needs_internal_checkpoint`` (``:1659-1690``) with
+        ``is_mamba_prefill_checkpoint_valid`` (``kv_cache_interface.py:1189-1210``): the
+        chunk reaches ``prefill_end`` (0 unless retention 0), the backend can export the
+        state at ``position`` inside it (an alignment is declared; the chunk starts on a hash
+        block; the checkpoint's column ``cdiv(query_end, bs) - 2`` is past the initial
+        state's ``(query_start - 1) // bs``; at least one hash block after ``query_start``,
+        before ``query_end``, on the alignment grid from ``query_start``), and that column
+        holds no state yet: past the table, a null, or one of a running request's
+        speculative blocks."""
+        alignment = self.prefill_checkpoint_alignment
+        if alignment is None or query_end < prefill_end:
+            return False
+        bs = self.block_size
+        hbs = self.hash_block_size
+        column = cdiv(query_end, bs) - 2
+        if not (query_start % hbs == 0 and column > (query_start - 1) // bs
+                and query_start + hbs <= position
+                and query_start < position < query_end
+                and (position - query_start) % alignment == 0 and column >= 0):
+            return False
+        blocks = self.req_to_blocks.get(request_id, ())
+        return (column >= len(blocks) or blocks[column].is_null
+                or (request_id in self.allocated_block_reqs
+                    and column >= len(blocks) - self.num_speculative_blocks))
+
+    def _cache_checkpoint_block(self, request: Request) -> bytes | None:
+        """``cache_blocks`` after an allocation that reserved a prefill checkpoint (vLLM 0.33
+        ``:2035-2081``): the checkpoint block (index ``i`` of ``_checkpoints``) holds the state
+        at position ``p``. When ``p`` is the prompt's checkpoint (``p`` for
+        ``num_prompt_tokens``), a block boundary that retention keeps (``_retention_mask``
+        without reachable boundaries; always kept without a retention interval) or the
+        request's shared-prefix boundary, the block is keyed at ``p``, every key it had
+        (the full key ``cache_full_blocks`` just gave it) removed first
+        (``cache_partial_block(..., replace_existing_hashes=True)``), unless its key already
+        covers ``p``; otherwise its keys are dropped (a transient state: the slot is
+        reused). Returns the new key, or None."""
+        rid = request.request_id
+        position, idx = self._checkpoints[rid]
+        blocks = self.req_to_blocks[rid]
+        assert 0 <= idx < len(blocks)
+        block = blocks[idx]
+        is_prompt_checkpoint = position == mamba_prefill_checkpoint_position(
+            request.num_prompt_tokens, self.cache_hit_alignment_tokens,
+            self.drop_eagle_checkpoint_block)
+        is_retained_checkpoint = False
+        bs = self.block_size
+        if position % bs == 0:
+            block_idx = position // bs - 1
+            retained = (None if self.retention_interval is None
+                        else self._retention_mask(block_idx, block_idx + 1, ()))
+            is_retained_checkpoint = retained is None or retained[0]
+        if (not is_prompt_checkpoint and not is_retained_checkpoint
+                and position != self.shared_prefix_boundary.get(rid, 0)):
+            self.block_pool._maybe_evict_cached_block(block)
+            return None
+        if self._block_hash_num_tokens(block, idx) == position:
+            return None
+        return self.block_pool.cache_partial_block(request, block, position,
+                                                   self.kv_cache_group_id, bs,
+                                                   self.hash_block_size,
+                                                   replace_existing_hashes=True)
 
     def _cache_partial_tail_block(self, request: Request, num_tokens: int) -> bytes | None:
-        """vLLM 0.33's Mamba ``_cache_partial_tail_block`` without checkpoints or EAGLE
-        (``:2028-2135``): when ``num_tokens`` is exactly the prompt's last hash boundary
-        ``(num_prompt_tokens - 1) // hbs * hbs``, key the state block holding it (index
+        """vLLM 0.33's Mamba ``_cache_partial_tail_block`` (``:2028-2135``): after an
+        allocation that reserved a prefill checkpoint, ``_cache_checkpoint_block``; otherwise,
+        when ``num_tokens`` is exactly the prompt's last hash boundary
+        (``mamba_prefill_checkpoint_position``: ``(num_prompt_tokens - 1) // hbs * hbs``, with
+        EAGLE ``num_prompt_tokens // hbs * hbs - hbs``), key the state block holding it (index
         ``cdiv(num_tokens, block_size) - 1``; not a null, not already keyed at that length)
         by the hash there (``BlockPool.cache_partial_block``). A boundary inside the block
         records the request for a copy-on-write in its next allocation and caps
         ``num_cached_block`` at that index. Returns the key, or None."""
+        if self._checkpoints and request.request_id in self._checkpoints:
+            return self._cache_checkpoint_block(request)
         hbs = self.hash_block_size
         if num_tokens <= 0 or num_tokens % hbs:
             return None
-        if num_tokens != max((request.num_prompt_tokens - 1) // hbs * hbs, 0):
+        if num_tokens != mamba_prefill_checkpoint_position(
+                request.num_prompt_tokens, hbs, self.drop_eagle_checkpoint_block):
             return None
         bs = self.block_size
         block_idx = cdiv(num_tokens, bs) - 1
@@ -1086,6 +1370,8 @@ class MambaManager(SingleTypeKVCacheManager):
         if key is not None and num_tokens % bs:
             self._partial_hit_reqs[rid] = (block_idx, source_block)
             self.num_cached_block[rid] = block_idx
+            # A producer: its next step's forward overwrites this state, the copy keeps it.
+            self._producer_partial_tail_reqs[rid] = (source_block, num_tokens)
         return key
 
     def _block_hash_num_tokens(self, block: KVCacheBlock, block_idx: int) -> int | None:
@@ -1101,8 +1387,71 @@ class MambaManager(SingleTypeKVCacheManager):
     def new_step_starts(self) -> None:
         self.cached_blocks_this_step.clear()
 
+    # ------------------------------------------------------------------ connector hand-offs
+    def _offer_cached_states(self, rid: str, blocks: Sequence[KVCacheBlock], before: int,
+                             after: int) -> None:
+        """Offer each state block ``cache_blocks`` just keyed (``blocks[before:after]``,
+        nulls and unkeyed blocks skipped) at its key's exact boundary (vLLM 0.33
+        ``:2003-2025``): a full block's ``(index + 1) * block_size``."""
+        for idx in range(before, after):
+            block = blocks[idx]
+            if block.is_null or block.block_hash is None:
+                continue
+            boundary = self._block_hash_num_tokens(block, idx)
+            assert boundary is not None
+            self._pending_boundary_state_offloads.append(
+                (rid, self.kv_cache_group_id, block, boundary))
+
+    def _offer_producer_tail(self, rid: str, source_block: KVCacheBlock,
+                             cow_block: KVCacheBlock) -> None:
+        """A running request's copy of its own partial tail (``_copy_on_write``): if it was
+        the producer of that key, offer the copy at the key's boundary (vLLM 0.33
+        ``:1895-1911``; the copy fills ``cow_block`` before the forward overwrites
+        ``source_block``)."""
+        producer_tail = self._producer_partial_tail_reqs.pop(rid, None)
+        if producer_tail is not None:
+            marker_block, boundary_tokens = producer_tail
+            assert marker_block is source_block
+            self._pending_boundary_state_offloads.append(
+                (rid, self.kv_cache_group_id, cow_block, boundary_tokens))
+
+    def take_pending_boundary_state_offloads(self) -> list[tuple[str, int, KVCacheBlock, int]]:
+        """Drain the hand-offs made since the last call, in the order they were made (see
+        ``KVCacheManager.take_boundary_state_offloads``)."""
+        pending, self._pending_boundary_state_offloads = (
+            self._pending_boundary_state_offloads, [])
+        return pending
+
+    def finalize_partial_tail_offload(self, request_id: str, num_computed_tokens: int,
+                                      ) -> tuple[int, KVCacheBlock, int] | None:
+        """A finishing producer's partial tail, offered from its own table block when no
+        later token was computed (``num_computed_tokens`` is the boundary; vLLM 0.33
+        ``:1936-1950``, no tokens in flight: the reference has no asynchronous scheduling).
+        Consumed either way."""
+        if not self.align:
+            return None
+        producer_tail = self._producer_partial_tail_reqs.pop(request_id, None)
+        if producer_tail is None:
+            return None
+        source_block, boundary_tokens = producer_tail
+        if num_computed_tokens != boundary_tokens:
+            return None
+        return self.kv_cache_group_id, source_block, boundary_tokens
+
+    def _drop_boundary_state_offloads(self, request_id: str) -> None:
+        """The request's blocks go back to the pool: its producer tail and its hand-offs not
+        drained yet are dropped (vLLM 0.33's ``pop_blocks_for_free``, ``:1952-1968``)."""
+        self._producer_partial_tail_reqs.pop(request_id, None)
+        if self._pending_boundary_state_offloads:
+            self._pending_boundary_state_offloads = [
+                entry for entry in self._pending_boundary_state_offloads
+                if entry[0] != request_id]
+
     # ------------------------------------------------------------------ release
     def free(self, request_id: str) -> None:
+        if self.align:
+            self._drop_boundary_state_offloads(request_id)
+        self._checkpoints.pop(request_id, None)
         self._partial_hit_reqs.pop(request_id, None)
         self.allocated_block_reqs.discard(request_id)
         self.last_state_block_idx.pop(request_id, None)

@@ -38,9 +38,13 @@ _CONVERTED_RESULTS = frozenset({"bytes", "list[bytes]", "list[KVEvent]", "KVSizi
 #: Methods an implementation may lack, and the answer given for them then: ``new_step_starts``
 #: as a no-op (``SupportsNewStep``: a design with no per-step state),
 #: ``take_kv_cache_block_copies`` as "no copies" (``SupportsBlockCopies``: a design that never
-#: copies a block).
+#: copies a block), ``take_boundary_state_offloads`` as "no hand-offs" and
+#: ``finalize_partial_tail_offloads`` as "no partial tail" (``SupportsBoundaryStateOffloads``: a
+#: design that keeps no Mamba "align" states).
 _OPTIONAL_METHODS: dict[str, object] = {"new_step_starts": None,
-                                        "take_kv_cache_block_copies": []}
+                                        "take_kv_cache_block_copies": [],
+                                        "take_boundary_state_offloads": {},
+                                        "finalize_partial_tail_offloads": []}
 
 
 #: Capabilities protocol v1 does not carry (an engine declaring one is refused at ``init``).
@@ -165,7 +169,9 @@ class Server:
         if function is None and wm.name in _OPTIONAL_METHODS:
             # A method the design may lack: a no-op there (a fresh list: never shared).
             answer = _OPTIONAL_METHODS[wm.name]
-            return list(answer) if isinstance(answer, list) else answer
+            if isinstance(answer, list | dict):
+                return type(answer)(answer)
+            return answer
         if function is None:
             raise AttributeError(f"{type(obj).__name__} has no method {wm.name!r}")
         return _result(wm, function(*args, **kwargs))

@@ -227,7 +227,7 @@ def test_layouts_refused_with_caching_are_taken_without(adapter: Any) -> None:
 
 
 @pytest.mark.parametrize("group", [
-    KVCacheGroupSpec("mamba"),
+    KVCacheGroupSpec("mamba", mamba_cache_mode="sometimes"),
     KVCacheGroupSpec("sliding_window"),
     KVCacheGroupSpec("chunked_local_attention", attention_chunk_size=0),
     KVCacheGroupSpec("full_attention", 0),

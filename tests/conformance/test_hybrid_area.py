@@ -40,6 +40,13 @@ MAMBA = "test_mamba_golden"
 MAMBA_TESTS = {MAMBA, "test_mamba_layouts_vllm_refuses_are_refused"}
 #: 0.33's fine-grained partial hits (skipped under 0.10: no Mamba prefix caching).
 FINE = "test_fine_grained_golden"
+#: DCP and prefix_match_unit: the recorded scenarios and the refusals (both profiles).
+KNOBS = "test_dcp_and_prefix_match_unit_golden"
+KNOB_REFUSALS = "test_dcp_and_prefix_match_unit_layouts_vllm_refuses_are_refused"
+#: 0.33's boundary-state hand-offs (skipped under 0.10: no Mamba prefix caching).
+OFFLOADS = "test_boundary_state_offloads_golden"
+#: 0.33's Mamba prefill checkpoints and sparse Mamba retention (skipped under 0.10).
+CHECKPOINTS = "test_mamba_checkpoints_golden"
 #: Scenario tests both profiles run (each names the rule it checks).
 SCENARIOS = {"test_every_layout_vllm_accepts_is_accepted",
              "test_groups_of_one_spec_are_searched_together",
@@ -105,6 +112,30 @@ MUTANTS: dict[tuple[str, str], set[str]] = {
     ("hybrid_fine_hits_whole_blocks", "vllm-0.33"): {FINE, DIFFERENTIAL},
     ("hybrid_fine_no_copy_on_write", "vllm-0.33"): {FINE},
     ("hybrid_fine_retained_reversed", "vllm-0.33"): {FINE},
+    # Boundary-state hand-offs: the recorded drains; a hand-off at the wrong boundary or of a
+    # block holding a later state breaks the content law of the random workloads (and the
+    # golden scenarios' laws); a missing copy is a correct but short drain: the recorded
+    # drains and the oracle's show it.
+    ("hybrid_offload_boundary_at_block_start", "vllm-0.33"): {OFFLOADS, LAWS, DIFFERENTIAL},
+    ("hybrid_offload_source_not_copy", "vllm-0.33"): {OFFLOADS, LAWS, DIFFERENTIAL},
+    ("hybrid_offload_copy_not_offered", "vllm-0.33"): {OFFLOADS, DIFFERENTIAL},
+    # The checkpoint keyed at its block's end: golden hits (16, not 20; the hit law alone
+    # catches it too: tests/conformance/test_mamba_checkpoint_laws.py).
+    ("hybrid_checkpoint_keyed_at_block_end", "vllm-0.33"): {CHECKPOINTS},
+    # Sparse Mamba retention ignored: golden hits (12, not 8).
+    ("hybrid_retention_keeps_every_state", "vllm-0.33"): {CHECKPOINTS},
+    # Retention 0's prefill end ignored: the first chunk's answer has one block more.
+    ("hybrid_checkpoint_on_every_chunk", "vllm-0.33"): {CHECKPOINTS},
+    # DCP ignored: the recorded answers (5 blocks for 10 tokens, not 3), the laws (the guard
+    # counts a block as block_size * dcp_world_size tokens) and the oracle, both releases.
+    ("hybrid_dcp_ignored", "vllm-0.33"): {KNOBS, LAWS, DIFFERENTIAL},
+    ("hybrid_dcp_ignored", "vllm-0.10"): {KNOBS, LAWS, DIFFERENTIAL},
+    # prefix_match_unit ignored: the recorded events and hits (no partial-block key at the
+    # unit, no fine-grained hit at 10) and the refusals (a unit vLLM rejects is taken); under
+    # 0.10.2 only the refusal (no such knob there). The differential reaches it at the default
+    # 40 examples, not at this file's 15 (measured on the draws of a mutant without EAGLE).
+    ("hybrid_prefix_match_unit_ignored", "vllm-0.33"): {KNOBS, KNOB_REFUSALS},
+    ("hybrid_prefix_match_unit_ignored", "vllm-0.10"): {KNOB_REFUSALS},
 }
 
 def _run_area(pytester: pytest.Pytester, impl: str, profile: str,
@@ -140,7 +171,8 @@ def test_reference_passes_hybrid_area(pytester: pytest.Pytester, profile: str) -
     assert not failed, failed
     # Each profile's own free-block boundary test runs (the other profile's is skipped), and
     # the fixed-point scenarios under 0.33 only (0.10.2 hybrids have two kinds).
-    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT, PARTIAL, FINE, *RETENTION_033},
+    own = {"vllm-0.33": {BOUNDARY_033, FIXED_POINT, PARTIAL, FINE, CHECKPOINTS, OFFLOADS,
+                         *RETENTION_033},
            "vllm-0.10": {BOUNDARY_010}}[profile]
-    assert passed == ({GOLDEN, LAWS, DIFFERENTIAL} | SCENARIOS | CROSS_ATTENTION | MAMBA_TESTS
-                      | own), passed
+    assert passed == ({GOLDEN, LAWS, DIFFERENTIAL, KNOBS, KNOB_REFUSALS} | SCENARIOS
+                      | CROSS_ATTENTION | MAMBA_TESTS | own), passed

@@ -127,7 +127,9 @@ def test_multi_group_traces_are_skipped_where_the_layout_is_missing(
     ``mamba`` skips the Mamba traces its release has, naming the capability; the other
     multi-group traces replay."""
     pytester.makepyfile(nossm=reference_without_kernels(name="nossm").replace(
-        '- {"kernels"}', '- {"kernels", "mamba", "fine_grained_hits"}'))
+        '- {"kernels"}',
+        '- {"kernels", "mamba", "fine_grained_hits", "boundary_state_offloads", '
+        '"mamba_checkpoints"}'))
     pytester.syspathinsert()
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-rs", "--kv-impl=nossm",
                                 "--kv-profile=vllm-0.10", str(SUITE_FILE), "-k",

@@ -28,7 +28,7 @@ __all__ = ["build_hybrid"]
 def build_hybrid(
     name: str, *, managers: Mapping[type, type] | None = None,
     coordinator: type | None = None, pool: type | None = None, mamba: bool = False,
-    fine_grained: bool = False,
+    fine_grained: bool = False, offloads: bool = False, checkpoints: bool = False,
 ) -> tuple[ImplInfo, Callable[[KVCacheSpec], Any], Callable[[KVCacheSpec], Any]]:
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for the hybrid mutant ``name``:
     ``managers`` maps a reference per-group manager class to its mutant subclass;
@@ -37,14 +37,22 @@ def build_hybrid(
     declare the ``mamba`` kind too (a Mamba mutant's); the others leave it out, so their
     random workloads draw the layouts they drew before Mamba layouts were added.
     ``fine_grained``: declare ``fine_grained_hits`` too (with ``mamba``: a fine-grained hit
-    mutant's; the others draw no fine-grained layout)."""
+    mutant's; the others draw no fine-grained layout). ``offloads``: declare
+    ``boundary_state_offloads`` too (with ``mamba``: a hand-off mutant's; the others neither
+    drain hand-offs nor draw the two-Mamba-group layouts). ``checkpoints``: declare
+    ``mamba_checkpoints`` too (with ``mamba``: a prefill checkpoint or sparse retention
+    mutant's; the others draw no checkpoint layout)."""
     info, make_single, make_pool = build(name)
     # build() leaves the hybrid capabilities out (its managers are single-group ones).
     hybrid_caps = REFERENCE_INFO.capabilities & {"kv_cache_groups", "sliding_window",
                                                  "chunked_local_attention", "cross_attention",
                                                  *(("mamba",) if mamba else ()),
                                                  *(("mamba", "fine_grained_hits")
-                                                   if fine_grained else ())}
+                                                   if fine_grained else ()),
+                                                 *(("mamba", "boundary_state_offloads")
+                                                   if offloads else ()),
+                                                 *(("mamba", "mamba_checkpoints")
+                                                   if checkpoints else ())}
     info = replace(info, capabilities=info.capabilities | hybrid_caps)
     swaps = dict(managers or {})
 

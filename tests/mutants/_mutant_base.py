@@ -142,6 +142,8 @@ class MutantManager(ReferenceManager):
             enable_caching=spec.enable_caching, hash_algo=spec.hash_algo, profile=profile,
             enable_kv_cache_events=spec.enable_kv_cache_events,
             pythonhashseed=spec.pythonhashseed,
+            # EAGLE only where a mutant declares it (build(..., keep={"eagle"})).
+            **({"use_eagle": True} if spec.use_eagle else {}),
         )
         pool = None
         if self.pool_cls is not BlockPool:
@@ -197,6 +199,7 @@ def build(
     adapter_cls: type[MutantManager] = MutantManager,
     pool_adapter_cls: type[MutantBlockPool] = MutantBlockPool,
     drop: frozenset[str] = frozenset(),
+    keep: frozenset[str] = frozenset(),
 ) -> tuple[ImplInfo, Callable[[KVCacheSpec], Any], Callable[[KVCacheSpec], Any]]:
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for a mutant named ``name``.
 
@@ -205,7 +208,9 @@ def build(
     manager class to its mutant subclass; ``coordinator`` is a mutant subclass of one
     reference coordinator class (see ``swap_classes``). ``profile_of(spec)`` replaces the adapter's
     ``reference_profile`` (the profile name or ``ProfileBehaviour`` the reference objects get).
-    ``drop`` removes capabilities besides ``kernels``.
+    ``drop`` removes capabilities besides ``kernels``; ``keep`` keeps some of those left out
+    by default (``eagle``: an EAGLE mutant's; the others leave it out, so their random
+    workloads draw what they drew before EAGLE was added).
     """
     parts: dict[str, Any] = {"manager_cls": manager_cls, "pool_cls": pool_cls,
                              "hasher_cls": hasher_cls, "request_cls": request_cls,
@@ -227,8 +232,9 @@ def build(
         # mutant must import with only tests/mutants on the path (README's replay commands).
         capabilities=REFERENCE_INFO.capabilities - {
             "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
-            "cross_attention", "mamba", "fine_grained_hits",
-            "sizing", "offload"} - drop,
+            "cross_attention", "mamba", "fine_grained_hits", "boundary_state_offloads",
+            "mamba_checkpoints", "dcp", "prefix_match_unit",
+            "sizing", "offload", *({"eagle"} - keep)} - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,
         reserved_block_ids=REFERENCE_INFO.reserved_block_ids,

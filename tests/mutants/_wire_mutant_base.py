@@ -48,5 +48,5 @@ def build_wire(name: str, bug: WireBug) -> tuple[
 
     info = replace(REFERENCE_INFO, name=name,
                    capabilities=REFERENCE_INFO.capabilities - {"kernels", "sizing",
-                                                                    "offload"})
+                                                                    "offload", "eagle"})
     return info, WireMutant, ReferenceBlockPool

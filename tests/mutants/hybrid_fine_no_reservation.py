@@ -15,7 +15,7 @@ from kvcheck.reference_impl.single_type_kv_cache_manager import FullAttentionMan
 class NoReservation(FullAttentionManager):
     def get_num_blocks_to_allocate_main(self, request_id, num_tokens, new_computed_blocks,
                                         total_computed_tokens, num_tokens_main_model,
-                                        num_local_computed_tokens):
+                                        num_local_computed_tokens, prefill_end=0):
         # BUG: no block reserved for the copy-on-write of a hit ending inside a block
         return self.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
                                                total_computed_tokens)

@@ -17,11 +17,11 @@ from kvcheck.reference_impl.single_type_kv_cache_manager import (
 class SpeculativeUncounted(MambaManager):
     def get_num_blocks_to_allocate_main(self, request_id, num_tokens, new_computed_blocks,
                                         total_computed_tokens, num_tokens_main_model,
-                                        num_local_computed_tokens):
+                                        num_local_computed_tokens, prefill_end=0):
         if self.align or self._hit_cached_this_step(new_computed_blocks):
             return super().get_num_blocks_to_allocate_main(
                 request_id, num_tokens, new_computed_blocks, total_computed_tokens,
-                num_tokens_main_model, num_local_computed_tokens)
+                num_tokens_main_model, num_local_computed_tokens, prefill_end)
         return SingleTypeKVCacheManager.get_num_blocks_to_allocate(  # BUG: no extra slots
             self, request_id, num_tokens, new_computed_blocks, total_computed_tokens)
 

@@ -150,7 +150,8 @@ def test_an_implementation_without_groups_is_told_which_traces_it_can_record(
     trace, what it needs and the --traces that records the ones before it."""
     (tmp_path / "onegroup.py").write_text(reference_without_kernels(name="onegroup").replace(
         '- {"kernels"}', '- {"kernels", "kv_cache_groups", "sliding_window", '
-        '"chunked_local_attention", "cross_attention", "mamba", "fine_grained_hits"}'),
+        '"chunked_local_attention", "cross_attention", "mamba", "fine_grained_hits", '
+        '"boundary_state_offloads", "mamba_checkpoints", "dcp", "prefix_match_unit"}'),
         encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "c.cbor.xz"

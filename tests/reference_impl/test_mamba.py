@@ -498,6 +498,9 @@ def test_new_step_starts_is_a_no_op_without_mamba() -> None:
     ({"mamba_cache_mode": "all"}, "mamba_cache_mode must be one of"),
     ({"num_speculative_blocks": -1}, "num_speculative_blocks must be an int >= 0"),
     ({"num_speculative_blocks": True}, "num_speculative_blocks must be an int >= 0"),
+    ({"num_prefill_checkpoint_blocks": -1}, "num_prefill_checkpoint_blocks must be an int >= 0"),
+    ({"prefill_checkpoint_alignment": 0}, "prefill_checkpoint_alignment must be None or an int"),
+    ({"prefill_checkpoint_alignment": True}, "checkpoint_alignment > 0"),
 ])
 def test_bad_spec_arguments(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(KVCacheMisuseError, match=match):
@@ -513,8 +516,16 @@ def test_bad_spec_arguments(kwargs: dict[str, Any], match: str) -> None:
     ("vllm-0.10", (MambaSpec(4),), True, None, "Prefix caching is not supported for Mamba"),
     ("vllm-0.10", (MambaSpec(4, mamba_cache_mode="align"),), False, None,
      "vLLM 0.33 MambaSpec field"),
-    ("vllm-0.33", (MambaSpec(4, mamba_cache_mode="align"),), True, 0,
-     "sparse Mamba state retention"),
+    # 0.10.2's MambaSpec has no prefill checkpoint fields.
+    ("vllm-0.10", (MambaSpec(4, num_prefill_checkpoint_blocks=1),), False, None,
+     "num_prefill_checkpoint_blocks and prefill_checkpoint_alignment are vLLM 0.33"),
+    ("vllm-0.10", (MambaSpec(4, prefill_checkpoint_alignment=1),), False, None,
+     "vLLM 0.10.2's MambaSpec has neither"),
+    # 0.33 _validate_prefix_cache_retention_interval: a Mamba group takes retention, but a
+    # positive interval must be a multiple of the scheduler block (lcm 8 here).
+    ("vllm-0.33", (FullAttentionSpec(4), MambaSpec(8, mamba_cache_mode="align")), True, 4,
+     (r"prefix_cache_retention_interval \(4\) must be non-negative and a multiple of "
+      r"scheduler_block_size \(8\)")),
     ("vllm-0.33", (FullAttentionSpec(4), CrossAttentionSpec(4), MambaSpec(4)), False, None,
      "beside a cross-attention group"),
 ])

@@ -92,3 +92,51 @@ def test_take_kv_cache_block_copies_is_no_copies_without_the_method() -> None:
     again = server.answer({"id": 3, "handle": handle, "method": "take_kv_cache_block_copies",
                            "params": {}})
     assert again == {"id": 3, "result": []}, again
+
+
+class _Offloads(_NoStep):
+    """A manager with the boundary-state hand-offs (capability ``boundary_state_offloads``)."""
+
+    def __init__(self) -> None:
+        self.pending = {"a": [(1, 6, 12)]}
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        offloads, self.pending = self.pending, {}
+        return offloads
+
+    def finalize_partial_tail_offloads(self, request: object) -> list[tuple[int, int, int]]:
+        return [(1, 4, 12)]
+
+
+def test_boundary_state_offloads_reach_a_manager_that_has_them() -> None:
+    """The hand-offs cross by request id as arrays of three ints, drained once; the partial
+    tails of the request sent."""
+    server, handle = _serve(_Offloads())
+    first = server.answer({"id": 2, "handle": handle, "method": "take_boundary_state_offloads",
+                           "params": {}})
+    again = server.answer({"id": 3, "handle": handle, "method": "take_boundary_state_offloads",
+                           "params": {}})
+    assert first == {"id": 2, "result": {"a": [(1, 6, 12)]}}, first
+    assert again == {"id": 3, "result": {}}, again
+    tails = server.answer({"id": 4, "handle": handle, "method": "finalize_partial_tail_offloads",
+                           "params": {"request": {"request_id": "a",
+                                                  "prompt_token_ids": [1, 2]}}})
+    assert tails == {"id": 4, "result": [(1, 4, 12)]}, tails
+
+
+def test_boundary_state_offloads_are_none_without_the_methods() -> None:
+    """A design that keeps no Mamba "align" states need not have the methods: "no hand-offs"
+    and "no partial tail", fresh each time (never shared by the server)."""
+    server, handle = _serve(_NoStep())
+    first = server.answer({"id": 2, "handle": handle, "method": "take_boundary_state_offloads",
+                           "params": {}})
+    assert first == {"id": 2, "result": {}}, first
+    first["result"]["a"] = []
+    again = server.answer({"id": 3, "handle": handle, "method": "take_boundary_state_offloads",
+                           "params": {}})
+    assert again == {"id": 3, "result": {}}, again
+    tails = server.answer({"id": 4, "handle": handle, "method": "finalize_partial_tail_offloads",
+                           "params": {"request": {"request_id": "a",
+                                                  "prompt_token_ids": [1, 2]}}})
+    assert tails == {"id": 4, "result": []}, tails
+

@@ -1,0 +1,105 @@
+"""EAGLE / MTP speculative decoding (capability ``eagle``, ``KVCacheSpec.use_eagle``;
+docs/semantics.md#prefix-cache-hits): a prefix-cache hit drops the last block it matched, in
+one group and in several, as vLLM 0.33.0's and 0.10.2's own ``KVCacheManager`` do
+(``kvcheck.conformance.eagle_golden``), and the layout vLLM refuses with EAGLE (chunked local
+attention with caching on) is refused. The random workloads of the differential and law
+tests draw ``use_eagle`` too, for implementations declaring the capability
+(``run_workload_machine(eagle=...)``); the EAGLE hit cap is a law
+(``kvcheck.conformance.laws``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kvcheck.conformance.eagle_golden import EAGLE_SCENARIOS, EagleScenario
+from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
+from kvcheck.conformance.fine_grained import fine_grained_hits
+from kvcheck.conformance.protocol import (
+    KIND_CAPABILITIES,
+    VLLM_PROFILES,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    UnsupportedSpec,
+)
+
+if TYPE_CHECKING:
+    from kvcheck.conformance.differential import PairFactory
+    from kvcheck.conformance.loader import ImplHandle
+
+
+def _needs(sc: EagleScenario, spec: KVCacheSpec) -> list[str]:
+    """The capabilities ``sc``'s layout needs beyond ``eagle``."""
+    if not sc.groups:
+        return []
+    needs = ["kv_cache_groups", *(KIND_CAPABILITIES[g.kind] for g in sc.groups)]
+    if fine_grained_hits(spec):
+        needs.append(FINE_GRAINED)
+    return sorted(set(needs))
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("eagle")
+@pytest.mark.parametrize("sc", EAGLE_SCENARIOS, ids=lambda sc: sc.name)
+def test_eagle_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: ImplHandle,
+                      kv_profile: str, sc: EagleScenario) -> None:
+    """Each op's answer with ``use_eagle=True`` as vLLM's own ``KVCacheManager`` gave it (the
+    hit's last block dropped; a window's run one block longer first; 0.33's widened search,
+    single drop and one cached block past the aligned boundary; 0.10.2's drop in both of its
+    searches; Mamba's partial tail at EAGLE's replay boundary), the copies drained and the
+    free queue after the last op; every op's answers and observables also equal the
+    oracle's when it declares ``eagle``."""
+    recorded = sc.recorded.get(kv_profile)
+    if recorded is None:
+        pytest.skip(f"{sc.name}: vLLM of {kv_profile} refuses this layout (one block size with "
+                    "prefix caching and no Mamba prefix caching under vllm-0.10)")
+    spec = KVCacheSpec(num_blocks=sc.num_blocks, block_size=4, profile=kv_profile,
+                       use_eagle=True, kv_cache_groups=sc.groups,
+                       prefix_cache_retention_interval=sc.retention)
+    missing = [c for c in _needs(sc, spec) if not kv_impl.has(c)]
+    if missing:
+        pytest.skip(f"{kv_impl.name} does not declare capability "
+                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, use_eagle=True,
+                   kv_cache_groups=sc.groups, prefix_cache_retention_interval=sc.retention,
+                   with_oracle=kv_oracle.has("eagle"))
+    for i, (op, want) in enumerate(zip(sc.ops, recorded.answers, strict=True)):
+        got = pair.apply(op)
+        assert got == want, (
+            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM {want} (hits and "
+            "new block ids per group, 0 the null block; new None: refused)\n"
+            + pair.impl.snippet())
+    assert tuple(pair.impl.drained) == recorded.copies, (
+        f"{sc.name} ({sc.why}): copies drained {pair.impl.drained}, vLLM "
+        f"{list(recorded.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in order)\n"
+        + pair.impl.snippet())
+    if "free_queue_order" in pair.impl.capabilities:
+        queue = tuple(pair.impl.manager.free_block_ids())
+        assert queue == recorded.free_queue, (
+            f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
+            f"{list(recorded.free_queue)}\n" + pair.impl.snippet())
+
+
+@pytest.mark.kv_profiles(*VLLM_PROFILES)
+@pytest.mark.kv_capability("eagle", "chunked_local_attention")
+def test_eagle_with_chunked_local_attention_is_refused(kv_impl: ImplHandle,
+                                                       kv_profile: str) -> None:
+    """EAGLE with prefix caching beside a chunked local attention group is declined
+    (``UnsupportedSpec``) naming the rule: vLLM's ``ChunkedLocalAttentionManager`` asserts
+    'Hybrid KV cache is not supported for eagle + chunked local attention' on the first
+    lookup (0.33 and 0.10.2). With caching off the layout runs (no lookup ever asserts)."""
+    groups = (KVCacheGroupSpec("full_attention", 4),
+              KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=8))
+    spec = KVCacheSpec(num_blocks=17, block_size=4, profile=kv_profile, use_eagle=True,
+                       kv_cache_groups=groups)
+    with pytest.raises(UnsupportedSpec) as refused:
+        kv_impl.make_manager(spec)
+    assert "chunked local" in str(refused.value) and "eagle" in str(refused.value).lower(), (
+        f"{kv_impl.name} declined EAGLE beside chunked local attention without naming the "
+        f"rule (eagle + chunked local attention): {refused.value}")
+    if kv_impl.has("caching_off"):
+        off = KVCacheSpec(num_blocks=17, block_size=4, profile=kv_profile, use_eagle=True,
+                          enable_caching=False, kv_cache_groups=groups)
+        kv_impl.make_manager(off)  # must not raise

@@ -1,0 +1,116 @@
+"""EAGLE / MTP in the reference (``KVCacheManager(use_eagle=True)``;
+docs/semantics.md#prefix-cache-hits): the helpers and checks, against values vLLM 0.33.0's own
+functions gave (``kv_cache_coordinator.replay_boundaries``,
+``kv_cache_interface.get_mamba_prefill_checkpoint_position``, and ``KVCacheManager``'s
+constructor with ``num_prefill_lookahead``, printed by a throwaway script on a CPU install and
+copied here as literals). The hit answers, one group and several, are the suite's golden
+scenarios (``conformance/test_eagle.py``, ``kvcheck.conformance.eagle_golden``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.reference_impl.errors import KVCacheMisuseError
+from kvcheck.reference_impl.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
+from kvcheck.reference_impl.single_type_kv_cache_manager import (
+    mamba_prefill_checkpoint_position,
+    replay_boundaries,
+)
+
+#: (num_prompt_tokens, scheduler_block_size, use_eagle) -> vLLM 0.33.0's replay_boundaries.
+REPLAY = [((13, 4, False), [12]), ((13, 4, True), [8]), ((16, 4, True), [8, 12]),
+          ((17, 8, True), [8]), ((3, 4, True), [0]), ((8, 4, True), [0, 4])]
+#: (num_tokens, hash_block_size, drop_eagle_block) -> get_mamba_prefill_checkpoint_position.
+CHECKPOINT = [((19, 4, True), 12), ((19, 4, False), 16), ((20, 4, True), 16),
+              ((20, 4, False), 16), ((3, 4, True), 0), ((4, 4, True), 0), ((1, 4, False), 0)]
+
+
+@pytest.mark.parametrize(("args", "want"), REPLAY)
+def test_replay_boundaries_match_vllm(args: tuple[int, int, bool], want: list[int]) -> None:
+    assert replay_boundaries(*args) == want
+
+
+@pytest.mark.parametrize(("args", "want"), CHECKPOINT)
+def test_mamba_checkpoint_position_matches_vllm(args: tuple[int, int, bool], want: int) -> None:
+    assert mamba_prefill_checkpoint_position(*args) == want
+
+
+def test_mtp_lookahead_larger_than_the_scheduler_block_is_refused() -> None:
+    """vLLM 0.33.0 raised ValueError('Multi-module MTP with prefix caching requires
+    scheduler_block_size (=4) >= num_speculative_tokens (=5).') for one full-attention group of
+    4 with use_eagle, caching on and num_prefill_lookahead 5; (=8) >= (=9) for full attention 4
+    beside a window at 8; and took 4 (and 8) at those sizes, 5 without EAGLE or caching."""
+    with pytest.raises(KVCacheMisuseError, match=r"requires scheduler_block_size \(=4\) >= "
+                       r"num_speculative_tokens \(=5\)"):
+        KVCacheManager(16, 4, use_eagle=True, num_prefill_lookahead=5)
+    with pytest.raises(KVCacheMisuseError, match=r"\(=8\) >= num_speculative_tokens \(=9\)"):
+        KVCacheManager(32, kv_cache_specs=[FullAttentionSpec(4), SlidingWindowSpec(8, 8)],
+                       use_eagle=True, num_prefill_lookahead=9)
+    KVCacheManager(16, 4, use_eagle=True, enable_caching=False, num_prefill_lookahead=5)
+    KVCacheManager(16, 4, use_eagle=True, num_prefill_lookahead=1)
+
+
+def test_mtp_caching_lag_is_not_modelled() -> None:
+    """vLLM takes 4 at a scheduler block of 4 (and 5 without EAGLE), then caches all but the
+    last 3 (4) computed tokens: the reference refuses it, naming why."""
+    for eagle, lookahead in ((True, 4), (False, 5)):
+        with pytest.raises(KVCacheMisuseError, match="does not model"):
+            KVCacheManager(16, 4, use_eagle=eagle, num_prefill_lookahead=lookahead)
+
+
+def test_mtp_lookahead_is_a_vllm_033_argument() -> None:
+    with pytest.raises(KVCacheMisuseError, match=r"0\.10\.2 has none"):
+        KVCacheManager(16, 4, profile="vllm-0.10", num_prefill_lookahead=1)
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.33", "vllm-0.10"])
+def test_eagle_beside_chunked_local_attention_is_refused(profile: str) -> None:
+    specs = [FullAttentionSpec(4), ChunkedLocalAttentionSpec(4, 8)]
+    with pytest.raises(KVCacheMisuseError, match="eagle \\+ chunked local attention"):
+        KVCacheManager(32, kv_cache_specs=specs, profile=profile, use_eagle=True)
+    KVCacheManager(32, kv_cache_specs=specs, profile=profile, use_eagle=True,
+                   enable_caching=False)
+    KVCacheManager(32, kv_cache_specs=specs, profile=profile)
+
+
+def test_eagle_beside_mamba_prefill_checkpoints_is_refused() -> None:
+    """vLLM 0.33.0 fails ``assert block_idx < len(req_blocks)`` (MambaManager._apply_cow) once
+    a request hits a checkpoint EAGLE keyed below its table index (found by the multi-group
+    differential, seed 3): the reference refuses the layout instead of inventing an answer;
+    without EAGLE, or with caching off, or without checkpoint blocks it is built."""
+    ckpt = MambaSpec(4, mamba_cache_mode="align", num_prefill_checkpoint_blocks=1,
+                     prefill_checkpoint_alignment=4)
+    specs = [FullAttentionSpec(4), ckpt]
+    with pytest.raises(KVCacheMisuseError, match="_apply_cow"):
+        KVCacheManager(32, kv_cache_specs=specs, use_eagle=True)
+    KVCacheManager(32, kv_cache_specs=specs)
+    KVCacheManager(32, kv_cache_specs=[FullAttentionSpec(4), MambaSpec(4)], use_eagle=True,
+                   enable_caching=False)
+    align = MambaSpec(4, mamba_cache_mode="align")
+    KVCacheManager(32, kv_cache_specs=[FullAttentionSpec(4), align], use_eagle=True)
+
+
+def test_use_eagle_must_be_a_bool() -> None:
+    with pytest.raises(KVCacheMisuseError, match="use_eagle must be a bool"):
+        KVCacheManager(16, 4, use_eagle=1)  # type: ignore[arg-type]
+
+
+def test_unitary_hit_drops_its_last_block() -> None:
+    """A 13-token prompt cached, resent: 12 tokens without EAGLE, 8 with (vLLM 0.33.0 and
+    0.10.2: conformance/eagle_golden.py, full_attention_drops_last_block)."""
+    for profile in ("vllm-0.33", "vllm-0.10"):
+        hits = []
+        for eagle in (False, True):
+            m = KVCacheManager(16, 4, profile=profile, use_eagle=eagle)
+            a = m.make_request("a", list(range(100, 113)))
+            m.allocate_slots(a, 13)
+            a.num_computed_tokens = 13
+            m.free(a)
+            hits.append(m.get_computed_blocks(m.make_request("b", list(range(100, 113))))[1])
+        assert hits == [12, 8], (profile, hits)
