@@ -423,7 +423,8 @@ def test_mamba_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_profile: str
             f"{list(sc.free_queue[kv_profile])}\n" + pair.impl.snippet())
 
 
-def _replay_033_answers(pair: Any, sc: Any) -> None:
+def _replay_033_answers(pair: Pair,
+                        sc: FineGrainedScenario | CheckpointScenario | OffloadScenario) -> None:
     """Apply a vLLM 0.33 golden scenario's ops; each answer must be the one vLLM gave."""
     for i, (op, want) in enumerate(zip(sc.ops, sc.answers, strict=True)):
         got = pair.apply(op)
@@ -433,7 +434,8 @@ def _replay_033_answers(pair: Any, sc: Any) -> None:
             + pair.impl.snippet())
 
 
-def _assert_033_copies_and_queue(pair: Any, sc: Any) -> None:
+def _assert_033_copies_and_queue(pair: Pair,
+                                 sc: FineGrainedScenario | CheckpointScenario) -> None:
     """The copies drained and (``free_queue_order``) the free queue after the last op are
     the scenario's, as vLLM 0.33 gave them."""
     assert tuple(pair.impl.drained) == sc.copies, (

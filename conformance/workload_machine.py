@@ -356,6 +356,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     # EAGLE in one engine in four, only where both sides declare it. Without it the keyword
     # is not drawn at all: even a st.just() among a rule's arguments moves Hypothesis's choice
     # sequence, and with it every example the earlier designs and mutants were checked on.
+    # Any: Hypothesis's @initialize/@rule overloads take **kwargs only as an untyped mapping.
     eagle_kw: dict[str, Any] = (
         {"use_eagle": _coin_index(4).map(lambda i: i == 3)} if eagle else {})
     extra_draw = extra_draws(extras)
