@@ -215,8 +215,8 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     ``eagle``: EAGLE/MTP (``KVCacheSpec.use_eagle``, set only when True), except beside a
     chunked local group with caching on, which vLLM refuses, or Mamba prefill checkpoint
     blocks with caching on, where vLLM 0.33.0 fails an assertion (the reference refuses it).
-    ``knobs``: the ``layouts.KNOBS`` both sides declare (DCP world sizes and ``prefix_match_unit`` in some
-    draws, ``layouts.knobs_for``)."""
+    ``knobs``: the ``layouts.KNOBS`` both sides declare (DCP world sizes and
+    ``prefix_match_unit`` in some draws, ``layouts.knobs_for``)."""
     out: KVCacheSpecFields = {"num_blocks": num_blocks, "block_size": block_size, **fields}
     if not group_kinds:
         if eagle:
