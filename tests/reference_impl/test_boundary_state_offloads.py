@@ -52,11 +52,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import pytest
+from manager_op_replay import build_033, replay_ops
 
 from kvcheck.reference_impl.kv_cache_interface import FullAttentionSpec, MambaSpec
 from kvcheck.reference_impl.kv_cache_interface import KVCacheSpec as GroupSpec
-from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
-from kvcheck.reference_impl.request import Request
 
 P14 = list(range(100, 114))
 P10 = list(range(300, 310))
@@ -266,56 +265,10 @@ def _specs(groups: list[tuple[Any, ...]]) -> list[GroupSpec]:
             else MambaSpec(g[1], "align", *g[2:]) for g in groups]
 
 
-def _ids(blocks: Any) -> list[list[int]]:
-    return [[b.block_id for b in g] for g in blocks]
-
-
 def _replay(s: Scenario) -> list[tuple[Any, ...]]:
     """The scenario's ops on the reference's ``KVCacheManager``, answered as the recorder
     printed vLLM's answers."""
-    m = KVCacheManager(s.num_blocks, kv_cache_specs=_specs(s.groups), profile="vllm-0.33",
-                       enable_kv_cache_events=True, pythonhashseed="0")
-    reqs: dict[str, Request] = {}
-    hits: dict[str, tuple[Any, int]] = {}
-    out: list[tuple[Any, ...]] = []
-    for op in s.ops:
-        kind = op[0]
-        if kind == "req":
-            reqs[op[1]] = m.make_request(op[1], op[2])
-        elif kind == "lookup":
-            blocks, n = m.get_computed_blocks(reqs[op[1]])
-            hits[op[1]] = (blocks, n)
-            out.append(("lookup", op[1], _ids(blocks), n))
-        elif kind in ("alloc", "decode"):
-            req = reqs[op[1]]
-            if kind == "decode":
-                req.append_output_token_ids([op[2]])
-                blocks, n, num_new, look = None, 0, 1, 0
-            else:
-                blocks, n = hits.pop(op[1], (None, 0))
-                num_new, look = op[2], (op[3] if len(op) > 3 else 0)
-            new = m.allocate_slots(req, num_new, n, blocks, look)
-            out.append((kind, op[1], None if new is None else _ids(new)))
-            if new is not None:
-                req.num_computed_tokens += n + num_new
-        elif kind == "step":
-            m.new_step_starts()
-        elif kind == "offloads":
-            out.append(("offloads", m.take_boundary_state_offloads()))
-        elif kind == "finalize":
-            out.append(("finalize", op[1], m.finalize_partial_tail_offloads(reqs[op[1]])))
-        elif kind == "copies":
-            copies, retained = m.take_kv_cache_block_copies()
-            out.append(("copies", copies, [b.block_id for b in retained]))
-            m.block_pool.free_retained_blocks(retained)
-        elif kind == "tables":
-            out.append(("tables", {r: [list(g) for g in m.get_block_ids(r)] for r in reqs}))
-        elif kind == "refs":
-            out.append(("refs", [b.ref_cnt for b in m.block_pool.blocks[1:]]))
-        elif kind == "free":
-            m.free(reqs.pop(op[1]))
-        m.check_invariants()
-    return out
+    return replay_ops(build_033(s.num_blocks, _specs(s.groups)), s.ops)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

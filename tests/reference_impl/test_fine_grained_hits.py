@@ -61,13 +61,13 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import pytest
+from manager_op_replay import block_ids, build_033, replay_ops
 
 from kvcheck.adapters.reference import IMPL_INFO, ReferenceManager
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, RequestView
 from kvcheck.reference_impl import partial_hash_hits_enabled
 from kvcheck.reference_impl.block import get_block_hash
 from kvcheck.reference_impl.errors import InvariantViolation, KVCacheMisuseError
-from kvcheck.reference_impl.events import BlockRemoved, BlockStored
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -451,72 +451,11 @@ def _specs(groups: list[tuple[Any, ...]]) -> list[GroupSpec]:
     return out
 
 
-def _hex(value: bytes | None) -> str | None:
-    return None if value is None else bytes(value).hex()[:8]
-
-
-def _events(m: KVCacheManager) -> list[tuple[Any, ...]]:
-    out: list[tuple[Any, ...]] = []
-    for e in m.take_events():
-        if isinstance(e, BlockStored):
-            out.append(("S", e.group_idx, tuple(_hex(h) for h in e.block_hashes),
-                        _hex(e.parent_block_hash), tuple(e.token_ids), e.block_size))
-        else:
-            assert isinstance(e, BlockRemoved), e
-            out.append(("R", e.group_idx, tuple(_hex(h) for h in e.block_hashes)))
-    return out
-
-
-def _ids(blocks: Any) -> list[list[int]]:
-    return [[b.block_id for b in g] for g in blocks]
-
-
 def _replay(s: Scenario) -> list[tuple[Any, ...]]:
     """The scenario's ops on the reference's ``KVCacheManager``, answered as the recorder
     printed vLLM's answers."""
-    m = KVCacheManager(s.num_blocks, kv_cache_specs=_specs(s.groups), profile="vllm-0.33",
-                       enable_kv_cache_events=True, pythonhashseed="0")
-    reqs: dict[str, Request] = {}
-    hits: dict[str, tuple[Any, int]] = {}
-    out: list[tuple[Any, ...]] = [("enabled", m.enable_partial_hash_hits)]
-    for op in s.ops:
-        kind = op[0]
-        if kind == "req":
-            reqs[op[1]] = m.make_request(op[1], op[2])
-        elif kind == "lookup":
-            blocks, n = m.get_computed_blocks(reqs[op[1]])
-            hits[op[1]] = (blocks, n)
-            out.append(("lookup", op[1], _ids(blocks), n))
-        elif kind in ("alloc", "decode"):
-            req = reqs[op[1]]
-            if kind == "decode":
-                req.append_output_token_ids([op[2]])
-                blocks, n, num_new, look = None, 0, 1, 0
-            else:
-                blocks, n = hits.pop(op[1], (None, 0))
-                num_new, look = op[2], (op[3] if len(op) > 3 else 0)
-            new = m.allocate_slots(req, num_new, n, blocks, look)
-            out.append((kind, op[1], None if new is None else _ids(new)))
-            if new is not None:
-                req.num_computed_tokens += n + num_new
-        elif kind == "step":
-            m.new_step_starts()
-        elif kind == "copies":
-            copies, retained = m.take_kv_cache_block_copies()
-            out.append(("copies", copies, [b.block_id for b in retained]))
-            m.block_pool.free_retained_blocks(retained)
-        elif kind == "tables":
-            out.append(("tables", {r: [list(g) for g in m.get_block_ids(r)] for r in reqs}))
-        elif kind == "queue":
-            out.append(("queue", [b.block_id for b in m.block_pool.free_block_queue]))
-        elif kind == "refs":
-            out.append(("refs", [b.ref_cnt for b in m.block_pool.blocks[1:]]))
-        elif kind == "events":
-            out.append(("events", _events(m)))
-        elif kind == "free":
-            m.free(reqs.pop(op[1]))
-        m.check_invariants()
-    return out
+    m = build_033(s.num_blocks, _specs(s.groups))
+    return [("enabled", m.enable_partial_hash_hits), *replay_ops(m, s.ops)]
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -627,7 +566,7 @@ def test_hits_of_the_wrong_shape_are_refused() -> None:
     m.take_kv_cache_block_copies()
     b = m.make_request("b", [*P14, 7])
     blocks, n = m.get_computed_blocks(b)
-    assert (_ids(blocks), n) == ([[1, 2, 3], [0, 6]], 12)
+    assert (block_ids(blocks), n) == ([[1, 2, 3], [0, 6]], 12)
     with pytest.raises(KVCacheMisuseError, match="group 1 got 1 hit blocks of 8 tokens"):
         m.allocate_slots(b, 3, 12, (blocks[0], blocks[1][1:]))
     assert a.num_computed_tokens == 12
