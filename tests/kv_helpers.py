@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: each xdist worker makes a shared run itself
+    fcntl = None  # type: ignore[assignment]
 
 from kvcheck.adapters.reference import IMPL_INFO as REFERENCE_INFO
 from kvcheck.conformance.protocol import VLLM_PROFILES
@@ -107,23 +114,80 @@ def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref"
     return f"--kv-impl={module}"
 
 
-#: ``plain_full_run``'s run, made once per test process.
-_PLAIN_FULL_RUN: list[tuple[pytest.RunResult, dict[str, Any]]] = []
+#: ``plain_full_run``'s run and the text of its record file, made once per test session.
+_PLAIN_FULL_RUN: list[tuple[pytest.RunResult, dict[str, Any], str]] = []
 
 
 def plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, Any]]:
     """A complete in-process run of ``make_ref``'s reference without kernels (module
     ``refplain``, name ``ref``) under vllm-0.33 at ``--kv-max-examples=3``, and its
-    ``--kv-report`` record: made once per test process, the first time a test asks. Runs are
+    ``--kv-report`` record: made once per test session, the first time a test asks. Runs are
     derandomized, so every test comparing a run of its own (partial, rerun, on xdist) with
-    a plain complete one reads the same outcomes; each such test used to run it again."""
+    a plain complete one reads the same outcomes; each such test used to run it again.
+    Under xdist the first worker to ask makes it and the others read it (``_shared_run``):
+    the tests asking for it are spread over the workers."""
     if not _PLAIN_FULL_RUN:
-        impl = make_ref(pytester, module="refplain")
-        result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
-                                    "--kv-max-examples=3", impl, "--kv-report=plain-full.jsonl")
-        (rec,) = load_records(pytester.path / "plain-full.jsonl")
-        _PLAIN_FULL_RUN.append((result, rec))
-    return _PLAIN_FULL_RUN[0]
+        _PLAIN_FULL_RUN.append(_shared_run(pytester, _make_plain_full_run))
+    result, rec, _ = _PLAIN_FULL_RUN[0]
+    return result, rec
+
+
+def plain_full_record_text(pytester: pytest.Pytester) -> str:
+    """The ``--kv-report`` file ``plain_full_run``'s run wrote (a complete, conforming
+    record), for a test that needs one on disk."""
+    plain_full_run(pytester)
+    return _PLAIN_FULL_RUN[0][2]
+
+
+def _make_plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, str]:
+    impl = make_ref(pytester, module="refplain")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
+                                "--kv-max-examples=3", impl, "--kv-report=plain-full.jsonl")
+    return result, (pytester.path / "plain-full.jsonl").read_text(encoding="utf-8")
+
+
+def _shared_run(pytester: pytest.Pytester,
+                make: Callable[[pytest.Pytester], tuple[pytest.RunResult, str]]) \
+        -> tuple[pytest.RunResult, dict[str, Any], str]:
+    """``make(pytester)``'s run (its result and the text of its record file), made once for
+    all the xdist workers of this session: the first worker makes it under a lock in the
+    session's base temporary folder (the workers' own ``popen-gwN`` folders are in it) and
+    leaves it there as JSON, named with the session's xdist run id (a ``--basetemp`` folder
+    outlives its session); the others wait for it and read it. Without xdist (or on a
+    system without ``fcntl``) it is simply made."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    worker_base = pytester.path.parent
+    if fcntl is None or not worker or not run_id or worker_base.name != f"popen-{worker}":
+        result, text = make(pytester)
+        return result, _one_record(pytester, text), text
+    shared = worker_base.parent / f"kvcheck-shared-{make.__name__.strip('_')}-{run_id}"
+    with open(f"{shared}.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if shared.exists():
+                data = json.loads(shared.read_text(encoding="utf-8"))
+                result = pytest.RunResult(data["ret"], data["outlines"], data["errlines"],
+                                          data["duration"])
+                text = data["record"]
+            else:
+                result, text = make(pytester)
+                shared.write_text(json.dumps({
+                    "ret": int(result.ret), "outlines": result.outlines,
+                    "errlines": result.errlines, "duration": result.duration,
+                    "record": text}), encoding="utf-8")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return result, _one_record(pytester, text), text
+
+
+def _one_record(pytester: pytest.Pytester, text: str) -> dict[str, Any]:
+    """The one record of a ``--kv-report`` file's ``text``, read (and validated) by
+    ``load_records`` from a copy in ``pytester``'s folder."""
+    path = pytester.path / "shared-run.jsonl"
+    path.write_text(text, encoding="utf-8")
+    (rec,) = load_records(path)
+    return rec
 
 
 def assert_mutant_caught(result: pytest.RunResult, mutant: str, law: str) -> None:

@@ -6,7 +6,8 @@ leaderboard read such a record sensibly; the record's ``coverage`` is validated.
 
 The whole-suite runs are in-process pytester runs with few Hypothesis examples: a manager-only
 variant of tests/nano/nano_kv.py, nano_kv as shipped, and the reference (without its slow
-kernel and sizing areas) under vllm-0.33.
+kernel and sizing areas) under vllm-0.33 (``kv_helpers.plain_full_run``, shared with the
+verdict tests).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kv_helpers import make_ref
+from kv_helpers import plain_full_run
 
 from kvcheck.conformance.recorder import DEFAULT_TRACES
 from kvcheck.plugin.cli import main
@@ -147,12 +148,12 @@ def test_nano_kv_conforms_to_generic_with_counts_per_family(
     assert cov["not_applicable"]["vllm_only"]["recorded"] == DEFAULT_TRACES
 
 
-def test_the_reference_conforms_to_vllm_with_counts(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_reference_conforms_to_vllm_with_counts(pytester: pytest.Pytester) -> None:
     """Under vllm-0.33 no minimum binds, yet the reference clears it in every family; the
-    verdict keeps its wording, with the counts added."""
-    impl = make_ref(pytester)
-    result, record = _run(pytester, monkeypatch, impl.removeprefix("--kv-impl="))
+    verdict keeps its wording, with the counts added. The run is ``plain_full_run``'s (the
+    reference without kernels under vllm-0.33, made once per test session and read by the
+    verdict tests too)."""
+    result, record = plain_full_run(pytester)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
     line = _verdict(result)
     assert line.startswith("verdict: ref conforms to vllm-0.33 ("), line

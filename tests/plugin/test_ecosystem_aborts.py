@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kv_helpers import make_ref
+from kv_helpers import make_ref, plain_full_record_text
 
 from kvcheck.results.schema import load_records
 
@@ -63,10 +63,10 @@ def test_a_process_ended_by_pytest_timeout_leaves_a_did_not_finish_record(
         pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_timeout")
     impl = make_ref(pytester, body=HANGS_ONCE)
-    # An earlier complete record at the same path: it must not survive as the answer.
-    before = pytester.runpytest("-p", "no:cacheprovider", "--kv-max-examples=3",
-                                make_ref(pytester, module="refplain"), "--kv-report=r.jsonl")
-    assert before.ret == 0 and record(pytester)["conforms"] is True
+    # An earlier complete record at the same path (a plain complete run's, made once for the
+    # session): it must not survive as the answer.
+    (pytester.path / "r.jsonl").write_text(plain_full_record_text(pytester), encoding="utf-8")
+    assert record(pytester)["conforms"] is True and record(pytester)["complete"] is True
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kv-max-examples=3",
                                            impl, "-k", "test_allocation", "--timeout=3",
                                            "--timeout-method=thread", "--kv-report=r.jsonl")
