@@ -110,6 +110,16 @@ IMPL_INFO = ImplInfo(
          "boundary_state_offloads",
          # EAGLE/MTP: hits drop their last block (KVCacheManager(use_eagle=True)).
          "eagle",
+         # vLLM 0.33's per-group EAGLE flag (KVCacheGroupSpec.is_eagle_group).
+         "eagle_groups",
+         # vLLM 0.33's multi-module MTP (KVCacheManager(num_prefill_lookahead=K)).
+         "prefill_lookahead",
+         # vLLM 0.33's hash lookahead (KVCacheManager(num_hash_lookahead_tokens=L)).
+         "hash_lookahead",
+         # vLLM 0.33's admission gates (allocate_slots' full_sequence_must_fit,
+         # reserved_blocks, has_scheduled_reqs; KVCacheManager's watermark and
+         # max_in_flight_tokens).
+         "admission_gates",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
          "sizing",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
@@ -219,6 +229,11 @@ def reference_kv_cache_manager(spec: KVCacheSpec, *,
         dcp_world_size=spec.dcp_world_size,
         prefix_match_unit=spec.prefix_match_unit,
         use_eagle=spec.use_eagle,
+        eagle_group_ids=[i for i, g in enumerate(spec.kv_cache_groups) if g.is_eagle_group],
+        num_prefill_lookahead=spec.num_prefill_lookahead,
+        num_hash_lookahead_tokens=spec.num_hash_lookahead_tokens,
+        watermark=spec.watermark,
+        max_in_flight_tokens=spec.max_in_flight_tokens,
     )
 
 
@@ -361,9 +376,10 @@ class ReferenceManager:
         try:
             manager = reference_kv_cache_manager(spec, wire_events=self.wire_ready_events)
         except KVCacheMisuseError as exc:
-            if not spec.kv_cache_groups:
+            if not spec.kv_cache_groups and not spec.num_prefill_lookahead:
                 raise
-            # A layout vLLM refuses (or crashes on): not applicable to this implementation.
+            # A layout vLLM refuses (or crashes on), or multi-module MTP past the scheduler
+            # block (vLLM 0.33 raises ValueError): not applicable to this implementation.
             raise UnsupportedSpec(str(exc)) from exc
         self._wrap(spec, manager)
         self._requests = request_sync(manager.block_hasher)
@@ -391,11 +407,11 @@ class ReferenceManager:
         # Any: the protocol's two forms, flat ids or one list per group (``_grouped``).
         new_computed_block_ids: Sequence[Any] = (),
         num_lookahead_tokens: int = 0,
-        # Keyword-only in the protocol; plain here (the hot path): CPython does not specialize
-        # calls of functions with keyword-only parameters.
-        num_external_computed_tokens: int = 0,
-        delay_cache_blocks: bool = False,
-        num_encoder_tokens: int = 0,
+        # The protocol's keyword-only arguments (external tokens, a delayed cache, encoder
+        # tokens, admission gates), each passed only when not at its default: one test of
+        # this mapping on the hot path instead of one per argument (fewer instructions per
+        # call in the counted benchmark than six defaulted parameters and their tests).
+        **extra: Any,
     ) -> AdapterBlockIds | None:
         req = self._requests.sync(request)
         hits: Sequence[list[KVCacheBlock]] | None = None
@@ -405,10 +421,9 @@ class ReferenceManager:
                 hits = [[blocks[i] for i in g] for g in new_computed_block_ids]
             else:
                 hits = ([blocks[i] for i in new_computed_block_ids],)
-        if num_external_computed_tokens or delay_cache_blocks or num_encoder_tokens:
+        if extra:
             return self._allocate_slots_with(req, num_new_tokens, num_new_computed_tokens, hits,
-                                             num_lookahead_tokens, num_external_computed_tokens,
-                                             delay_cache_blocks, num_encoder_tokens)
+                                             num_lookahead_tokens, **extra)
         new = self.manager.allocate_slots(
             req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens)
         if new is None:
@@ -422,18 +437,28 @@ class ReferenceManager:
     def _allocate_slots_with(self, req: Request, num_new_tokens: int,
                              num_new_computed_tokens: int,
                              hits: Sequence[list[KVCacheBlock]] | None,
-                             num_lookahead_tokens: int, num_external_computed_tokens: int,
-                             delay_cache_blocks: bool,
-                             num_encoder_tokens: int) -> AdapterBlockIds | None:
-        """``allocate_slots`` with external tokens, a delayed cache or encoder tokens (kept
-        apart from the hot path). Each argument goes to the manager only when not at its
-        default, so a subclass of the manager (a mutant) written without it keeps working."""
+                             num_lookahead_tokens: int, *,
+                             num_external_computed_tokens: int = 0,
+                             delay_cache_blocks: bool = False, num_encoder_tokens: int = 0,
+                             full_sequence_must_fit: bool = False,
+                             reserved_blocks: int | None = None,
+                             has_scheduled_reqs: bool = True) -> AdapterBlockIds | None:
+        """``allocate_slots`` with external tokens, a delayed cache, encoder tokens or
+        admission gates (kept apart from the hot path). Each argument goes to the manager
+        only when not at its default, so a subclass of the manager (a mutant) written without
+        it keeps working."""
         manager = self.manager
-        extra: dict[str, int] = {}
+        extra: dict[str, Any] = {}  # Any: each keyword's own type
         if num_external_computed_tokens:
             extra["num_external_computed_tokens"] = num_external_computed_tokens
         if num_encoder_tokens:
             extra["num_encoder_tokens"] = num_encoder_tokens
+        if full_sequence_must_fit:
+            extra["full_sequence_must_fit"] = True
+        if reserved_blocks is not None:
+            extra["reserved_blocks"] = reserved_blocks
+        if not has_scheduled_reqs:
+            extra["has_scheduled_reqs"] = False
         if num_external_computed_tokens and self._v033:
             # 0.33 returns only the blocks after the external ones: answer the whole addition.
             before = manager.get_block_ids(req.request_id)
@@ -598,10 +623,12 @@ class ReferenceBlockPool:
         self.spec = spec
         profile = reference_profile(spec)
         self.pool = BlockPool(spec.num_blocks, spec.enable_caching,
-                              spec.enable_kv_cache_events, profile=profile)
+                              spec.enable_kv_cache_events, profile=profile,
+                              num_hash_lookahead_tokens=spec.num_hash_lookahead_tokens)
         self._requests = request_sync(
             RequestBlockHasher(spec.block_size, spec.hash_algo, profile=profile,
-                               none_hash=none_hash_for(spec))
+                               none_hash=none_hash_for(spec),
+                               num_lookahead_tokens=spec.num_hash_lookahead_tokens)
         )
 
     def _blocks(self, block_ids: Sequence[int]) -> list[KVCacheBlock]:

@@ -53,7 +53,14 @@ from kvcheck.adapters.vllm_features import (
     detect_none_hash,
     release_behaviour,
 )
-from kvcheck.adapters.vllm_kv_config import HAS_MAMBA_CHECKPOINTS, LEGACY_HYBRID
+from kvcheck.adapters.vllm_kv_config import (
+    HAS_ADMISSION_GATES,
+    HAS_EAGLE_GROUPS,
+    HAS_HASH_LOOKAHEAD,
+    HAS_MAMBA_CHECKPOINTS,
+    HAS_PREFILL_LOOKAHEAD,
+    LEGACY_HYBRID,
+)
 from kvcheck.adapters.vllm_manager import (
     HAS_BLOCK_COPIES,
     HAS_BOUNDARY_STATE_OFFLOADS,
@@ -202,29 +209,49 @@ else:
 # refuses are declined per spec (UnsupportedSpec).
 _capabilities.update({"kv_cache_groups", "sliding_window", "chunked_local_attention",
                       "cross_attention", "mamba"})
-# vLLM 0.33's fine-grained partial hash hits beside a Mamba "align" group larger than the hash
-# block, with their copy-on-write copies (VLLMManager.take_kv_cache_block_copies).
-if HAS_BLOCK_COPIES:
-    _capabilities.add("fine_grained_hits")
-else:
-    _notes.append("fine_grained_hits not declared: this release's KVCacheManager has no "
-                  "take_kv_cache_block_copies (no fine-grained partial hash hits).")
-# vLLM 0.33's boundary-state hand-offs of Mamba "align" states to a KV connector
-# (VLLMManager.take_boundary_state_offloads, finalize_partial_tail_offloads).
-if HAS_BOUNDARY_STATE_OFFLOADS:
-    _capabilities.add("boundary_state_offloads")
-else:
-    _notes.append("boundary_state_offloads not declared: this release's KVCacheManager has "
-                  "no take_boundary_state_offloads (no Mamba prefix caching).")
-# vLLM 0.33's Mamba prefill checkpoint blocks (MambaSpec.num_prefill_checkpoint_blocks) and
-# sparse Mamba retention (prefix_cache_retention_interval beside a Mamba group).
-if HAS_MAMBA_CHECKPOINTS:
-    _capabilities.add("mamba_checkpoints")
-else:
-    _notes.append("mamba_checkpoints not declared: this release's MambaSpec has no prefill "
-                  "checkpoint blocks (no Mamba prefix caching).")
 # EAGLE/MTP (KVCacheManager(use_eagle=True)): every supported release takes it.
 _capabilities.add("eagle")
+#: The features only some releases have: (present in this one, capability, note when absent).
+_RELEASE_FEATURES: tuple[tuple[bool, str, str], ...] = (
+    # vLLM 0.33's fine-grained partial hash hits beside a Mamba "align" group larger than
+    # the hash block, with their copy-on-write copies (VLLMManager.take_kv_cache_block_copies).
+    (HAS_BLOCK_COPIES, "fine_grained_hits",
+     ("this release's KVCacheManager has no take_kv_cache_block_copies (no fine-grained "
+      "partial hash hits).")),
+    # vLLM 0.33's boundary-state hand-offs of Mamba "align" states to a KV connector
+    # (VLLMManager.take_boundary_state_offloads, finalize_partial_tail_offloads).
+    (HAS_BOUNDARY_STATE_OFFLOADS, "boundary_state_offloads",
+     ("this release's KVCacheManager has no take_boundary_state_offloads (no Mamba prefix "
+      "caching).")),
+    # vLLM 0.33's Mamba prefill checkpoint blocks (MambaSpec.num_prefill_checkpoint_blocks)
+    # and sparse Mamba retention (prefix_cache_retention_interval beside a Mamba group).
+    (HAS_MAMBA_CHECKPOINTS, "mamba_checkpoints",
+     "this release's MambaSpec has no prefill checkpoint blocks (no Mamba prefix caching)."),
+    # vLLM 0.33's per-group EAGLE flag (KVCacheGroupSpec.is_eagle_group).
+    (HAS_EAGLE_GROUPS, "eagle_groups",
+     ("this release's KVCacheGroupSpec has no is_eagle_group (with use_eagle every group "
+      "drops).")),
+    # vLLM 0.33's multi-module MTP (KVCacheManager(num_prefill_lookahead=K), a sliding
+    # window's extra_retained_tokens).
+    (HAS_PREFILL_LOOKAHEAD, "prefill_lookahead",
+     ("this release's KVCacheManager has no num_prefill_lookahead (vLLM 0.33's multi-module "
+      "MTP).")),
+    # vLLM 0.33's hash lookahead (KVCacheManager(num_hash_lookahead_tokens=L) and the request
+    # hasher's lookahead): EAGLE-family speculative decoding's default with prefix caching.
+    (HAS_HASH_LOOKAHEAD, "hash_lookahead",
+     ("this release's KVCacheManager has no num_hash_lookahead_tokens (vLLM 0.33's lookahead "
+      "block hashes); specs with it are declined (skipped).")),
+    # vLLM 0.33's admission gates (allocate_slots' full_sequence_must_fit, reserved_blocks,
+    # has_scheduled_reqs; KVCacheManager's watermark and max_in_flight_tokens).
+    (HAS_ADMISSION_GATES, "admission_gates",
+     ("this release's KVCacheManager has no watermark and its allocate_slots no "
+      "full_sequence_must_fit / reserved_blocks (vLLM 0.33's admission gates).")),
+)
+for _present, _capability, _why_absent in _RELEASE_FEATURES:
+    if _present:
+        _capabilities.add(_capability)
+    else:
+        _notes.append(f"{_capability} not declared: {_why_absent}")
 # Decode context parallelism (KVCacheManager(dcp_world_size=W)): every supported release; and
 # vLLM 0.33's CacheConfig.prefix_match_unit (its resolve_kv_cache_block_sizes), not in 0.10.2.
 _capabilities.add("dcp")

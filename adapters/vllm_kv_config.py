@@ -56,14 +56,25 @@ from kvcheck.conformance.protocol import (
 )
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["LEGACY_HYBRID", "VLLMCache", "block_sizes", "make_vllm_cache", "unsupported_reason"]
+__all__ = ["HAS_ADMISSION_GATES", "HAS_EAGLE_GROUPS", "HAS_HASH_LOOKAHEAD", "HAS_PREFILL_LOOKAHEAD",
+           "LEGACY_HYBRID", "VLLMCache", "block_sizes", "make_vllm_cache", "unsupported_reason"]
 
 #: True for releases whose ``KVCacheManager`` has no ``hash_block_size`` (0.10.x): one block
 #: size with caching, the one-full-one-other hybrid coordinator, the KV-event null-parent bug.
 LEGACY_HYBRID: bool = "hash_block_size" not in MANAGER_PARAMS
+#: vLLM 0.33's multi-module MTP argument (``KVCacheManager(num_prefill_lookahead=K)``).
+HAS_PREFILL_LOOKAHEAD: bool = "num_prefill_lookahead" in MANAGER_PARAMS
+#: vLLM 0.33's hash lookahead (``KVCacheManager(num_hash_lookahead_tokens=L)``).
+HAS_HASH_LOOKAHEAD: bool = "num_hash_lookahead_tokens" in MANAGER_PARAMS
+#: vLLM 0.33's admission gates (``KVCacheManager(watermark, max_in_flight_tokens)``,
+#: ``allocate_slots(..., full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)``).
+HAS_ADMISSION_GATES: bool = "watermark" in MANAGER_PARAMS
 #: vLLM 0.33's MambaSpec has prefill checkpoint blocks (0.10.2's has not).
 HAS_MAMBA_CHECKPOINTS: bool = "num_prefill_checkpoint_blocks" in getattr(
     MambaSpec, "__dataclass_fields__", {})
+#: vLLM 0.33's per-group EAGLE flag (``KVCacheGroupSpec.is_eagle_group``; 0.10.2 has none).
+HAS_EAGLE_GROUPS: bool = "is_eagle_group" in getattr(
+    VLLMKVCacheGroupSpec, "__dataclass_fields__", {})
 # max_model_len when the spec sets none: far above anything a pool in the suite can hold.
 _UNCAPPED_MODEL_LEN = 1 << 20
 
@@ -100,13 +111,18 @@ def _check_group(where: str, group: KVCacheGroupSpec, block_size: int) -> None:
                                 f"{MAMBA_CACHE_MODES} or None, got {group.mamba_cache_mode!r}")
 
 
-def _attention_spec(group: KVCacheGroupSpec, block_size: int) -> _VllmAttentionSpec:
-    """vLLM's spec for one group (dummy heads and dtype)."""
+def _attention_spec(group: KVCacheGroupSpec, block_size: int,
+                    extra_retained_tokens: int = 0) -> _VllmAttentionSpec:
+    """vLLM's spec for one group (dummy heads and dtype); a sliding window keeps
+    ``extra_retained_tokens`` more below it (vLLM 0.33's multi-module MTP, set as its
+    ``kv_cache_planning`` sets it: ``num_prefill_lookahead - 1`` on every window)."""
     common: dict[str, object] = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1,
                               "dtype": torch.float32, "use_mla": False}
     if group.kind == "sliding_window":
         cls: Callable[..., _VllmAttentionSpec] = SlidingWindowSpec
         common["sliding_window"] = group.sliding_window
+        if extra_retained_tokens:  # only 0.33 has the field (0.10.2 refuses the lookahead)
+            common["extra_retained_tokens"] = extra_retained_tokens
     elif group.kind == "chunked_local_attention":
         cls = ChunkedLocalAttentionSpec
         common["attention_chunk_size"] = group.attention_chunk_size
@@ -139,7 +155,11 @@ def _effective_sizes(spec: KVCacheSpec) -> list[int]:
 
 
 def _vllm_groups(spec: KVCacheSpec, sizes: Sequence[int]) -> list[_VllmGroup]:
-    return [VLLMKVCacheGroupSpec([f"layer.{i}"], _attention_spec(g, s))
+    extra = max(0, spec.num_prefill_lookahead - 1)
+    # is_eagle_group only where set (vLLM 0.33's kv_cache_planning flags the groups holding
+    # the drafter's layers); 0.10.2's KVCacheGroupSpec has no such field (refused there).
+    return [VLLMKVCacheGroupSpec([f"layer.{i}"], _attention_spec(g, s, extra),
+                                 **({"is_eagle_group": True} if g.is_eagle_group else {}))
             for i, (g, s) in enumerate(zip(spec.groups, sizes, strict=True))]
 
 
@@ -190,13 +210,33 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
     """Why the installed vLLM refuses ``spec``'s groups (a sentence naming the release and
     its rule), or None when it takes them."""
     groups = spec.groups
+    lookahead = _hash_lookahead_reason(spec)
+    if lookahead is not None:
+        return lookahead
     if spec.enable_caching and any(g.kind == "cross_attention" for g in groups):
         return (f"vLLM {VERSION} runs encoder-decoder models (a cross_attention group) with "
                 "prefix caching off, and its CrossAttentionManager raises "
                 "NotImplementedError on a cache lookup: use enable_caching=False")
+    if not HAS_EAGLE_GROUPS and any(g.is_eagle_group for g in groups):
+        return (f"vLLM {VERSION}'s KVCacheGroupSpec has no is_eagle_group (vLLM 0.33's "
+                "per-group EAGLE flag; every group drops with use_eagle): leave "
+                "is_eagle_group=False")
     mamba = _mamba_reason(spec, groups)
     if mamba is not None:
         return mamba
+    if (spec.watermark or spec.max_in_flight_tokens is not None) and not HAS_ADMISSION_GATES:
+        return (f"vLLM {VERSION}'s KVCacheManager has no watermark / max_in_flight_tokens "
+                "(vLLM 0.33's admission gates): leave them at 0.0 / None")
+    if spec.num_prefill_lookahead and not HAS_PREFILL_LOOKAHEAD:
+        return (f"vLLM {VERSION}'s KVCacheManager has no num_prefill_lookahead (vLLM 0.33's "
+                "multi-module MTP): use num_prefill_lookahead=0")
+    if (spec.enable_caching and spec.num_prefill_lookahead > 1
+            and (spec.use_eagle or len(groups) == 1)
+            and any(g.kind == "mamba" and g.mamba_cache_mode == "align" for g in groups)):
+        return (f"vLLM {VERSION} caches the last num_prefill_lookahead - 1 computed tokens "
+                "later and then keys a Mamba 'align' state for fewer tokens than its block "
+                "holds (a stale state): use num_prefill_lookahead <= 1 beside a Mamba 'align' "
+                "group with caching on")
     if spec.use_eagle and spec.enable_caching and any(
             g.kind == "chunked_local_attention" for g in groups):
         return (f"vLLM {VERSION}'s ChunkedLocalAttentionManager asserts 'Hybrid KV cache is "
@@ -225,6 +265,33 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
             return (f"vLLM {VERSION}'s ChunkedLocalAttentionManager asserts that its block "
                     f"size equals the cache-hit alignment (the scheduler block size, "
                     f"lcm{tuple(sizes)} = {scheduler}); group {i} has block size {size}")
+    return None
+
+
+def _hash_lookahead_reason(spec: KVCacheSpec) -> str | None:
+    """Why ``spec.num_hash_lookahead_tokens`` cannot run here: a release without hash
+    lookahead, or a combination vLLM's config and scheduler never make (caching off: lookahead
+    is 0 then; ``use_eagle``: the scheduler clears it when it hashes with lookahead)."""
+    lookahead = spec.num_hash_lookahead_tokens
+    if not lookahead:
+        return None
+    if not HAS_HASH_LOOKAHEAD:
+        return (f"vLLM {VERSION} has no hash lookahead (its KVCacheManager takes no "
+                f"num_hash_lookahead_tokens): num_hash_lookahead_tokens={lookahead} needs "
+                "vLLM 0.33")
+    if not spec.enable_caching:
+        return (f"num_hash_lookahead_tokens={lookahead} with enable_caching=False: vLLM "
+                f"{VERSION}'s config turns hash lookahead off without prefix caching")
+    if spec.use_eagle:
+        return (f"num_hash_lookahead_tokens={lookahead} with use_eagle=True: vLLM {VERSION}'s "
+                "scheduler passes use_eagle=False whenever it hashes with lookahead")
+    if lookahead > 1 and not any(g.kind == "full_attention" for g in spec.groups):
+        return (f"num_hash_lookahead_tokens={lookahead} with prefix caching on and no "
+                f"full-attention group: vLLM {VERSION}'s coordinators search the first group "
+                "up to num_tokens - 1 tokens, past the request's last lookahead hash, and a "
+                "sliding-window, chunked-local or Mamba find_longest_cache_hit indexes the "
+                "missing hashes (IndexError); use num_hash_lookahead_tokens <= 1 or a "
+                "full-attention group")
     return None
 
 
@@ -361,8 +428,19 @@ def make_vllm_cache(spec: KVCacheSpec) -> VLLMCache:
             scheduler_block_size=scheduler, hash_block_size=hashed,
             enable_caching=spec.enable_caching, log_stats=False,
             dcp_world_size=spec.dcp_world_size,
-            enable_kv_cache_events=spec.enable_kv_cache_events, use_eagle=spec.use_eagle))
+            enable_kv_cache_events=spec.enable_kv_cache_events, use_eagle=spec.use_eagle,
+            **({"num_prefill_lookahead": spec.num_prefill_lookahead}
+               if spec.num_prefill_lookahead else {}),
+            **({"num_hash_lookahead_tokens": spec.num_hash_lookahead_tokens}
+               if spec.num_hash_lookahead_tokens else {}),
+            # vLLM 0.33's admission gates, only when set (0.10.2 has neither).
+            **({"watermark": spec.watermark} if spec.watermark else {}),
+            **({"max_in_flight_tokens": spec.max_in_flight_tokens}
+               if spec.max_in_flight_tokens is not None else {})))
     except AssertionError as exc:  # a rule of this release the checks above missed
         raise UnsupportedSpec(f"vLLM {VERSION} refuses these KV-cache groups: "
                               f"AssertionError: {exc}") from exc
+    except ValueError as exc:  # 0.33: multi-module MTP past the scheduler block with EAGLE
+        raise UnsupportedSpec(f"vLLM {VERSION}'s KVCacheManager raises ValueError: {exc}"
+                              ) from exc
     return VLLMCache(manager, scheduler, hashed)

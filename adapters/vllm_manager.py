@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from kvcheck.adapters.external_blocks import blocks_added
-from kvcheck.adapters.vllm_kv_config import make_vllm_cache
+from kvcheck.adapters.vllm_kv_config import HAS_ADMISSION_GATES, make_vllm_cache
 from kvcheck.adapters.vllm_requests import Hashing, request_sync
 from kvcheck.adapters.vllm_runtime import (
     VERSION,
@@ -33,6 +33,7 @@ from kvcheck.adapters.vllm_runtime import (
     KVCacheBlocks,
     KVCacheManager,
     KVEventBatch,
+    RequestStatus,
     accepting,
     params,
 )
@@ -131,6 +132,9 @@ class VLLMManager:
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
     ) -> AdapterBlockIds | None:
         """The newly allocated block ids (one list per group, or group 0's for a spec
         without ``kv_cache_groups``), or None when the pool cannot hold the request.
@@ -139,7 +143,14 @@ class VLLMManager:
         ``num_external_computed_tokens`` (its answer omits the external blocks, so the
         answer is read from the tables, ``blocks_added``), 0.10.2 added to
         ``num_new_tokens``. Encoder tokens (a cross-attention group) go as vLLM's
-        ``num_encoder_tokens`` (both releases), only when there are some."""
+        ``num_encoder_tokens`` (both releases), only when there are some.
+
+        vLLM 0.33's admission gates go to vLLM as they come, only when not at their default;
+        the vLLM ``Request``'s status is what the protocol's contract says: RUNNING once an
+        allocation succeeded, WAITING until then (a freed request's next ``Request`` is a
+        new one, WAITING: vLLM treats PREEMPTED alike). 0.10.2 has no gates:
+        ``UnsupportedSpec``."""
+        gates = self._gates(full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
         req = self._requests.sync(request)
         hits = None
         if new_computed_block_ids:
@@ -158,9 +169,11 @@ class VLLMManager:
                 num_lookahead_tokens=num_lookahead_tokens,
                 num_external_computed_tokens=num_external_computed_tokens,
                 delay_cache_blocks=delay_cache_blocks,
-                **({"num_encoder_tokens": num_encoder_tokens} if num_encoder_tokens else {}))
+                **({"num_encoder_tokens": num_encoder_tokens} if num_encoder_tokens else {}),
+                **gates)
             if new is None:
                 return None
+            req.status = RequestStatus.RUNNING
             added = blocks_added(
                 before, [len(g) for g in hits.blocks] if hits else [0] * self.num_groups,
                 self.manager.get_block_ids(req.request_id))
@@ -170,12 +183,32 @@ class VLLMManager:
             num_new_computed_tokens=num_new_computed_tokens, new_computed_blocks=hits,
             num_lookahead_tokens=num_lookahead_tokens,
             **({"delay_cache_blocks": True} if delay_cache_blocks else {}),
-            **({"num_encoder_tokens": num_encoder_tokens} if num_encoder_tokens else {}))
+            **({"num_encoder_tokens": num_encoder_tokens} if num_encoder_tokens else {}),
+            **gates)
         if new is None:
             return None
+        req.status = RequestStatus.RUNNING
         if not self.grouped:
             return [b.block_id for b in new.blocks[0]]
         return [[b.block_id for b in group] for group in new.blocks]
+
+    @staticmethod
+    def _gates(full_sequence_must_fit: bool, reserved_blocks: int,
+               has_scheduled_reqs: bool) -> dict[str, bool | int]:
+        """The admission gates not at their default, as vLLM 0.33's ``allocate_slots`` takes
+        them; ``UnsupportedSpec`` on a release without them."""
+        gates: dict[str, bool | int] = {}
+        if full_sequence_must_fit:
+            gates["full_sequence_must_fit"] = True
+        if reserved_blocks:
+            gates["reserved_blocks"] = reserved_blocks
+        if not has_scheduled_reqs:
+            gates["has_scheduled_reqs"] = False
+        if gates and not HAS_ADMISSION_GATES:
+            raise UnsupportedSpec(
+                f"allocate_slots({', '.join(f'{k}={v!r}' for k, v in gates.items())}): vLLM "
+                f"{VERSION}'s allocate_slots has no admission gates (vLLM 0.33 added them)")
+        return gates
 
     def cache_blocks(self, request: RequestView, num_computed_tokens: int) -> None:
         """vLLM's ``KVCacheManager.cache_blocks`` (what its scheduler calls once an

@@ -13,7 +13,7 @@ different algorithms or seeds coexist in one process.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from kvcheck.adapters.reference import SnapshotSync
 from kvcheck.adapters.vllm_features import pythonhashseed
@@ -54,6 +54,10 @@ class VllmRequest(EngineRequest, Protocol):
 
     #: 0.33: set after a lookup, as vLLM's scheduler does (the sliding-window cache mask).
     shared_prefix_boundary: int
+    #: vLLM's ``RequestStatus``, RUNNING once an allocation succeeded (0.33's watermark reads
+    #: it).
+    #: Any: vLLM's enum, imported at run time (vLLM is not a dependency of the type check).
+    status: Any
 
     def append_output_token_ids(self, token_ids: int | list[int], /) -> None: ...
 
@@ -103,15 +107,18 @@ def make_request(view: RequestView, block_hasher: object) -> VllmRequest:
 
 class Hashing:
     """The spec's hash function, block hasher (at ``hash_block_size``, default
-    ``spec.block_size``) and NONE_HASH, re-installed before each use."""
+    ``spec.block_size``, with the spec's hash lookahead) and NONE_HASH, re-installed before
+    each use."""
 
     def __init__(self, spec: KVCacheSpec, hash_block_size: int | None = None) -> None:
         self.fn = get_hash_fn_by_name(spec.hash_algo)
         with pythonhashseed(spec.pythonhashseed):
             kcu.init_none_hash(self.fn)
         self.none_hash = kcu.NONE_HASH
+        # Hash lookahead only when set: 0.10.2's hasher takes no third argument.
         self.block_hasher = kcu.get_request_block_hasher(
-            spec.block_size if hash_block_size is None else hash_block_size, self.fn)
+            spec.block_size if hash_block_size is None else hash_block_size, self.fn,
+            *((spec.num_hash_lookahead_tokens,) if spec.num_hash_lookahead_tokens else ()))
 
     def install(self) -> None:
         """Make this spec's root the one vLLM's (module-global) hasher chains from."""

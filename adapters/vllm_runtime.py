@@ -25,7 +25,8 @@ __all__ = ["BLOCK_TABLE_ERROR", "CPU_ONLY", "HASH_ALGOS", "HAS_TRITON", "HINT", 
            "FullAttentionSpec",
            "KVCacheBlocks", "KVCacheConfig", "KVCacheGroupSpec", "KVCacheManager", "KVEventBatch",
            "LoRARequest", "MambaSpec",
-           "MultiModalFeatureSpec", "PlaceholderRange", "Request", "SamplingParams",
+           "MultiModalFeatureSpec", "PlaceholderRange", "Request", "RequestStatus",
+           "SamplingParams",
            "SlidingWindowSpec", "accepting", "get_hash_fn_by_name", "kcu", "not_installed",
            "params", "torch", "vllm"]
 
@@ -103,7 +104,7 @@ try:
             MambaSpec,
             SlidingWindowSpec,
         )
-        from vllm.v1.request import Request
+        from vllm.v1.request import Request, RequestStatus
         try:
             from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
         except ImportError:  # older releases: no MultiModalFeatureSpec (mm keys undeclared)

@@ -82,7 +82,7 @@ from kvcheck.conformance.boundary_offloads import (
 from kvcheck.conformance.fine_grained import fine_grained_hits, hash_block_size
 from kvcheck.conformance.groups import adapter_form, null_of
 from kvcheck.conformance.guard import GuardedManager
-from kvcheck.conformance.laws import check_hits
+from kvcheck.conformance.laws import check_full_sequence_fit, check_hits, mtp_lag
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.mamba_checkpoints import checkpoint_groups, checkpoint_of
 from kvcheck.conformance.ops import AddOp, Op, StepResult
@@ -177,7 +177,8 @@ class Driver:
         self.drained_offloads: list[dict[str, list[tuple[int, int, int]]]] = []
         self.finalized_tails: list[tuple[str, list[tuple[int, int, int]]]] = []
         self.written = [WrittenBlocks(spec.group_block_size(g), fine=self.fine,
-                                      state=group.kind == "mamba")
+                                      state=group.kind == "mamba",
+                                      lag=mtp_lag(spec, g) if group.kind != "mamba" else 0)
                         for g, group in enumerate(spec.groups)]
         self.last_start: dict[str, int] = {}
         #: ``rid`` -> the encoder tokens its ``add`` op gave (an encoder-decoder request).
@@ -227,7 +228,8 @@ class Driver:
             return self._schedule(op["rid"], None if n is None else int(n),
                                   lookahead=int(op.get("lookahead", 0)),
                                   external=int(op.get("external", 0)),
-                                  delay=bool(op.get("delay", False)))
+                                  delay=bool(op.get("delay", False)),
+                                  gates=op.get("gates"))
         if op["op"] == "decode":
             return self._schedule(op["rid"], int(op["num_tokens"]), decode=True,
                                   lookahead=int(op.get("lookahead", 0)))
@@ -332,8 +334,10 @@ class Driver:
             self._call(f"m.release_computed({rid!r})", self.manager.release_computed, rid)
 
     def _schedule(self, rid: str, num_tokens: int | None, decode: bool = False,
-                  lookahead: int = 0, external: int = 0, delay: bool = False) -> StepResult:
-        """One ``schedule`` or ``decode`` op, as vLLM's scheduler makes its calls."""
+                  lookahead: int = 0, external: int = 0, delay: bool = False,
+                  gates: dict[str, bool | int] | None = None) -> StepResult:
+        """One ``schedule`` or ``decode`` op, as vLLM's scheduler makes its calls (``gates``:
+        vLLM 0.33's admission gates, passed as they are)."""
         if rid in self.loading:
             return {}  # waiting for its KV: a scheduler does not schedule it
         step_rids = self.step_rids
@@ -369,7 +373,25 @@ class Driver:
         text = (f"m.allocate_slots(views[{rid!r}], {num_new}, {num_hit}, "
                 f"{adapter_form(self.spec, hits)!r}")
         shown = self._adapter_answer
-        if encoder:  # passed only with encoder tokens: an adapter may lack them
+        if gates:  # passed only when asked for: an adapter without admission_gates lacks them
+            kw = "".join(
+                f", {name}={value!r}" for name, value in (
+                    ("num_external_computed_tokens", external), ("delay_cache_blocks", delay),
+                    ("num_encoder_tokens", encoder)) if value)
+            kw += "".join(f", {name}={value!r}" for name, value in gates.items())
+            new = self._call(f"{text}, {lookahead}{kw})",
+                             lambda: self.manager.allocate_slots_per_group(
+                                 view, num_new, num_hit, hits, lookahead,
+                                 num_external_computed_tokens=external,
+                                 delay_cache_blocks=delay, num_encoder_tokens=encoder,
+                                 gates=gates),
+                             shown=shown)
+            if new is not None and gates.get("full_sequence_must_fit"):
+                self._law_problems += check_full_sequence_fit(
+                    self.spec, view, num_hit, self.manager.get_block_ids_per_group(rid),
+                    self.manager.num_free_blocks(),
+                    not was_running and bool(gates.get("has_scheduled_reqs", True)))
+        elif encoder:  # passed only with encoder tokens: an adapter may lack them
             new = self._call(f"{text}, {lookahead}, num_encoder_tokens={encoder})",
                              lambda: self.manager.allocate_slots_per_group(
                                  view, num_new, num_hit, hits, lookahead,

@@ -24,7 +24,9 @@ literals: each op's ``StepResult`` (hits and new block ids per group, 0 the null
 for an op that calls nothing), ``copies`` every ``(src, dst)`` pair drained
 (``take_kv_cache_block_copies``), in order, and ``free_queue`` the free queue after the last
 op, head first. A layout vLLM 0.10.2 refuses (one block size with caching, no Mamba prefix
-caching) has no 0.10 table.
+caching) has no 0.10 table, nor do the scenarios flagging groups ``is_eagle_group`` (vLLM
+0.33's per-group flag, capability ``eagle_groups``: only flagged groups drop, a spec group
+drops when any member is flagged), which vLLM 0.10.2 has no field for.
 """
 
 from __future__ import annotations
@@ -68,6 +70,18 @@ _P13 = tuple(range(100, 113))
 _P19 = tuple(range(100, 119))
 _P21 = tuple(range(100, 121))
 _MAMBA8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align")
+_FULL_EAGLE = KVCacheGroupSpec("full_attention", 4, is_eagle_group=True)
+_P24 = tuple(range(100, 124))
+
+
+def _flag_ops(n: int) -> tuple[Op, ...]:
+    """The per-group flag scenarios' ops: an ``n``-token prompt computed and decoded once, a
+    sibling extending it by 5 tokens, a resend of it, all freed."""
+    prompt = _P24[:n]
+    return (add("a", prompt), schedule("a"), decode("a"), add("b", (*prompt, 7, 7, 7, 7, 7)),
+            schedule("b"), add("c", prompt), schedule("c"), free("a"), free("b"), free("c"))
+
+
 #: Two windows (4 tokens at block 4, 12 at block 8): no full attention.
 _WINDOWS = (KVCacheGroupSpec("sliding_window", 4, sliding_window=4),
             KVCacheGroupSpec("sliding_window", 8, sliding_window=12))
@@ -296,6 +310,113 @@ EAGLE_SCENARIOS: tuple[EagleScenario, ...] = (
                 (),
                 (25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 1, 7, 4, 12, 14,
                  18, 20, 23)),
+        },
+        retention=0),
+    # Per-group flags (vLLM 0.33's KVCacheGroupSpec.is_eagle_group, capability eagle_groups;
+    # vLLM 0.10.2 has no flag and refuses them): only the flagged groups drop.
+    EagleScenario(
+        "eagle_group_full_flagged_window_keeps_its_block",
+        "full attention (block 4) flagged, a window of 8 (block 8) not: a 21-token prompt's "
+        "sibling hits 16 tokens, the window's last block kept (every group dropping, as "
+        "without flags, it hits 8)",
+        (_FULL_EAGLE, KVCacheGroupSpec("sliding_window", 8, sliding_window=8)), 24,
+        _flag_ops(21),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [7, 8, 9]]},
+                 {"new": [[], []]},
+                 {},
+                 {"hits": ([[1, 2, 3, 4], [0, 8]], 16), "new": [[10, 11, 12], [13, 14]]},
+                 {},
+                 {"hits": ([[1, 2, 3, 4], [0, 8]], 16), "new": [[15, 16], [17]]},
+                 {},
+                 {},
+                 {}),
+                (),
+                (17, 16, 14, 12, 9, 6, 18, 19, 20, 21, 22, 23, 7, 5, 11, 10, 13, 15, 4, 3, 2,
+                 1, 8)),
+        }),
+    EagleScenario(
+        "eagle_group_window_flagged_full_keeps_its_block",
+        "full attention (block 8) not flagged, a window of 4 (block 4) flagged: the sibling "
+        "and the resend hit 16 tokens, full attention's last block kept (every group "
+        "dropping, they hit 8)",
+        (KVCacheGroupSpec("full_attention", 8),
+         KVCacheGroupSpec("sliding_window", 4, sliding_window=4, is_eagle_group=True)), 24,
+        _flag_ops(21),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], []], 0), "new": [[1, 2, 3], [4, 5, 6, 7, 8, 9]]},
+                 {"new": [[], []]},
+                 {},
+                 {"hits": ([[1, 2], [0, 0, 0, 7]], 16), "new": [[10, 11], [12, 13, 14]]},
+                 {},
+                 {"hits": ([[1, 2], [0, 0, 0, 7]], 16), "new": [[15], [16, 17]]},
+                 {},
+                 {},
+                 {}),
+                (),
+                (17, 15, 14, 11, 9, 3, 18, 19, 20, 21, 22, 23, 6, 5, 4, 8, 10, 13, 12, 2, 1,
+                 16, 7)),
+        }),
+    EagleScenario(
+        "eagle_group_only_mamba_flagged_nothing_drops",
+        "full attention not flagged beside a flagged Mamba 'align' group (block 4): Mamba's "
+        "search never drops, so the sibling of a 24-token prompt hits all 24 tokens (every "
+        "group dropping, it hits none)",
+        (_FULL, KVCacheGroupSpec("mamba", 4, mamba_cache_mode="align", is_eagle_group=True)),
+        24, _flag_ops(24),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 7]]},
+                 {"new": [[8], [9]]},
+                 {},
+                 {"hits": ([[1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 7]], 24),
+                  "new": [[10, 11], [0, 12]]},
+                 {},
+                 {"hits": ([[], []], 0),
+                  "new": [[13, 14, 15, 16, 17, 18], [0, 0, 0, 0, 0, 19]]},
+                 {},
+                 {},
+                 {}),
+                (),
+                (12, 11, 9, 8, 20, 21, 22, 23, 10, 6, 5, 4, 3, 2, 1, 7, 18, 17, 16, 15, 14, 13,
+                 19)),
+        }),
+    EagleScenario(
+        "eagle_group_unflagged_window_keeps_eagle_replay_tails",
+        "sparse retention (interval 0), full attention flagged, a window of 4 not: the window "
+        "still keeps the tails at EAGLE's replay boundaries (vLLM computes them once for "
+        "every group from use_eagle), so a resend hits 8 tokens with the window's block 4",
+        (_FULL_EAGLE, KVCacheGroupSpec("sliding_window", 4, sliding_window=4)), 40,
+        (add("a", _P13), schedule("a", 8), schedule("a"), decode("a"), add("b", _P13),
+         schedule("b"), add("c", (*_P13, 5)), schedule("c"), add("e", (*_P13[:9], 9, 9, 9)),
+         schedule("e"), free("a"), free("b"), free("c"), free("e"),
+         add("g", (*_P13, 5, 5, 5, 5)), schedule("g")),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]},
+                 {"new": [[3, 5], [6, 7]]},
+                 {"new": [[], []]},
+                 {},
+                 {"hits": ([[1, 2], [0, 4]], 8), "new": [[8, 9], [10, 11]]},
+                 {},
+                 {"hits": ([[1, 2], [0, 4]], 8), "new": [[12, 13], [14, 15]]},
+                 {},
+                 {"hits": ([[], []], 0), "new": [[16, 17, 18], [19, 20, 21]]},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {"hits": ([[1, 2], [0, 4]], 8), "new": [[21, 15, 14], [13, 11, 10]]}),
+                (),
+                (9, 7, 6, 5, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
+                 39, 3, 8, 12, 18, 17, 16, 20, 19)),
         },
         retention=0),
 )

@@ -35,11 +35,14 @@ def null_of(spec: KVCacheSpec) -> int | None:
     return NULL_BLOCK if spec.kv_cache_groups else None
 
 
-def skipped_tokens(group: KVCacheGroupSpec, num_tokens: int) -> int:
+def skipped_tokens(group: KVCacheGroupSpec, num_tokens: int,
+                   extra_retained_tokens: int = 0) -> int:
     """vLLM 0.33's ``get_num_skipped_tokens`` of ``group`` after ``num_tokens`` computed
-    tokens (docs/semantics.md#skipped-tokens-and-null-blocks)."""
+    tokens (docs/semantics.md#skipped-tokens-and-null-blocks); a sliding window keeps
+    ``extra_retained_tokens`` more below it (multi-module MTP,
+    docs/semantics.md#multi-module-mtp)."""
     if group.kind == "sliding_window" and group.sliding_window is not None:
-        return max(0, num_tokens - group.sliding_window + 1)
+        return max(0, num_tokens - group.sliding_window + 1 - extra_retained_tokens)
     if group.kind == "chunked_local_attention" and group.attention_chunk_size is not None:
         return num_tokens // group.attention_chunk_size * group.attention_chunk_size
     if group.kind == "mamba":  # only the last computed token's state is read
@@ -47,13 +50,18 @@ def skipped_tokens(group: KVCacheGroupSpec, num_tokens: int) -> int:
     return 0
 
 
-def null_floor(spec: KVCacheSpec, group: int, num_tokens: int) -> int:
+def null_floor(spec: KVCacheSpec, group: int, num_tokens: int, retained: bool = True) -> int:
     """The number of leading positions of ``group`` a request with ``num_tokens`` computed
-    tokens no longer needs (its nulls must all lie below it). vLLM 0.10.2's Mamba groups skip
-    nothing (a request keeps its blocks until it is freed)."""
+    tokens no longer holds (its live blocks must all lie at or above it). vLLM 0.10.2's Mamba
+    groups skip nothing (a request keeps its blocks until it is freed). A sliding window with
+    multi-module MTP (``spec.num_prefill_lookahead`` K > 1) keeps ``K - 1`` more tokens
+    below it (``extra_retained_tokens``); ``retained=False``: the floor without them, below
+    which the window no longer reads (its nulls must all lie below that one: a hit brings
+    none of the retained positions)."""
     if spec.profile == "vllm-0.10" and spec.groups[group].kind == "mamba":
         return 0
-    return skipped_tokens(spec.groups[group], num_tokens) // spec.group_block_size(group)
+    extra = max(0, spec.num_prefill_lookahead - 1) if retained else 0
+    return skipped_tokens(spec.groups[group], num_tokens, extra) // spec.group_block_size(group)
 
 
 def window_slack(spec: KVCacheSpec, group: int) -> int:

@@ -827,14 +827,21 @@ class GuardedManager(_Guard):
                        num_lookahead_tokens: int = 0, *,
                        num_external_computed_tokens: int = 0,
                        delay_cache_blocks: bool = False,
-                       num_encoder_tokens: int = 0) -> Any:  # Any: either form
+                       num_encoder_tokens: int = 0,
+                       full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
+                       has_scheduled_reqs: bool = True) -> Any:  # Any: either form
         __tracebackhide__ = True
         hits = ([list(h) for h in new_computed_block_ids] if self._grouped
                 else [list(new_computed_block_ids)])
+        gates = {name: value for name, value, default in (
+            ("full_sequence_must_fit", full_sequence_must_fit, False),
+            ("reserved_blocks", reserved_blocks, 0),
+            ("has_scheduled_reqs", has_scheduled_reqs, True)) if value != default}
         new = self.allocate_slots_per_group(
             request, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
             num_external_computed_tokens=num_external_computed_tokens,
-            delay_cache_blocks=delay_cache_blocks, num_encoder_tokens=num_encoder_tokens)
+            delay_cache_blocks=delay_cache_blocks, num_encoder_tokens=num_encoder_tokens,
+            gates=gates or None)
         return None if new is None else adapter_form(self._spec, new)
 
     def allocate_slots_per_group(self, request: RequestView, num_new_tokens: int,
@@ -843,7 +850,9 @@ class GuardedManager(_Guard):
                                  num_lookahead_tokens: int = 0, *,
                                  num_external_computed_tokens: int = 0,
                                  delay_cache_blocks: bool = False,
-                                 num_encoder_tokens: int = 0) -> list[list[int]] | None:
+                                 num_encoder_tokens: int = 0,
+                                 gates: Mapping[str, bool | int] | None = None,
+                                 ) -> list[list[int]] | None:
         """``allocate_slots`` checked, the hits passed and the new ids one list per group
         (the adapter is called with, and violations show, its own form): the new ids are no
         null block, none of the hits and held by no other request; the tables follow (read
@@ -853,7 +862,10 @@ class GuardedManager(_Guard):
         (``kvcheck.conformance.laws``). External-KV arguments (``external_kv``) go to the
         adapter only when not at their default; the answer then also lists the external
         tokens' blocks (a window may leave nulls before them in a table). Encoder tokens
-        (``cross_attention``) go to the adapter the same way, only when there are some."""
+        (``cross_attention``) go to the adapter the same way, only when there are some, and
+        so do ``gates``, vLLM 0.33's admission gates (``admission_gates``: the keyword
+        arguments ``full_sequence_must_fit``, ``reserved_blocks``, ``has_scheduled_reqs``,
+        only those not at their default)."""
         __tracebackhide__ = True
         given = [list(h) for h in new_computed_block_ids]  # [] for a running request
         external = _NO_EXTERNAL  # the hot path: no dict built
@@ -863,6 +875,8 @@ class GuardedManager(_Guard):
                 external["delay_cache_blocks"] = True
         if num_encoder_tokens:
             external = {**external, "num_encoder_tokens": num_encoder_tokens}
+        if gates:
+            external = {**external, **gates}
         args, value = self._allocate(request, num_new_tokens, num_new_computed_tokens,
                                      adapter_form(self._spec, given),
                                      adapter_form(self._spec, [list(h) for h in given]),

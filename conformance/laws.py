@@ -39,13 +39,19 @@ skipped(start) // block_size`` (``skipped``: ``max(0, n - w + 1)`` for a window 
 * hit caps: ``get_computed_blocks`` returns whole blocks covering exactly the hit tokens in
   every group (nulls included), at most ``num_tokens - 1`` tokens; with EAGLE
   (``KVCacheSpec.use_eagle``) at most ``num_tokens // H * H - H`` (``H`` the hash block: the
-  hit drops its last block); its nulls obey the window law for the hit length;
+  hit drops its last block); with hash lookahead ``L`` (``KVCacheSpec.
+  num_hash_lookahead_tokens``) at most ``(num_tokens - L) // H * H`` (only blocks whose ``L``
+  next tokens exist are hashed); its nulls obey the window law for the hit length;
 * hit correctness: every live block ``get_computed_blocks`` returns at index ``i`` of a group
   holds exactly the request's tokens ``[0, (i + 1) * block_size)`` under the same LoRA / salt
   / multimodal context. ``WrittenBlocks`` (``kvcheck.conformance.written``, one per group) is
   the shadow record of what the suite's scheduler wrote into each block, so the law holds
   whatever the hashing scheme (stale hits after reuse, content-only hashes and broken chains
   all fail it);
+* multi-module MTP (``KVCacheSpec.num_prefill_lookahead`` K > 1, one group, or several with
+  EAGLE): a full block a hit returns (Mamba groups aside) is *final*: some request computed
+  ``K - 1`` tokens past its end while holding it (``WrittenBlocks.is_final``), as vLLM 0.33
+  caches nothing of the re-prefillable tail (docs/semantics.md#multi-module-mtp);
 * fine-grained partial hits (``kvcheck.conformance.fine_grained``; vLLM 0.33 beside a Mamba
   "align" group larger than the hash block): a hit ends on a hash-block boundary and may end
   inside a block, whose first ``num_hit % block_size`` tokens (a Mamba group: the state after
@@ -54,11 +60,18 @@ skipped(start) // block_size`` (``skipped``: ``max(0, n - w + 1)`` for a window 
   never writes into a shared block); the copy-on-write block is private and the copies are
   drained once (the guard: ``kvcheck.conformance.guard``). Between a step's allocations and
   the drain of its copies (``Driver.copies_pending``) the pool laws (conservation, the free
-  queue, ``ref_cnt``) wait: the blocks a copy retains are neither free nor held until then.
+  queue, ``ref_cnt``) wait: the blocks a copy retains are neither free nor held until then;
+* full sequence (vLLM 0.33's admission gate ``full_sequence_must_fit``, capability
+  ``admission_gates``; ``check_full_sequence_fit``): in a layout of full-attention groups, an
+  admission it let through leaves free at least what the rest of the request's full sequence
+  needs, ``sum_g (cdiv(min(num_tokens, max_model_len), bs_g) - len(table_g))``, plus the
+  watermark when it applied (``int(watermark * num_blocks)``, a request that held no blocks
+  with ``has_scheduled_reqs``). A refused gate changes nothing: the all-or-nothing law.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -75,7 +88,37 @@ from kvcheck.conformance.written import WrittenBlocks
 if TYPE_CHECKING:
     from kvcheck.conformance.subject import Driven
 
-__all__ = ["check_hits", "check_laws", "check_pool"]
+__all__ = ["check_hits", "check_laws", "check_pool", "eagle_drop_groups", "mtp_lag"]
+
+
+def eagle_drop_groups(spec: KVCacheSpec) -> frozenset[int]:
+    """The groups whose hits drop EAGLE's block (vLLM 0.33's ``drop_eagle_group_ids``, widened
+    to spec groups): none without ``use_eagle``; with it the groups flagged
+    ``is_eagle_group`` and every group of an equal spec (searched together, vLLM's
+    ``SpecGroup.use_eagle``), or every group when none is flagged (vLLM's fallback)."""
+    if not spec.use_eagle:
+        return frozenset()
+    groups = spec.groups
+    # A group's spec without its flag, its block size resolved (None means the spec's).
+    bare = [dataclasses.replace(g, is_eagle_group=False,
+                                block_size=spec.group_spec_block_size(i))
+            for i, g in enumerate(groups)]
+    flagged = {bare[i] for i, g in enumerate(groups) if g.is_eagle_group}
+    return frozenset(i for i in range(len(groups)) if not flagged or bare[i] in flagged)
+
+
+def mtp_lag(spec: KVCacheSpec, group: int | None = None) -> int:
+    """The re-prefillable tokens vLLM 0.33 leaves uncached for ``spec``'s multi-module MTP
+    (``num_prefill_lookahead - 1``), where it does: caching on, one group (its unitary
+    coordinator, any ``use_eagle``) or EAGLE's groups of several (its hybrid coordinator
+    lags only those: with ``group``, only a group of ``eagle_drop_groups``); 0 otherwise."""
+    if spec.num_prefill_lookahead < 2 or not spec.enable_caching:
+        return 0
+    if len(spec.groups) == 1:
+        return spec.num_prefill_lookahead - 1
+    if not spec.use_eagle or (group is not None and group not in eagle_drop_groups(spec)):
+        return 0
+    return spec.num_prefill_lookahead - 1
 
 
 def check_laws(driver: Driven) -> list[str]:
@@ -195,12 +238,15 @@ def _window_problems(spec: KVCacheSpec, rid: str, g: int, ids: list[int],
             f"{[ids[i] for i in live_low]} at indices {live_low}, which its window skipped "
             f"({start} tokens computed at its last allocate_slots: indices below {floor} "
             f"must be the null block {NULL_BLOCK})")
-    needed = [i for i in nulls if i >= floor]
+    # Multi-module MTP: the positions a window retains below it may be live or null (a hit
+    # brings none), so nulls are judged against the floor of the window itself.
+    reads = null_floor(spec, g, start, retained=False)
+    needed = [i for i in nulls if i >= reads]
     if needed:
         problems.append(
             f"window: request {rid!r} group {g} ({kind}) holds the null block at indices "
             f"{needed}, which its window still needs ({start} tokens computed at its last "
-            f"allocate_slots: only indices below {floor} are skipped)")
+            f"allocate_slots: only indices below {reads} are skipped)")
     return problems
 
 
@@ -341,6 +387,8 @@ def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: Reques
                    f"{view.num_tokens - 1} (the last token is always recomputed)")
     if not cap and spec.use_eagle:
         cap += _eagle_cap(spec, rid, view.num_tokens, num_hit)
+    if not cap and spec.num_hash_lookahead_tokens:
+        cap += _lookahead_cap(spec, rid, view.num_tokens, num_hit)
     if grouped:
         problems += cap
     if fine_hash and num_hit % fine_hash:
@@ -385,16 +433,56 @@ def check_hits(written: Sequence[WrittenBlocks], spec: KVCacheSpec, view: Reques
                                 f"{block_id}{where} at index {index} (positions {index * bs}.."
                                 f"{(index + 1) * bs - 1}): {problem}")
                 break  # later blocks of a wrong chain say nothing new
+            if written[g].lag and not written[g].is_final(block_id):
+                lag = written[g].lag
+                problems.append(
+                    f"multi-module MTP: get_computed_blocks({rid!r}) returned block "
+                    f"{block_id}{where} at index {index} (positions {index * bs}.."
+                    f"{(index + 1) * bs - 1}), but no request computed {lag} tokens past it "
+                    f"(num_prefill_lookahead {lag + 1}: the last {lag} computed tokens may be "
+                    "re-prefilled, so vLLM 0.33 caches a block only once a request computed "
+                    f"through position {(index + 1) * bs + lag - 1}; "
+                    "docs/semantics.md#multi-module-mtp)")
+                break
     return problems
+
+
+def check_full_sequence_fit(spec: KVCacheSpec, view: RequestView, num_hit: int,
+                            tables: Sequence[Sequence[int]], num_free: int,
+                            watermarked: bool) -> list[str]:
+    """The full-sequence law (module docstring) after an ``allocate_slots(...,
+    full_sequence_must_fit=True)`` that answered blocks: ``tables`` the request's tables and
+    ``num_free`` the free blocks after it. Whatever the gate counted (hits already held or in
+    the free queue, each group's unclamped need), it admitted only if the free blocks covered
+    the full sequence's need before the step, and the step took exactly the table's new
+    entries and the hits it took out of the free queue: so what stays free covers the rest.
+    Only layouts of full-attention groups (a window's admission cap and skipped blocks, and
+    Mamba's state blocks, are judged by the golden scenarios and the oracle)."""
+    if any(g.kind != "full_attention" for g in spec.groups):
+        return []
+    full = view.num_tokens if spec.max_model_len is None else min(view.num_tokens,
+                                                                  spec.max_model_len)
+    rest = sum(-(-full // spec.group_block_size(g)) - len(table)
+               for g, table in enumerate(tables))
+    watermark = int(spec.watermark * spec.num_blocks) if watermarked else 0
+    if num_free >= rest + watermark:
+        return []
+    return [f"allocate_slots({view.request_id!r}, ..., full_sequence_must_fit=True) admitted a "
+            f"request whose full sequence ({full} tokens, {num_hit} of them hit) does not fit: "
+            f"{num_free} blocks are free after it but the rest of the sequence needs {rest}"
+            + (f" plus the watermark's {watermark}" if watermark else "")
+            + " (vLLM 0.33 refuses such an admission, returning None: "
+            "docs/semantics.md#admission-gates)"]
 
 
 def _eagle_cap(spec: KVCacheSpec, rid: str, num_tokens: int, num_hit: int) -> list[str]:
     """EAGLE's hit cap (``KVCacheSpec.use_eagle``): a hit drops the last block its search
     matched, at least one hash block, and the search never reads past the request's hashed
     tokens, so a hit is at most ``num_tokens // H * H - H`` tokens (``H``: the hash block).
-    Only where some group drops (full attention or a sliding window; a Mamba group's search
-    never drops)."""
-    if not any(g.kind in ("full_attention", "sliding_window") for g in spec.groups):
+    Only where some group drops (full attention or a sliding window of
+    ``eagle_drop_groups``; a Mamba group's search never drops)."""
+    if not any(spec.groups[g].kind in ("full_attention", "sliding_window")
+               for g in eagle_drop_groups(spec)):
         return []
     hashed = hash_block_size(spec)
     most = max(0, num_tokens // hashed * hashed - hashed)
@@ -406,6 +494,21 @@ def _eagle_cap(spec: KVCacheSpec, rid: str, num_tokens: int, num_hit: int) -> li
              f"match, so at most {most} (docs/semantics.md#prefix-cache-hits)")]
 
 
+def _lookahead_cap(spec: KVCacheSpec, rid: str, num_tokens: int, num_hit: int) -> list[str]:
+    """Hash lookahead's hit cap (``KVCacheSpec.num_hash_lookahead_tokens`` ``L``): a block is
+    hashed only once the ``L`` tokens after it exist, and a hit covers hashed blocks only, so
+    it is at most ``(num_tokens - L) // H * H`` tokens (``H``: the hash block)."""
+    lookahead = spec.num_hash_lookahead_tokens
+    hashed = hash_block_size(spec)
+    most = max(0, (num_tokens - lookahead) // hashed * hashed)
+    if num_hit <= most:
+        return []
+    return [(f"hash lookahead hit cap: get_computed_blocks({rid!r}) hit {num_hit} tokens of a "
+             f"{num_tokens}-token request with num_hash_lookahead_tokens={lookahead}; a block "
+             f"of {hashed} tokens is hashed only once the {lookahead} tokens after it exist, so "
+             f"at most {most} (docs/semantics.md#request-block-hashes)")]
+
+
 def _hit_nulls(spec: KVCacheSpec, rid: str, g: int, ids: Sequence[int],
                num_hit: int) -> list[str]:
     """The null-block and window laws of group ``g``'s hits, ``num_hit`` tokens long."""
@@ -414,7 +517,7 @@ def _hit_nulls(spec: KVCacheSpec, rid: str, g: int, ids: Sequence[int],
     if kind == "full_attention":
         return [(f"null block: get_computed_blocks({rid!r}) put the null block in "
                 f"full-attention group {g} at indices {nulls}")] if nulls else []
-    floor = null_floor(spec, g, num_hit)
+    floor = null_floor(spec, g, num_hit, retained=False)  # a hit brings no retained block
     needed = [i for i in nulls if i >= floor]
     return [(f"window: get_computed_blocks({rid!r}) put the null block in group {g} ({kind}) "
             f"at indices {needed}, which a {num_hit}-token hit still needs (only indices "

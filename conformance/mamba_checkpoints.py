@@ -45,13 +45,15 @@ def _exports(group: KVCacheGroupSpec) -> bool:
             and group.prefill_checkpoint_alignment is not None)
 
 
-def checkpoint_position(num_tokens: int, alignment: int, drop_eagle_block: bool) -> int:
+def checkpoint_position(num_tokens: int, alignment: int, drop_eagle_block: bool,
+                        num_hash_lookahead_tokens: int = 0) -> int:
     """The reusable boundary before ``num_tokens`` on the ``alignment`` grid: ``num_tokens -
-    1`` rounded down (the last token is recomputed for its logits), with EAGLE ``num_tokens``
-    rounded down less one unit (EAGLE recomputes that unit); at least 0."""
+    max(1, L)`` rounded down (the last token is recomputed for its logits; with hash lookahead
+    ``L`` the state's hash needs the ``L`` tokens after it), with EAGLE ``num_tokens`` rounded
+    down less one unit (EAGLE recomputes that unit); at least 0."""
     if drop_eagle_block:
         return max(num_tokens // alignment * alignment - alignment, 0)
-    return max((num_tokens - 1) // alignment * alignment, 0)
+    return max((num_tokens - max(1, num_hash_lookahead_tokens)) // alignment * alignment, 0)
 
 
 def checkpoint_of(spec: KVCacheSpec, group: int, view: RequestView, start: int,
@@ -71,7 +73,8 @@ def checkpoint_of(spec: KVCacheSpec, group: int, view: RequestView, start: int,
     hashed = hash_block_size(spec)
     alignment = hashed if fine_grained_hits(spec) else math.lcm(
         *(spec.group_block_size(i) for i in range(len(spec.groups))))
-    position = checkpoint_position(end, alignment, spec.use_eagle)
+    position = checkpoint_position(end, alignment, spec.use_eagle,
+                                   spec.num_hash_lookahead_tokens)
     if position <= 0:
         return None
     if spec.prefix_cache_retention_interval == 0 and end < max(

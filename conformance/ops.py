@@ -71,11 +71,15 @@ class ScheduleOp(_ScheduleFields, total=False):
     absent when 0. ``external``: for a request holding no blocks, a KV connector has this
     many tokens after its local hit (``num_external_computed_tokens``, capability
     ``external_kv``); ``delay``: their load is asynchronous (``delay_cache_blocks``, no new
-    tokens computed in this step). Both absent when 0 / false."""
+    tokens computed in this step). Both absent when 0 / false. ``gates``: vLLM 0.33's
+    admission gates passed to ``allocate_slots`` as keyword arguments
+    (``full_sequence_must_fit``, ``reserved_blocks``, ``has_scheduled_reqs``; capability
+    ``admission_gates``), absent when none."""
 
     lookahead: int
     external: int
     delay: bool
+    gates: dict[str, bool | int]
 
 
 class _DecodeFields(TypedDict):
@@ -162,7 +166,8 @@ def add(rid: str, prompt: Sequence[int], **extras: Unpack[RequestExtras]) -> Add
 
 
 def schedule(rid: str, num_tokens: int | None = None, lookahead: int = 0, *,
-             external: int = 0, delay: bool = False) -> ScheduleOp:
+             external: int = 0, delay: bool = False,
+             gates: dict[str, bool | int] | None = None) -> ScheduleOp:
     """One prefill step of up to ``num_tokens`` prompt tokens (default: the rest), with
     ``lookahead`` speculative slots (the ``lookahead`` capability; 0: the field is left out, so
     ops without it read as before); ``external`` tokens a connector has after the local hit,
@@ -174,6 +179,8 @@ def schedule(rid: str, num_tokens: int | None = None, lookahead: int = 0, *,
         op["external"] = external
     if delay:
         op["delay"] = True
+    if gates:
+        op["gates"] = dict(gates)
     return op
 
 

@@ -136,6 +136,22 @@ CAPABILITIES: dict[str, str] = {
     "eagle": "specs with use_eagle=True (EAGLE/MTP speculative decoding, vLLM's "
              "KVCacheManager(use_eagle=True)): a prefix-cache hit drops its last block in "
              "every group (a sliding window needs one more contiguous block first)",
+    "eagle_groups": "kv_cache_groups with is_eagle_group=True (vLLM 0.33's per-group EAGLE "
+                    "flag, needs 'eagle'): with use_eagle only the flagged groups' hits drop "
+                    "their last block (every group when none is flagged)",
+    "prefill_lookahead": "specs with num_prefill_lookahead K > 1 (vLLM 0.33's multi-module "
+                         "MTP, KVCacheManager(num_prefill_lookahead=K)): the last K - 1 "
+                         "computed tokens are cached only once more are computed, and every "
+                         "sliding window keeps K - 1 more tokens' blocks below it",
+    "hash_lookahead": "specs with num_hash_lookahead_tokens L > 0 (vLLM 0.33's hash "
+                      "lookahead for EAGLE/MTP, KVCacheManager(num_hash_lookahead_tokens=L) "
+                      "and get_request_block_hasher(..., L)): a block is hashed, cached and "
+                      "hit only once the L tokens after it exist, its hash covers them and "
+                      "its BlockStored event lists them (lookahead_token_ids)",
+    "admission_gates": "vLLM 0.33's admission gates: allocate_slots(..., "
+                       "full_sequence_must_fit, reserved_blocks, has_scheduled_reqs) and specs "
+                       "with watermark / max_in_flight_tokens (see KVCacheManagerAdapter."
+                       "allocate_slots)",
     "sizing": "module-level KV-cache sizing functions (see kvcheck.conformance.sizing_protocol)",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
@@ -243,6 +259,12 @@ class KVCacheGroupSpec:
             ``mamba_checkpoints``, vLLM 0.33's ``MambaSpec`` field): the token grid, from the
             chunk start, a checkpoint must be on (an int >= 1); None (the default): the
             backend exports no checkpoint.
+        is_eagle_group: vLLM 0.33's ``KVCacheGroupSpec.is_eagle_group`` (capability
+            ``eagle_groups``, a bool): the group holds the EAGLE drafter's layers. With
+            ``use_eagle`` only flagged groups' hits drop their last block, and a spec group
+            drops when any member is flagged; none flagged: every group drops (vLLM's
+            fallback). False by default, and then not sent
+            (docs/semantics.md#prefix-cache-hits).
     """
 
     kind: str = "full_attention"
@@ -253,6 +275,7 @@ class KVCacheGroupSpec:
     num_speculative_blocks: int = 0
     num_prefill_checkpoint_blocks: int = 0
     prefill_checkpoint_alignment: int | None = None
+    is_eagle_group: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +314,37 @@ class KVCacheSpec:
             alignment unit) in every group, so the drafting head's hidden state is recomputed
             (docs/semantics.md#prefix-cache-hits); an implementation refuses it with chunked
             local attention and caching on, as vLLM asserts.
+        num_prefill_lookahead: vLLM 0.33's multi-module MTP prefill lookahead ``K``
+            (capability ``prefill_lookahead``; vLLM's
+            ``KVCacheManager(num_prefill_lookahead=K)``, ``num_speculative_tokens``): 0 (the
+            default) or 1 change nothing. Above 1 the last ``K - 1`` computed tokens may be
+            re-prefilled, so they are cached only once more tokens are computed (one group:
+            always; several: in EAGLE's groups, ``use_eagle``), and every sliding-window group
+            frees its blocks ``K - 1`` tokens later (``extra_retained_tokens``)
+            (docs/semantics.md#multi-module-mtp). With ``use_eagle`` and caching on ``K`` must
+            not exceed the scheduler block size (vLLM raises ValueError); ``vllm-0.10`` has no
+            such argument. Sent on the wire only when non-zero.
+        num_hash_lookahead_tokens: vLLM 0.33's hash lookahead ``L`` (capability
+            ``hash_lookahead``; vLLM's ``KVCacheManager(num_hash_lookahead_tokens=L)`` with
+            the request hasher's ``get_request_block_hasher(..., L)``, its default for
+            EAGLE-family speculative decoding with prefix caching): a block is hashed only once
+            the ``L`` tokens after it exist and its hash's extra keys become ``(E, *those
+            tokens)`` (``E`` over the block and them), so it is cached and hit only then; each
+            ``BlockStored`` lists those tokens per block (``lookahead_token_ids``), and Mamba
+            prefill checkpoints leave them after the boundary
+            (docs/semantics.md#request-block-hashes). Refused (``KVCacheMisuseError``) under
+            ``vllm-0.10``, with caching off and with ``use_eagle`` (vLLM's config and scheduler
+            never combine them). Sent on the wire only when non-zero.
+        watermark: vLLM 0.33's ``SchedulerConfig.watermark`` (capability
+            ``admission_gates``; ``KVCacheManager(watermark=...)``), a fraction in ``[0, 1)``:
+            an allocation for a request that holds no blocks (waiting or preempted) leaves
+            ``int(watermark * num_blocks)`` blocks free while another request is scheduled
+            (``allocate_slots(..., has_scheduled_reqs)``, default True)
+            (docs/semantics.md#admission-gates). Sent on the wire only when non-zero.
+        max_in_flight_tokens: vLLM 0.33's ``VllmConfig.max_in_flight_tokens`` (capability
+            ``admission_gates``; None: ``max_model_len``): it sizes a sliding window's and a
+            chunked-local group's admission cap, which ``full_sequence_must_fit`` counts
+            against. Sent on the wire only when set.
     """
 
     num_blocks: int
@@ -306,6 +360,10 @@ class KVCacheSpec:
     dcp_world_size: int = 1
     prefix_match_unit: int | None = None
     use_eagle: bool = False
+    num_prefill_lookahead: int = 0
+    num_hash_lookahead_tokens: int = 0
+    watermark: float = 0.0
+    max_in_flight_tokens: int | None = None
 
     def __post_init__(self) -> None:
         # Immutable all the way down: a list of groups given here becomes a tuple, so no
@@ -349,6 +407,10 @@ class KVCacheSpecOptions(TypedDict, total=False):
     dcp_world_size: int
     prefix_match_unit: int | None
     use_eagle: bool
+    num_prefill_lookahead: int
+    num_hash_lookahead_tokens: int
+    watermark: float
+    max_in_flight_tokens: int | None
 
 
 class _KVCacheSpecSizes(TypedDict):
@@ -466,7 +528,8 @@ def effective_capabilities(info: ImplInfo, profile: str) -> frozenset[str]:
 def group_capabilities(spec: KVCacheSpec) -> frozenset[str]:
     """The capabilities a multi-group ``spec`` needs (``kv_cache_groups`` and one per group
     kind, ``KIND_CAPABILITIES``; ``mamba_checkpoints`` for a Mamba group's prefill checkpoint
-    fields or a retention interval beside one); none for a single-group spec."""
+    fields or a retention interval beside one; ``eagle_groups`` for a group flagged
+    ``is_eagle_group``); none for a single-group spec."""
     if not spec.kv_cache_groups:
         return frozenset()
     caps = {"kv_cache_groups"} | {KIND_CAPABILITIES.get(g.kind, g.kind)
@@ -475,6 +538,8 @@ def group_capabilities(spec: KVCacheSpec) -> frozenset[str]:
             g.num_prefill_checkpoint_blocks or g.prefill_checkpoint_alignment is not None
             for g in spec.kv_cache_groups)):
         caps.add("mamba_checkpoints")
+    if any(g.is_eagle_group for g in spec.kv_cache_groups):
+        caps.add("eagle_groups")
     return frozenset(caps)
 
 
@@ -490,13 +555,16 @@ def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
     """``spec`` as JSON-able primitives (traces, repro snippets). The hybrid fields are left
     out while they hold their defaults, so single-group traces read as they always did, and so
     are a group's Mamba fields (``mamba_cache_mode``, ``num_speculative_blocks``,
-    ``num_prefill_checkpoint_blocks``, ``prefill_checkpoint_alignment``) and
-    ``dcp_world_size`` / ``prefix_match_unit`` / ``use_eagle`` (an engine that predates
-    them never sees them)."""
+    ``num_prefill_checkpoint_blocks``, ``prefill_checkpoint_alignment``), its
+    ``is_eagle_group``, and
+    ``dcp_world_size`` / ``prefix_match_unit`` / ``use_eagle`` / ``num_prefill_lookahead`` /
+    ``num_hash_lookahead_tokens`` / ``watermark`` / ``max_in_flight_tokens`` (an engine that
+    predates them never sees them)."""
     raw: dict[str, object] = {
         f: getattr(spec, f) for f in KVCacheSpec.__dataclass_fields__
         if f not in ("kv_cache_groups", "prefix_cache_retention_interval", "dcp_world_size",
-                     "prefix_match_unit", "use_eagle")}
+                     "prefix_match_unit", "use_eagle", "num_prefill_lookahead",
+                     "num_hash_lookahead_tokens", "watermark", "max_in_flight_tokens")}
     if spec.kv_cache_groups:
         raw["kv_cache_groups"] = [
             {f: getattr(g, f) for f in KVCacheGroupSpec.__dataclass_fields__
@@ -510,13 +578,23 @@ def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
         raw["prefix_match_unit"] = spec.prefix_match_unit
     if spec.use_eagle:
         raw["use_eagle"] = True
+    if spec.num_prefill_lookahead:
+        raw["num_prefill_lookahead"] = spec.num_prefill_lookahead
+    if spec.num_hash_lookahead_tokens:
+        raw["num_hash_lookahead_tokens"] = spec.num_hash_lookahead_tokens
+    if spec.watermark:
+        raw["watermark"] = spec.watermark
+    if spec.max_in_flight_tokens is not None:
+        raw["max_in_flight_tokens"] = spec.max_in_flight_tokens
     return raw
 
 
-#: A group's Mamba fields and their defaults (left out of ``spec_to_dict`` at them).
+#: A group's Mamba fields and ``is_eagle_group``, with their defaults (left out of
+#: ``spec_to_dict`` at them: an engine that predates them never sees them).
 _MAMBA_FIELDS: dict[str, object] = {"mamba_cache_mode": None, "num_speculative_blocks": 0,
                                     "num_prefill_checkpoint_blocks": 0,
-                                    "prefill_checkpoint_alignment": None}
+                                    "prefill_checkpoint_alignment": None,
+                                    "is_eagle_group": False}
 
 
 # Any: decoded JSON in spec_to_dict's form, given to the constructors as it is (a wrong or
@@ -553,6 +631,9 @@ class KVCacheManagerAdapter(Protocol):
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
     ) -> list[int] | None:
         """Slots for ``num_computed + num_new_computed + num_new (+ lookahead)`` tokens.
 
@@ -565,7 +646,23 @@ class KVCacheManagerAdapter(Protocol):
         ``num_encoder_tokens = E`` comes with the call that schedules an encoder-decoder
         request's encoder input (its admission, as vLLM's scheduler passes it): every
         ``cross_attention`` group's table then holds ``cdiv(E, block_size)`` blocks until
-        the request is freed."""
+        the request is freed.
+
+        vLLM 0.33's admission gates (capability ``admission_gates``, never passed to an
+        implementation without it; docs/semantics.md#admission-gates):
+        ``full_sequence_must_fit=True`` answers None, before anything else, unless the
+        request's full sequence (``min(request.num_tokens, max_model_len)`` tokens, this
+        call's hits counted as the step counts them, each sliding-window / chunked-local
+        group clamped at its admission cap from ``spec.max_in_flight_tokens``) plus the
+        watermark fits the free blocks; ``reserved_blocks=R``: the step itself must fit
+        ``free - R``; ``has_scheduled_reqs``: whether another request is scheduled this step.
+        The watermark (``int(spec.watermark * num_blocks)`` blocks) is added to both needs
+        when ``has_scheduled_reqs`` and the request is waiting or preempted, which the
+        implementation tells from its own state: the request holds no blocks (never
+        admitted, or freed since: a preempted request's blocks are freed). The suite passes
+        them as vLLM's scheduler does: ``full_sequence_must_fit`` and ``has_scheduled_reqs``
+        (whether another request holds blocks) with a waiting or preempted request's
+        allocation, ``reserved_blocks`` at times with any."""
         ...
 
     def free(self, request_id: str) -> None:

@@ -31,15 +31,28 @@ def test_random_workloads_match_reference(kv_impl: ImplHandle, kv_profile: str,
     EAGLE's dropped hit block in some engines where both declare ``eagle``)."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
-                         eagle=kv_impl.has("eagle") and kv_oracle.has("eagle"))
+                         eagle=kv_impl.has("eagle") and kv_oracle.has("eagle"),
+                         prefill_lookahead=(kv_impl.has("prefill_lookahead")
+                                            and kv_oracle.has("prefill_lookahead")),
+                         hash_lookahead=(kv_impl.has("hash_lookahead")
+                                         and kv_oracle.has("hash_lookahead")),
+                         admission_gates=(kv_impl.has("admission_gates")
+                                          and kv_oracle.has("admission_gates")))
 
 
 @pytest.mark.kv_capability("extra_keys")
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
 def test_random_workloads_with_extra_keys_match_reference(kv_impl: ImplHandle, kv_profile: str,
+                                                          kv_oracle: ImplHandle,
                                                           kv_pair: PairFactory,
                                                           kv_settings: Settings,
                                                           kv_seed: int | None) -> None:
-    """The same with cache salts, LoRA adapters and multimodal items mixed in."""
+    """The same with cache salts, LoRA adapters and multimodal items mixed in (with hash
+    lookahead in some engines where both declare ``hash_lookahead``: an item in a block's
+    lookahead tokens is in its key)."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=True,
-                         events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile)
+                         events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
+                         hash_lookahead=(kv_impl.has("hash_lookahead")
+                                         and kv_oracle.has("hash_lookahead")),
+                         admission_gates=(kv_impl.has("admission_gates")
+                                          and kv_oracle.has("admission_gates")))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.eagle_golden import EAGLE_SCENARIOS, EagleScenario
+from kvcheck.conformance.errors import UnsupportedSpec
 from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
 from kvcheck.conformance.fine_grained import fine_grained_hits
 from kvcheck.conformance.protocol import (
@@ -22,8 +23,10 @@ from kvcheck.conformance.protocol import (
     VLLM_PROFILES,
     KVCacheGroupSpec,
     KVCacheSpec,
-    UnsupportedSpec,
 )
+
+#: vLLM 0.33's per-group EAGLE flag (``KVCacheGroupSpec.is_eagle_group``).
+EAGLE_GROUPS = "eagle_groups"
 
 if TYPE_CHECKING:
     from kvcheck.conformance.differential import PairFactory
@@ -37,6 +40,8 @@ def _needs(sc: EagleScenario, spec: KVCacheSpec) -> list[str]:
     needs = ["kv_cache_groups", *(KIND_CAPABILITIES[g.kind] for g in sc.groups)]
     if fine_grained_hits(spec):
         needs.append(FINE_GRAINED)
+    if any(g.is_eagle_group for g in sc.groups):
+        needs.append(EAGLE_GROUPS)
     return sorted(set(needs))
 
 
@@ -53,8 +58,9 @@ def test_eagle_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: Impl
     oracle's when it declares ``eagle``."""
     recorded = sc.recorded.get(kv_profile)
     if recorded is None:
-        pytest.skip(f"{sc.name}: vLLM of {kv_profile} refuses this layout (one block size with "
-                    "prefix caching and no Mamba prefix caching under vllm-0.10)")
+        pytest.skip(f"{sc.name}: vLLM of {kv_profile} refuses this layout (under vllm-0.10: "
+                    "one block size with prefix caching, no Mamba prefix caching, no "
+                    "is_eagle_group)")
     spec = KVCacheSpec(num_blocks=sc.num_blocks, block_size=4, profile=kv_profile,
                        use_eagle=True, kv_cache_groups=sc.groups,
                        prefix_cache_retention_interval=sc.retention)
@@ -64,7 +70,7 @@ def test_eagle_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: Impl
                     f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, use_eagle=True,
                    kv_cache_groups=sc.groups, prefix_cache_retention_interval=sc.retention,
-                   with_oracle=kv_oracle.has("eagle"))
+                   with_oracle=all(kv_oracle.has(c) for c in ("eagle", *_needs(sc, spec))))
     for i, (op, want) in enumerate(zip(sc.ops, recorded.answers, strict=True)):
         got = pair.apply(op)
         assert got == want, (
@@ -103,3 +109,21 @@ def test_eagle_with_chunked_local_attention_is_refused(kv_impl: ImplHandle,
         off = KVCacheSpec(num_blocks=17, block_size=4, profile=kv_profile, use_eagle=True,
                           enable_caching=False, kv_cache_groups=groups)
         kv_impl.make_manager(off)  # must not raise
+
+
+@pytest.mark.kv_profiles("vllm-0.10")
+@pytest.mark.kv_capability("eagle", EAGLE_GROUPS)
+def test_eagle_group_flag_is_refused_under_vllm_010(kv_impl: ImplHandle,
+                                                     kv_profile: str) -> None:
+    """A group flagged ``is_eagle_group`` is declined (``UnsupportedSpec``) under vllm-0.10,
+    naming the field: vLLM 0.10.2's ``KVCacheGroupSpec`` has no per-group flag (with
+    ``use_eagle`` every group drops there)."""
+    groups = (KVCacheGroupSpec("full_attention", 4, is_eagle_group=True),
+              KVCacheGroupSpec("sliding_window", 4, sliding_window=4))
+    spec = KVCacheSpec(num_blocks=17, block_size=4, profile=kv_profile, use_eagle=True,
+                       kv_cache_groups=groups)
+    with pytest.raises(UnsupportedSpec) as refused:
+        kv_impl.make_manager(spec)
+    assert "is_eagle_group" in str(refused.value), (
+        f"{kv_impl.name} declined is_eagle_group under {kv_profile} without naming the "
+        f"field: {refused.value}")

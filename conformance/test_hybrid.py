@@ -144,6 +144,10 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
                          offloads=kv_impl.has(OFFLOADS),
                          checkpoints=kv_impl.has(CHECKPOINTS),
                          eagle=kv_impl.has("eagle"),
+                         prefill_lookahead=kv_impl.has("prefill_lookahead"),
+                         hash_lookahead=kv_impl.has("hash_lookahead"),
+                         admission_gates=kv_impl.has("admission_gates"),
+                         eagle_groups=kv_impl.has("eagle_groups"),
                          knobs=[k for k in (*KNOBS, FINE_GRAINED) if kv_impl.has(k)])
 
 
@@ -166,6 +170,14 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
                          offloads=kv_impl.has(OFFLOADS) and kv_oracle.has(OFFLOADS),
                          checkpoints=kv_impl.has(CHECKPOINTS) and kv_oracle.has(CHECKPOINTS),
                          eagle=kv_impl.has("eagle") and kv_oracle.has("eagle"),
+                         prefill_lookahead=(kv_impl.has("prefill_lookahead")
+                                            and kv_oracle.has("prefill_lookahead")),
+                         hash_lookahead=(kv_impl.has("hash_lookahead")
+                                         and kv_oracle.has("hash_lookahead")),
+                         admission_gates=(kv_impl.has("admission_gates")
+                                          and kv_oracle.has("admission_gates")),
+                         eagle_groups=(kv_impl.has("eagle_groups")
+                                       and kv_oracle.has("eagle_groups")),
                          knobs=[k for k in (*KNOBS, FINE_GRAINED)
                                 if kv_impl.has(k) and kv_oracle.has(k)])
 

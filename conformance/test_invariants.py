@@ -42,7 +42,10 @@ def test_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile: str,
     # even where NONE_HASH is then random.
     run_workload_machine(laws_only, kv_settings, kv_seed, extras=extras, events=False,
                          impl=kv_impl, profile=kv_profile, random_roots=True,
-                         eagle=kv_impl.has("eagle"))
+                         eagle=kv_impl.has("eagle"),
+                         prefill_lookahead=kv_impl.has("prefill_lookahead"),
+                         hash_lookahead=kv_impl.has("hash_lookahead"),
+                         admission_gates=kv_impl.has("admission_gates"))
 
 
 @pytest.mark.kv_generic

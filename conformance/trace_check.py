@@ -23,7 +23,10 @@ ones live in ``kvcheck.conformance.bounds``):
   ``MAX_BLOCK_SIZE`` and ``prefill_checkpoint_alignment`` null or 1 .. ``MAX_BLOCK_SIZE``, on
   ``mamba`` groups only);
   ``prefix_cache_retention_interval`` null or an int in 0 .. ``MAX_REQUEST_TOKENS``;
-  ``use_eagle`` (optional) true or false.
+  ``use_eagle`` (optional) true or false; ``num_prefill_lookahead`` (optional) an int in
+  0 .. ``MAX_BLOCK_SIZE``; ``num_hash_lookahead_tokens`` (optional) an int in
+  0 .. ``MAX_BLOCK_SIZE``; ``watermark`` (optional) a number in [0, 1);
+  ``max_in_flight_tokens`` (optional) null or an int in 1 .. ``MAX_REQUEST_TOKENS``.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ _MAX_TOKEN_ID = TOKEN_ID_LIMIT
 
 _OP_FIELDS: dict[str, frozenset[str]] = {
     "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read", "encoder"}),
-    "schedule": frozenset({"op", "rid", "num_tokens", "lookahead", "external", "delay"}),
+    "schedule": frozenset({"op", "rid", "num_tokens", "lookahead", "external", "delay",
+                           "gates"}),
     "decode": frozenset({"op", "rid", "num_tokens", "lookahead"}),
     "free": frozenset({"op", "rid"}),
     "reset": frozenset({"op"}),
@@ -113,9 +117,45 @@ def check_spec(raw: object, where: str) -> KVCacheSpec:
                                   or not 0 <= retention <= MAX_REQUEST_TOKENS):
         raise TraceError(f"{where}: spec.prefix_cache_retention_interval={retention!r}: must "
                          f"be null or an int in [0, {MAX_REQUEST_TOKENS}]")
+    lookahead = raw.get("num_prefill_lookahead", 0)
+    if not _is_int(lookahead) or not 0 <= lookahead <= MAX_BLOCK_SIZE:
+        raise TraceError(f"{where}: spec.num_prefill_lookahead={lookahead!r}: must be an int "
+                         f"in [0, {MAX_BLOCK_SIZE}]")
+    hash_lookahead = raw.get("num_hash_lookahead_tokens", 0)
+    if not _is_int(hash_lookahead) or not 0 <= hash_lookahead <= MAX_BLOCK_SIZE:
+        raise TraceError(f"{where}: spec.num_hash_lookahead_tokens={hash_lookahead!r}: must be "
+                         f"an int in [0, {MAX_BLOCK_SIZE}]")
+    watermark = raw.get("watermark", 0.0)
+    if type(watermark) not in (int, float) or not 0 <= watermark < 1:
+        raise TraceError(f"{where}: spec.watermark={watermark!r}: must be a number in [0, 1)")
+    in_flight = raw.get("max_in_flight_tokens")
+    if in_flight is not None and (not _is_int(in_flight)
+                                  or not 1 <= in_flight <= MAX_REQUEST_TOKENS):
+        raise TraceError(f"{where}: spec.max_in_flight_tokens={in_flight!r}: must be null or "
+                         f"an int in [1, {MAX_REQUEST_TOKENS}]")
     if "kv_cache_groups" in raw:
         _check_groups(raw["kv_cache_groups"], where)
     return spec_from_dict(raw)
+
+
+#: A ``schedule`` op's ``gates`` (vLLM 0.33's admission gates): each name's JSON type.
+_GATES: dict[str, type] = {"full_sequence_must_fit": bool, "reserved_blocks": int,
+                           "has_scheduled_reqs": bool}
+
+
+def _check_gates(gates: object, at: str) -> None:
+    if not isinstance(gates, dict) or not gates:
+        raise TraceError(f"{at}: field 'gates'={gates!r}: must be a non-empty object of "
+                         f"{sorted(_GATES)}")
+    for name, value in gates.items():
+        if name not in _GATES:
+            raise TraceError(f"{at}: gates has unknown field {name!r} (known: "
+                             f"{sorted(_GATES)})")
+        if type(value) is not _GATES[name] or (
+                _is_int(value) and not 0 <= value <= MAX_REQUEST_TOKENS):
+            raise TraceError(f"{at}: gates.{name}={value!r}: must be "
+                             + ("true or false" if _GATES[name] is bool else
+                                f"an int in [0, {MAX_REQUEST_TOKENS}]"))
 
 
 _GROUP_FIELDS = frozenset(f.name for f in fields(KVCacheGroupSpec))
@@ -151,6 +191,9 @@ def _check_groups(groups: object, where: str) -> None:
             if not needed and group.get(key) is not None:
                 raise TraceError(f"{at}: {key} is set on a {kind} group")
         _check_mamba_fields(group, str(kind), at)
+        if type(group.get("is_eagle_group", False)) is not bool:
+            raise TraceError(f"{at}: is_eagle_group={group['is_eagle_group']!r}: must be a "
+                             "bool (true or false)")
 
 
 def _check_mamba_fields(group: dict[str, object], kind: str, at: str) -> None:
@@ -232,6 +275,8 @@ def check_ops(ops: object, where: str) -> list[Op]:
                                  f"[0, {MAX_REQUEST_TOKENS}]")
             if "delay" in op and type(op["delay"]) is not bool:
                 raise TraceError(f"{at}: field 'delay'={op['delay']!r}: must be true or false")
+            if "gates" in op:
+                _check_gates(op["gates"], at)
             lookahead = op.get("lookahead", 0)
             if type(lookahead) is not int or not 0 <= lookahead <= MAX_REQUEST_TOKENS:
                 raise TraceError(f"{at}: lookahead={lookahead!r}: must be an int in "

@@ -24,6 +24,8 @@ ends of the free queue, a full pool, a max_model_len, PYTHONHASHSEED unset);
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
@@ -199,7 +201,8 @@ def answer_block_ids(groups: Sequence[Sequence[int]], null: int | None) -> list[
 def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] = (),
                 profile: str = "", scale: int = 1, fine_grained: bool = False,
                 offloads: bool = False, eagle: bool = False, knobs: Collection[str] = (),
-                checkpoints: bool = False,
+                checkpoints: bool = False, prefill_lookahead: int = 0,
+                hash_lookahead: int = 0, eagle_flags: int = 3,
                 **fields: Unpack[KVCacheSpecOptions]) -> KVCacheSpecFields:
     """The spec fields of one engine (``make_pair(**fields)``): ``num_blocks`` blocks of
     ``block_size`` tokens as drawn, plus ``fields`` (hash algorithm, caching, events, model
@@ -216,11 +219,22 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     chunked local group with caching on, which vLLM refuses, or Mamba prefill checkpoint
     blocks with caching on, where vLLM 0.33.0 fails an assertion (the reference refuses it).
     ``knobs``: the ``layouts.KNOBS`` both sides declare (DCP world sizes and
-    ``prefix_match_unit`` in some draws, ``layouts.knobs_for``)."""
+    ``prefix_match_unit`` in some draws, ``layouts.knobs_for``).
+    ``prefill_lookahead``: multi-module MTP's ``K`` (``KVCacheSpec.num_prefill_lookahead``,
+    set only when above 1, not under ``vllm-0.10``, which has none), lowered to the scheduler
+    block size with EAGLE and caching on (vLLM 0.33 raises ValueError past it).
+    ``hash_lookahead``: hash lookahead ``L`` (``KVCacheSpec.num_hash_lookahead_tokens``), set
+    only under ``vllm-0.33`` with caching on, where it clears ``use_eagle`` as vLLM's scheduler
+    does (``_set_hash_lookahead``).
+    ``eagle_flags``: which groups are flagged ``is_eagle_group`` (vLLM 0.33's per-group EAGLE
+    flag) when ``use_eagle`` is still set at the end, only under ``vllm-0.33``
+    (``_set_eagle_flags``: 0 the first group, 1 the last, 2 the even-numbered, 3 none)."""
     out: KVCacheSpecFields = {"num_blocks": num_blocks, "block_size": block_size, **fields}
     if not group_kinds:
         if eagle:
             out["use_eagle"] = True
+        _set_prefill_lookahead(out, profile, prefill_lookahead)
+        _set_hash_lookahead(out, profile, hash_lookahead)
         return out
     groups, retention = layout_for(profile, group_kinds, block_size, num_blocks, scale,
                                    enable_caching=fields.get("enable_caching", True),
@@ -246,7 +260,61 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
                               or (g.kind == "mamba" and g.num_prefill_checkpoint_blocks)
                               for g in groups)):
         out["use_eagle"] = True
+    _set_prefill_lookahead(out, profile, prefill_lookahead)
+    _set_hash_lookahead(out, profile, hash_lookahead)
+    _set_eagle_flags(out, profile, eagle_flags)
     return out
+
+
+def _set_eagle_flags(out: KVCacheSpecFields, profile: str, pattern: int) -> None:
+    """``spec_fields``'s per-group EAGLE flags (``KVCacheGroupSpec.is_eagle_group``), as vLLM
+    0.33's KV-cache planning sets them on the groups holding the drafter's layers: only with
+    ``use_eagle`` (vLLM flags none without EAGLE's block drop; hash lookahead clears it),
+    only under ``vllm-0.33`` (0.10.2 has no flag). ``pattern`` 0: the first group, 1: the
+    last, 2: the even-numbered ones; 3: none (every group drops, vLLM's fallback). None is
+    the rarest, not the first choice: Hypothesis draws the coin flips after an EAGLE engine's
+    mostly as zeros, and the fallback is what every design without ``eagle_groups`` runs."""
+    groups = out.get("kv_cache_groups", ())
+    if pattern == 3 or profile != "vllm-0.33" or not out.get("use_eagle") or len(groups) < 2:
+        return
+    picked = {0: {0}, 1: {len(groups) - 1}}.get(pattern, set(range(0, len(groups), 2)))
+    out["kv_cache_groups"] = tuple(dataclasses.replace(g, is_eagle_group=True)
+                                   if i in picked else g for i, g in enumerate(groups))
+
+
+def _set_hash_lookahead(out: KVCacheSpecFields, profile: str, lookahead: int) -> None:
+    """``spec_fields``'s hash lookahead ``L``, as vLLM 0.33's config and scheduler pass it: only
+    with prefix caching on (``VllmConfig.num_hash_lookahead_tokens`` is 0 without), and then
+    without EAGLE's drop (``sched/scheduler.py:342-360`` clears ``use_eagle``); never under
+    ``vllm-0.10`` (no lookahead hashing) or ``generic``; at most 1 without a full-attention
+    group (vLLM 0.33.0 raises IndexError beyond)."""
+    if not lookahead or profile != "vllm-0.33" or not out.get("enable_caching", True):
+        return
+    groups = out.get("kv_cache_groups", ())
+    if groups and not any(g.kind == "full_attention" for g in groups):
+        # vLLM 0.33.0 raises IndexError past L = 1 there (the reference refuses it).
+        lookahead = 1
+    out["num_hash_lookahead_tokens"] = lookahead
+    out.pop("use_eagle", None)
+
+
+def _set_prefill_lookahead(out: KVCacheSpecFields, profile: str, lookahead: int) -> None:
+    """``spec_fields``'s multi-module MTP ``K``: kept at or below the scheduler block size
+    (the LCM of the groups' block sizes) with EAGLE and caching on, set only above 1, and not
+    beside a Mamba "align" group where the caching lag applies (refused)."""
+    if lookahead < 2 or profile == "vllm-0.10":
+        return
+    caching = out.get("enable_caching", True)
+    groups = out.get("kv_cache_groups", ())
+    if caching and (out.get("use_eagle") or len(groups) <= 1) and any(
+            g.kind == "mamba" and g.mamba_cache_mode == "align" for g in groups):
+        return  # refused: vLLM 0.33.0 would key stale Mamba states (docs/semantics.md)
+    if out.get("use_eagle") and caching:
+        spec = KVCacheSpec(**out)
+        scheduler = math.lcm(*(spec.group_block_size(i) for i in range(len(spec.groups))))
+        lookahead = min(lookahead, scheduler)
+    if lookahead > 1:
+        out["num_prefill_lookahead"] = lookahead
 
 
 def workload_hash_algos(info: ImplInfo | None, profile: str | None) -> tuple[str, ...]:
@@ -270,7 +338,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                          stats: Counter[str] | None = None, random_roots: bool = False,
                          group_kinds: Sequence[str] = (), fine_grained: bool = False,
                          eagle: bool = False, knobs: Collection[str] = (),
-                         offloads: bool = False, checkpoints: bool = False) -> None:
+                         offloads: bool = False, checkpoints: bool = False,
+                         prefill_lookahead: bool = False, hash_lookahead: bool = False,
+                         admission_gates: bool = False, eagle_groups: bool = False) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
     ``Pair`` (``spec_fields``: a single-group spec, or with ``group_kinds`` a multi-group
     layout of those attention kinds, ``layouts.declared_kinds``). ``extras`` adds salts /
@@ -317,6 +387,27 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     ``checkpoints`` (both sides declare ``mamba_checkpoints``): the Mamba layouts end with
     layouts of Mamba prefill checkpoint blocks and sparse retention (``layouts.layout_for``).
 
+    ``prefill_lookahead`` (both sides declare ``prefill_lookahead``): one engine in four runs
+    multi-module MTP with ``num_prefill_lookahead`` 2 to 4 (``spec_fields``), drawn after
+    every other engine draw, EAGLE's included (counted as ``prefill_lookahead``).
+
+    ``hash_lookahead`` (both sides declare ``hash_lookahead``): one engine in two under
+    ``vllm-0.33`` with caching on hashes with lookahead ``num_hash_lookahead_tokens`` 1 to 3
+    (``spec_fields``; EAGLE's drop then off, as vLLM's scheduler does), drawn after every other
+    engine draw (counted as ``hash_lookahead``).
+
+    ``admission_gates`` (both sides declare ``admission_gates``): one engine in two under
+    ``vllm-0.33`` admits as vLLM 0.33's scheduler does, each admission (a new or preempted
+    request's) passing ``full_sequence_must_fit=True``, ``has_scheduled_reqs`` (whether
+    another request runs) and a drawn ``reserved_blocks`` (0 to 2), with a drawn
+    ``watermark`` (0, 0.1 or 0.2) and ``max_in_flight_tokens`` (unset, or 4 to 16 drawn
+    tokens), drawn after every other engine draw (counted as ``admission_gates``).
+
+    ``eagle_groups`` (both sides declare ``eagle_groups``, with ``eagle``): under
+    ``vllm-0.33`` three EAGLE engines in four of several groups flag some groups
+    ``is_eagle_group`` (``spec_fields``' ``eagle_flags``), drawn after every other engine
+    draw (counted as ``eagle_groups``).
+
     ``knobs`` (the ``layouts.KNOBS`` both sides declare): some layouts run with a DCP world
     size or a ``prefix_match_unit`` (``layouts.knobs_for``); without them the draws are
     unchanged.
@@ -359,6 +450,24 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     # Any: Hypothesis's @initialize/@rule overloads take **kwargs only as an untyped mapping.
     eagle_kw: dict[str, Any] = (
         {"use_eagle": _coin_index(4).map(lambda i: i == 3)} if eagle else {})
+    # Multi-module MTP's K in one engine in four, drawn last and only when declared (as EAGLE).
+    if prefill_lookahead:
+        eagle_kw["num_prefill_lookahead"] = _coin_index(4).flatmap(
+            lambda i: st.integers(2, 4) if i == 3 else st.just(0))
+    # Hash lookahead in one engine in two, drawn last and only when declared (as EAGLE).
+    if hash_lookahead:
+        eagle_kw["num_hash_lookahead_tokens"] = _coin_index(2).flatmap(
+            lambda i: st.integers(1, 3) if i == 1 else st.just(0))
+    # vLLM 0.33's admission gates in one engine in two, drawn last and only when declared (as
+    # EAGLE): (watermark in tenths, max_in_flight_tokens in drawn tokens, reserved_blocks).
+    if admission_gates and active_profile == "vllm-0.33":
+        eagle_kw["admission"] = _coin_index(2).flatmap(
+            lambda i: st.tuples(st.integers(0, 2), st.sampled_from([None, 4, 8, 16]),
+                                st.integers(0, 2)) if i == 1 else st.just(None))
+    # vLLM 0.33's per-group EAGLE flags (spec_fields' eagle_flags), drawn last and only when
+    # declared (as EAGLE), so no other design's examples move.
+    if eagle and eagle_groups and active_profile == "vllm-0.33":
+        eagle_kw["eagle_flags"] = _coin_index(4)
     extra_draw = extra_draws(extras)
     drawn_extras = frozenset(extra_draw) - {""} if extras else frozenset()
     reached: Counter[str] = Counter()
@@ -389,9 +498,13 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     max_model_len=max_model_len_draw, seed_unset=seed_unset_draw, **eagle_kw)
         def setup(self, block_size: int, pool_tokens: int, caching: bool, with_events: bool,
                   hash_algo: str, max_model_len: int | None, seed_unset: bool,
-                  use_eagle: bool = False) -> None:
+                  use_eagle: bool = False, num_prefill_lookahead: int = 0,
+                  num_hash_lookahead_tokens: int = 0,
+                  admission: tuple[int, int | None, int] | None = None,
+                  eagle_flags: int = 3) -> None:
             self._start(block_size, pool_tokens, caching, with_events, hash_algo, max_model_len,
-                        seed_unset, use_eagle)
+                        seed_unset, use_eagle, num_prefill_lookahead, num_hash_lookahead_tokens,
+                        admission, eagle_flags)
 
         @rule(dice=_coin_index(8), block_size=st.sampled_from(block_sizes),
               pool_tokens=st.integers(24, 96), with_events=events_draw,
@@ -399,7 +512,10 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
               max_model_len=max_model_len_draw, seed_unset=seed_unset_draw, **eagle_kw)
         def restart(self, dice: int, block_size: int, pool_tokens: int, caching: bool,
                     with_events: bool, hash_algo: str, max_model_len: int | None,
-                    seed_unset: bool, use_eagle: bool = False) -> None:
+                    seed_unset: bool, use_eagle: bool = False,
+                    num_prefill_lookahead: int = 0, num_hash_lookahead_tokens: int = 0,
+                    admission: tuple[int, int | None, int] | None = None,
+                    eagle_flags: int = 3) -> None:
             """Rarely, a new engine with another spec. Hypothesis varies an example's first
             draws (``setup``'s) little between the examples of a run, so the specs a run sees,
             hash algorithms and caching off among them, come mostly from here."""
@@ -408,11 +524,15 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 self.handed_out.clear()
                 self.hit_blocks.clear()
                 self._start(block_size, pool_tokens, caching, with_events, hash_algo,
-                            max_model_len, seed_unset, use_eagle)
+                            max_model_len, seed_unset, use_eagle, num_prefill_lookahead,
+                            num_hash_lookahead_tokens, admission, eagle_flags)
 
         def _start(self, block_size: int, pool_tokens: int, caching: bool, with_events: bool,
                    hash_algo: str, max_model_len: int | None, seed_unset: bool,
-                   use_eagle: bool = False) -> None:
+                   use_eagle: bool = False, num_prefill_lookahead: int = 0,
+                   num_hash_lookahead_tokens: int = 0,
+                   admission: tuple[int, int | None, int] | None = None,
+                   eagle_flags: int = 3) -> None:
             """A new ``Pair`` for this spec (its failure trace starts here). PYTHONHASHSEED is
             left unset (``seed_unset``) only where NONE_HASH then stays comparable: the
             deterministic default root of vllm-0.33's sha256 pair, or no oracle at all."""
@@ -432,11 +552,22 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             fields = spec_fields(num_blocks, block_size, group_kinds=group_kinds,
                                  fine_grained=fine_grained, offloads=offloads,
                                  eagle=use_eagle, knobs=knobs, checkpoints=checkpoints,
+                                 prefill_lookahead=num_prefill_lookahead,
+                                 hash_lookahead=num_hash_lookahead_tokens,
+                                 eagle_flags=eagle_flags,
                                  profile=active_profile or "", scale=self.scale,
                                  hash_algo=hash_algo, enable_caching=caching,
                                  enable_kv_cache_events=events and with_events,
                                  max_model_len=max_model_len,
                                  pythonhashseed=None if unset else spec.pythonhashseed)
+            #: vLLM 0.33's admission gates (None: admissions pass none): reserved_blocks.
+            self.reserved: int | None = None
+            if admission is not None:
+                tenths, in_flight, self.reserved = admission
+                if tenths:
+                    fields["watermark"] = tenths / 10
+                if in_flight is not None:
+                    fields["max_in_flight_tokens"] = in_flight * self.scale
             # A layout's group block sizes and grown pool must be declared too.
             assume(info is None or not group_kinds or info.supports(KVCacheSpec(**fields)))
             try:
@@ -457,6 +588,14 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 reached["mamba"] += 1
             if self.pair.spec.use_eagle:
                 reached["eagle"] += 1
+                if any(g.is_eagle_group for g in self.pair.spec.kv_cache_groups):
+                    reached["eagle_groups"] += 1
+            if self.pair.spec.num_prefill_lookahead > 1:
+                reached["prefill_lookahead"] += 1
+            if self.pair.spec.num_hash_lookahead_tokens:
+                reached["hash_lookahead"] += 1
+            if self.reserved is not None:
+                reached["admission_gates"] += 1
             if self.pair.spec.dcp_world_size > 1:
                 reached["dcp"] += 1
             if self.pair.spec.prefix_match_unit is not None:
@@ -604,7 +743,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 tail = data.draw(st.lists(_TOKENS, min_size=1, max_size=10), label="tail")
                 past = data.draw(st.integers(0, hashed - 1), label="tokens shared past it")
                 prompt = self._scaled(prefix + tail)
-                boundary = (len(prompt) - 1) // hashed * hashed
+                # The prompt's last hash boundary (before its hash lookahead tokens).
+                lag = max(1, self.pair.spec.num_hash_lookahead_tokens)
+                boundary = (len(prompt) - lag) // hashed * hashed
                 rid = self._add(prompt, False, "")
                 if rid is None:
                     return
@@ -632,7 +773,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     return  # not a fine-grained layout
                 base = 300_000 + 1_000 * self.next_id  # token ids no other request uses
                 prompt = self._scaled([base + i for i in range(length)])
-                boundary = (len(prompt) - 1) // hashed * hashed
+                # The prompt's last hash boundary (before its hash lookahead tokens).
+                lag = max(1, self.pair.spec.num_hash_lookahead_tokens)
+                boundary = (len(prompt) - lag) // hashed * hashed
                 if not boundary:
                     return
                 rid = self._add(prompt, False, "")
@@ -693,7 +836,14 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             """Schedule a pending request: prefix lookup, then its first chunk (or all)."""
             view = self.pair.impl.views[rid]
             queue = self._free_queue()
-            got = self.pair.apply(schedule(rid, chunk))
+            gates: dict[str, bool | int] | None = None
+            if self.reserved is not None:  # as vLLM 0.33's scheduler admits
+                gates = {"full_sequence_must_fit": True}
+                if self.reserved:
+                    gates["reserved_blocks"] = self.reserved
+                if not self.running:
+                    gates["has_scheduled_reqs"] = False
+            got = self.pair.apply(schedule(rid, chunk, gates=gates))
             if not self._allocated(got):
                 return
             self.pending.remove(rid)

@@ -10,6 +10,11 @@ block whose first tokens are its own (a copy-on-write block), and ``copy(src, ds
 copy: ``dst`` gets what ``src`` held before this step's writes (vLLM's worker copies before
 the step's forward pass), the writes already recorded into ``dst`` on top. ``settle()`` ends
 the step (called where the copies are drained).
+
+With vLLM 0.33's multi-module MTP (``lag``: ``num_prefill_lookahead - 1`` re-prefillable
+tokens) a record also keeps which blocks are *final*: a request computed at least ``lag``
+tokens past their end while they held its tokens, so a cache may have keyed them
+(``is_final``; docs/semantics.md#multi-module-mtp).
 """
 
 from __future__ import annotations
@@ -55,13 +60,18 @@ class WrittenBlocks:
     law is one comparison per hit block.
     """
 
-    def __init__(self, block_size: int, *, fine: bool = False, state: bool = False) -> None:
+    def __init__(self, block_size: int, *, fine: bool = False, state: bool = False,
+                 lag: int = 0) -> None:
         """``fine``: the layout has fine-grained partial hits (see the module doc); ``state``:
         the group keeps states (Mamba), so a block's content is the state after exactly its
-        ``filled`` tokens, not a prefix of them."""
+        ``filled`` tokens, not a prefix of them; ``lag``: the re-prefillable tokens of
+        multi-module MTP (0: none, ``is_final`` is not kept)."""
         self.block_size = block_size
         self.fine = fine
         self.state = state
+        self.lag = lag
+        #: With ``lag``: the blocks some request computed ``lag`` tokens past while holding.
+        self._final: set[int] = set()
         #: Fine-grained: per block written or handed out since ``settle``, what it held before
         #: and the writes into it since, ``(view, index, lo, hi)``.
         self._since: dict[int, tuple[_Write | None, list[tuple[RequestView, int, int, int]]]] = {}
@@ -103,6 +113,7 @@ class WrittenBlocks:
         """Blocks just handed out as new: whatever they held is being overwritten."""
         for block_id in block_ids:
             self._blocks.pop(block_id, None)
+            self._final.discard(block_id)
             if self.fine:
                 self._since[block_id] = (None, [])
 
@@ -119,6 +130,17 @@ class WrittenBlocks:
                     self._since[block_id] = (None if old is None else old.clone(), [])
                 self._since[block_id][1].append((view, index, lo, hi))
             self._write_block(view, block_id, index, lo, hi)
+        lag = self.lag
+        if lag:  # the blocks this step's tokens finalized (the earlier ones were before)
+            for index in range(max(0, (start - lag) // bs),
+                               min(len(table), max(0, (end - lag) // bs))):
+                if table[index] >= 0:
+                    self._final.add(table[index])
+
+    def is_final(self, block_id: int) -> bool:
+        """With ``lag``: whether a request computed ``lag`` tokens past ``block_id``'s end while
+        it held the block (vLLM 0.33 caches no block before)."""
+        return block_id in self._final
 
     def _write_block(self, view: RequestView, block_id: int, index: int, lo: int,
                      hi: int) -> None:

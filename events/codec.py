@@ -151,7 +151,10 @@ def _kind(event: object) -> str | None:
     want = _EVENT_FIELD_NAMES.get(name)
     if want is None or not is_dataclass(event):
         return None
-    return name if tuple(f.name for f in fields(event)) == want else None
+    have = tuple(f.name for f in fields(event))
+    # A BlockStored class from before lookahead_token_ids (the last field) still encodes.
+    older = have == want[:-1] and want[-1] == "lookahead_token_ids"
+    return name if have == want or older else None
 
 
 # Typed loosely (as in wire_events): the reference holds extra_keys as a tuple of objects where
@@ -178,7 +181,8 @@ def _event_to_033(event: object, index: int, int_hashes: bool,
             lora_id=event.lora_id, medium=event.medium, lora_name=event.lora_name,
             extra_keys=None if event.extra_keys is None else list(event.extra_keys),
             group_idx=event.group_idx, kv_cache_spec_kind=kind,
-            kv_cache_spec_sliding_window=window)
+            kv_cache_spec_sliding_window=window,
+            lookahead_token_ids=_lookahead(getattr(event, "lookahead_token_ids", None)))
     if kind_of == "BlockRemoved":
         event = cast(BlockRemoved, event)  # _kind: as above
         return vllm_033.BlockRemoved(block_hashes=_hashes(event.block_hashes, int_hashes, index),
@@ -186,6 +190,13 @@ def _event_to_033(event: object, index: int, int_hashes: bool,
     if kind_of == "AllBlocksCleared":
         return vllm_033.AllBlocksCleared()
     raise _not_an_event(event, index)
+
+
+def _lookahead(value: object) -> list[list[int]] | None:
+    """``BlockStored.lookahead_token_ids`` as vLLM 0.33's struct holds it (lists)."""
+    if value is None:
+        return None
+    return [list(tokens) for tokens in cast(Sequence[Sequence[int]], value)]
 
 
 def _only_010_fields(event: BlockStored | BlockRemoved, index: int) -> None:
@@ -196,8 +207,8 @@ def _only_010_fields(event: BlockStored | BlockRemoved, index: int) -> None:
             "when KV events are configured, so there is one group), got group "
             f"{event.group_idx}", event_index=index, field="group_idx")
     if _kind(event) == "BlockStored":
-        for name in ("lora_name", "extra_keys"):
-            if getattr(event, name) is not None:
+        for name in ("lora_name", "extra_keys", "lookahead_token_ids"):
+            if getattr(event, name, None) is not None:
                 raise WireFormatError(f"vLLM 0.10.2's BlockStored has no {name} field, got "
                                       f"{getattr(event, name)!r}", event_index=index,
                                       field=name)

@@ -143,8 +143,11 @@ def _factory_010(int_hashes: bool) -> WireEventFactory:
                token_ids: Sequence[int], block_size: int, lora_id: int | None,
                medium: str | None, lora_name: str | None = None,
                extra_keys: tuple[object, ...] | None = None,
-               group_idx: int = 0) -> vllm_010.BlockStored:
+               group_idx: int = 0,
+               lookahead_token_ids: tuple[tuple[int, ...], ...] | None = None,
+               ) -> vllm_010.BlockStored:
         _only_010("lora_name", lora_name, None)
+        _only_010("lookahead_token_ids", lookahead_token_ids, None)
         _only_010("extra_keys", extra_keys, None)
         _only_010("group_idx", group_idx, 0)
         parent: int | bytes | None = parent_block_hash
@@ -169,6 +172,9 @@ _REFERENCE_FIELDS: Final[dict[str, tuple[tuple[str, object], ...]]] = {
     for cls in (reference_events.BlockStored, reference_events.BlockRemoved,
                 reference_events.AllBlocksCleared)}
 _GROUP_FIELDS: Final = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+#: Reference fields a dict carries only when set: vLLM 0.33's hash lookahead tokens, so the
+#: dicts of every engine without lookahead read as they did before the field.
+_OMITTED_WHEN_NONE: Final = frozenset({"lookahead_token_ids"})
 
 
 def wire_event_to_dict(event: object, group_fields: bool = False,
@@ -176,8 +182,9 @@ def wire_event_to_dict(event: object, group_fields: bool = False,
                        ) -> dict[str, object]:
     """An event as the protocol's dict: ``"type"`` plus exactly the reference's fields, those
     its class lacks at the reference's default (0.10.2's structs: ``lora_name``,
-    ``extra_keys``, ``group_idx`` 0). The event is a reference dataclass, a wire struct of
-    this module, or vLLM's own.
+    ``extra_keys``, ``group_idx`` 0), but ``lookahead_token_ids`` only when not None (vLLM
+    0.33 with hash lookahead: one list of tokens per block). The event is a reference
+    dataclass, a wire struct of this module, or vLLM's own.
 
     ``group_fields``: the grouped form, the release's own group fields instead, present
     exactly when its event class has them (0.33: ``group_idx``, and on ``BlockStored`` the
@@ -195,6 +202,8 @@ def wire_event_to_dict(event: object, group_fields: bool = False,
             value = hash_bytes(value)
         elif field_name == "group_idx" and value is None:
             value = default
+        elif value is None and field_name in _OMITTED_WHEN_NONE:
+            continue
         out[field_name] = value
     if group_fields:
         for field_name in _GROUP_FIELDS:

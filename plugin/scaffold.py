@@ -348,6 +348,20 @@ class Manager:
     # No other method: declare the capability once your methods speak both forms.
     # Capability "eagle" (EAGLE/MTP, any spec): spec.use_eagle=True asks that a prefix-cache hit
     # drop the last block it matched (docs/semantics.md#prefix-cache-hits); no other method.
+    # Capability "eagle_groups" (needs "eagle"; vLLM 0.33's per-group flag): a group may carry
+    # is_eagle_group=True, and then only the flagged groups drop; no other method.
+    # Capability "prefill_lookahead" (vLLM 0.33's multi-module MTP, any spec):
+    # spec.num_prefill_lookahead = K > 1 leaves the last K - 1 computed tokens uncached until
+    # more are computed and makes sliding windows free K - 1 tokens later
+    # (docs/semantics.md#multi-module-mtp); no other method.
+    # Capability "hash_lookahead" (vLLM 0.33's hash lookahead, any spec):
+    # spec.num_hash_lookahead_tokens = L > 0 hashes a block only once the L tokens after it
+    # exist, with them in its key ((E, *tokens)), and each BlockStored event lists them
+    # (lookahead_token_ids) (docs/semantics.md#request-block-hashes); no other method.
+    # Capability "admission_gates" (vLLM 0.33's admission gates, any spec): allocate_slots may
+    # get full_sequence_must_fit=True, reserved_blocks=R and has_scheduled_reqs=False (each
+    # only when not at its default: add them as keyword parameters), and the spec a
+    # watermark and max_in_flight_tokens (docs/semantics.md#admission-gates); no other method.
 
     # ------------------------------------------------------------ capability "batch_metadata"
     # Your worker's batch builder and page-table conversions. They use no manager state: the

@@ -61,6 +61,18 @@ def hash_block_tokens(
     )
 
 
+def _rewind_mm_idx(request: Request, mm_idx: int, end: int) -> int:
+    """The multimodal scan index moved back to the first item ending after ``end``: a
+    lookahead window scanned past items that the next block overlaps too."""
+    features = request.mm_features
+    while mm_idx > 0:
+        item = features[mm_idx - 1]
+        if item.offset + item.length <= end:
+            break
+        mm_idx -= 1
+    return mm_idx
+
+
 class RequestBlockHasher:
     """The ``block_hasher`` a ``Request`` calls: hashes of its newly completed blocks.
 
@@ -159,11 +171,18 @@ class RequestBlockHasher:
         if request.prompt_embeds is not None:
             embeds_cache = self._embeds_caches.setdefault(request, {})
         new_hashes: list[BlockHash] = []
+        lookahead = self.num_lookahead_tokens
         while start + self.block_size <= hashable_end:
             end = start + self.block_size
+            # With lookahead, E covers the block and its lookahead tokens (an image starting
+            # in them is keyed), and the scan resumes at the first item still overlapping
+            # the next block (vLLM 0.33's generate_lookahead_block_hash_extra_keys).
             extra_keys, mm_idx = generate_block_hash_extra_keys(
-                request, start, end, mm_idx, self.profile, prompt_embeds_cache=embeds_cache
+                request, start, end + lookahead, mm_idx, self.profile,
+                prompt_embeds_cache=embeds_cache
             )
+            if lookahead:
+                mm_idx = _rewind_mm_idx(request, mm_idx, end)
             block_hash = hash_block_tokens(
                 self.hash_fn,
                 parent,

@@ -54,6 +54,11 @@ class BlockPool:
         profile: version profile name or ``ProfileBehaviour`` (default ``vllm-0.33``).
         event_factory: what the events are built with (``events.KVEventFactory``; default
             the reference's dataclasses, ``kvcheck.reference_impl.events``).
+        num_hash_lookahead_tokens: vLLM 0.33's hash lookahead ``L`` (``BlockPool(
+            num_hash_lookahead_tokens=L)``, docs/semantics.md#request-block-hashes): each
+            ``BlockStored`` carries, per block, the ``L`` tokens after it
+            (``lookahead_token_ids``) and extra keys over the block and those tokens. The
+            hashes themselves come from the request (its hasher's lookahead).
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class BlockPool:
         enable_kv_cache_events: bool = False,
         profile: str | ProfileBehaviour | None = None,
         event_factory: KVEventFactory | None = None,
+        num_hash_lookahead_tokens: int = 0,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
             raise KVCacheMisuseError(
@@ -91,6 +97,8 @@ class BlockPool:
         self.event_factory: KVEventFactory = (reference_events if event_factory is None
                                               else event_factory)
         self.kv_event_queue: list[KVCacheEvent] = []
+        #: Tokens after each block its hash covers (vLLM 0.33's hash lookahead; 0: none).
+        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
 
     # ---------------------------------------------------------------- lookups
     def get_cached_block(
@@ -154,6 +162,9 @@ class BlockPool:
         extra_keys = events and self.profile.extra_key_format == "tagged"
         new_hashes: list[bytes] = []
         new_extra_keys: list[object] = []
+        # Hash lookahead's tokens per stored block (events only, so no cost without them).
+        new_lookahead: list[tuple[int, ...]] | None = (
+            [] if extra_keys and self.num_hash_lookahead_tokens else None)
         sparse = False  # a null or masked block was skipped
         suffix = group_id_suffix(kv_cache_group_id)  # once: this loop runs per full block
         for i in range(num_cached_blocks, num_full_blocks):
@@ -174,10 +185,13 @@ class BlockPool:
             new_hashes.append(block_hash)
             if extra_keys:  # 0.10.2's BlockStored has no extra_keys field
                 new_extra_keys.append(self._event_extra_keys(request, i, block_size))
+                if new_lookahead is not None:
+                    new_lookahead.append(self._lookahead_token_ids(request, (i + 1) * block_size))
         if events and (new_hashes or (sparse and not self.profile.event_parent_from_physical)):
             self.kv_event_queue.append(self._block_stored_event(
                 request, blocks, num_cached_blocks, num_full_blocks, block_size,
-                kv_cache_group_id, new_hashes, new_extra_keys, block_hashes))
+                kv_cache_group_id, new_hashes, new_extra_keys, block_hashes,
+                None if new_lookahead is None else tuple(new_lookahead)))
 
     def _block_stored_event(
         self,
@@ -190,6 +204,7 @@ class BlockPool:
         new_hashes: list[bytes],
         new_extra_keys: list[object],
         block_hashes: Sequence[bytes],
+        lookahead_token_ids: tuple[tuple[int, ...], ...] | None = None,
     ) -> KVCacheEvent:
         parent: bytes | None = None
         if num_cached_blocks > 0:
@@ -209,6 +224,9 @@ class BlockPool:
                 parent = block_hashes[num_cached_blocks - 1]
         lora = request.lora_request
         tagged = self.profile.extra_key_format == "tagged"
+        # Only with lookahead: 0.10.2's wire factory takes no such keyword.
+        more = ({} if lookahead_token_ids is None
+                else {"lookahead_token_ids": lookahead_token_ids})
         return self.event_factory.BlockStored(  # type: ignore[no-any-return]
             block_hashes=tuple(new_hashes),
             parent_block_hash=parent,
@@ -221,6 +239,7 @@ class BlockPool:
             lora_name=(None if lora is None else lora.lora_name) if tagged else None,
             extra_keys=(tuple(new_extra_keys) or None) if tagged else None,
             group_idx=group_id,
+            **more,
         )
 
     # ---------------------------------------------------------------- partial-block keys
@@ -304,6 +323,8 @@ class BlockPool:
         start = (num_hash_blocks - 1) * hash_block_size
         lora = request.lora_request
         tagged = self.profile.extra_key_format == "tagged"
+        more = ({"lookahead_token_ids": (self._lookahead_token_ids(
+            request, start + hash_block_size),)} if self.num_hash_lookahead_tokens else {})
         return self.event_factory.BlockStored(  # type: ignore[no-any-return]
             block_hashes=(block_hash,),
             parent_block_hash=parent,
@@ -315,6 +336,7 @@ class BlockPool:
             extra_keys=((self._event_extra_keys(request, num_hash_blocks - 1,
                                                 hash_block_size),) if tagged else None),
             group_idx=group_id,
+            **more,
         )
 
     def move_block_hashes(self, src_block: KVCacheBlock, dst_block: KVCacheBlock) -> None:
@@ -369,12 +391,19 @@ class BlockPool:
                                                 medium="GPU", group_idx=get_group_id(key)))
 
     def _event_extra_keys(self, request: Request, block_idx: int, block_size: int) -> object:
-        """The untagged extra keys of one block, as 0.33's BlockStored publishes them."""
+        """The untagged extra keys of one block, as 0.33's BlockStored publishes them: over
+        the block and, with hash lookahead, its lookahead tokens (the hash's window)."""
         start = block_idx * block_size
         keys, _ = generate_block_hash_extra_keys(
-            request, start, start + block_size, 0, self.profile
+            request, start, start + block_size + self.num_hash_lookahead_tokens, 0, self.profile
         )
         return to_event_extra_keys(keys)
+
+    def _lookahead_token_ids(self, request: Request, block_end: int) -> tuple[int, ...]:
+        """The tokens after ``block_end`` a lookahead hash covers (vLLM 0.33's
+        ``_lookahead_token_ids``)."""
+        return tuple(request.all_token_ids[block_end : block_end
+                                           + self.num_hash_lookahead_tokens])
 
     # ---------------------------------------------------------------- allocation
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:

@@ -22,6 +22,8 @@ class BlockStored:
     ``parent_block_hash`` is the hash of the block before ``block_hashes[0]`` (None at the
     start of a prompt); ``token_ids`` holds exactly ``block_size * len(block_hashes)`` tokens.
     ``extra_keys`` has one entry per block (untagged, see ``extra_keys.to_event_extra_keys``).
+    ``lookahead_token_ids`` (vLLM 0.33, hash lookahead ``L > 0`` only; None otherwise): per
+    block, the ``L`` tokens after it that its hash covers.
     """
 
     block_hashes: tuple[bytes, ...]
@@ -33,6 +35,7 @@ class BlockStored:
     lora_name: str | None = None
     extra_keys: tuple[object, ...] | None = None
     group_idx: int = 0
+    lookahead_token_ids: tuple[tuple[int, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,8 @@ class KVEventFactory(Protocol):
     """What a ``BlockPool`` builds its events with: three callables named after the events,
     called with the keywords of this module's classes (``BlockStored(block_hashes=...,
     parent_block_hash=..., token_ids=..., block_size=..., lora_id=..., medium=...,
-    lora_name=..., extra_keys=..., group_idx=...)``, ``BlockRemoved(block_hashes=...,
+    lora_name=..., extra_keys=..., group_idx=...)``, plus ``lookahead_token_ids=...`` only
+    from a pool hashing with lookahead (vLLM 0.33), ``BlockRemoved(block_hashes=...,
     medium=..., group_idx=...)``, ``AllBlocksCleared()``), hashes as bare ``BlockHash`` bytes.
 
     This module itself is the default factory (the dataclasses above). A factory may build

@@ -88,9 +88,14 @@ class KVCacheCoordinator:
         hash_block_size: block size of the request's hashes.
         retention_interval: 0.33 ``prefix_cache_retention_interval`` (None: dense).
         kv_event_factory: the pool's ``event_factory`` (None: the reference's dataclasses).
-        use_eagle: EAGLE/MTP speculative decoding: every group's hits drop their last block
-            (vLLM flags every group when the model config flags none, and kvcheck's groups
-            carry no flag), and 0.33's Mamba checkpoints follow EAGLE's replay boundary.
+        use_eagle: EAGLE/MTP speculative decoding: the hits of the groups in
+            ``eagle_group_ids`` drop their last block (every group when none is flagged, as
+            vLLM falls back), and 0.33's Mamba checkpoints follow EAGLE's replay boundary
+            (every Mamba group, flagged or not, as vLLM 0.33 does).
+        eagle_group_ids: vLLM 0.33's groups flagged ``is_eagle_group`` (empty: none).
+        num_prefill_lookahead: vLLM 0.33's multi-module MTP prefill lookahead ``K``: the last
+            ``K - 1`` computed tokens may be re-prefilled, so they are not cached yet
+            (``num_reprefillable_tokens``; see ``get_num_cacheable_tokens``).
 
     Attributes:
         enable_partial_hash_hits: vLLM 0.33's fine-grained partial hash hits are on (only a
@@ -112,7 +117,8 @@ class KVCacheCoordinator:
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None,
                  kv_event_factory: KVEventFactory | None = None,
-                 use_eagle: bool = False) -> None:
+                 use_eagle: bool = False, num_prefill_lookahead: int = 0,
+                 eagle_group_ids: frozenset[int] = frozenset()) -> None:
         self.specs = tuple(specs)
         self.v033 = profile.hybrid_rules == "spec_groups"
         self.enable_caching = enable_caching
@@ -140,13 +146,22 @@ class KVCacheCoordinator:
             manager.hash_block_size = hash_block_size
             manager.retention_interval = self.retention_interval
             manager.shared_prefix_boundary = self.shared_prefix_boundary
-        #: EAGLE/MTP: every group's hits drop their last block (vLLM's
-        #: ``drop_eagle_group_ids``, all groups: ``KVCacheGroupSpec`` has no per-group flag,
-        #: and vLLM falls back to every group when none is flagged).
+        #: EAGLE/MTP: some group's hits drop their last block.
         self.use_eagle = use_eagle
+        #: The groups whose hits drop (vLLM 0.33's ``drop_eagle_group_ids``): the flagged
+        #: ones, every group when none is (vLLM's fallback); empty without ``use_eagle``.
+        self.drop_eagle_group_ids: frozenset[int] = (
+            (eagle_group_ids or frozenset(range(len(self.specs)))) if use_eagle
+            else frozenset())
+        #: Multi-module MTP: the trailing computed tokens left uncached (vLLM 0.33's
+        #: ``num_reprefillable_tokens``, ``num_prefill_lookahead - 1``).
+        self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
         if use_eagle:
-            for manager in self.single_type_managers:
-                manager.use_eagle = True
+            for i, manager in enumerate(self.single_type_managers):
+                # A hybrid 0.33 coordinator widens this to every member of a dropping spec
+                # group (HybridKVCacheCoordinator.__init__).
+                manager.use_eagle = i in self.drop_eagle_group_ids
+                manager.replay_eagle = True
                 if self.v033 and isinstance(manager, MambaManager):
                     # vLLM 0.33 kv_cache_coordinator.py:177-181: Mamba checkpoints match
                     # EAGLE's attention replay boundary.
@@ -217,6 +232,27 @@ class KVCacheCoordinator:
             for manager, hits in zip(self.single_type_managers, new_computed_blocks,
                                      strict=True))
 
+    def get_num_admission_blocks(self, request_id: str, num_tokens: int,
+                                 new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                                 total_computed_tokens: int, num_local_computed_tokens: int,
+                                 num_encoder_tokens: int = 0, prefill_end: int = 0) -> int:
+        """Free blocks the request's full sequence of ``num_tokens`` needs, each group's
+        count clamped at its admission cap (vLLM 0.33 ``get_num_blocks_to_allocate(...,
+        apply_admission_cap=True)``, the ``full_sequence_must_fit`` gate); nothing recorded.
+        A cross-attention group counts its encoder tokens, as in
+        ``get_num_blocks_to_allocate``; ``prefill_end`` as in
+        ``get_num_blocks_to_allocate_main``."""
+        if self.retention_interval != 0:
+            prefill_end = 0
+        return sum(
+            manager.get_num_blocks_to_allocate(request_id, num_encoder_tokens, (), 0)
+            if manager.uses_encoder_tokens else
+            manager.get_num_admission_blocks(request_id, num_tokens, hits,
+                                             total_computed_tokens, num_local_computed_tokens,
+                                             prefill_end)
+            for manager, hits in zip(self.single_type_managers, new_computed_blocks,
+                                     strict=True))
+
     def allocate_new_blocks_main(self, request_id: str, num_tokens: int,
                                  num_tokens_main_model: int) -> GroupBlocks:
         """``allocate_new_blocks`` for a layout with a Mamba group, group by group."""
@@ -272,7 +308,9 @@ class KVCacheCoordinator:
             for m in self.single_type_managers)
 
     def get_num_cacheable_tokens(self, num_tokens: int) -> int:
-        return num_tokens
+        """The prefix of ``num_tokens`` computed tokens that is cached: all but the
+        re-prefillable tail (vLLM 0.33 ``KVCacheCoordinator.get_num_cacheable_tokens``)."""
+        return max(0, num_tokens - self.num_reprefillable_tokens)
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache every group's newly full blocks, group by group."""
@@ -346,7 +384,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None,
                  kv_event_factory: KVEventFactory | None = None,
-                 use_eagle: bool = False) -> None:
+                 use_eagle: bool = False, num_prefill_lookahead: int = 0,
+                 eagle_group_ids: frozenset[int] = frozenset()) -> None:
         if len(specs) != 1:
             raise KVCacheMisuseError(
                 f"UnitaryKVCacheCoordinator needs exactly one group, got {len(specs)}")
@@ -358,7 +397,9 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
                          hash_block_size=hash_block_size, retention_interval=retention_interval,
-                         kv_event_factory=kv_event_factory, use_eagle=use_eagle)
+                         kv_event_factory=kv_event_factory, use_eagle=use_eagle,
+                         num_prefill_lookahead=num_prefill_lookahead,
+                         eagle_group_ids=eagle_group_ids)
         self._group_ids = (0,)
         self.use_manager(self.single_type_managers[0])
         if use_eagle:  # bound here so the hot path without EAGLE passes nothing more
@@ -372,8 +413,16 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
         self.manager = manager
         self.single_type_managers = (manager,)
         self.free = manager.free  # type: ignore[method-assign]
-        self.cache_blocks = manager.cache_blocks  # type: ignore[method-assign]
+        if self.num_reprefillable_tokens:  # multi-module MTP: the tail is cached later
+            self.cache_blocks = self._cache_blocks_finalized  # type: ignore[method-assign]
+        else:
+            self.cache_blocks = manager.cache_blocks  # type: ignore[method-assign]
         self.remove_skipped_blocks = manager.remove_skipped_blocks  # type: ignore[method-assign]
+
+    def _cache_blocks_finalized(self, request: Request, num_tokens: int) -> None:
+        """Multi-module MTP: cache the group's blocks up to ``num_tokens`` less the
+        re-prefillable tail (vLLM 0.33's unitary coordinator, any ``use_eagle``)."""
+        self.manager.cache_blocks(request, max(0, num_tokens - self.num_reprefillable_tokens))
 
     def empty_blocks(self) -> GroupBlocks:
         return ([],)
@@ -445,12 +494,15 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                  scheduler_block_size: int, hash_block_size: int,
                  retention_interval: int | None,
                  kv_event_factory: KVEventFactory | None = None,
-                 use_eagle: bool = False) -> None:
+                 use_eagle: bool = False, num_prefill_lookahead: int = 0,
+                 eagle_group_ids: frozenset[int] = frozenset()) -> None:
         super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
                          hash_block_size=hash_block_size, retention_interval=retention_interval,
-                         kv_event_factory=kv_event_factory, use_eagle=use_eagle)
+                         kv_event_factory=kv_event_factory, use_eagle=use_eagle,
+                         num_prefill_lookahead=num_prefill_lookahead,
+                         eagle_group_ids=eagle_group_ids)
         # Spec groups: (spec, group ids), equal specs looked up together.
         self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = []
         for i, spec in enumerate(self.specs):
@@ -461,6 +513,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             else:
                 self.spec_groups.append((spec, [i]))
         if self.v033:
+            # vLLM 0.33's SpecGroup.use_eagle: a spec group drops when any member is in
+            # drop_eagle_group_ids, and then so does every member's manager (its cacheable
+            # tokens, its sparse retention); computed after the sort below.
+            self.spec_group_eagle: list[bool] = []
             bad = [s.block_size for s in self.specs if s.block_size % hash_block_size]
             if bad:
                 raise KVCacheMisuseError(
@@ -468,6 +524,12 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     f"({hash_block_size}); got {bad} (vLLM 0.33 asserts it)")
             # Full attention first (stable).
             self.spec_groups.sort(key=lambda g: not isinstance(g[0], FullAttentionSpec))
+            for _, ids in self.spec_groups:
+                drops = not self.drop_eagle_group_ids.isdisjoint(ids)
+                self.spec_group_eagle.append(drops)
+                if drops:
+                    for gid in ids:
+                        self.single_type_managers[gid].use_eagle = True
             self.enable_partial_hash_hits = partial_hash_hits_enabled(self.specs,
                                                                       hash_block_size)
             if self.enable_partial_hash_hits:
@@ -508,7 +570,11 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         """Cache every group's newly full blocks, group by group; 0.33 with EAGLE, a group
         caches one of its blocks past the aligned boundary, the block a later EAGLE hit
         matches and drops (vLLM 0.33 ``get_num_cacheable_tokens``,
-        ``kv_cache_coordinator.py:788-805``)."""
+        ``kv_cache_coordinator.py:788-805``). Multi-module MTP: only EAGLE's groups leave the
+        re-prefillable tail uncached, those tokens taken off before the aligned boundary and
+        the block past it (without EAGLE vLLM 0.33's hybrid coordinator caches up to the
+        aligned boundary whatever ``num_prefill_lookahead``). EAGLE's groups are the managers
+        with ``use_eagle`` (those of a dropping spec group); the others cache as without."""
         if not self.enable_caching:
             return
         n = self.get_num_cacheable_tokens(num_tokens)
@@ -516,8 +582,15 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             for manager in self.single_type_managers:
                 manager.cache_blocks(request, n)
             return
+        finalized, n_finalized = num_tokens, n
+        if self.num_reprefillable_tokens:
+            finalized = max(0, num_tokens - self.num_reprefillable_tokens)
+            n_finalized = self.get_num_cacheable_tokens(finalized)
         for manager in self.single_type_managers:
-            manager.cache_blocks(request, min(num_tokens, n + manager.block_size))
+            if manager.use_eagle:
+                manager.cache_blocks(request, min(finalized, n_finalized + manager.block_size))
+            else:
+                manager.cache_blocks(request, n)
 
     def find_longest_cache_hit(self, request: Request,
                                max_cache_hit_length: int) -> tuple[GroupBlocks, int]:
@@ -586,7 +659,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                   and isinstance(self.spec_groups[0][0], FullAttentionSpec))
         # EAGLE: spec groups whose drop is verified at the current candidate length; each
         # drops at most once per candidate (vLLM 0.33 kv_cache_coordinator.py:842-905).
-        eagle = self.use_eagle
+        eagle = self.spec_group_eagle
         eagle_verified: set[int] = set()
         while True:
             curr = hit_length
@@ -595,7 +668,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 if isinstance(spec, FullAttentionSpec) and by_group[first] is not None:
                     curr = min(curr, length_by_group[first])
                     continue
-                drop = eagle and idx not in eagle_verified
+                drop = eagle[idx] and idx not in eagle_verified
                 hits, new_len = self._search(spec, ids, request, curr, drop)
                 if drop:
                     eagle_verified.add(idx)
@@ -628,7 +701,10 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
                              enable_kv_cache_events: bool, scheduler_block_size: int,
                              hash_block_size: int, retention_interval: int | None,
                              kv_event_factory: KVEventFactory | None = None,
-                             use_eagle: bool = False) -> KVCacheCoordinator:
+                             use_eagle: bool = False,
+                             num_prefill_lookahead: int = 0,
+                             eagle_group_ids: frozenset[int] = frozenset()
+                             ) -> KVCacheCoordinator:
     """The coordinator vLLM picks: caching off → no prefix cache; one group → unitary;
     otherwise hybrid."""
     cls: type[KVCacheCoordinator]
@@ -642,4 +718,5 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
                enable_kv_cache_events=enable_kv_cache_events,
                scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,
                retention_interval=retention_interval, kv_event_factory=kv_event_factory,
-               use_eagle=use_eagle)
+               use_eagle=use_eagle, num_prefill_lookahead=num_prefill_lookahead,
+               eagle_group_ids=eagle_group_ids)

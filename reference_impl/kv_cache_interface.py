@@ -56,14 +56,25 @@ class FullAttentionSpec(KVCacheSpec):
 @dataclass(frozen=True, slots=True)
 class SlidingWindowSpec(KVCacheSpec):
     """Sliding-window attention over the last ``sliding_window`` tokens (the new token
-    included): ``max(0, n - sliding_window + 1)`` leading tokens of ``n`` computed ones are
-    skipped, and their whole blocks become null blocks."""
+    included): ``max(0, n - sliding_window + 1 - extra_retained_tokens)`` leading tokens of
+    ``n`` computed ones are skipped, and their whole blocks become null blocks.
+
+    ``extra_retained_tokens``: vLLM 0.33's trailing extension of the window (multi-module MTP
+    re-prefills the last ``num_prefill_lookahead - 1`` tokens, so their blocks are kept, not
+    attended); ``KVCacheManager`` sets it on every sliding-window group from its
+    ``num_prefill_lookahead``, as vLLM's ``kv_cache_planning`` does."""
 
     sliding_window: int
+    extra_retained_tokens: int = 0
 
     def __post_init__(self) -> None:
         _positive("block_size", self.block_size)
         _positive("sliding_window", self.sliding_window)
+        if (not isinstance(self.extra_retained_tokens, int)
+                or isinstance(self.extra_retained_tokens, bool)
+                or self.extra_retained_tokens < 0):
+            raise KVCacheMisuseError(
+                f"extra_retained_tokens must be an int >= 0, got {self.extra_retained_tokens!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kvcheck.reference_impl.block import KVCacheBlock
@@ -84,13 +84,15 @@ GroupBlocks = tuple[list[KVCacheBlock], ...]
 
 def make_block_hasher(block_size: int, hash_algo: str, profile: ProfileBehaviour,
                       pythonhashseed: object = PYTHONHASHSEED_FROM_ENV,
-                      none_hash: bytes | None = None) -> RequestBlockHasher:
+                      none_hash: bytes | None = None,
+                      num_lookahead_tokens: int = 0) -> RequestBlockHasher:
     """The hasher of a manager's requests: hashes of ``block_size``-token blocks with
-    ``hash_algo``; its NONE_HASH is ``none_hash`` when given, else the one ``pythonhashseed``
-    gives, else the environment's."""
+    ``hash_algo`` and ``num_lookahead_tokens`` of hash lookahead; its NONE_HASH is
+    ``none_hash`` when given, else the one ``pythonhashseed`` gives, else the environment's."""
     if none_hash is None and pythonhashseed is not PYTHONHASHSEED_FROM_ENV:
         none_hash = resolve_none_hash(hash_algo, profile, pythonhashseed)  # type: ignore[arg-type]
-    return RequestBlockHasher(block_size, hash_algo, profile=profile, none_hash=none_hash)
+    return RequestBlockHasher(block_size, hash_algo, profile=profile, none_hash=none_hash,
+                              num_lookahead_tokens=num_lookahead_tokens)
 
 
 def dcp_kv_cache_specs(specs: Sequence[KVCacheSpec], dcp_world_size: int,
@@ -181,12 +183,32 @@ class KVCacheManager:
             the group block sizes); ``KVCacheMisuseError`` under vllm-0.10, which has none.
         use_eagle: EAGLE/MTP speculative decoding (vLLM's ``KVCacheManager(use_eagle=...)``):
             a prefix-cache hit drops its last block so the drafting head's hidden state is
-            recomputed, in every group (docs/semantics.md#prefix-cache-hits).
-        num_prefill_lookahead: vLLM 0.33's multi-module MTP prefill lookahead
-            (``num_speculative_tokens``): with EAGLE and caching on it must not exceed
-            ``scheduler_block_size`` (vLLM raises ValueError; here ``KVCacheMisuseError``).
-            Values above 1 with caching on (the re-prefilled tail left uncached) are not
-            modelled and refused; 0.10.2 has no such argument.
+            recomputed, in every group (docs/semantics.md#prefix-cache-hits) or only in the
+            flagged ones (``eagle_group_ids``).
+        eagle_group_ids: vLLM 0.33's groups flagged ``KVCacheGroupSpec.is_eagle_group`` (those
+            holding the drafter's layers): with ``use_eagle`` only their hits drop, and a spec
+            group (equal specs, one search) drops when any member is flagged; empty (the
+            default): every group, vLLM's fallback. The multi-module MTP check applies when
+            any is flagged even without ``use_eagle`` (vLLM checks ``eagle_group_ids``).
+            ``KVCacheMisuseError`` for an id out of range, or under vllm-0.10 (no flag).
+        num_prefill_lookahead: vLLM 0.33's multi-module MTP prefill lookahead ``K``
+            (``num_speculative_tokens``; EAGLE's is 1): with EAGLE and caching on it must not
+            exceed ``scheduler_block_size`` (vLLM raises ValueError; here
+            ``KVCacheMisuseError``). Above 1 the last ``K - 1`` computed tokens may be
+            re-prefilled: they are cached only once more tokens are computed (one group: any
+            ``use_eagle``; several: only with ``use_eagle``, as vLLM 0.33's hybrid coordinator
+            does), and every sliding-window group keeps ``K - 1`` more tokens below its window
+            (``SlidingWindowSpec.extra_retained_tokens``, set here as vLLM's KV-cache planning
+            sets it) (docs/semantics.md#multi-module-mtp). 0.10.2 has no such argument.
+        num_hash_lookahead_tokens: vLLM 0.33's hash lookahead ``L``
+            (``KVCacheManager(num_hash_lookahead_tokens=L)``, with the request hasher's
+            ``get_request_block_hasher(..., L)``; docs/semantics.md#request-block-hashes): a
+            block is hashed, so cached and hit, only once the ``L`` tokens after it exist, its
+            ``BlockStored`` carries them, and Mamba checkpoints leave them after the boundary.
+            ``KVCacheMisuseError`` under vllm-0.10 (no lookahead hashing), with caching off
+            and with ``use_eagle`` (vLLM's config and scheduler never pass either: lookahead
+            is off without prefix caching, and it clears EAGLE's drop), and above 1 without a
+            full-attention group (vLLM 0.33.0 raises IndexError there).
 
     Raises:
         KVCacheMisuseError: both or neither of ``block_size`` / ``kv_cache_specs``; a bad
@@ -194,7 +216,18 @@ class KVCacheManager:
             (docs/semantics.md#allocation-caching-freeing-and-events-with-several-groups), or a
             Mamba layout vLLM refuses or the reference does not model (``_check_mamba``), a
             DCP layout vLLM asserts against (``_check_dcp``), a ``prefix_match_unit`` vLLM
-            rejects: the message names it.
+            rejects: the message names it; a ``watermark`` or ``max_in_flight_tokens`` out
+            of range, or given under vllm-0.10 (which has neither).
+
+    Admission gates (vLLM 0.33; docs/semantics.md#admission-gates):
+        watermark: ``SchedulerConfig.watermark``, a fraction in ``[0, 1)`` of ``num_blocks``:
+            ``int(watermark * num_blocks)`` blocks an admission of a request that holds no
+            blocks (waiting or preempted) must leave free while another request is scheduled
+            (``allocate_slots(..., has_scheduled_reqs)``).
+        max_in_flight_tokens: ``VllmConfig.max_in_flight_tokens`` (None: ``max_model_len``,
+            vLLM's default): it sizes a sliding window's and a chunked-local group's
+            admission cap (``SingleTypeKVCacheManager.max_admission_blocks_per_request``),
+            which ``allocate_slots(..., full_sequence_must_fit=True)`` counts against.
     """
 
     def __init__(
@@ -216,6 +249,10 @@ class KVCacheManager:
         prefix_match_unit: int | None = None,
         use_eagle: bool = False,
         num_prefill_lookahead: int = 0,
+        num_hash_lookahead_tokens: int = 0,
+        watermark: float = 0.0,
+        eagle_group_ids: Collection[int] = (),
+        max_in_flight_tokens: int | None = None,
     ) -> None:
         if (block_size is None) == (kv_cache_specs is None):
             raise KVCacheMisuseError(
@@ -252,20 +289,38 @@ class KVCacheManager:
         self._check_cross_attention(enable_caching)
         self._check_mamba(enable_caching, retention)
         self._check_supported(enable_caching, enable_kv_cache_events)
-        self._check_eagle(use_eagle, enable_caching, num_prefill_lookahead)
-        #: EAGLE/MTP: hits drop their last block (every group).
+        eagle_ids = self._check_eagle_group_ids(eagle_group_ids)
+        self._check_eagle(use_eagle, enable_caching, num_prefill_lookahead,
+                          flagged=bool(eagle_ids))
+        self._check_hash_lookahead(num_hash_lookahead_tokens, use_eagle, enable_caching)
+        #: EAGLE/MTP: hits drop their last block (in ``eagle_group_ids``, else every group).
         self.use_eagle = use_eagle
+        #: vLLM 0.33's groups flagged ``is_eagle_group`` (empty: none flagged).
+        self.eagle_group_ids = eagle_ids
+        #: Multi-module MTP's prefill lookahead (0 or 1: none).
+        self.num_prefill_lookahead = num_prefill_lookahead
+        if num_prefill_lookahead > 1:
+            # vLLM 0.33's kv_cache_planning tags every sliding window with the re-prefillable
+            # tail (kv_cache_planning.py:1634-1640), caching on or off.
+            specs = tuple(dataclasses.replace(s, extra_retained_tokens=num_prefill_lookahead - 1)
+                          if isinstance(s, SlidingWindowSpec) else s for s in specs)
+            self.kv_cache_specs = specs
         self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
             specs, num_blocks, profile=self.profile, enable_caching=enable_caching,
             enable_kv_cache_events=enable_kv_cache_events,
             scheduler_block_size=self.scheduler_block_size,
             hash_block_size=self.hash_block_size, retention_interval=retention,
-            kv_event_factory=kv_event_factory, use_eagle=use_eagle)
+            kv_event_factory=kv_event_factory, use_eagle=use_eagle,
+            num_prefill_lookahead=num_prefill_lookahead, eagle_group_ids=eagle_ids)
         self.block_pool = self.coordinator.block_pool
+        self._set_admission_gates(num_blocks, watermark, max_in_flight_tokens)
+        # Read by the pool's events and the Mamba checkpoints, as vLLM's BlockPool holds it.
+        self.block_pool.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         # Built even with caching off so requests can still be hashed (vLLM builds it when a
         # KV connector needs hashes); the manager itself ignores hashes when caching is off.
         self.block_hasher = make_block_hasher(self.hash_block_size, hash_algo, self.profile,
-                                              pythonhashseed, none_hash)
+                                              pythonhashseed, none_hash,
+                                              num_hash_lookahead_tokens)
         #: Per group ``(kind, sliding_window)`` as 0.33's ``take_events`` annotates events.
         self.kv_cache_event_metadata = kv_cache_event_metadata(specs)
         #: vLLM 0.33's fine-grained partial hash hits are on (its coordinator's
@@ -275,6 +330,39 @@ class KVCacheManager:
         self._group_block_sizes = tuple(s.block_size for s in specs)
         # "No hits" for every group, immutable so it can be shared by every call.
         self._no_hits: tuple[tuple[KVCacheBlock, ...], ...] = ((),) * len(specs)
+
+    def _set_admission_gates(self, num_blocks: int, watermark: float,
+                             max_in_flight_tokens: int | None) -> None:
+        """``watermark_blocks`` and each group's admission cap (vLLM 0.33
+        ``KVCacheManager.__init__``, ``get_manager_for_kv_cache_spec``); vllm-0.10 has
+        neither and refuses them."""
+        if (type(watermark) not in (int, float) or not 0.0 <= watermark < 1.0):
+            raise KVCacheMisuseError(
+                f"watermark must be a float in [0, 1) (a fraction of the pool, vLLM's "
+                f"SchedulerConfig.watermark), got {watermark!r}")
+        if max_in_flight_tokens is not None and (type(max_in_flight_tokens) is not int
+                                                 or max_in_flight_tokens < 1):
+            raise KVCacheMisuseError(
+                f"max_in_flight_tokens must be an int >= 1 or None, got "
+                f"{max_in_flight_tokens!r}")
+        if not self.v033 and (watermark or max_in_flight_tokens is not None):
+            raise KVCacheMisuseError(
+                f"watermark={watermark!r} / max_in_flight_tokens={max_in_flight_tokens!r}: "
+                "vLLM 0.10.2's KVCacheManager has no admission gates (vLLM 0.33 added them); "
+                "use profile vllm-0.33 or leave them at 0.0 / None")
+        #: Blocks a waiting or preempted request's admission leaves free while another
+        #: request is scheduled (vLLM 0.33: ``int(watermark * num_blocks)``).
+        self.watermark_blocks = int(watermark * num_blocks)
+        if self.watermark_blocks:
+            # Every allocation may pay the watermark: all go through the gates, and the hot
+            # path of a manager without one checks nothing more.
+            self.allocate_slots = self._allocate_slots_watermarked  # type: ignore[method-assign]
+        self.max_in_flight_tokens = max_in_flight_tokens
+        if max_in_flight_tokens is None:
+            max_in_flight_tokens = self.max_model_len
+        for manager in self.coordinator.single_type_managers:
+            manager.max_admission_blocks_per_request = manager.admission_cap(
+                max_in_flight_tokens, self.max_model_len)
 
     def _validate_retention(self, retention: int | None) -> None:
         if retention is None:
@@ -334,14 +422,70 @@ class KVCacheManager:
                 "hits on at a Mamba block equal to the hash block, partial_hash_hits_enabled); "
                 "use enable_caching=False or dcp_world_size=1")
 
+    def _check_hash_lookahead(self, num_hash_lookahead_tokens: int, use_eagle: bool,
+                              enable_caching: bool) -> None:
+        """``num_hash_lookahead_tokens``: an int >= 0; above 0 only under vLLM 0.33, with
+        caching on and without ``use_eagle``, the only way vLLM's config and scheduler pass it
+        (``config/vllm.py`` ``num_hash_lookahead_tokens``: 0 without prefix caching;
+        ``sched/scheduler.py:342-360``: lookahead hashes clear EAGLE's drop)."""
+        lookahead = num_hash_lookahead_tokens
+        if type(lookahead) is not int or lookahead < 0:
+            raise KVCacheMisuseError(
+                f"num_hash_lookahead_tokens must be an int >= 0, got {lookahead!r}")
+        if not lookahead:
+            return
+        if not self.v033:
+            raise KVCacheMisuseError(
+                f"num_hash_lookahead_tokens={lookahead}: vLLM 0.10.2 has no hash lookahead "
+                "(its KVCacheManager and get_request_block_hasher take none); use 0 or a "
+                "vllm-0.33 profile")
+        if not enable_caching:
+            raise KVCacheMisuseError(
+                f"num_hash_lookahead_tokens={lookahead} with enable_caching=False: vLLM 0.33's "
+                "config turns hash lookahead off without prefix caching "
+                "(VllmConfig.num_hash_lookahead_tokens is 0); use 0")
+        if use_eagle:
+            raise KVCacheMisuseError(
+                f"num_hash_lookahead_tokens={lookahead} with use_eagle=True: vLLM 0.33's "
+                "scheduler passes use_eagle=False whenever it hashes with lookahead (the "
+                "lookahead hashes already prove the drafter's token, sched/scheduler.py:342-"
+                "360); use one or the other")
+        if lookahead > 1 and not any(isinstance(s, FullAttentionSpec)
+                                     for s in self.kv_cache_specs):
+            raise KVCacheMisuseError(
+                f"num_hash_lookahead_tokens={lookahead} with prefix caching on and no "
+                "full-attention group: vLLM 0.33.0's coordinators search the first group up "
+                "to num_tokens - 1 tokens, past the request's last lookahead hash, and a "
+                "sliding-window, chunked-local or Mamba search indexes the missing hashes "
+                "(IndexError in find_longest_cache_hit; a full-attention group, searched "
+                "first, stops at the hashes and caps the others); use "
+                "num_hash_lookahead_tokens <= 1 or a full-attention group")
+
+    def _check_eagle_group_ids(self, eagle_group_ids: Collection[int]) -> frozenset[int]:
+        """``eagle_group_ids`` as a set: group indices (ints in range), none under vllm-0.10,
+        whose ``KVCacheGroupSpec`` has no ``is_eagle_group``."""
+        ids = tuple(eagle_group_ids)
+        bad = [i for i in ids if type(i) is not int or not 0 <= i < len(self.kv_cache_specs)]
+        if bad:
+            raise KVCacheMisuseError(
+                f"eagle_group_ids {bad!r}: each must be a group index in "
+                f"[0, {len(self.kv_cache_specs)})")
+        if ids and not self.v033:
+            raise KVCacheMisuseError(
+                f"eagle_group_ids={sorted(ids)}: vLLM 0.10.2's KVCacheGroupSpec has no "
+                "is_eagle_group (with use_eagle every group drops): pass none under vllm-0.10")
+        return frozenset(ids)
+
     def _check_eagle(self, use_eagle: bool, enable_caching: bool,
-                     num_prefill_lookahead: int) -> None:
+                     num_prefill_lookahead: int, *, flagged: bool = False) -> None:
         """EAGLE with prefix caching and a chunked local attention group is refused: vLLM's
         ``ChunkedLocalAttentionManager.find_longest_cache_hit`` asserts ``drop_eagle_block
         is False`` ('Hybrid KV cache is not supported for eagle + chunked local attention',
         0.33 ``single_type_kv_cache_manager.py:1333``, 0.10.2 ``:457``) on the first lookup.
-        ``num_prefill_lookahead``: vLLM 0.33's check (``kv_cache_coordinator.py:150-159``),
-        then the multi-module MTP caching lag the reference does not model."""
+        ``num_prefill_lookahead``: an int >= 0, 0 or 1 under vLLM 0.10.2 (it has no such
+        argument), and vLLM 0.33's check (``kv_cache_coordinator.py:150-159``): with EAGLE and
+        caching on, at most ``scheduler_block_size`` (also when ``flagged``: a group flagged
+        ``is_eagle_group``, vLLM checking ``eagle_group_ids``)."""
         if type(use_eagle) is not bool:
             raise KVCacheMisuseError(f"use_eagle must be a bool, got {use_eagle!r}")
         if type(num_prefill_lookahead) is not int or num_prefill_lookahead < 0:
@@ -351,18 +495,28 @@ class KVCacheManager:
             raise KVCacheMisuseError(
                 "num_prefill_lookahead is a vLLM 0.33 KVCacheManager argument (multi-module "
                 "MTP); vLLM 0.10.2 has none: use num_prefill_lookahead=0")
-        if enable_caching and use_eagle and self.scheduler_block_size < num_prefill_lookahead:
+        if (enable_caching and (use_eagle or flagged)
+                and self.scheduler_block_size < num_prefill_lookahead):
             raise KVCacheMisuseError(
                 "Multi-module MTP with prefix caching requires scheduler_block_size (="
                 f"{self.scheduler_block_size}) >= num_speculative_tokens (="
                 f"{num_prefill_lookahead}). (vLLM 0.33 raises ValueError: lower "
                 "num_speculative_tokens or use larger blocks)")
-        if enable_caching and num_prefill_lookahead > 1:
+        aligned = [s for s in self.kv_cache_specs
+                   if isinstance(s, MambaSpec) and s.mamba_cache_mode == "align"]
+        if (enable_caching and num_prefill_lookahead > 1 and aligned
+                and (use_eagle or len(self.kv_cache_specs) == 1)):
+            # Found by the multi-group differential: with the caching lag vLLM 0.33.0 keys
+            # (and hands a KV connector) a Mamba state for num_computed - (K - 1) tokens from
+            # a block that by then holds the state after more tokens. A stale state is not
+            # behaviour to reproduce.
             raise KVCacheMisuseError(
-                f"num_prefill_lookahead={num_prefill_lookahead} with prefix caching: vLLM 0.33 "
-                "then leaves the last num_prefill_lookahead - 1 computed tokens uncached "
-                "(multi-module MTP re-prefills them), which the reference does not model; "
-                "use 0 or 1")
+                f"num_prefill_lookahead={num_prefill_lookahead} with prefix caching beside a "
+                f"Mamba 'align' group ({aligned[0]!r}) is not modelled: vLLM 0.33.0 caches "
+                "the last num_prefill_lookahead - 1 computed tokens later (one group, or "
+                "several with use_eagle) and then keys a Mamba state for fewer tokens than its "
+                "block holds; use num_prefill_lookahead <= 1, mamba_cache_mode 'none', "
+                "use_eagle=False (several groups) or enable_caching=False")
         if not (use_eagle and enable_caching):
             return
         chunked = [s for s in self.kv_cache_specs if isinstance(s, ChunkedLocalAttentionSpec)]
@@ -505,6 +659,10 @@ class KVCacheManager:
         # parameters, and this is the hot path.
         num_external_computed_tokens: int = 0,
         num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        # None: vLLM's 0, and the ungated hot path (an identity test is the cheapest check).
+        reserved_blocks: int | None = None,
+        has_scheduled_reqs: bool = True,
     ) -> GroupBlocks | None:
         """Make room for ``num_new_tokens`` (plus hits, external tokens and lookahead) in
         every group and return only the newly allocated blocks, one list per group in
@@ -538,6 +696,13 @@ class KVCacheManager:
         ``ref_cnt`` nor queue positions. Otherwise the hits are touched **before** new blocks
         are popped, so the request's own hits are never evicted for it, and the blocks that
         became full are cached unless ``delay_cache_blocks``.
+
+        Admission gates (vLLM 0.33's scheduler passes them for a waiting or preempted
+        request; ``_allocate_gated``, docs/semantics.md#admission-gates):
+        ``full_sequence_must_fit`` refuses (None) unless the request's full sequence fits,
+        each group clamped at its admission cap; ``reserved_blocks`` free blocks stay for
+        other in-flight sequences; ``has_scheduled_reqs``: whether another request runs this
+        step, which (with a request holding no blocks) applies the constructor's watermark.
 
         Raises:
             KVCacheMisuseError: negative counts; hits of the wrong shape (one list per group)
@@ -580,6 +745,14 @@ class KVCacheManager:
             if self.v033:  # 0.10.2 caches up to the uncapped count
                 total_computed = min(total_computed, self.max_model_len)
 
+        # A bool and an identity test: the ungated hot path pays no more (with a watermark
+        # every call arrives here with reserved_blocks set: _allocate_slots_watermarked).
+        if full_sequence_must_fit or reserved_blocks is not None:
+            return self._allocate_gated(
+                request, hits, has_hits, num_local_computed, num_computed, total_computed,
+                num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
+                num_encoder_tokens, delay_cache_blocks, full_sequence_must_fit,
+                reserved_blocks, has_scheduled_reqs)
         if coordinator.skips_blocks:  # so does every layout with a cross-attention group
             coordinator.remove_skipped_blocks(
                 request.request_id, total_computed if self.v033 else request.num_computed_tokens)
@@ -621,7 +794,7 @@ class KVCacheManager:
                                total_computed: int, num_new_tokens: int,
                                num_tokens_need_slot: int, num_external_computed_tokens: int,
                                num_encoder_tokens: int,
-                               delay_cache_blocks: bool) -> GroupBlocks | None:
+                               delay_cache_blocks: bool, headroom: int = 0) -> GroupBlocks | None:
         """``allocate_slots`` from its capacity check on, for a model with cross-attention
         groups: the same steps, with ``num_encoder_tokens`` sizing those groups (kept apart
         so that the decoder-only hot path passes no extra argument)."""
@@ -638,7 +811,7 @@ class KVCacheManager:
                 "encoder-decoder model (a decoder-only model passes 0)")
         if coordinator.get_num_blocks_to_allocate(
                 request.request_id, num_tokens_need_slot, hits, num_computed,
-                num_encoder_tokens) > self.block_pool.free_block_queue.num_free_blocks:
+                num_encoder_tokens) > self.block_pool.free_block_queue.num_free_blocks - headroom:
             return None
         if not self.v033:
             self._check_v010_encoder_need(request.request_id, num_tokens_need_slot,
@@ -658,7 +831,8 @@ class KVCacheManager:
                                   num_local_computed: int, num_computed: int,
                                   total_computed: int, num_new_tokens: int,
                                   num_tokens_need_slot: int, num_external_computed_tokens: int,
-                                  delay_cache_blocks: bool) -> GroupBlocks | None:
+                                  delay_cache_blocks: bool, headroom: int = 0
+                                  ) -> GroupBlocks | None:
         """``allocate_slots`` from its capacity check on, for a model with a Mamba group: the
         same steps, every group also given ``num_tokens_main_model = computed + new``
         (vLLM 0.33 ``kv_cache_manager.py:550``: lookahead excluded, and not capped at
@@ -674,13 +848,113 @@ class KVCacheManager:
         if coordinator.get_num_blocks_to_allocate_main(
                 request.request_id, num_tokens_need_slot, hits, num_computed,
                 num_tokens_main_model, num_local_computed,
-                prefill_end) > self.block_pool.free_block_queue.num_free_blocks:
+                prefill_end) > self.block_pool.free_block_queue.num_free_blocks - headroom:
             return None
         if has_hits or num_external_computed_tokens:
             coordinator.add_computed_blocks(request.request_id, hits, num_local_computed,
                                             num_external_computed_tokens)
         new_blocks = coordinator.allocate_new_blocks_main(
             request.request_id, num_tokens_need_slot, num_tokens_main_model)
+        if self.enable_caching and not delay_cache_blocks:
+            coordinator.cache_blocks(
+                request, min(total_computed + num_new_tokens, request.num_tokens))
+        return new_blocks
+
+    def _allocate_slots_watermarked(
+            self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+            new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None = None,
+            num_lookahead_tokens: int = 0, delay_cache_blocks: bool = False,
+            num_external_computed_tokens: int = 0, num_encoder_tokens: int = 0,
+            full_sequence_must_fit: bool = False, reserved_blocks: int | None = None,
+            has_scheduled_reqs: bool = True) -> GroupBlocks | None:
+        """``allocate_slots`` of a manager with a watermark: every call takes the gated
+        path (``reserved_blocks`` None becomes 0)."""
+        return type(self).allocate_slots(
+            self, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+            num_lookahead_tokens, delay_cache_blocks, num_external_computed_tokens,
+            num_encoder_tokens, full_sequence_must_fit,
+            0 if reserved_blocks is None else reserved_blocks, has_scheduled_reqs)
+
+    def _allocate_gated(self, request: Request, hits: Sequence[Sequence[KVCacheBlock]],
+                        has_hits: bool, num_local_computed: int, num_computed: int,
+                        total_computed: int, num_new_tokens: int, num_tokens_need_slot: int,
+                        num_external_computed_tokens: int, num_encoder_tokens: int,
+                        delay_cache_blocks: bool, full_sequence_must_fit: bool,
+                        reserved_blocks: int | None,
+                        has_scheduled_reqs: bool) -> GroupBlocks | None:
+        """``allocate_slots`` from its skipped blocks on, behind vLLM 0.33's admission gates
+        (``kv_cache_manager.py:518-589``; docs/semantics.md#admission-gates), kept apart so
+        that the ungated hot path checks nothing more:
+
+        * the watermark: ``watermark_blocks`` more must stay free when the request holds no
+          blocks (vLLM's WAITING or PREEMPTED status: a preempted request's blocks were
+          freed) and ``has_scheduled_reqs``;
+        * ``full_sequence_must_fit``: first of all (before any skipped block is freed), None
+          unless the request's full sequence (``min(num_tokens, max_model_len)`` tokens,
+          hits and external tokens counted as the step counts them, each group clamped at
+          its admission cap) plus the watermark fits the free blocks; ``reserved_blocks``
+          is not subtracted there;
+        * the step itself must fit ``free - reserved_blocks``, watermark included.
+
+        A refused gate changes nothing (the full-sequence gate refuses before any skipped
+        block is freed).
+
+        Raises:
+            KVCacheMisuseError: under vllm-0.10 (no gates); ``reserved_blocks`` not an int
+                >= 0.
+        """
+        if not self.v033:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request.request_id!r}, full_sequence_must_fit="
+                f"{full_sequence_must_fit}, reserved_blocks={reserved_blocks!r}): vLLM 0.10.2's "
+                "allocate_slots has no admission gates (vLLM 0.33 added them); use profile "
+                "vllm-0.33 or leave them at their defaults")
+        if reserved_blocks is None:
+            reserved_blocks = 0
+        elif type(reserved_blocks) is not int or reserved_blocks < 0:
+            raise KVCacheMisuseError(
+                f"allocate_slots({request.request_id!r}): reserved_blocks must be an int "
+                f">= 0, got {reserved_blocks!r}")
+        coordinator = self.coordinator
+        request_id = request.request_id
+        watermark = (self.watermark_blocks
+                     if has_scheduled_reqs and not coordinator.is_running(request_id) else 0)
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if full_sequence_must_fit:
+            full = request.num_tokens
+            if self.max_model_len is not None:
+                full = min(full, self.max_model_len)
+            if coordinator.get_num_admission_blocks(
+                    request_id, full, hits, total_computed, num_local_computed,
+                    num_encoder_tokens, prefill_end
+            ) + watermark > self.block_pool.free_block_queue.num_free_blocks:
+                return None
+        headroom = reserved_blocks + watermark
+        if coordinator.skips_blocks:
+            coordinator.remove_skipped_blocks(request_id, total_computed)
+            if coordinator.has_encoder_groups:
+                return self._allocate_with_encoder(
+                    request, hits, has_hits, num_local_computed, num_computed, total_computed,
+                    num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
+                    num_encoder_tokens, delay_cache_blocks, headroom)
+            if coordinator.has_main_model_groups and not num_encoder_tokens:
+                return self._allocate_with_main_model(
+                    request, hits, has_hits, num_local_computed, num_computed, total_computed,
+                    num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
+                    delay_cache_blocks, headroom)
+        if num_encoder_tokens:
+            return self._allocate_with_encoder(
+                request, hits, has_hits, num_local_computed, num_computed, total_computed,
+                num_new_tokens, num_tokens_need_slot, num_external_computed_tokens,
+                num_encoder_tokens, delay_cache_blocks, headroom)
+        if coordinator.get_num_blocks_to_allocate(
+                request_id, num_tokens_need_slot, hits, num_computed
+        ) > self.block_pool.free_block_queue.num_free_blocks - headroom:
+            return None
+        if has_hits or num_external_computed_tokens:
+            coordinator.add_computed_blocks(request_id, hits, num_local_computed,
+                                            num_external_computed_tokens)
+        new_blocks = coordinator.allocate_new_blocks(request_id, num_tokens_need_slot)
         if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(
                 request, min(total_computed + num_new_tokens, request.num_tokens))

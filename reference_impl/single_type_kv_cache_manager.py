@@ -96,14 +96,18 @@ def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int,
 
 
 def mamba_prefill_checkpoint_position(num_tokens: int, hash_block_size: int,
-                                      drop_eagle_block: bool) -> int:
+                                      drop_eagle_block: bool,
+                                      num_hash_lookahead_tokens: int = 0) -> int:
     """The reusable Mamba checkpoint boundary of a prefill of ``num_tokens`` (vLLM 0.33
-    ``kv_cache_interface.get_mamba_prefill_checkpoint_position``, no hash lookahead):
-    ``(num_tokens - 1)`` rounded down to the hash block; with EAGLE's drop, ``num_tokens``
-    rounded down, minus one hash block (EAGLE recomputes that block); at least 0."""
+    ``kv_cache_interface.get_mamba_prefill_checkpoint_position``):
+    ``num_tokens - max(1, L)`` rounded down to the hash block (the last token is recomputed
+    for its logits; with hash lookahead ``L`` the checkpoint's hash needs the ``L`` tokens
+    after it); with EAGLE's drop, ``num_tokens`` rounded down, minus one hash block (EAGLE
+    recomputes that block); at least 0."""
     if drop_eagle_block:
         return max(num_tokens // hash_block_size * hash_block_size - hash_block_size, 0)
-    return max((num_tokens - 1) // hash_block_size * hash_block_size, 0)
+    proof_limit = num_tokens - max(1, num_hash_lookahead_tokens)
+    return max(proof_limit // hash_block_size * hash_block_size, 0)
 
 
 def trim_null_head(blocks: list[KVCacheBlock]) -> list[KVCacheBlock]:
@@ -146,6 +150,10 @@ class SingleTypeKVCacheManager:
     #: blocks (vLLM 0.33's ``supports_fine_grained_hash_lookup``: full attention and Mamba);
     #: ``find_longest_partial_cache_hit`` is that search.
     supports_fine_grained_hash_lookup = False
+    #: vLLM 0.33's per-request admission cap in blocks (``KVCacheManager`` sets it from
+    #: ``admission_cap``): what ``get_num_admission_blocks`` counts at most for the full
+    #: sequence; None (full attention, Mamba, cross attention): no cap.
+    max_admission_blocks_per_request: int | None = None
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
                  kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
@@ -169,6 +177,10 @@ class SingleTypeKVCacheManager:
         #: ``use_eagle`` of a manager): 0.33's sliding-window ``reachable_block_mask`` and
         #: the full-attention partial-block key read it.
         self.use_eagle = False
+        #: Whether the model runs EAGLE at all (the coordinator's ``use_eagle``, set on every
+        #: group): vLLM 0.33 computes the replay boundaries once per request from it
+        #: (``bool(drop_eagle_group_ids)``), for flagged and unflagged groups alike.
+        self.replay_eagle = False
         #: 0.33 copy-on-write: request id -> (table index, source block) of a hit that ends
         #: inside a block, redirected to a private block by the next allocation (vLLM's
         #: ``_partial_hit_reqs``); only layouts with a Mamba group record one.
@@ -307,6 +319,28 @@ class SingleTypeKVCacheManager:
                         if b.ref_cnt == 0 and not b.is_null)
         return num_new + evictable
 
+    def admission_cap(self, max_in_flight_tokens: int | None,
+                      max_model_len: int | None) -> int | None:
+        """This group's ``max_admission_blocks_per_request`` (vLLM 0.33
+        ``KVCacheSpec.max_admission_blocks_per_request``, given to the managers of the
+        recycling kinds only): None here, no cap."""
+        return None
+
+    def get_num_admission_blocks(self, request_id: str, num_tokens: int,
+                                 new_computed_blocks: Sequence[KVCacheBlock],
+                                 total_computed_tokens: int, num_local_computed_tokens: int,
+                                 prefill_end: int = 0) -> int:
+        """What ``get_num_blocks_to_allocate_main`` counts for the request's full sequence of
+        ``num_tokens`` (vLLM 0.33's ``apply_admission_cap=True``): the required blocks
+        clamped at ``max_admission_blocks_per_request`` (``min(n, cap * bs)`` tokens have
+        ``min(cdiv(n, bs), cap)`` blocks), and nothing recorded."""
+        cap = self.max_admission_blocks_per_request
+        if cap is not None:
+            num_tokens = min(num_tokens, cap * self.block_size)
+        return self.get_num_blocks_to_allocate_main(
+            request_id, num_tokens, new_computed_blocks, total_computed_tokens, num_tokens,
+            num_local_computed_tokens, prefill_end)
+
     def add_local_computed_blocks(self, request_id: str,
                                   new_computed_blocks: Sequence[KVCacheBlock],
                                   num_local_computed_tokens: int,
@@ -371,7 +405,7 @@ class SingleTypeKVCacheManager:
         prompt's replay boundaries (``replay_boundaries``) and the request's shared-prefix
         boundary; with EAGLE also the boundary one block below the latter."""
         boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
-                                       self.use_eagle)
+                                       self.replay_eagle)
         shared_prefix_boundary = self.shared_prefix_boundary.get(request.request_id, 0)
         if shared_prefix_boundary:
             boundaries.append(shared_prefix_boundary)
@@ -694,9 +728,24 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
                          enable_caching, scheduler_block_size)
         self.sliding_window = kv_cache_spec.sliding_window
         self.contiguous_blocks = cdiv(self.sliding_window - 1, self.block_size)
+        #: Multi-module MTP (vLLM 0.33): tokens below the window whose blocks stay held (the
+        #: re-prefillable tail), so blocks are freed that many tokens later; hits unchanged.
+        self.extra_retained_tokens = kv_cache_spec.extra_retained_tokens
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
-        return max(0, num_computed_tokens - self.sliding_window + 1)
+        return max(0, num_computed_tokens - self.sliding_window + 1 - self.extra_retained_tokens)
+
+    def admission_cap(self, max_in_flight_tokens: int | None,
+                      max_model_len: int | None) -> int | None:
+        """vLLM 0.33 ``SlidingWindowSpec.max_admission_blocks_per_request``: the window's
+        ``w - 1`` tokens, the MTP tail and the in-flight tokens, at most ``max_model_len``,
+        plus one block (the window need not start at a block boundary)."""
+        if max_in_flight_tokens is None:
+            return None
+        num_tokens = self.sliding_window - 1 + self.extra_retained_tokens + max_in_flight_tokens
+        if max_model_len is not None:
+            num_tokens = min(num_tokens, max_model_len)
+        return cdiv(num_tokens, self.block_size) + 1
 
     def _first_useful_block_v010(self, request_id: str, num_computed_tokens: int) -> int:
         return (num_computed_tokens - self.sliding_window + 1) // self.block_size
@@ -795,6 +844,17 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
+
+    def admission_cap(self, max_in_flight_tokens: int | None,
+                      max_model_len: int | None) -> int | None:
+        """vLLM 0.33 ``ChunkedLocalAttentionSpec.max_admission_blocks_per_request``: one
+        attention chunk plus the in-flight tokens, at most ``max_model_len``."""
+        if max_in_flight_tokens is None:
+            return None
+        num_tokens = self.attention_chunk_size + max_in_flight_tokens
+        if max_model_len is not None:
+            num_tokens = min(num_tokens, max_model_len)
+        return cdiv(num_tokens, self.block_size)
 
     def _first_useful_block_v010(self, request_id: str, num_computed_tokens: int) -> int:
         first = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
@@ -932,7 +992,9 @@ class MambaManager(SingleTypeKVCacheManager):
 
     Not modelled (no reference counterpart, or EAGLE only): the shared-prefix checkpoint
     (``enable_mamba_shared_prefix_checkpoint``: a ``KVCacheManager`` flag that vLLM narrows to
-    EAGLE layouts with fine-grained hits) and hash lookahead (``num_hash_lookahead_tokens``).
+    EAGLE layouts with fine-grained hits). Hash lookahead (``num_hash_lookahead_tokens``,
+    the pool's) moves the checkpoint and tail boundaries down to leave the hash's ``L``
+    tokens (``mamba_prefill_checkpoint_position``).
     ``_cache_partial_tail_block`` runs after every "align" ``cache_blocks``, as in vLLM: without
     fine-grained hits, a checkpoint or EAGLE's checkpoint shift it keys nothing (its boundary
     is a whole block, keyed already), but with the shift under sparse retention it keys the
@@ -1075,6 +1137,28 @@ class MambaManager(SingleTypeKVCacheManager):
                                                     new_computed_blocks,
                                                     total_computed_tokens, num_tokens,
                                                     total_computed_tokens)
+
+    def get_num_admission_blocks(self, request_id: str, num_tokens: int,
+                                 new_computed_blocks: Sequence[KVCacheBlock],
+                                 total_computed_tokens: int, num_local_computed_tokens: int,
+                                 prefill_end: int = 0) -> int:
+        """The full-sequence count, uncapped; the prefill checkpoint it reserves is left
+        unrecorded (vLLM 0.33 records ``_checkpoints`` only without ``apply_admission_cap``,
+        ``:1776``)."""
+        if not self.has_prefill_checkpoint_blocks:
+            return super().get_num_admission_blocks(
+                request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                num_local_computed_tokens, prefill_end)
+        recorded = self._checkpoints.get(request_id)
+        try:
+            return super().get_num_admission_blocks(
+                request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                num_local_computed_tokens, prefill_end)
+        finally:
+            if recorded is None:
+                self._checkpoints.pop(request_id, None)
+            else:
+                self._checkpoints[request_id] = recorded
 
     def get_num_blocks_to_allocate_main(self, request_id: str, num_tokens: int,
                                         new_computed_blocks: Sequence[KVCacheBlock],
@@ -1265,7 +1349,8 @@ class MambaManager(SingleTypeKVCacheManager):
         recorded in ``_checkpoints`` and 1 returned (one block more), else the request's
         entry is dropped and 0 returned."""
         position = mamba_prefill_checkpoint_position(
-            query_end, self.cache_hit_alignment_tokens, self.drop_eagle_checkpoint_block)
+            query_end, self.cache_hit_alignment_tokens, self.drop_eagle_checkpoint_block,
+            self.block_pool.num_hash_lookahead_tokens)
         if position > 0 and self._needs_internal_checkpoint(request_id, query_start,
                                                             query_end, position, prefill_end):
             self._checkpoints[request_id] = (position, cdiv(query_end, self.block_size) - 2)
@@ -1318,7 +1403,7 @@ class MambaManager(SingleTypeKVCacheManager):
         block = blocks[idx]
         is_prompt_checkpoint = position == mamba_prefill_checkpoint_position(
             request.num_prompt_tokens, self.cache_hit_alignment_tokens,
-            self.drop_eagle_checkpoint_block)
+            self.drop_eagle_checkpoint_block, self.block_pool.num_hash_lookahead_tokens)
         is_retained_checkpoint = False
         bs = self.block_size
         if position % bs == 0:
@@ -1341,19 +1426,20 @@ class MambaManager(SingleTypeKVCacheManager):
         """vLLM 0.33's Mamba ``_cache_partial_tail_block`` (``:2028-2135``): after an
         allocation that reserved a prefill checkpoint, ``_cache_checkpoint_block``; otherwise,
         when ``num_tokens`` is exactly the prompt's last hash boundary
-        (``mamba_prefill_checkpoint_position``: ``(num_prompt_tokens - 1) // hbs * hbs``, with
-        EAGLE ``num_prompt_tokens // hbs * hbs - hbs``), key the state block holding it (index
-        ``cdiv(num_tokens, block_size) - 1``; not a null, not already keyed at that length)
-        by the hash there (``BlockPool.cache_partial_block``). A boundary inside the block
-        records the request for a copy-on-write in its next allocation and caps
-        ``num_cached_block`` at that index. Returns the key, or None."""
+        (``mamba_prefill_checkpoint_position``: ``(num_prompt_tokens - max(1, L)) // hbs *
+        hbs``, with EAGLE ``num_prompt_tokens // hbs * hbs - hbs``), key the state block
+        holding it (index ``cdiv(num_tokens, block_size) - 1``; not a null, not already keyed
+        at that length) by the hash there (``BlockPool.cache_partial_block``). A boundary
+        inside the block records the request for a copy-on-write in its next allocation and
+        caps ``num_cached_block`` at that index. Returns the key, or None."""
         if self._checkpoints and request.request_id in self._checkpoints:
             return self._cache_checkpoint_block(request)
         hbs = self.hash_block_size
         if num_tokens <= 0 or num_tokens % hbs:
             return None
         if num_tokens != mamba_prefill_checkpoint_position(
-                request.num_prompt_tokens, hbs, self.drop_eagle_checkpoint_block):
+                request.num_prompt_tokens, hbs, self.drop_eagle_checkpoint_block,
+                self.block_pool.num_hash_lookahead_tokens):
             return None
         bs = self.block_size
         block_idx = cdiv(num_tokens, bs) - 1

@@ -16,6 +16,10 @@ from typing import NamedTuple
 import pytest
 from hypothesis import Phase, settings
 
+import kvcheck.adapters.reference  # kept imported across the in-process runs
+import kvcheck.conformance
+import kvcheck.conformance.differential  # kept across the in-process runs
+
 NO_SHRINK = "kvcheck-inner-run-no-shrink"
 settings.register_profile(NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
@@ -74,3 +78,38 @@ def run_area(pytester: pytest.Pytester, area_file: Path, impl: str, *args: str,
         return {r.nodeid.split("::")[-1].split("[")[0] for r in reports}
 
     return AreaOutcome(functions(failed), functions(passed), len(skipped))
+
+
+#: The shipped suite's modules, and the hand-written mutants the area tests load by name.
+SUITE = Path(kvcheck.conformance.__file__).resolve().parent
+MUTANTS_DIR = Path(__file__).resolve().parent / "mutants"
+#: ``tests/mutants/test_mutants.py``'s examples per random test in a mutant run.
+MUTANT_MAX_EXAMPLES = 15
+
+
+def run_suite_file(pytester: pytest.Pytester, file: str, impl: str, profile: str,
+                   only: set[str] | None = None) -> AreaOutcome:
+    """Run the suite module ``file`` (``conformance/<file>``) on ``impl`` (the reference, or
+    a mutant of ``tests/mutants/``) under ``profile`` at the mutant-run settings; ``only``:
+    just these test functions."""
+    select = ("-k", " or ".join(sorted(only))) if only else ()
+    return run_area(pytester, SUITE / file, impl, f"--kv-profile={profile}",
+                    f"--kv-max-examples={MUTANT_MAX_EXAMPLES}", *select, path=MUTANTS_DIR)
+
+
+def assert_mutant_fails(pytester: pytest.Pytester, mutant: str,
+                        must_fail: set[tuple[str, str]], profile: str) -> None:
+    """Each ``(suite file, test function)`` of ``must_fail`` fails on ``mutant`` under
+    ``profile`` (others may fail too): one run per file, of just those functions."""
+    for file in sorted({f for f, _ in must_fail}):
+        wanted = {t for f, t in must_fail if f == file}
+        failed = run_suite_file(pytester, file, mutant, profile, only=wanted).failed
+        assert wanted <= failed, (
+            f"{mutant}: {file}: {sorted(wanted - failed)} passed, but must fail (failed: "
+            f"{sorted(failed)})")
+
+
+def assert_mutants_listed(prefix: str, listed: dict[str, set[tuple[str, str]]]) -> None:
+    """Each ``tests/mutants/<prefix>*.py`` has an entry in ``listed``, and vice versa."""
+    files = {p.stem for p in MUTANTS_DIR.glob(f"{prefix}*.py")}
+    assert files == set(listed), (sorted(files), sorted(listed))

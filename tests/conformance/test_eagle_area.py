@@ -42,6 +42,15 @@ MUTANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
     # 0.33's widened search (eagle_proof_margin): the recorded full-and-window hit (12, not 16)
     # and the windows under sparse retention. 0.10.2 has no margin: nothing to catch there.
     ("eagle_no_search_margin", "vllm-0.33"): {GOLDEN},
+    # vLLM 0.33's per-group flags (is_eagle_group): every group dropping, the recorded hits
+    # with only full attention, only the window, only Mamba flagged (8 or 0, not 16 or 24).
+    ("eagle_groups_ignored", "vllm-0.33"): {GOLDEN},
+    # An unflagged group caching the block past the boundary: the recorded free queue with
+    # only the window flagged. 0.10.2 has no flag: nothing to catch there.
+    ("eagle_groups_unflagged_cache_past_boundary", "vllm-0.33"): {GOLDEN},
+    # An unflagged window keeping the tails of the boundaries without EAGLE under sparse
+    # retention: the recorded resend's hit (nothing, not 8 tokens).
+    ("eagle_groups_replay_per_group", "vllm-0.33"): {GOLDEN},
 }
 
 

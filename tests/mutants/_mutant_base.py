@@ -144,14 +144,29 @@ class MutantManager(ReferenceManager):
             pythonhashseed=spec.pythonhashseed,
             # EAGLE only where a mutant declares it (build(..., keep={"eagle"})).
             **({"use_eagle": True} if spec.use_eagle else {}),
+            # Multi-module MTP likewise (build(..., keep={"prefill_lookahead"})).
+            **({"num_prefill_lookahead": spec.num_prefill_lookahead}
+               if spec.num_prefill_lookahead else {}),
+            # Hash lookahead likewise (build(..., keep={"hash_lookahead"})).
+            **({"num_hash_lookahead_tokens": spec.num_hash_lookahead_tokens}
+               if spec.num_hash_lookahead_tokens else {}),
+            # Admission gates likewise (build(..., keep={"admission_gates"})).
+            **({"watermark": spec.watermark} if spec.watermark else {}),
+            **({"max_in_flight_tokens": spec.max_in_flight_tokens}
+               if spec.max_in_flight_tokens is not None else {}),
         )
+        lookahead = spec.num_hash_lookahead_tokens
         pool = None
         if self.pool_cls is not BlockPool:
             pool = self.pool_cls(spec.num_blocks, spec.enable_caching,
-                                 spec.enable_kv_cache_events, profile=profile)
+                                 spec.enable_kv_cache_events, profile=profile,
+                                 **({"num_hash_lookahead_tokens": lookahead}
+                                    if lookahead else {}))
         swap_classes(mgr, self.managers, self.coordinator_cls, pool)
         mgr.block_hasher = self.hasher_cls(spec.block_size, spec.hash_algo, profile=profile,
-                                           none_hash=self.none_hash(spec))
+                                           none_hash=self.none_hash(spec),
+                                           **({"num_lookahead_tokens": lookahead}
+                                              if lookahead else {}))
         self._wrap(spec, mgr)
         self._requests = _request_sync(self.request_cls, mgr.block_hasher)
 
@@ -209,8 +224,10 @@ def build(
     reference coordinator class (see ``swap_classes``). ``profile_of(spec)`` replaces the adapter's
     ``reference_profile`` (the profile name or ``ProfileBehaviour`` the reference objects get).
     ``drop`` removes capabilities besides ``kernels``; ``keep`` keeps some of those left out
-    by default (``eagle``: an EAGLE mutant's; the others leave it out, so their random
-    workloads draw what they drew before EAGLE was added).
+    by default (``eagle``: an EAGLE mutant's, ``prefill_lookahead``: a multi-module MTP
+    mutant's, ``hash_lookahead``: a hash-lookahead mutant's, ``admission_gates``: an
+    admission-gate mutant's; the others leave them out, so their random workloads draw what
+    they drew before those were added).
     """
     parts: dict[str, Any] = {"manager_cls": manager_cls, "pool_cls": pool_cls,
                              "hasher_cls": hasher_cls, "request_cls": request_cls,
@@ -234,7 +251,10 @@ def build(
             "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
             "cross_attention", "mamba", "fine_grained_hits", "boundary_state_offloads",
             "mamba_checkpoints", "dcp", "prefix_match_unit",
-            "sizing", "offload", *({"eagle"} - keep)} - drop,
+            "sizing", "offload",
+            *({"eagle", "eagle_groups", "prefill_lookahead", "hash_lookahead",
+               "admission_gates"} - keep)}
+        - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,
         reserved_block_ids=REFERENCE_INFO.reserved_block_ids,

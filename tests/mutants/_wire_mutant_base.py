@@ -48,5 +48,9 @@ def build_wire(name: str, bug: WireBug) -> tuple[
 
     info = replace(REFERENCE_INFO, name=name,
                    capabilities=REFERENCE_INFO.capabilities - {"kernels", "sizing",
-                                                                    "offload", "eagle"})
+                                                                    "offload", "eagle",
+                                                                    "eagle_groups",
+                                                                    "prefill_lookahead",
+                                                                    "hash_lookahead",
+                                                                    "admission_gates"})
     return info, WireMutant, ReferenceBlockPool

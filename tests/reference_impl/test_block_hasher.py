@@ -314,6 +314,17 @@ def test_lookahead_one_keeps_normal_extra_keys() -> None:
     assert other.block_hashes != req.block_hashes
 
 
+def test_lookahead_key_covers_an_item_in_the_lookahead_tokens() -> None:
+    """L = 1: E covers the block and its lookahead token (vLLM 0.33's
+    generate_lookahead_block_hash_extra_keys), so an image starting at token 4 is in block 0's
+    key, at offset 4 from the block's start, and again in block 1's (the scan resumes at it)."""
+    req = _request([1, 2, 3, 4, 5, 6, 7, 8, 9], _hasher(num_lookahead_tokens=1),
+                   mm_features=(MultiModalFeature("img", 4, 2),))
+    first = _ref_sha256((NONE_SHA256, (1, 2, 3, 4), ((("mm", "img", 4),), 5)))
+    second = _ref_sha256((first, (5, 6, 7, 8), ((("mm", "img", 0),), 9)))
+    assert req.block_hashes == [first, second]
+
+
 def test_lookahead_rejected_under_v0_10() -> None:
     """0.10.2 has no lookahead hashing; asking for it is a ValueError naming the profile."""
     with pytest.raises(ValueError, match=r"vllm-0\.10"):

@@ -8,6 +8,8 @@ scenarios (``conformance/test_eagle.py``, ``kvcheck.conformance.eagle_golden``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvcheck.reference_impl.errors import KVCacheMisuseError
@@ -54,14 +56,6 @@ def test_mtp_lookahead_larger_than_the_scheduler_block_is_refused() -> None:
                        use_eagle=True, num_prefill_lookahead=9)
     KVCacheManager(16, 4, use_eagle=True, enable_caching=False, num_prefill_lookahead=5)
     KVCacheManager(16, 4, use_eagle=True, num_prefill_lookahead=1)
-
-
-def test_mtp_caching_lag_is_not_modelled() -> None:
-    """vLLM takes 4 at a scheduler block of 4 (and 5 without EAGLE), then caches all but the
-    last 3 (4) computed tokens: the reference refuses it, naming why."""
-    for eagle, lookahead in ((True, 4), (False, 5)):
-        with pytest.raises(KVCacheMisuseError, match="does not model"):
-            KVCacheManager(16, 4, use_eagle=eagle, num_prefill_lookahead=lookahead)
 
 
 def test_mtp_lookahead_is_a_vllm_033_argument() -> None:
@@ -114,3 +108,40 @@ def test_unitary_hit_drops_its_last_block() -> None:
             m.free(a)
             hits.append(m.get_computed_blocks(m.make_request("b", list(range(100, 113))))[1])
         assert hits == [12, 8], (profile, hits)
+
+
+# Any: KVCacheManager's keyword arguments, of several types.
+def _full_and_window(**kw: Any) -> KVCacheManager:
+    return KVCacheManager(24, kv_cache_specs=(FullAttentionSpec(4), SlidingWindowSpec(4, 4)),
+                          **kw)
+
+
+def test_eagle_group_ids_are_group_indices_under_vllm_033_only() -> None:
+    """``eagle_group_ids`` (vLLM 0.33's ``KVCacheGroupSpec.is_eagle_group`` flags): group
+    indices in range; none under vllm-0.10, whose ``KVCacheGroupSpec`` has no flag."""
+    with pytest.raises(KVCacheMisuseError, match=r"eagle_group_ids \[2\]: each must be a group"):
+        _full_and_window(use_eagle=True, eagle_group_ids=[2])
+    with pytest.raises(KVCacheMisuseError, match="has no is_eagle_group"):
+        _full_and_window(use_eagle=True, eagle_group_ids=[0], profile="vllm-0.10")
+
+
+def test_only_flagged_groups_drop() -> None:
+    """With flags only the flagged groups' managers drop (vLLM 0.33's
+    ``drop_eagle_group_ids``); none flagged: every group (vLLM's fallback); without
+    ``use_eagle`` none, flagged or not."""
+    flagged = _full_and_window(use_eagle=True, eagle_group_ids=[1]).coordinator
+    assert [m.use_eagle for m in flagged.single_type_managers] == [False, True]
+    fallback = _full_and_window(use_eagle=True).coordinator
+    assert [m.use_eagle for m in fallback.single_type_managers] == [True, True]
+    off = _full_and_window(eagle_group_ids=[1]).coordinator
+    assert [m.use_eagle for m in off.single_type_managers] == [False, False]
+
+
+def test_mtp_check_applies_to_flagged_groups_without_use_eagle() -> None:
+    """vLLM 0.33 checks multi-module MTP's lookahead against the scheduler block whenever a
+    group is flagged (``eagle_group_ids``), ``use_eagle`` or not: vLLM 0.33.0's
+    ``KVCacheManager`` raised ValueError for a flagged full-attention group beside a window
+    (block 4, ``num_prefill_lookahead=8``, ``use_eagle=False``) and took it unflagged."""
+    with pytest.raises(KVCacheMisuseError, match="scheduler_block_size"):
+        _full_and_window(num_prefill_lookahead=8, eagle_group_ids=[0])
+    _full_and_window(num_prefill_lookahead=8)  # must not raise
