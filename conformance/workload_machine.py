@@ -776,7 +776,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 # The prompt's last hash boundary (before its hash lookahead tokens).
                 lag = max(1, self.pair.spec.num_hash_lookahead_tokens)
                 boundary = (len(prompt) - lag) // hashed * hashed
-                if not boundary:
+                if boundary <= 0:  # no boundary before the lookahead tokens (or none at all)
                     return
                 rid = self._add(prompt, False, "")
                 if rid is None:
