@@ -744,8 +744,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 past = data.draw(st.integers(0, hashed - 1), label="tokens shared past it")
                 prompt = self._scaled(prefix + tail)
                 # The prompt's last hash boundary (before its hash lookahead tokens).
+                # 0 (admitted whole) when the prompt is no longer than its lookahead.
                 lag = max(1, self.pair.spec.num_hash_lookahead_tokens)
-                boundary = (len(prompt) - lag) // hashed * hashed
+                boundary = max(0, (len(prompt) - lag) // hashed * hashed)
                 rid = self._add(prompt, False, "")
                 if rid is None:
                     return
@@ -775,8 +776,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 prompt = self._scaled([base + i for i in range(length)])
                 # The prompt's last hash boundary (before its hash lookahead tokens).
                 lag = max(1, self.pair.spec.num_hash_lookahead_tokens)
-                boundary = (len(prompt) - lag) // hashed * hashed
-                if boundary <= 0:  # no boundary before the lookahead tokens (or none at all)
+                boundary = max(0, (len(prompt) - lag) // hashed * hashed)
+                if not boundary:  # no boundary before the lookahead tokens
                     return
                 rid = self._add(prompt, False, "")
                 if rid is None:
