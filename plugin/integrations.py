@@ -58,6 +58,16 @@ def junit_properties(impl: str, verdict: str, conforms: bool,
             (f"kvcheck.{impl}.complete", str(complete).lower())]
 
 
+def junit_xml_active(config: pytest.Config) -> bool:
+    """Whether ``--junitxml`` writes a report this session (the properties below are only
+    worth computing then: a verdict of a partial run costs a collection subprocess)."""
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:  # a pytest that moved it: add_junit_properties adds nothing either
+        return False
+    return config.stash.get(xml_key, None) is not None
+
+
 def add_junit_properties(config: pytest.Config, properties: list[tuple[str, str]]) -> bool:
     """Add test-suite properties to ``--junitxml``'s report, as the
     ``record_testsuite_property`` fixture does (which only a test can request). Must run

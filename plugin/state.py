@@ -30,6 +30,7 @@ from kvcheck.plugin.integrations import (
     add_junit_properties,
     html_verdict,
     junit_properties,
+    junit_xml_active,
     measure_root_package,
     start_own_line,
 )
@@ -228,10 +229,15 @@ class KVSessionState:
         stop = session.shouldfail or session.shouldstop
         self.stop_reason = stop if isinstance(stop, str) and stop else None
         self._finished = True
-        properties = [p for v in self.verdicts()
-                      for p in junit_properties(v.impl.name, v.line, v.conforms,
-                                                v.completeness.complete)]
-        add_junit_properties(self.config, properties)
+        # The verdict is computed when something reads it (the terminal summary, the record,
+        # pytest-html, the JUnit properties here): a partial run's completeness collects the
+        # whole suite in a subprocess, which a run that reports nothing (an in-process run
+        # without the terminal reporter, as kvcheck's own mutant tests make) does not pay.
+        if junit_xml_active(self.config):
+            properties = [p for v in self.verdicts()
+                          for p in junit_properties(v.impl.name, v.line, v.conforms,
+                                                    v.completeness.complete)]
+            add_junit_properties(self.config, properties)
 
     @pytest.hookimpl(trylast=True, optionalhook=True)
     def pytest_html_results_summary(self, prefix: list[str]) -> None:

@@ -64,8 +64,9 @@ def run_area(pytester: pytest.Pytester, area_file: Path, impl: str, *args: str,
     ``option``: ``--kv-indexer``) with ``args``, no shrinking, and ``path`` (default:
     pytester's folder) on ``sys.path`` for the implementation's import. The checkout's
     pytest settings are not used (an empty ini), nor the terminal reporter (the verdict, and
-    the whole-suite inventory it would collect, are not needed), nor failure tracebacks
-    (``NoTracebacks``)."""
+    the whole-suite inventory it would collect, are not needed: with no summary, record or
+    JUnit file to write, the plugin computes no verdict, so such a run starts no child
+    pytest), nor failure tracebacks (``NoTracebacks``)."""
     ini = pytester.makeini("[pytest]\n")
     pytester.syspathinsert(path)
     rec = pytester.inline_run(f"{option}={impl}", *args, "-p", "no:cacheprovider",

@@ -53,6 +53,42 @@ def test_junit_xml_carries_verdict_conforms_and_complete(pytester: pytest.Pytest
     assert props["kvcheck.ref.complete"] == "false"
 
 
+@pytest.mark.parametrize("reader", ["nothing", "junit"])
+def test_a_verdict_nothing_reads_is_not_computed(pytester: pytest.Pytester,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 reader: str) -> None:
+    """A run of part of the suite's files counts what it left out by collecting the whole
+    suite in a child pytest (the verdict's "applicable" count). A session that prints no
+    summary (no terminal reporter), writes no record and no JUnit file does not pay for it
+    (kvcheck's own in-process mutant runs are such sessions); with ``--junitxml`` alone the
+    verdict is computed and lands in the file."""
+    import kvcheck.plugin.state
+    from kvcheck.plugin.completeness import suite_dir
+
+    children: list[str] = []
+    real = kvcheck.plugin.state.inventory_subprocess
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        children.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kvcheck.plugin.state, "inventory_subprocess", counted)
+    junit = ("--junitxml=junit.xml",) if reader == "junit" else ()
+    rec = pytester.inline_run(make_ref(pytester), "-p", "no:cacheprovider", "-p", "no:terminal",
+                              "--kv-max-examples=3", str(suite_dir() / "test_allocation.py"),
+                              *junit)
+    passed, _, failed = rec.listoutcomes()
+    assert passed and not failed
+    if reader == "nothing":
+        assert children == []
+        return
+    assert len(children) == 1
+    suite = ET.parse(pytester.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    assert props["kvcheck.ref.verdict"].startswith("ref: incomplete: ran ")
+
+
 PROGRESS_PLUGIN = """
 import pytest
 
