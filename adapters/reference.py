@@ -100,6 +100,8 @@ IMPL_INFO = ImplInfo(
          # Decode context parallelism and vLLM 0.33's prefix_match_unit (KVCacheManager's
          # dcp_world_size and prefix_match_unit).
          "dcp", "prefix_match_unit",
+         # A Mamba group under DCP (unsharded in vLLM 0.33, scaled in 0.10.2).
+         "mamba_dcp",
          # vLLM 0.33's fine-grained partial hash hits and their copy-on-write
          # (ReferenceManager.take_kv_cache_block_copies).
          "fine_grained_hits",
@@ -120,6 +122,15 @@ IMPL_INFO = ImplInfo(
          # reserved_blocks, has_scheduled_reqs; KVCacheManager's watermark and
          # max_in_flight_tokens).
          "admission_gates",
+         # vLLM 0.33's asynchronous scheduling: allocate_slots / finalize_partial_tail_offloads
+         # read the request's in-flight tokens (num_in_flight_tokens).
+         "async_scheduling",
+         # vLLM 0.33's Mamba shared-prefix checkpoint
+         # (KVCacheManager(enable_mamba_shared_prefix_checkpoint=True)).
+         "mamba_shared_prefix_checkpoint",
+         # vLLM 0.33's worker-side block zeroing (KVCacheManager(needs_kv_cache_zeroing=True),
+         # take_new_block_ids, allocate_slots' skip_zeroing_group_ids).
+         "block_zeroing",
          # Module-level KV-cache sizing functions (kvcheck.adapters.reference_sizing).
          "sizing",
          # vLLM's design features, declared so they are also tested under --kv-profile=generic
@@ -234,6 +245,8 @@ def reference_kv_cache_manager(spec: KVCacheSpec, *,
         num_hash_lookahead_tokens=spec.num_hash_lookahead_tokens,
         watermark=spec.watermark,
         max_in_flight_tokens=spec.max_in_flight_tokens,
+        enable_mamba_shared_prefix_checkpoint=spec.mamba_shared_prefix_checkpoint,
+        needs_kv_cache_zeroing=spec.needs_kv_cache_zeroing,
     )
 
 
@@ -442,11 +455,39 @@ class ReferenceManager:
                              delay_cache_blocks: bool = False, num_encoder_tokens: int = 0,
                              full_sequence_must_fit: bool = False,
                              reserved_blocks: int | None = None,
-                             has_scheduled_reqs: bool = True) -> AdapterBlockIds | None:
-        """``allocate_slots`` with external tokens, a delayed cache, encoder tokens or
-        admission gates (kept apart from the hot path). Each argument goes to the manager
-        only when not at its default, so a subclass of the manager (a mutant) written without
-        it keeps working."""
+                             has_scheduled_reqs: bool = True,
+                             num_in_flight_tokens: int = 0,
+                             skip_zeroing_group_ids: Sequence[int] = ()
+                             ) -> AdapterBlockIds | None:
+        """``allocate_slots`` with external tokens, a delayed cache, encoder tokens,
+        admission gates or in-flight tokens (kept apart from the hot path). Each argument
+        goes to the manager only when not at its default, so a subclass of the manager (a
+        mutant) written without it keeps working. ``num_in_flight_tokens`` is set on the
+        request for this call only (vLLM's ``Request.num_in_flight_tokens``: the scheduler's
+        count, which the view carries per call). ``skip_zeroing_group_ids`` goes through
+        ``KVCacheManager.zeroing_skipped``."""
+        if skip_zeroing_group_ids:
+            with self.manager.zeroing_skipped(skip_zeroing_group_ids):
+                return self._allocate_slots_with(
+                    req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
+                    num_external_computed_tokens=num_external_computed_tokens,
+                    delay_cache_blocks=delay_cache_blocks,
+                    num_encoder_tokens=num_encoder_tokens,
+                    full_sequence_must_fit=full_sequence_must_fit,
+                    reserved_blocks=reserved_blocks, has_scheduled_reqs=has_scheduled_reqs,
+                    num_in_flight_tokens=num_in_flight_tokens)
+        if num_in_flight_tokens:
+            req.num_in_flight_tokens = self._in_flight(req.request_id, num_in_flight_tokens)
+            try:
+                return self._allocate_slots_with(
+                    req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
+                    num_external_computed_tokens=num_external_computed_tokens,
+                    delay_cache_blocks=delay_cache_blocks,
+                    num_encoder_tokens=num_encoder_tokens,
+                    full_sequence_must_fit=full_sequence_must_fit,
+                    reserved_blocks=reserved_blocks, has_scheduled_reqs=has_scheduled_reqs)
+            finally:
+                req.num_in_flight_tokens = 0
         manager = self.manager
         extra: dict[str, Any] = {}  # Any: each keyword's own type
         if num_external_computed_tokens:
@@ -488,6 +529,14 @@ class ReferenceManager:
     def new_step_starts(self) -> None:
         self.manager.new_step_starts()
 
+    def take_new_block_ids(self) -> list[int]:
+        """The blocks handed out fresh since the last call, for the worker to zero (vLLM
+        0.33's ``take_new_block_ids``; ``[]`` without ``needs_kv_cache_zeroing``)."""
+        return self.manager.take_new_block_ids()
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        self.manager.record_blocks_for_zeroing(request_id, start_token)
+
     def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
         """The copy-on-write copies made since the last call, ``(src_block_id,
         dst_block_id)`` in vLLM's order, their retained blocks released as vLLM 0.33's
@@ -505,11 +554,34 @@ class ReferenceManager:
         (``KVCacheManager.take_boundary_state_offloads``); ``{}`` without such a group."""
         return self.manager.take_boundary_state_offloads()
 
-    def finalize_partial_tail_offloads(self, request: RequestView,
+    def finalize_partial_tail_offloads(self, request: RequestView, *,
+                                       num_in_flight_tokens: int = 0,
                                        ) -> list[tuple[int, int, int]]:
         """A finishing request's producer partial tails (``KVCacheManager.
-        finalize_partial_tail_offloads``), judged at ``request.num_computed_tokens``."""
-        return self.manager.finalize_partial_tail_offloads(self._requests.sync(request))
+        finalize_partial_tail_offloads``), judged at ``request.num_computed_tokens`` with
+        ``num_in_flight_tokens`` of them in flight (asynchronous scheduling)."""
+        req = self._requests.sync(request)
+        if not num_in_flight_tokens:
+            return self.manager.finalize_partial_tail_offloads(req)
+        req.num_in_flight_tokens = self._in_flight(req.request_id, num_in_flight_tokens)
+        try:
+            return self.manager.finalize_partial_tail_offloads(req)
+        finally:
+            req.num_in_flight_tokens = 0
+
+    def _in_flight(self, request_id: str, num_in_flight_tokens: int) -> int:
+        """``num_in_flight_tokens`` checked: an int >= 0, and only under vLLM 0.33 (0.10.2's
+        KV-cache manager reads no such count)."""
+        if type(num_in_flight_tokens) is not int or num_in_flight_tokens < 0:
+            raise KVCacheMisuseError(
+                f"{request_id!r}: num_in_flight_tokens must be an int >= 0, got "
+                f"{num_in_flight_tokens!r}")
+        if not self._v033:
+            raise KVCacheMisuseError(
+                f"{request_id!r}: num_in_flight_tokens={num_in_flight_tokens}: vLLM 0.10.2's "
+                "KV-cache manager reads no in-flight count (vLLM 0.33's asynchronous "
+                "scheduling added it); use profile vllm-0.33 or leave it at 0")
+        return num_in_flight_tokens
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)

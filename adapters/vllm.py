@@ -55,16 +55,19 @@ from kvcheck.adapters.vllm_features import (
 )
 from kvcheck.adapters.vllm_kv_config import (
     HAS_ADMISSION_GATES,
+    HAS_BLOCK_ZEROING,
     HAS_EAGLE_GROUPS,
     HAS_HASH_LOOKAHEAD,
     HAS_MAMBA_CHECKPOINTS,
     HAS_PREFILL_LOOKAHEAD,
+    HAS_SHARED_PREFIX_CHECKPOINT,
     LEGACY_HYBRID,
 )
 from kvcheck.adapters.vllm_manager import (
     HAS_BLOCK_COPIES,
     HAS_BOUNDARY_STATE_OFFLOADS,
     HAS_EVICT_BLOCKS,
+    HAS_IN_FLIGHT_TOKENS,
     VLLMBlockPool,
     VLLMManager,
     event_to_dict,
@@ -246,6 +249,21 @@ _RELEASE_FEATURES: tuple[tuple[bool, str, str], ...] = (
     (HAS_ADMISSION_GATES, "admission_gates",
      ("this release's KVCacheManager has no watermark and its allocate_slots no "
       "full_sequence_must_fit / reserved_blocks (vLLM 0.33's admission gates).")),
+    # vLLM 0.33's asynchronous scheduling in the KV-cache manager (Request.
+    # num_in_flight_tokens: allocate_slots frees windows on the processed-token basis).
+    (HAS_IN_FLIGHT_TOKENS, "async_scheduling",
+     ("this release's KVCacheManager reads no Request.num_in_flight_tokens (vLLM 0.33's "
+      "asynchronous scheduling).")),
+    # vLLM 0.33's Mamba shared-prefix checkpoint
+    # (KVCacheManager(enable_mamba_shared_prefix_checkpoint=True)).
+    (HAS_SHARED_PREFIX_CHECKPOINT, "mamba_shared_prefix_checkpoint",
+     ("this release's KVCacheManager has no enable_mamba_shared_prefix_checkpoint (vLLM "
+      "0.33's Mamba shared-prefix checkpoint).")),
+    # vLLM 0.33's worker-side block zeroing (KVCacheConfig.needs_kv_cache_zeroing; the
+    # manager's take_new_block_ids, allocate_slots' skip_zeroing_group_ids).
+    (HAS_BLOCK_ZEROING, "block_zeroing",
+     ("this release's KVCacheConfig has no needs_kv_cache_zeroing (vLLM 0.33's worker-side "
+      "block zeroing).")),
 )
 for _present, _capability, _why_absent in _RELEASE_FEATURES:
     if _present:
@@ -255,6 +273,9 @@ for _present, _capability, _why_absent in _RELEASE_FEATURES:
 # Decode context parallelism (KVCacheManager(dcp_world_size=W)): every supported release; and
 # vLLM 0.33's CacheConfig.prefix_match_unit (its resolve_kv_cache_block_sizes), not in 0.10.2.
 _capabilities.add("dcp")
+# A Mamba group under DCP: every supported release builds one (0.33 leaves it unsharded, 0.10.2
+# scales it; with caching on 0.10.2 refuses Mamba whatever the DCP).
+_capabilities.add("mamba_dcp")
 if not LEGACY_HYBRID:
     _capabilities.add("prefix_match_unit")
 else:

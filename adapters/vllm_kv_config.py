@@ -47,6 +47,7 @@ from kvcheck.adapters.vllm_runtime import (
     torch,
 )
 from kvcheck.adapters.vllm_runtime import KVCacheGroupSpec as VLLMKVCacheGroupSpec
+from kvcheck.conformance.laws import eagle_drop_groups
 from kvcheck.conformance.protocol import (
     ATTENTION_KINDS,
     MAMBA_CACHE_MODES,
@@ -56,8 +57,9 @@ from kvcheck.conformance.protocol import (
 )
 from kvcheck.errors import KVCheckInputError
 
-__all__ = ["HAS_ADMISSION_GATES", "HAS_EAGLE_GROUPS", "HAS_HASH_LOOKAHEAD", "HAS_PREFILL_LOOKAHEAD",
-           "LEGACY_HYBRID", "VLLMCache", "block_sizes", "make_vllm_cache", "unsupported_reason"]
+__all__ = ["HAS_ADMISSION_GATES", "HAS_BLOCK_ZEROING", "HAS_EAGLE_GROUPS", "HAS_HASH_LOOKAHEAD",
+           "HAS_PREFILL_LOOKAHEAD", "HAS_SHARED_PREFIX_CHECKPOINT", "LEGACY_HYBRID", "VLLMCache",
+           "block_sizes", "make_vllm_cache", "unsupported_reason"]
 
 #: True for releases whose ``KVCacheManager`` has no ``hash_block_size`` (0.10.x): one block
 #: size with caching, the one-full-one-other hybrid coordinator, the KV-event null-parent bug.
@@ -69,12 +71,18 @@ HAS_HASH_LOOKAHEAD: bool = "num_hash_lookahead_tokens" in MANAGER_PARAMS
 #: vLLM 0.33's admission gates (``KVCacheManager(watermark, max_in_flight_tokens)``,
 #: ``allocate_slots(..., full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)``).
 HAS_ADMISSION_GATES: bool = "watermark" in MANAGER_PARAMS
+#: vLLM 0.33's Mamba shared-prefix checkpoint
+#: (``KVCacheManager(enable_mamba_shared_prefix_checkpoint=True)``).
+HAS_SHARED_PREFIX_CHECKPOINT: bool = "enable_mamba_shared_prefix_checkpoint" in MANAGER_PARAMS
 #: vLLM 0.33's MambaSpec has prefill checkpoint blocks (0.10.2's has not).
 HAS_MAMBA_CHECKPOINTS: bool = "num_prefill_checkpoint_blocks" in getattr(
     MambaSpec, "__dataclass_fields__", {})
 #: vLLM 0.33's per-group EAGLE flag (``KVCacheGroupSpec.is_eagle_group``; 0.10.2 has none).
 HAS_EAGLE_GROUPS: bool = "is_eagle_group" in getattr(
     VLLMKVCacheGroupSpec, "__dataclass_fields__", {})
+#: vLLM 0.33's worker-side block zeroing (``KVCacheConfig.needs_kv_cache_zeroing``, the
+#: manager's ``take_new_block_ids``; 0.10.2 has neither).
+HAS_BLOCK_ZEROING: bool = hasattr(KVCacheConfig, "needs_kv_cache_zeroing")
 # max_model_len when the spec sets none: far above anything a pool in the suite can hold.
 _UNCAPPED_MODEL_LEN = 1 << 20
 
@@ -224,24 +232,38 @@ def unsupported_reason(spec: KVCacheSpec) -> str | None:
     mamba = _mamba_reason(spec, groups)
     if mamba is not None:
         return mamba
+    if spec.mamba_shared_prefix_checkpoint and not HAS_SHARED_PREFIX_CHECKPOINT:
+        return (f"vLLM {VERSION}'s KVCacheManager has no enable_mamba_shared_prefix_checkpoint "
+                "(vLLM 0.33's Mamba shared-prefix checkpoint): leave "
+                "mamba_shared_prefix_checkpoint=False")
+    if spec.needs_kv_cache_zeroing and not HAS_BLOCK_ZEROING:
+        return (f"vLLM {VERSION}'s KVCacheConfig has no needs_kv_cache_zeroing (vLLM 0.33's "
+                "worker-side block zeroing): leave needs_kv_cache_zeroing=False")
     if (spec.watermark or spec.max_in_flight_tokens is not None) and not HAS_ADMISSION_GATES:
         return (f"vLLM {VERSION}'s KVCacheManager has no watermark / max_in_flight_tokens "
                 "(vLLM 0.33's admission gates): leave them at 0.0 / None")
     if spec.num_prefill_lookahead and not HAS_PREFILL_LOOKAHEAD:
         return (f"vLLM {VERSION}'s KVCacheManager has no num_prefill_lookahead (vLLM 0.33's "
                 "multi-module MTP): use num_prefill_lookahead=0")
-    if (spec.enable_caching and spec.num_prefill_lookahead > 1
-            and (spec.use_eagle or len(groups) == 1)
+    if (spec.enable_caching and spec.num_prefill_lookahead > 1 and spec.use_eagle
+            and len(groups) > 1
             and any(g.kind == "mamba" and g.mamba_cache_mode == "align" for g in groups)):
-        return (f"vLLM {VERSION} caches the last num_prefill_lookahead - 1 computed tokens "
-                "later and then keys a Mamba 'align' state for fewer tokens than its block "
-                "holds (a stale state): use num_prefill_lookahead <= 1 beside a Mamba 'align' "
-                "group with caching on")
-    if spec.use_eagle and spec.enable_caching and any(
-            g.kind == "chunked_local_attention" for g in groups):
+        # One Mamba group alone keys whole blocks only, which hold their state: vLLM runs it
+        # right (replayed with kvcheck's laws; conformance/mtp_golden.py).
+        return (f"vLLM {VERSION} caches the last num_prefill_lookahead - 1 computed tokens of "
+                "EAGLE's groups later and then keys a Mamba 'align' state for fewer tokens "
+                "than its block holds (a stale state): use num_prefill_lookahead <= 1 beside "
+                "a Mamba 'align' group with use_eagle and caching on")
+    dropping = eagle_drop_groups(spec) if spec.enable_caching else frozenset()
+    chunked = [i for i in sorted(dropping) if groups[i].kind == "chunked_local_attention"]
+    if chunked:
+        # Only a chunked group whose hits drop EAGLE's block (flagged, of a flagged group's
+        # spec, or every group when none is flagged) reaches the assertion; vLLM 0.33 runs an
+        # unflagged one beside a flagged group of another spec.
         return (f"vLLM {VERSION}'s ChunkedLocalAttentionManager asserts 'Hybrid KV cache is "
-                "not supported for eagle + chunked local attention' on a cache lookup: use "
-                "use_eagle=False or enable_caching=False")
+                "not supported for eagle + chunked local attention' on a cache lookup (group "
+                f"{chunked[0]} drops EAGLE's block): flag only groups of another spec "
+                "is_eagle_group (vLLM 0.33), or use use_eagle=False or enable_caching=False")
     if spec.use_eagle and spec.enable_caching and any(
             g.kind == "mamba" and g.num_prefill_checkpoint_blocks for g in groups):
         return (f"vLLM {VERSION} fails 'assert block_idx < len(req_blocks)' in "
@@ -390,8 +412,19 @@ def _kv_cache_config(spec: KVCacheSpec, scheduler: int, hashed: int) -> object:
         extra = accepting(
             KVCacheConfig, prefix_cache_retention_interval=spec.prefix_cache_retention_interval,
             hash_block_size=hashed, cache_hit_alignment_tokens=scheduler)
-    return KVCacheConfig(num_blocks=spec.num_blocks, kv_cache_tensors=[],
-                         kv_cache_groups=_vllm_groups(spec, _group_sizes(spec)), **extra)
+    # vLLM derives needs_kv_cache_zeroing (a property) from Mamba layers or a mixed-precision
+    # cache, which kvcheck's specs do not describe: a spec asking for zeroing gets it from a
+    # subclass whose attribute shadows the property (read once, by the coordinator).
+    config_cls = _ZeroingKVCacheConfig if spec.needs_kv_cache_zeroing else KVCacheConfig
+    return config_cls(num_blocks=spec.num_blocks, kv_cache_tensors=[],
+                      kv_cache_groups=_vllm_groups(spec, _group_sizes(spec)), **extra)
+
+
+class _ZeroingKVCacheConfig(KVCacheConfig):  # type: ignore[misc]
+    """vLLM's ``KVCacheConfig`` with ``needs_kv_cache_zeroing`` True whatever the layout
+    (only built where the release has the property: ``unsupported_reason``)."""
+
+    needs_kv_cache_zeroing = True
 
 
 # ------------------------------------------------------------------------------ the manager
@@ -436,7 +469,11 @@ def make_vllm_cache(spec: KVCacheSpec) -> VLLMCache:
             # vLLM 0.33's admission gates, only when set (0.10.2 has neither).
             **({"watermark": spec.watermark} if spec.watermark else {}),
             **({"max_in_flight_tokens": spec.max_in_flight_tokens}
-               if spec.max_in_flight_tokens is not None else {})))
+               if spec.max_in_flight_tokens is not None else {}),
+            # vLLM 0.33's Mamba shared-prefix checkpoint, only when set (0.10.2 has none);
+            # vLLM narrows it off itself where it does not apply.
+            **({"enable_mamba_shared_prefix_checkpoint": True}
+               if spec.mamba_shared_prefix_checkpoint else {})))
     except AssertionError as exc:  # a rule of this release the checks above missed
         raise UnsupportedSpec(f"vLLM {VERSION} refuses these KV-cache groups: "
                               f"AssertionError: {exc}") from exc

@@ -19,13 +19,18 @@ reads it (docs/semantics.md#allocation-caching-freeing-and-events-with-several-g
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from kvcheck.adapters.external_blocks import blocks_added
-from kvcheck.adapters.vllm_kv_config import HAS_ADMISSION_GATES, make_vllm_cache
+from kvcheck.adapters.vllm_kv_config import (
+    HAS_ADMISSION_GATES,
+    HAS_BLOCK_ZEROING,
+    make_vllm_cache,
+)
 from kvcheck.adapters.vllm_requests import Hashing, request_sync
 from kvcheck.adapters.vllm_runtime import (
     VERSION,
@@ -135,6 +140,8 @@ class VLLMManager:
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
+        num_in_flight_tokens: int = 0,
+        skip_zeroing_group_ids: Sequence[int] = (),
     ) -> AdapterBlockIds | None:
         """The newly allocated block ids (one list per group, or group 0's for a spec
         without ``kv_cache_groups``), or None when the pool cannot hold the request.
@@ -150,8 +157,31 @@ class VLLMManager:
         allocation succeeded, WAITING until then (a freed request's next ``Request`` is a
         new one, WAITING: vLLM treats PREEMPTED alike). 0.10.2 has no gates:
         ``UnsupportedSpec``."""
-        gates = self._gates(full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
+        # Any: vLLM's keyword arguments, each of its own type.
+        gates: dict[str, Any] = dict(
+            self._gates(full_sequence_must_fit, reserved_blocks, has_scheduled_reqs))
+        if skip_zeroing_group_ids:  # only with an asynchronous external load (vLLM 0.33)
+            if not HAS_BLOCK_ZEROING:
+                raise UnsupportedSpec(
+                    f"allocate_slots(skip_zeroing_group_ids={list(skip_zeroing_group_ids)}): "
+                    f"vLLM {VERSION} has no worker-side block zeroing (vLLM 0.33 added it)")
+            gates["skip_zeroing_group_ids"] = tuple(skip_zeroing_group_ids)
         req = self._requests.sync(request)
+        if num_in_flight_tokens:
+            # vLLM's scheduler keeps the count on the Request; the view carries it per call.
+            req.num_in_flight_tokens = _in_flight(num_in_flight_tokens)
+            try:
+                return self.allocate_slots(
+                    request, num_new_tokens, num_new_computed_tokens, new_computed_block_ids,
+                    num_lookahead_tokens,
+                    num_external_computed_tokens=num_external_computed_tokens,
+                    delay_cache_blocks=delay_cache_blocks,
+                    num_encoder_tokens=num_encoder_tokens,
+                    full_sequence_must_fit=full_sequence_must_fit,
+                    reserved_blocks=reserved_blocks, has_scheduled_reqs=has_scheduled_reqs,
+                    skip_zeroing_group_ids=skip_zeroing_group_ids)
+            finally:
+                req.num_in_flight_tokens = 0
         hits = None
         if new_computed_block_ids:
             per_group = new_computed_block_ids if self.grouped else (new_computed_block_ids,)
@@ -228,6 +258,21 @@ class VLLMManager:
         if step is not None:
             step()
 
+    def take_new_block_ids(self) -> list[int]:
+        """vLLM 0.33's ``KVCacheManager.take_new_block_ids()`` (its scheduler drains it every
+        step into ``new_block_ids_to_zero``), as plain ints; ``[]`` on a release without it
+        (0.10.2, which declines specs with ``needs_kv_cache_zeroing``)."""
+        take = getattr(self.manager, "take_new_block_ids", None)
+        return [] if take is None else [int(b) for b in take()]
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        """vLLM 0.33's ``KVCacheManager.record_blocks_for_zeroing`` (its scheduler's answer to
+        a failed asynchronous load past a valid prefix)."""
+        if not HAS_BLOCK_ZEROING:
+            raise UnsupportedSpec(f"record_blocks_for_zeroing: vLLM {VERSION} has no "
+                                  "worker-side block zeroing (vLLM 0.33 added it)")
+        self.manager.record_blocks_for_zeroing(request_id, start_token)
+
     def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
         """vLLM 0.33's ``KVCacheManager.take_kv_cache_block_copies()`` and what its scheduler
         does right after in its non-deferred mode (``Scheduler.schedule``,
@@ -253,7 +298,8 @@ class VLLMManager:
         return {str(rid): [(int(g), int(b), int(n)) for g, b, n in entries]
                 for rid, entries in offloads.items()}
 
-    def finalize_partial_tail_offloads(self, request: RequestView,
+    def finalize_partial_tail_offloads(self, request: RequestView, *,
+                                       num_in_flight_tokens: int = 0,
                                        ) -> list[tuple[int, int, int]]:
         """vLLM 0.33's ``KVCacheManager.finalize_partial_tail_offloads(request)`` (its
         scheduler calls it for a KV producer whose request finishes, before freeing it), the
@@ -262,7 +308,12 @@ class VLLMManager:
         finalize = getattr(self.manager, "finalize_partial_tail_offloads", None)
         if finalize is None:
             return []
-        tails: list[tuple[int, int, int]] = finalize(self._requests.sync(request))
+        req = self._requests.sync(request)
+        req.num_in_flight_tokens = _in_flight(num_in_flight_tokens) if num_in_flight_tokens else 0
+        try:
+            tails: list[tuple[int, int, int]] = finalize(req)
+        finally:
+            req.num_in_flight_tokens = 0
         return [(int(g), int(b), int(n)) for g, b, n in tails]
 
     def free(self, request_id: str) -> None:
@@ -416,3 +467,20 @@ class VLLMBlockPool:
 
     def free_block_ids(self) -> list[int]:
         return [b.block_id for b in self.pool.free_block_queue.get_all_free_blocks()]
+
+
+#: vLLM 0.33's asynchronous scheduling in the KV-cache manager: ``allocate_slots`` frees a
+#: window's skipped blocks at ``computed - request.num_in_flight_tokens`` (0.10.2 has no
+#: such count).
+HAS_IN_FLIGHT_TOKENS: bool = "num_in_flight_tokens" in inspect.getsource(
+    KVCacheManager.allocate_slots)
+
+
+def _in_flight(num_in_flight_tokens: int) -> int:
+    """``num_in_flight_tokens`` for vLLM's ``Request``; ``UnsupportedSpec`` on a release
+    whose manager reads no such count."""
+    if not HAS_IN_FLIGHT_TOKENS:
+        raise UnsupportedSpec(
+            f"num_in_flight_tokens={num_in_flight_tokens}: vLLM {VERSION}'s KVCacheManager "
+            "reads no in-flight count (vLLM 0.33's asynchronous scheduling added it)")
+    return num_in_flight_tokens

@@ -58,6 +58,9 @@ class VllmRequest(EngineRequest, Protocol):
     #: it).
     #: Any: vLLM's enum, imported at run time (vLLM is not a dependency of the type check).
     status: Any
+    #: 0.33: the tokens of steps whose output is not processed yet (asynchronous
+    #: scheduling), set for one call (``allocate_slots``, ``finalize_partial_tail_offloads``).
+    num_in_flight_tokens: int
 
     def append_output_token_ids(self, token_ids: int | list[int], /) -> None: ...
 

@@ -44,6 +44,15 @@ What the scenarios show (block size 4):
 * ``reserved_blocks``: the step must fit ``free - reserved_blocks``; the full-sequence gate
   does not subtract them; ``reserved_and_watermark``: both add up for a waiting request,
   a running one pays the reservation only.
+* ``dcp_window_cap_in_spec_blocks`` (block size 2, DCP 2: the managers' blocks hold 4 tokens,
+  caching off, where vLLM's no-prefix-cache coordinator takes a window under DCP): the
+  window's cap is counted in the *spec's* unscaled blocks, ``cdiv(4 - 1 + 8, 2) + 1 = 7``
+  (not ``cdiv(11, 4) + 1 = 4`` in the scaled ones): a's 40 tokens need 10 + 7 = 17 blocks of
+  16 free (refused; 14 with the scaled cap would fit) and b's 36 tokens 9 + 7 = 16 (admitted;
+  9 + 9 uncapped would not); ``dcp_chunked_local_cap_in_spec_blocks``: the same for chunks
+  of 8, ``cdiv(8 + 8, 2) = 8`` blocks (not 4): 18 refused with 17 free, 17 admitted. The
+  recording passed ``dcp_world_size=2`` to vLLM's ``KVCacheManager`` and built the groups'
+  specs at block size 2.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from typing import Any
 from kvcheck.conformance.ops import Op, add, free, schedule
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
 
-__all__ = ["RECORDED", "SCENARIOS", "scenario_ops", "scenario_spec", "toks"]
+__all__ = ["RECORDED", "SCENARIOS", "scenario_knobs", "scenario_ops", "scenario_spec", "toks"]
 
 
 def toks(start: int, n: int) -> tuple[int, ...]:
@@ -61,7 +70,8 @@ def toks(start: int, n: int) -> tuple[int, ...]:
 
 
 #: name -> (num_blocks, groups as (kind, block size, window or chunk), max_model_len,
-#: watermark, max_in_flight_tokens, ops).
+#: watermark, max_in_flight_tokens, ops[, spec knobs]): the optional last entry holds
+#: ``KVCacheSpec`` fields off their default (``dcp_world_size``, ``enable_caching``).
 # Any: a scenario is a heterogeneous literal tuple (data), read by position in
 # scenario_spec and scenario_ops.
 SCENARIOS: dict[str, tuple[Any, ...]] = {
@@ -163,6 +173,20 @@ SCENARIOS: dict[str, tuple[Any, ...]] = {
         ("decode", "b", {"reserved_blocks": 5}),
         ("decode", "a", {"reserved_blocks": 6}),
     ]),
+    "dcp_window_cap_in_spec_blocks": (17, [("full", 2, None), ("window", 2, 4)], 1024, 0.0, 8, [
+        ("req", "a", toks(0, 40)),
+        ("alloc", "a", 8, {"full_sequence_must_fit": True}),
+        ("req", "b", toks(100, 36)),
+        ("alloc", "b", 8, {"full_sequence_must_fit": True}),
+        ("alloc", "b", 8, {}),
+    ], {"dcp_world_size": 2, "enable_caching": False}),
+    "dcp_chunked_local_cap_in_spec_blocks": (
+        18, [("full", 2, None), ("chunked", 2, 8)], 1024, 0.0, 8, [
+            ("req", "a", toks(0, 40)),
+            ("alloc", "a", 8, {"full_sequence_must_fit": True}),
+            ("req", "b", toks(100, 36)),
+            ("alloc", "b", 8, {"full_sequence_must_fit": True}),
+        ], {"dcp_world_size": 2, "enable_caching": False}),
 }
 
 #: What vLLM 0.33.0's KVCacheManager answered, op by op (see the module docstring).
@@ -208,13 +232,20 @@ RECORDED: dict[str, list[tuple[Any, ...]]] = {
         ("a", 0, [[1, 2, 3, 4, 5, 6, 7, 8]], 11), ("b", 0, None, 11),
         ("b", 0, [[9, 10, 11, 12]], 7), ("b", 0, [[13]], 6), ("a", 0, None, 6),
     ],
+    "dcp_window_cap_in_spec_blocks": [
+        ("a", 0, None, 16), ("b", 0, [[1, 2], [3, 4]], 12), ("b", 0, [[3, 5], [6, 7]], 9),
+    ],
+    "dcp_chunked_local_cap_in_spec_blocks": [
+        ("a", 0, None, 17), ("b", 0, [[1, 2], [3, 4]], 13),
+    ],
 }
 
 
 def scenario_spec(name: str, profile: str = "vllm-0.33") -> KVCacheSpec:
     """The protocol spec of scenario ``name`` (block size 4; one full-attention group: no
     ``kv_cache_groups``)."""
-    num_blocks, groups, max_model_len, watermark, max_in_flight, _ = SCENARIOS[name]
+    num_blocks, groups, max_model_len, watermark, max_in_flight = SCENARIOS[name][:5]
+    knobs = scenario_knobs(name)
     kinds = {"full": "full_attention", "window": "sliding_window",
              "chunked": "chunked_local_attention"}
     layout = () if groups == [("full", 4, None)] else tuple(
@@ -222,9 +253,16 @@ def scenario_spec(name: str, profile: str = "vllm-0.33") -> KVCacheSpec:
                          **({"sliding_window": size} if kind == "window" else
                             {"attention_chunk_size": size} if kind == "chunked" else {}))
         for kind, bs, size in groups)
-    return KVCacheSpec(num_blocks=num_blocks, block_size=4, profile=profile,
-                       max_model_len=max_model_len, kv_cache_groups=layout,
-                       watermark=watermark, max_in_flight_tokens=max_in_flight)
+    return KVCacheSpec(num_blocks=num_blocks, block_size=min(g[1] for g in groups),
+                       profile=profile, max_model_len=max_model_len, kv_cache_groups=layout,
+                       watermark=watermark, max_in_flight_tokens=max_in_flight, **knobs)
+
+
+def scenario_knobs(name: str) -> dict[str, Any]:  # Any: KVCacheSpec fields of several types
+    """Scenario ``name``'s ``KVCacheSpec`` fields off their default (``dcp_world_size``,
+    ``enable_caching``); ``{}`` for most."""
+    entry = SCENARIOS[name]
+    return dict(entry[6]) if len(entry) > 6 else {}
 
 
 def scenario_ops(name: str) -> list[tuple[Op, bool]]:

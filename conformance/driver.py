@@ -73,13 +73,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from kvcheck.conformance.block_zeroing import recording_groups, truncate_computed_blocks
 from kvcheck.conformance.boundary_offloads import CAPABILITY as OFFLOADS
 from kvcheck.conformance.boundary_offloads import (
     boundary_state_offloads,
     offload_problems,
     tail_problems,
 )
-from kvcheck.conformance.fine_grained import fine_grained_hits, hash_block_size
+from kvcheck.conformance.fine_grained import block_copies, fine_grained_hits, hash_block_size
 from kvcheck.conformance.groups import adapter_form, null_of
 from kvcheck.conformance.guard import GuardedManager
 from kvcheck.conformance.laws import check_full_sequence_fit, check_hits, mtp_lag
@@ -162,6 +163,10 @@ class Driver:
         #: block their hits end on (0 otherwise).
         self.fine = fine_grained_hits(spec)
         self.fine_hash = hash_block_size(spec) if self.fine else 0
+        #: Copy-on-write copies in this layout (fine-grained hits, or a Mamba group's copy of
+        #: a running request's own partial tail where fine-grained lookups are off:
+        #: ``block_copies``), drained as vLLM's ``schedule()`` drains them.
+        self.copies = self.fine or block_copies(spec)
         #: Fine-grained: an ``allocate_slots`` was called since the copies were last drained
         #: (the blocks copies retain are then neither free nor held: the pool laws wait).
         self.copies_pending = False
@@ -174,9 +179,14 @@ class Driver:
         self.offloads = (OFFLOADS in impl.info.capabilities
                          and boundary_state_offloads(spec))
         self.offloads_pending = False
+        #: Worker-side block zeroing (``block_zeroing``, a spec with needs_kv_cache_zeroing):
+        #: every ``allocate_slots`` is followed by ``take_new_block_ids``, as vLLM's scheduler
+        #: drains them every step (the guard judges each drain), and each drain is kept here.
+        self.zeroing = spec.needs_kv_cache_zeroing and "block_zeroing" in impl.info.capabilities
+        self.zeroed: list[list[int]] = []
         self.drained_offloads: list[dict[str, list[tuple[int, int, int]]]] = []
         self.finalized_tails: list[tuple[str, list[tuple[int, int, int]]]] = []
-        self.written = [WrittenBlocks(spec.group_block_size(g), fine=self.fine,
+        self.written = [WrittenBlocks(spec.group_block_size(g), fine=self.copies,
                                       state=group.kind == "mamba",
                                       lag=mtp_lag(spec, g) if group.kind != "mamba" else 0)
                         for g, group in enumerate(spec.groups)]
@@ -229,12 +239,13 @@ class Driver:
                                   lookahead=int(op.get("lookahead", 0)),
                                   external=int(op.get("external", 0)),
                                   delay=bool(op.get("delay", False)),
-                                  gates=op.get("gates"))
+                                  gates=op.get("gates"), truncate=op.get("truncate"))
         if op["op"] == "decode":
             return self._schedule(op["rid"], int(op["num_tokens"]), decode=True,
-                                  lookahead=int(op.get("lookahead", 0)))
+                                  lookahead=int(op.get("lookahead", 0)),
+                                  gates=op.get("gates"))
         if op["op"] == "free":
-            self._free(op["rid"])
+            self._free(op["rid"], int(op.get("in_flight", 0)))
             return {}
         if op["op"] == "cache":
             self._load_ended(op["rid"], int(op["num_tokens"]))
@@ -252,9 +263,9 @@ class Driver:
     def run(self, ops: Iterable[Op]) -> list[StepResult]:
         return [self.apply(op) for op in ops]
 
-    def _free(self, rid: str) -> None:
+    def _free(self, rid: str, in_flight: int = 0) -> None:
         if self.offloads and rid in self.running:
-            self._finalize_tails(rid)
+            self._finalize_tails(rid, in_flight)
         self._call(f"m.free({rid!r})", self.manager.free, rid)
         self.running.discard(rid)
         self.loading.pop(rid, None)
@@ -277,11 +288,20 @@ class Driver:
         if num_valid == 0:  # nothing valid: vLLM frees the request (a retry may hit)
             self._free(rid)
             return
+        failed = num_valid < view.num_computed_tokens
         view = self.views[rid] = replace(view, num_computed_tokens=num_valid)
         self.lines.append(f"views[{rid!r}] = replace(views[{rid!r}], num_computed_tokens="
                           f"{num_valid})")
         self._call(f"m.cache_blocks(views[{rid!r}], {num_valid})", self.manager.cache_blocks,
                    view, num_valid)
+        if self.zeroing and failed and all(
+                num_valid % self.spec.group_block_size(g) == 0
+                for g in recording_groups(self.spec)):
+            # vLLM's scheduler: the blocks past the valid prefix were left unwritten and
+            # their zeroing skipped; zero them before they are recomputed (its valid count
+            # is block-aligned; an unaligned one here is a failure vLLM never reports).
+            self._call(f"m.record_blocks_for_zeroing({rid!r}, {num_valid})",
+                       self.manager.record_blocks_for_zeroing, rid, num_valid)
         if self.offloads:  # vLLM caches an arrived load inside schedule(), which drains it
             self.offloads_pending = True
         if num_valid == view.num_tokens:  # a whole-prompt hit recomputes its last token
@@ -335,9 +355,12 @@ class Driver:
 
     def _schedule(self, rid: str, num_tokens: int | None, decode: bool = False,
                   lookahead: int = 0, external: int = 0, delay: bool = False,
-                  gates: dict[str, bool | int] | None = None) -> StepResult:
+                  gates: dict[str, bool | int | list[int]] | None = None,
+                  truncate: int | None = None) -> StepResult:
         """One ``schedule`` or ``decode`` op, as vLLM's scheduler makes its calls (``gates``:
-        vLLM 0.33's admission gates, passed as they are)."""
+        vLLM 0.33's admission gates and a running request's ``num_in_flight_tokens``,
+        asynchronous scheduling, passed as they are; ``truncate``: the lookup's hits trimmed
+        at that many tokens, ``truncate_computed_blocks``)."""
         if rid in self.loading:
             return {}  # waiting for its KV: a scheduler does not schedule it
         step_rids = self.step_rids
@@ -353,6 +376,11 @@ class Driver:
         if not was_running:
             hits, num_hit = self._lookup_hits(view)
             out["hits"] = (hits, num_hit)
+            if truncate is not None and truncate < num_hit:
+                hits = truncate_computed_blocks(self.spec, hits, truncate)
+                num_hit = truncate
+                self.lines.append(f"# the hits trimmed at {truncate} tokens "
+                                  f"(truncate_computed_blocks): {hits!r}")
         plan = plan_schedule(rid, view, num_tokens, num_hit, running=was_running,
                              decode=decode, external=external, delay=delay)
         view, num_new, external, delay = plan.view, plan.num_new, plan.external, plan.delay
@@ -412,7 +440,10 @@ class Driver:
             new = self._call(f"{text})", self.manager.allocate_slots_per_group, view, num_new,
                              num_hit, hits, shown=shown)
         new_ids = out["new"] = None if new is None else [list(ids) for ids in new]
-        if self.fine:
+        if self.zeroing:  # the worker zeroes them before this step's forward
+            self.zeroed.append(self._call("m.take_new_block_ids()",
+                                          self.manager.take_new_block_ids))
+        if self.copies:
             self.copies_pending = True
         if self.offloads:
             self.offloads_pending = True
@@ -421,9 +452,13 @@ class Driver:
             # external tokens too, which count as computed; 0.10.2 takes them as new tokens).
             # Never lower: a load's rewind (or failure) lowers the computed tokens, but what a
             # window skipped stays skipped.
+            # Asynchronous scheduling (vLLM 0.33): on the processed-token basis, the start
+            # less the tokens in flight, whose steps' windows still read below it.
+            in_flight = gates.get("num_in_flight_tokens", 0) if gates else 0
             self.last_start[rid] = max(
                 self.last_start.get(rid, 0),
-                start + (external if self.spec.profile != "vllm-0.10" else 0))
+                start + (external if self.spec.profile != "vllm-0.10" else 0)
+                - (in_flight if isinstance(in_flight, int) else 0))
         if new_ids is None and not was_running:
             self._release(rid)  # a refused admission keeps the lookup's pins
         if new_ids is not None:
@@ -475,11 +510,26 @@ class Driver:
             self._law_problems += offload_problems(self.spec, self.written, self.views,
                                                    self.running, tables, offloads, copies)
 
-    def _finalize_tails(self, rid: str) -> None:
-        """``finalize_partial_tail_offloads(views[rid])`` before ``rid`` is freed, judged."""
+    def _finalize_tails(self, rid: str, in_flight: int = 0) -> None:
+        """``finalize_partial_tail_offloads(views[rid])`` before ``rid`` is freed, judged;
+        ``in_flight`` tokens (asynchronous scheduling) passed only when not 0, and then no
+        tail may come back (an in-flight step may still write the state)."""
         view = self.views[rid]
-        tails = self._call(f"m.finalize_partial_tail_offloads(views[{rid!r}])",
-                           self.manager.finalize_partial_tail_offloads, view)
+        if in_flight:
+            tails = self._call(
+                f"m.finalize_partial_tail_offloads(views[{rid!r}], "
+                f"num_in_flight_tokens={in_flight})",
+                lambda: self.manager.finalize_partial_tail_offloads(
+                    view, num_in_flight_tokens=in_flight))
+            if tails:
+                self._law_problems.append(
+                    f"async scheduling: finalize_partial_tail_offloads({rid!r}) with "
+                    f"{in_flight} tokens in flight answered {tails}: a boundary state is "
+                    "finalized only when no token is in flight (an in-flight step may still "
+                    "write it; vLLM 0.33's MambaManager.finalize_partial_tail_offload)")
+        else:
+            tails = self._call(f"m.finalize_partial_tail_offloads(views[{rid!r}])",
+                               self.manager.finalize_partial_tail_offloads, view)
         if tails:
             self.finalized_tails.append((rid, tails))
             self._law_problems += tail_problems(self.spec, self.written, view,

@@ -13,8 +13,10 @@ both of its searches (full attention, then the other group within it), so a hybr
 two blocks there. A Mamba group's search never drops, but its partial-tail key moves to
 EAGLE's replay boundary (``num_prompt_tokens // H * H - H``), and under sparse retention
 (``prefix_cache_retention_interval``) a window keeps the tails ending one block past EAGLE's
-replay boundaries (``replay_boundaries``). A chunked local attention group with caching on is
-refused (vLLM asserts it on the first lookup).
+replay boundaries (``replay_boundaries``). A chunked local attention group whose hits drop
+(flagged, of a flagged group's spec, or every group when none is flagged: always under vLLM
+0.10.2) is refused with caching on (vLLM asserts it on the first lookup); an unflagged one
+beside a flagged group of another spec runs in vLLM 0.33 and hits as without EAGLE.
 
 ``answers`` are what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)`` with ``use_eagle=True``, the
@@ -72,6 +74,8 @@ _P21 = tuple(range(100, 121))
 _MAMBA8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align")
 _FULL_EAGLE = KVCacheGroupSpec("full_attention", 4, is_eagle_group=True)
 _P24 = tuple(range(100, 124))
+_CHUNK12 = KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=12)
+_CHUNK24 = KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=24)
 
 
 def _flag_ops(n: int) -> tuple[Op, ...]:
@@ -419,4 +423,77 @@ EAGLE_SCENARIOS: tuple[EagleScenario, ...] = (
                  39, 3, 8, 12, 18, 17, 16, 20, 19)),
         },
         retention=0),
+    # An unflagged chunked local attention group beside a flagged group of another spec
+    # never drops, so vLLM 0.33's assertion against EAGLE + chunked local attention (reached
+    # only with drop_eagle_block) never fires: it hits as without EAGLE.
+    EagleScenario(
+        "eagle_group_full_flagged_chunked_local_keeps_its_block",
+        "full attention flagged, chunked local attention (chunks of 24) not: the sibling and "
+        "the resend of a 21-token prompt hit 16 tokens, the chunked group its 4 blocks of the "
+        "current chunk (dropping too, it would hit 12)",
+        (_FULL_EAGLE, _CHUNK24), 24, _flag_ops(21),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]},
+                 {"new": [[], []]},
+                 {},
+                 {"hits": ([[1, 2, 3, 4], [7, 8, 9, 10]], 16), "new": [[13, 14, 15], [16, 17, 18]]},
+                 {},
+                 {"hits": ([[1, 2, 3, 4], [7, 8, 9, 10]], 16), "new": [[19, 20], [21, 22]]},
+                 {},
+                 {},
+                 {}),
+                (),
+                (22, 20, 18, 15, 12, 6, 23, 5, 11, 14, 13, 17, 16, 19, 4, 3, 2, 1, 21, 10, 9, 8,
+                 7)),
+        }),
+    EagleScenario(
+        "eagle_group_chunked_local_first_unflagged",
+        "chunked local attention (chunks of 12) first and not flagged, full attention "
+        "flagged: the hit of 16 tokens is [null, null, null, 4] in the chunked group (the "
+        "blocks of the finished chunk null), full attention's 4 blocks",
+        (_CHUNK12, _FULL_EAGLE), 24, _flag_ops(21),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]},
+                 {"new": [[], []]},
+                 {},
+                 {"hits": ([[0, 0, 0, 4], [7, 8, 9, 10]], 16), "new": [[13, 14, 15], [16, 17, 18]]},
+                 {},
+                 {"hits": ([[0, 0, 0, 4], [7, 8, 9, 10]], 16), "new": [[19, 20], [21, 22]]},
+                 {},
+                 {},
+                 {}),
+                (),
+                (22, 20, 18, 15, 12, 6, 23, 3, 2, 1, 5, 11, 14, 13, 17, 16, 19, 4, 21, 10, 9, 8,
+                 7)),
+        }),
+    EagleScenario(
+        "eagle_group_window_flagged_full_and_chunked_local_not",
+        "full attention and chunked local attention (chunks of 24) not flagged, a window of "
+        "8 flagged: three spec groups, the fixed point settles at 16 (the window's run found "
+        "to 20 and dropped), the chunked group's 4 blocks kept",
+        (_FULL, KVCacheGroupSpec("sliding_window", 4, sliding_window=8, is_eagle_group=True),
+         _CHUNK24), 40, _flag_ops(21),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], [], []], 0),
+                  "new": [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]]},
+                 {"new": [[], [], []]},
+                 {},
+                 {"hits": ([[1, 2, 3, 4], [0, 0, 9, 10], [13, 14, 15, 16]], 16),
+                  "new": [[19, 20, 21], [22, 23, 24], [25, 26, 27]]},
+                 {},
+                 {"hits": ([[1, 2, 3, 4], [0, 0, 9, 10], [13, 14, 15, 16]], 16),
+                  "new": [[28, 29], [30, 31], [32, 33]]},
+                 {},
+                 {},
+                 {}),
+                (),
+                (33, 31, 29, 27, 24, 21, 18, 12, 6, 34, 35, 36, 37, 38, 39, 8, 7, 5, 11, 17, 20,
+                 19, 23, 22, 26, 25, 28, 4, 3, 2, 1, 30, 10, 9, 32, 16, 15, 14, 13)),
+        }),
 )

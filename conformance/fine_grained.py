@@ -27,7 +27,8 @@ import math
 
 from kvcheck.conformance.protocol import KVCacheSpec
 
-__all__ = ["CAPABILITY", "CowLedger", "fine_grained_hits", "hash_block_size", "partial_hit_groups"]
+__all__ = ["CAPABILITY", "CowLedger", "block_copies", "fine_grained_hits", "hash_block_size",
+           "partial_hit_groups"]
 
 #: The capability that declares the feature (needs ``mamba``).
 CAPABILITY = "fine_grained_hits"
@@ -67,6 +68,24 @@ def fine_grained_hits(spec: KVCacheSpec) -> bool:
         return False
     return all(g.kind in _FINE_KINDS or size == hashed
                for g, size in zip(spec.groups, sizes, strict=True))
+
+
+def block_copies(spec: KVCacheSpec) -> bool:
+    """Whether vLLM 0.33 may make copy-on-write copies in ``spec``'s layout, which its
+    ``schedule()`` drains every step: where it has fine-grained hits, and also wherever a
+    Mamba "align" group's block is larger than the hash block, fine-grained lookups on or
+    not. ``MambaManager._cache_partial_tail_block`` keys a running request's prompt tail state
+    inside its block looking at the hash block only (a sliding-window or chunked-local group
+    turns the lookups off, not that key), and the request's next ``allocate_slots`` copies
+    that block (its table unchanged), the copy retaining both blocks until drained
+    (``single_type_kv_cache_manager.py:1878-1912, 2084-2130``)."""
+    if fine_grained_hits(spec):
+        return True
+    if spec.profile == "vllm-0.10" or not spec.enable_caching or len(spec.groups) < 2:
+        return False
+    hashed = hash_block_size(spec)
+    return any(g.kind == "mamba" and g.mamba_cache_mode == "align"
+               and spec.group_block_size(i) > hashed for i, g in enumerate(spec.groups))
 
 
 def partial_hit_groups(spec: KVCacheSpec, hits: list[list[int]], num_hit: int) -> list[int]:

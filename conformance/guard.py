@@ -98,6 +98,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
+from kvcheck.conformance.block_zeroing import ZeroingLedger
 from kvcheck.conformance.call_limit import CallLimit, arg_text
 from kvcheck.conformance.errors import ProtocolViolation
 from kvcheck.conformance.fine_grained import CowLedger, fine_grained_hits, partial_hit_groups
@@ -344,7 +345,7 @@ class GuardedManager(_Guard):
     __slots__ = ("_cows", "_drained", "_events_per_op", "_fine", "_group_bs",
                  "_grouped", "_held", "_holds", "_longest", "_lost", "_moving", "_null",
                  "_null_new", "_ops", "_pins", "_pool_tokens", "_rebinding", "_spec",
-                 "_spec_blocks", "_steps", "_tables")
+                 "_spec_blocks", "_steps", "_tables", "_zeroing")
 
     def __init__(self, raw: object, *, impl: str, spec: KVCacheSpec, reserved: Sequence[int],
                  limit: CallLimit) -> None:
@@ -390,6 +391,9 @@ class GuardedManager(_Guard):
         # replacements seen in tables and not yet drained.
         self._fine = fine_grained_hits(spec)
         self._cows = CowLedger()
+        # Worker-side block zeroing (kvcheck.conformance.block_zeroing): what the next
+        # take_new_block_ids must drain; None without needs_kv_cache_zeroing.
+        self._zeroing = ZeroingLedger(spec) if spec.needs_kv_cache_zeroing else None
 
     @property
     def grouped(self) -> bool:
@@ -504,6 +508,35 @@ class GuardedManager(_Guard):
         ``take_kv_cache_block_copies``, as ``(rid, group, index, src, dst)`` (a copy)."""
         return list(self._cows.pending)
 
+    def take_new_block_ids(self) -> list[int]:
+        """``take_new_block_ids()`` (``SupportsBlockZeroing``) checked: a list of block ids,
+        exactly the blocks handed out fresh in the recording groups since the last call
+        (``kvcheck.conformance.block_zeroing``)."""
+        __tracebackhide__ = True
+        method, args = "take_new_block_ids", ()
+        self._ops += 1
+        value: object = self._raising(method, self._raw.take_new_block_ids)
+        if (type(value) is not list and type(value) is not tuple) or any(
+                type(b) is not int or not 0 <= b < self._n for b in value):
+            self._violation(method, args, value,
+                            f"must be a list of block ids in [0, num_blocks={self._n})")
+        ids = [int(b) for b in cast("list[int]", value)]
+        if self._zeroing is not None and not self._lost:
+            problem = self._zeroing.drain(ids)
+            if problem is not None:
+                self._violation(method, args, value, problem)
+        return ids
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        """``record_blocks_for_zeroing`` (``SupportsBlockZeroing``): the request's blocks from
+        ``start_token`` on are owed to the next drain."""
+        self._ops += 1
+        fn: Callable[[str, int], None] = self._raw.record_blocks_for_zeroing
+        self._raising("record_blocks_for_zeroing", fn, request_id, start_token)
+        if self._zeroing is not None and not self._lost:
+            self._zeroing.recorded(request_id, self.get_block_ids_per_group(request_id),
+                                   start_token)
+
     def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
         """``take_kv_cache_block_copies()`` (``SupportsBlockCopies``) checked: the ``(src,
         dst)`` pairs, each copy-on-write replacement seen in a table since the last call among
@@ -606,19 +639,27 @@ class GuardedManager(_Guard):
             out[rid] = self._offload_entries(method, (), value, entries)
         return out
 
-    def finalize_partial_tail_offloads(self, request: RequestView,
+    def finalize_partial_tail_offloads(self, request: RequestView, *,
+                                       num_in_flight_tokens: int = 0,
                                        ) -> list[tuple[int, int, int]]:
         """``finalize_partial_tail_offloads(request)`` (``SupportsBoundaryStateOffloads``)
         checked for shape: a list of ``(group_id, block_id, boundary_tokens)``, at most one
-        per group. An adapter without the method has no partial tails: ``[]``."""
+        per group. An adapter without the method has no partial tails: ``[]``.
+        ``num_in_flight_tokens`` (``async_scheduling``) goes to it only when not 0."""
         __tracebackhide__ = True
-        fn: Callable[[RequestView], object] | None = getattr(
+        fn: Callable[..., object] | None = getattr(
             self._raw, "finalize_partial_tail_offloads", None)
         if fn is None:
             return []
         self._ops += 1
-        value = self._raising("finalize_partial_tail_offloads", fn, request)
-        method, args = "finalize_partial_tail_offloads", (request,)
+        method = "finalize_partial_tail_offloads"
+        args: tuple[object, ...] = (request,)
+        if num_in_flight_tokens:
+            value = self._raising(method, lambda: fn(
+                request, num_in_flight_tokens=num_in_flight_tokens))
+            args += (num_in_flight_tokens,)
+        else:
+            value = self._raising(method, fn, request)
         entries = self._offload_entries(method, args, value, value)
         twice = _duplicates([g for g, _, _ in entries])
         if twice:
@@ -829,14 +870,19 @@ class GuardedManager(_Guard):
                        delay_cache_blocks: bool = False,
                        num_encoder_tokens: int = 0,
                        full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
-                       has_scheduled_reqs: bool = True) -> Any:  # Any: either form
+                       has_scheduled_reqs: bool = True,
+                       skip_zeroing_group_ids: Sequence[int] = (),
+                       num_in_flight_tokens: int = 0) -> Any:  # Any: either form
         __tracebackhide__ = True
         hits = ([list(h) for h in new_computed_block_ids] if self._grouped
                 else [list(new_computed_block_ids)])
-        gates = {name: value for name, value, default in (
+        gates: dict[str, bool | int | list[int]] = {name: value for name, value, default in (
             ("full_sequence_must_fit", full_sequence_must_fit, False),
             ("reserved_blocks", reserved_blocks, 0),
-            ("has_scheduled_reqs", has_scheduled_reqs, True)) if value != default}
+            ("has_scheduled_reqs", has_scheduled_reqs, True),
+            ("num_in_flight_tokens", num_in_flight_tokens, 0)) if value != default}
+        if skip_zeroing_group_ids:  # block_zeroing: only when non-empty
+            gates["skip_zeroing_group_ids"] = list(skip_zeroing_group_ids)
         new = self.allocate_slots_per_group(
             request, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
             num_external_computed_tokens=num_external_computed_tokens,
@@ -851,7 +897,7 @@ class GuardedManager(_Guard):
                                  num_external_computed_tokens: int = 0,
                                  delay_cache_blocks: bool = False,
                                  num_encoder_tokens: int = 0,
-                                 gates: Mapping[str, bool | int] | None = None,
+                                 gates: Mapping[str, bool | int | list[int]] | None = None,
                                  ) -> list[list[int]] | None:
         """``allocate_slots`` checked, the hits passed and the new ids one list per group
         (the adapter is called with, and violations show, its own form): the new ids are no
@@ -957,6 +1003,12 @@ class GuardedManager(_Guard):
             clash = [b for b in fresh if held.get(b, 0) > 1]
         if clash:
             self._new_is_held(args, value, clash[0], self._owners(clash[0], rid))
+        if self._zeroing is not None:
+            self._zeroing.allocated(
+                rid, self._tables[rid], new,
+                request.num_computed_tokens + num_new_computed_tokens,
+                num_external_computed_tokens,
+                cast("list[int]", (gates or {}).get("skip_zeroing_group_ids", [])))
         return new
 
     def _new_is_a_hit(self, args: tuple[object, ...], value: object, block: int) -> NoReturn:

@@ -17,6 +17,12 @@ What they pin down (each read in both releases' source and confirmed by these re
   ``single_type_kv_cache_manager.py:38-40``): a 10-token prompt at block size 2 and DCP 2
   takes 3 blocks, hits are whole 4-token blocks, ``BlockStored.block_size`` is 4; with
   caching off a window's skipped blocks are counted in 4-token blocks too;
+* DCP beside a Mamba group: vLLM 0.33 does not shard Mamba (``MambaSpec`` is not
+  ``dcp_sharded``): its block stays at its own size, the hash block is the gcd of the scaled
+  attention blocks and the Mamba block, and a Mamba "align" block equal to the hash block
+  already turns fine-grained hits on (``partial_hash_hits_enabled``: ``>=`` under DCP, ``>``
+  without); vLLM 0.10.2 scales the Mamba block like every other but adds its speculative
+  slots at the spec's own block size (``single_type_kv_cache_manager.py:580-583``);
 * ``prefix_match_unit`` (0.33, several groups, caching on): the hash block is the unit instead
   of the gcd of the block sizes, so a full-attention group whose block is larger than the unit
   keys its last prompt boundary by a partial-block key at the unit
@@ -89,6 +95,8 @@ _S = PartialKeyStep
 _SWA2 = KVCacheGroupSpec("sliding_window", 2, sliding_window=4)
 _SWA4 = KVCacheGroupSpec("sliding_window", 4, sliding_window=8)
 _M4 = KVCacheGroupSpec("mamba", 4, mamba_cache_mode="align")
+_M2 = KVCacheGroupSpec("mamba", 2, mamba_cache_mode="align")
+_M2_SPEC = KVCacheGroupSpec("mamba", 2, num_speculative_blocks=1)
 
 KNOB_SCENARIOS: tuple[KnobScenario, ...] = (
     KnobScenario(
@@ -212,6 +220,60 @@ KNOB_SCENARIOS: tuple[KnobScenario, ...] = (
             _S(free('b'), {}),
         ),
         prefix_match_unit=2, needs=("fine_grained_hits",)),
+    # A Mamba group under DCP (capability mamba_dcp): vLLM 0.33 does not shard it.
+    KnobScenario(
+        "dcp_full_and_mamba_fine_grained_hits",
+        "full attention and a Mamba 'align' group in blocks of 2 at DCP 2: full attention's "
+        "blocks cover 4 tokens, Mamba's stay at 2 (MambaSpec is not DCP-sharded), the hash "
+        "block is 2 and equal to the Mamba block, which under DCP turns fine-grained hits on: "
+        "the hit ends at 10, inside full attention's block 3 (copied on write)",
+        (_F2, _M2), 16,
+        (
+            _S(add('a', [200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210]), {}),
+            _S(schedule('a', 10), {'hits': ([[], []], 0),
+                                   'new': [[1, 2, 3], [0, 0, 0, 0, 4]]},
+               ('S g0 bs4 h0,h1 - [200, 201, 202, 203, 204, 205, 206, 207]',
+                'S g0 bs2 h2 h1 [208, 209]',
+                'S g1 bs2 h2 - [200, 201, 202, 203, 204, 205, 206, 207, 208, 209]')),
+            _S(schedule('a'), {'new': [[], [5]]}),
+            _S(decode('a'), {'new': [[], []]},
+               ('R g0 h2',
+                'S g0 bs4 h3 h1 [208, 209, 210, 52707]',
+                'S g0 bs2 h2 h1 [208, 209]',
+                'S g1 bs2 h3 h2 [210, 52707]')),
+            _S(free('a'), {}),
+            _S(add('b', [200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 1, 1]), {}),
+            _S(schedule('b'), {'hits': ([[1, 2, 3], [0, 0, 0, 0, 4]], 10),
+                               'new': [[6, 7], [0, 8]]},
+               ('S g0 bs4 h4 h1 [208, 209, 210, 1]',
+                'S g1 bs2 [] h2 [210, 1]')),
+            _S(free('b'), {}),
+        ),
+        dcp_world_size=2, needs=("mamba_dcp", "fine_grained_hits")),
+    KnobScenario(
+        "dcp_mamba_speculative_block_with_caching_off",
+        "full attention and a Mamba group with one speculative block, blocks of 2 at DCP 2, "
+        "caching off: vLLM 0.33 keeps the Mamba block at 2 tokens (10 + 2 speculative slots: "
+        "6 blocks); 0.10.2 scales it to 4 but adds the speculative slots at the spec's 2 "
+        "(12 slots: 3 blocks)",
+        (_F2, _M2_SPEC), 16,
+        (
+            _S(add('a', [200, 201, 202, 203, 204, 205, 206, 207, 208, 209]), {}),
+            _S(schedule('a'), {'hits': ([[], []], 0), 'new': [[1, 2, 3], [4, 5, 6, 7, 8, 9]]}),
+            _S(decode('a'), {'new': [[], [7]]}),
+            _S(decode('a', 3), {'new': [[8], [6]]}),
+            _S(decode('a', 4), {'new': [[9], [5, 4]]}),
+            _S(free('a'), {}),
+        ),
+        steps_010=(
+            _S(add('a', [200, 201, 202, 203, 204, 205, 206, 207, 208, 209]), {}),
+            _S(schedule('a'), {'hits': ([[], []], 0), 'new': [[1, 2, 3], [4, 5, 6]]}),
+            _S(decode('a'), {'new': [[], [7]]}),
+            _S(decode('a', 3), {'new': [[8], []]}),
+            _S(decode('a', 4), {'new': [[9], [10]]}),
+            _S(free('a'), {}),
+        ),
+        dcp_world_size=2, enable_caching=False, needs=("mamba_dcp",)),
 )
 
 KNOB_REFUSALS: tuple[KnobRefusal, ...] = (

@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING
 from kvcheck.conformance.cache_refs import ref_count_problems
 from kvcheck.conformance.fine_grained import hash_block_size
 from kvcheck.conformance.groups import NULL_BLOCK, null_floor, null_of, window_slack
+from kvcheck.conformance.mamba_checkpoints import checkpoint_groups
 from kvcheck.conformance.pinning import ledger_of
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
 from kvcheck.conformance.rebinding import check_rebindings
@@ -147,7 +148,9 @@ def check_laws(driver: Driven) -> list[str]:
             else:
                 holders.update(ids)
     if grouped:
-        problems += _placement_problems(where)
+        # A prefill checkpoint sits at its producer's column and at a hit's state index:
+        # vLLM 0.33 places them apart (docs/semantics.md#mamba-prefill-checkpoints).
+        problems += _placement_problems(where, checkpoint_groups(spec))
         # Holders are requests: one holding a block twice (reported above) counts once.
         holders = Counter(b for b, places in where.items() for _ in {p[0] for p in places})
     # No write into a shared block (group by group: the null block is never written), and
@@ -198,14 +201,17 @@ def _table_problems(driver: Driven, rid: str, g: int, ids: list[int],
                 f"{-(-encoder // bs)} blocks until the request is freed")
         return problems
     if grouped and spec.groups[g].kind == "mamba":
-        # A state block per computed block position, plus the speculative blocks.
+        # A state block per computed block position, plus the speculative blocks: their
+        # slots at the group's own block size, which only vLLM 0.10.2 under DCP scales (its
+        # MambaManager divides them by the DCP-scaled block; else cdiv(computed, bs) + extra).
         extra = spec.groups[g].num_speculative_blocks
-        if len(ids) < -(-computed // bs) + extra:
+        slots = computed + extra * spec.group_spec_block_size(g)
+        if len(ids) < -(-slots // bs):
             problems.append(
                 f"mamba: request {rid!r} group {g} holds {len(ids)} entries of {bs} tokens for "
-                f"{computed} computed tokens and {extra} speculative blocks; a Mamba table "
-                f"has at least cdiv({computed}, {bs}) + {extra} = "
-                f"{-(-computed // bs) + extra} entries (nulls included)")
+                f"{computed} computed tokens and {extra} speculative blocks of "
+                f"{spec.group_spec_block_size(g)} slots; a Mamba table has at least "
+                f"cdiv({slots}, {bs}) = {-(-slots // bs)} entries (nulls included)")
         return problems
     if len(ids) < -(-computed // bs):
         has = f"but group {g} has only" if grouped else "but only"
@@ -276,14 +282,23 @@ def _mamba_align_problems(rid: str, g: int, ids: list[int], nulls: list[int], fl
     return problems
 
 
-def _placement_problems(where: dict[int, list[tuple[str, int, int]]]) -> list[str]:
-    """Several groups: a live id sits in one request once, or in several at one place."""
+def _placement_problems(where: dict[int, list[tuple[str, int, int]]],
+                        checkpoint_groups: frozenset[int] = frozenset()) -> list[str]:
+    """Several groups: a live id sits in one request once, or in several at one place. In a
+    group of ``checkpoint_groups`` (Mamba "align" with prefill checkpoint blocks) a block
+    shared within the group may sit at different indices: a checkpoint holds the state after
+    its position ``p``, written at its producer's column ``cdiv(end, block_size) - 2``, and
+    a later request hits it at ``p // block_size - 1``, lower where ``p`` ends before that
+    column (hash lookahead ``L >= 2``: ``p = end - L``; a coarser hit alignment rounding
+    ``p`` down). Hit correctness judges its content (``WrittenBlocks.write_state``)."""
     problems: list[str] = []
     for b, places in where.items():
         rids = [p[0] for p in places]
         if len(set(rids)) != len(rids):
             problems.append(f"block {b} is held twice by one request: {places} "
                             "(request, group, index)")
+        elif len({g for _, g, _ in places}) == 1 and places[0][1] in checkpoint_groups:
+            continue
         elif len({(g, i) for _, g, i in places}) > 1:
             problems.append(f"block {b} is held at different groups or positions {places} "
                             "(request, group, index); only a cache hit (same group, same "

@@ -298,18 +298,32 @@ def has_cross_attention(groups: Iterable[KVCacheGroupSpec]) -> bool:
 
 
 #: Capabilities for the manager's configuration knobs ``knobs_for`` draws (the spec's
-#: ``dcp_world_size`` and ``prefix_match_unit``).
-KNOBS: tuple[str, ...] = ("dcp", "prefix_match_unit")
+#: ``dcp_world_size`` and ``prefix_match_unit``; ``mamba_dcp``: DCP beside Mamba groups).
+KNOBS: tuple[str, ...] = ("dcp", "prefix_match_unit", "mamba_dcp")
 
 # Decode context parallelism with prefix caching on, where vLLM allows it: one full-attention
 # group (0.10.2 asserts one group, and its and 0.33's window and chunk managers assert DCP 1 at
 # a lookup), or 0.33's hybrid layouts of full attention only (its HybridKVCacheCoordinator
-# asserts every group full attention or Mamba; Mamba with DCP and caching on is not modelled).
+# asserts every group full attention or Mamba). Beside a Mamba "align" group (0.33, both sides
+# declaring ``mamba_dcp`` and ``fine_grained_hits``) the drawn Mamba layout itself when it has
+# only full-attention and Mamba groups: vLLM 0.33 leaves the Mamba block unscaled, so a Mamba
+# block equal to the hash block already has fine-grained hits (``_mamba_dcp_groups``).
 _DCP_LAYOUTS_ON_010: tuple[_Layout, ...] = (((_F, 1),),)
 _DCP_LAYOUTS_ON_033: tuple[_Layout, ...] = (
     ((_F, 1),),
     ((_F, 1), (_F, 2)),
     ((_F, 2), (_F, 1), (_F, 1)),
+)
+# Mamba "align" layouts under DCP with caching on (vLLM 0.33, ``_mamba_dcp_groups``): the
+# Mamba block at the layout's smallest size (under DCP the hash block: fine-grained hits at
+# equality), larger than it, alone, and beside two full-attention sizes.
+_DCP_MAMBA_LAYOUTS_ON: tuple[_Layout, ...] = (
+    ((_F, 1), (_M, 1)),
+    ((_F, 1), (_M, 2)),
+    ((_M, 1), (_F, 2)),
+    ((_F, 1), (_F, 2), (_M, 1)),
+    ((_M, 1),),
+    ((_F, 2), (_M, 3)),
 )
 #: DCP world sizes drawn.
 _DCP_SIZES: tuple[int, ...] = (2, 4)
@@ -317,6 +331,7 @@ _DCP_SIZES: tuple[int, ...] = (2, 4)
 
 def knobs_for(profile: str, groups: tuple[KVCacheGroupSpec, ...], block_size: int, draw: int,
               *, enable_caching: bool, knobs: Iterable[str],
+              group_kinds: Iterable[str] | None = None,
               ) -> tuple[tuple[KVCacheGroupSpec, ...], int, int | None] | None:
     """The knobs of draw number ``draw`` for an implementation declaring ``knobs`` (``KNOBS``
     both sides declare), or None (most draws, and every draw without them: the layout of
@@ -324,18 +339,30 @@ def knobs_for(profile: str, groups: tuple[KVCacheGroupSpec, ...], block_size: in
     draw of three each where declared:
 
     * ``dcp``: world size 2 or 4; with caching off on the drawn layout (any groups: vLLM's
-      no-prefix-cache coordinator; not a Mamba one under 0.10.2, not modelled), with caching
-      on on a layout of ``_DCP_LAYOUTS_ON_*`` (no retention interval then: no window);
+      no-prefix-cache coordinator; a Mamba one under 0.10.2 only with ``mamba_dcp`` among
+      ``knobs``), with caching on on a layout of ``_DCP_LAYOUTS_ON_*`` (no retention interval
+      then: no window), or on the drawn Mamba layout where ``_mamba_dcp_groups`` keeps it;
     * ``prefix_match_unit`` (0.33, caching on, several groups): a proper divisor of the gcd
       of the group block sizes (the gcd when it is 1), so hashes are finer than the default;
       beside a Mamba group only with ``fine_grained_hits`` among ``knobs`` (a Mamba block
       then exceeds the hash block: fine-grained partial hits).
+
+    ``group_kinds``: the kinds the run draws from (None: any); a Mamba layout of DCP's own
+    takes the drawn one's place only where ``mamba`` is among them.
     """
     wanted = set(knobs)
+    if group_kinds is not None and _M not in group_kinds:
+        # No Mamba layout of DCP's own where the run's kinds leave Mamba out.
+        wanted -= {"mamba_dcp"}
     slot = (draw // 5) % 3
-    if slot == 1 and "dcp" in wanted and not (profile == "vllm-0.10"
-                                              and any(g.kind == _M for g in groups)):
+    mamba_010 = profile == "vllm-0.10" and any(g.kind == _M for g in groups)
+    if slot == 1 and "dcp" in wanted and not (mamba_010 and "mamba_dcp" not in wanted):
         dcp = _DCP_SIZES[(draw // 15) % len(_DCP_SIZES)]
+        mamba_groups = (_mamba_dcp_groups(profile, groups, block_size, draw, wanted)
+                        if enable_caching else
+                        _mamba_dcp_groups_off(groups, block_size, draw, wanted))
+        if mamba_groups is not None:
+            return mamba_groups, dcp, None
         if enable_caching:
             table = _DCP_LAYOUTS_ON_010 if profile == "vllm-0.10" else _DCP_LAYOUTS_ON_033
             layout = table[(draw // 30) % len(table)]
@@ -348,3 +375,46 @@ def knobs_for(profile: str, groups: tuple[KVCacheGroupSpec, ...], block_size: in
         units = [d for d in range(1, gcd) if gcd % d == 0] or [gcd]
         return groups, 1, units[(draw // 15) % len(units)]
     return None
+
+
+def _mamba_dcp_groups_off(groups: tuple[KVCacheGroupSpec, ...], block_size: int, draw: int,
+                          wanted: set[str]) -> tuple[KVCacheGroupSpec, ...] | None:
+    """With caching off and ``mamba_dcp`` both sides declared, a drawn layout without a Mamba
+    group gives way to one of ``_MAMBA_LAYOUTS_OFF`` (mode "none") in every other draw, so
+    Mamba groups meet DCP as often as under caching on (0.10.2 runs Mamba models only with
+    caching off). None: the drawn layout (always so for an implementation not declaring it)."""
+    if "mamba_dcp" not in wanted or any(g.kind == _M for g in groups) or draw % 2 == 0:
+        return None
+    layout = _MAMBA_LAYOUTS_OFF[(draw // 2) % len(_MAMBA_LAYOUTS_OFF)]
+    window = WINDOWS[(draw // 7) % len(WINDOWS)]
+    return tuple(KVCacheGroupSpec(kind, block_size * mult,
+                                  num_speculative_blocks=(draw // 7 + i) % 2)
+                 if kind == _M else
+                 KVCacheGroupSpec(kind, block_size * mult, sliding_window=window)
+                 if kind == _S else KVCacheGroupSpec(kind, block_size * mult)
+                 for i, (kind, mult) in enumerate(layout))
+
+
+def _mamba_dcp_groups(profile: str, groups: tuple[KVCacheGroupSpec, ...], block_size: int,
+                      draw: int, wanted: set[str]) -> tuple[KVCacheGroupSpec, ...] | None:
+    """A caching-on Mamba layout under DCP (vLLM 0.33, both sides declaring ``mamba_dcp`` and
+    ``fine_grained_hits``: a Mamba block at the hash block has fine-grained hits under DCP):
+    the drawn one when vLLM 0.33's hybrid coordinator takes it under DCP (full attention and
+    Mamba only) and it has no prefill checkpoint, as a new tuple (so ``spec_fields`` drops
+    the drawn retention interval, as for any DCP layout); else one of ``_DCP_MAMBA_LAYOUTS_ON``
+    in every other draw. None: draw a ``_DCP_LAYOUTS_ON_*`` layout instead (always so for an
+    implementation not declaring both)."""
+    if profile == "vllm-0.10" or not {"mamba_dcp", "fine_grained_hits"} <= wanted:
+        return None
+    if any(g.kind == _M for g in groups) and not any(
+            g.kind not in (_F, _M) or g.num_prefill_checkpoint_blocks
+            or g.prefill_checkpoint_alignment is not None for g in groups):
+        return (*groups,)  # a new tuple, not ``groups``: the retention interval is dropped
+    if draw % 2 == 0:
+        return None
+    layout = _DCP_MAMBA_LAYOUTS_ON[(draw // 2) % len(_DCP_MAMBA_LAYOUTS_ON)]
+    # Mode "align" (caching on); one speculative block in every other draw.
+    return tuple(KVCacheGroupSpec(kind, block_size * mult, mamba_cache_mode="align",
+                                  num_speculative_blocks=(draw // 7 + i) % 2)
+                 if kind == _M else KVCacheGroupSpec(kind, block_size * mult)
+                 for i, (kind, mult) in enumerate(layout))

@@ -70,6 +70,7 @@ class MTPRefusal:
 _FULL = KVCacheGroupSpec("full_attention", 4)
 _SW4 = KVCacheGroupSpec("sliding_window", 4, sliding_window=4)
 _SW8 = KVCacheGroupSpec("sliding_window", 4, sliding_window=8)
+_MAMBA4 = KVCacheGroupSpec("mamba", 4, mamba_cache_mode="align")
 _P12 = tuple(range(100, 112))
 _P13 = tuple(range(100, 113))
 _P17 = tuple(range(100, 117))
@@ -198,4 +199,56 @@ MTP_SCENARIOS: tuple[MTPScenario, ...] = (
             (39, 29, 29, 23, 23, 23, 23, 17, 21, 28, 39),
             (22, 19, 16, 13, 10, 5, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37,
              38, 39, 4, 9, 12, 11, 15, 14, 6, 18, 17, 3, 2, 1, 21, 20, 8, 7))),
+    # One Mamba "align" group alone (its unitary coordinator lags it too): it keys only whole
+    # blocks, each holding the state after its last token, so the lag delays or loses keys
+    # but never keys a stale state (replayed with kvcheck's laws on vLLM 0.33.0).
+    MTPScenario(
+        "mamba_align_alone_loses_the_lagged_state",
+        "one Mamba 'align' group (block 4), K 3: a 12-token prompt's state block is not keyed "
+        "(10 final tokens), so a sibling hits nothing; a's second decode step would key it "
+        "(12 final tokens), but the same allocation frees it first (Mamba keeps only its "
+        "last state), so it is never keyed and a later sibling hits nothing either, taking "
+        "it from the queue head",
+        (_MAMBA4,), 16, False, 3,
+        (add("a", _P12), schedule("a"), add("b", (*_P12, 7, 7, 7)), schedule("b"), decode("a"),
+         decode("a"), add("c", (*_P12, 9, 9, 9)), schedule("c"), free("a"), free("b"),
+         free("c")),
+        MTPRecorded(
+            ({},
+             {"hits": ([[]], 0), "new": [[0, 0, 1]]},
+             {},
+             {"hits": ([[]], 0), "new": [[0, 0, 0, 2]]},
+             {"new": [[3]]},
+             {"new": [[]]},
+             {},
+             {"hits": ([[]], 0), "new": [[0, 0, 0, 1]]},
+             {},
+             {},
+             {}),
+            (15, 14, 14, 13, 12, 13, 13, 12, 13, 14, 15),
+            (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))),
+    MTPScenario(
+        "mamba_align_alone_eagle_keys_a_finished_chunk",
+        "one Mamba 'align' group (block 4) with EAGLE, K 2: a 17-token prompt computed as 8 "
+        "then 9 keys the state at 8 (block 1) when its second chunk is scheduled (16 final "
+        "tokens); a sibling in that step is refused (a Mamba block keyed this step), one in "
+        "the next step hits 8 tokens (Mamba's search never drops)",
+        (_MAMBA4,), 16, True, 2,
+        (add("a", _P17), schedule("a", 8), schedule("a"), add("b", (*_P17, 7, 7, 7)),
+         schedule("b"), decode("a"), add("c", (*_P17, 9, 9, 9)), schedule("c"), free("a"),
+         free("b"), free("c")),
+        MTPRecorded(
+            ({},
+             {"hits": ([[]], 0), "new": [[0, 1]]},
+             {"new": [[0, 0, 2]]},
+             {},
+             {"hits": ([[0, 1]], 8), "new": None},
+             {"new": [[]]},
+             {},
+             {"hits": ([[0, 1]], 8), "new": [[0, 0, 3]]},
+             {},
+             {},
+             {}),
+            (15, 14, 13, 13, 13, 14, 14, 12, 13, 13, 15),
+            (3, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 1))),
 )

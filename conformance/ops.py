@@ -74,12 +74,18 @@ class ScheduleOp(_ScheduleFields, total=False):
     tokens computed in this step). Both absent when 0 / false. ``gates``: vLLM 0.33's
     admission gates passed to ``allocate_slots`` as keyword arguments
     (``full_sequence_must_fit``, ``reserved_blocks``, ``has_scheduled_reqs``; capability
-    ``admission_gates``), absent when none."""
+    ``admission_gates``), ``num_in_flight_tokens`` (capability ``async_scheduling``) and
+    ``skip_zeroing_group_ids`` (a list of group ids, with ``delay``; capability
+    ``block_zeroing``), absent when none."""
 
     lookahead: int
     external: int
     delay: bool
-    gates: dict[str, bool | int]
+    gates: dict[str, bool | int | list[int]]
+    #: vLLM 0.33's ``truncate_computed_blocks``: the hits of the request's lookup trimmed at
+    #: this many tokens (aligned to every group's block) before ``allocate_slots``, as its
+    #: scheduler trims a local hit ending inside a block when a connector loads past it.
+    truncate: int
 
 
 class _DecodeFields(TypedDict):
@@ -90,14 +96,23 @@ class _DecodeFields(TypedDict):
 
 class DecodeOp(_DecodeFields, total=False):
     """Sample ``num_tokens`` tokens and allocate their slots (plus ``lookahead`` speculative
-    slots, absent when 0)."""
+    slots, absent when 0); ``gates``: ``num_in_flight_tokens`` (asynchronous scheduling,
+    capability ``async_scheduling``), absent when none."""
 
     lookahead: int
+    gates: dict[str, bool | int | list[int]]
 
 
-class FreeOp(TypedDict):
+class _FreeFields(TypedDict):
     op: Literal["free"]
     rid: str
+
+
+class FreeOp(_FreeFields, total=False):
+    """Free a request; ``in_flight``: its tokens in flight (``async_scheduling``: a
+    KV producer's ``finalize_partial_tail_offloads`` gets them), absent when 0."""
+
+    in_flight: int
 
 
 class CacheOp(TypedDict):
@@ -167,11 +182,13 @@ def add(rid: str, prompt: Sequence[int], **extras: Unpack[RequestExtras]) -> Add
 
 def schedule(rid: str, num_tokens: int | None = None, lookahead: int = 0, *,
              external: int = 0, delay: bool = False,
-             gates: dict[str, bool | int] | None = None) -> ScheduleOp:
+             gates: dict[str, bool | int | list[int]] | None = None,
+             truncate: int | None = None) -> ScheduleOp:
     """One prefill step of up to ``num_tokens`` prompt tokens (default: the rest), with
     ``lookahead`` speculative slots (the ``lookahead`` capability; 0: the field is left out, so
     ops without it read as before); ``external`` tokens a connector has after the local hit,
-    loaded asynchronously when ``delay`` (``external_kv``; see ``ScheduleOp``)."""
+    loaded asynchronously when ``delay`` (``external_kv``; see ``ScheduleOp``); ``truncate``:
+    the lookup's hits trimmed at that many tokens first (see ``ScheduleOp``)."""
     op: ScheduleOp = {"op": "schedule", "rid": rid, "num_tokens": num_tokens}
     if lookahead:
         op["lookahead"] = lookahead
@@ -181,6 +198,8 @@ def schedule(rid: str, num_tokens: int | None = None, lookahead: int = 0, *,
         op["delay"] = True
     if gates:
         op["gates"] = dict(gates)
+    if truncate is not None:
+        op["truncate"] = truncate
     return op
 
 
@@ -194,17 +213,27 @@ def evict(block_ids: Iterable[int]) -> EvictOp:
     return {"op": "evict", "block_ids": list(block_ids)}
 
 
-def decode(rid: str, num_tokens: int = 1, lookahead: int = 0) -> DecodeOp:
+def decode(rid: str, num_tokens: int = 1, lookahead: int = 0, *,
+           gates: dict[str, bool | int | list[int]] | None = None) -> DecodeOp:
     """Sample ``num_tokens`` tokens and allocate their slots, plus ``lookahead`` speculative
-    ones (0: the field is left out)."""
+    ones (0: the field is left out); ``gates``: ``allocate_slots`` keyword arguments
+    (``num_in_flight_tokens``, asynchronous scheduling), absent when none."""
     op: DecodeOp = {"op": "decode", "rid": rid, "num_tokens": num_tokens}
     if lookahead:
         op["lookahead"] = lookahead
+    if gates:
+        op["gates"] = dict(gates)
     return op
 
 
-def free(rid: str) -> FreeOp:
-    return {"op": "free", "rid": rid}
+def free(rid: str, in_flight: int = 0) -> FreeOp:
+    """Free ``rid``; ``in_flight``: its tokens still in flight when it finishes
+    (asynchronous scheduling: passed to ``finalize_partial_tail_offloads``; 0: the field is
+    left out)."""
+    op: FreeOp = {"op": "free", "rid": rid}
+    if in_flight:
+        op["in_flight"] = in_flight
+    return op
 
 
 def reset() -> ResetOp:
@@ -224,7 +253,9 @@ def one_token_decodes(ops: Iterable[Op], multi_token: bool) -> list[Op]:
     for op in ops:
         if op["op"] == "decode" and op["num_tokens"] > 1 and not multi_token:
             lookahead = op.get("lookahead", 0)
-            out += [decode(op["rid"], 1, lookahead) for _ in range(op["num_tokens"])]
+            # The step's in-flight tokens (asynchronous scheduling) go with its first token.
+            out += [decode(op["rid"], 1, lookahead, gates=op.get("gates") if i == 0 else None)
+                    for i in range(op["num_tokens"])]
         else:
             out.append(op)
     return out

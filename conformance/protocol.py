@@ -53,6 +53,7 @@ __all__ = [
     "SupportsBatchMetadata",
     "SupportsBlockCopies",
     "SupportsBlockHashes",
+    "SupportsBlockZeroing",
     "SupportsBoundaryStateOffloads",
     "SupportsEventWire",
     "SupportsEvents",
@@ -130,6 +131,11 @@ CAPABILITIES: dict[str, str] = {
     "dcp": "specs with dcp_world_size > 1 (decode context parallelism, with kv_cache_groups): "
            "a sharded group's block covers block_size * dcp_world_size tokens of a request "
            "for allocation, hashing and hits (KVCacheSpec.group_block_size)",
+    "mamba_dcp": "kv_cache_groups of kind mamba with dcp_world_size > 1 (needs 'mamba' and "
+                 "'dcp'): vLLM 0.33 does not shard a Mamba group (its block stays its own "
+                 "size; with caching on a Mamba 'align' block equal to the hash block turns "
+                 "fine-grained hits on), vLLM 0.10.2 scales it but adds speculative slots at "
+                 "the spec's block size",
     "prefix_match_unit": "specs with prefix_match_unit (vLLM 0.33, with kv_cache_groups): "
                          "the hash block of several groups with caching on; a unit vLLM "
                          "rejects is refused (UnsupportedSpec or a misuse error)",
@@ -148,10 +154,28 @@ CAPABILITIES: dict[str, str] = {
                       "and get_request_block_hasher(..., L)): a block is hashed, cached and "
                       "hit only once the L tokens after it exist, its hash covers them and "
                       "its BlockStored event lists them (lookahead_token_ids)",
+    "mamba_shared_prefix_checkpoint": "specs with mamba_shared_prefix_checkpoint=True (vLLM "
+                                      "0.33's KVCacheManager(enable_mamba_shared_prefix_"
+                                      "checkpoint=True), needs 'mamba'): a Mamba 'align' "
+                                      "group also keys its state where a chunk ends at the "
+                                      "request's shared-prefix boundary, inside a block; "
+                                      "narrowed off silently without EAGLE groups, "
+                                      "fine-grained hits or with a re-prefillable tail",
     "admission_gates": "vLLM 0.33's admission gates: allocate_slots(..., "
                        "full_sequence_must_fit, reserved_blocks, has_scheduled_reqs) and specs "
                        "with watermark / max_in_flight_tokens (see KVCacheManagerAdapter."
                        "allocate_slots)",
+    "block_zeroing": "vLLM 0.33's worker-side block zeroing: specs with "
+                     "needs_kv_cache_zeroing, manager.take_new_block_ids() draining the "
+                     "attention blocks handed out fresh since the last call, and "
+                     "allocate_slots(..., skip_zeroing_group_ids) for an asynchronous "
+                     "external load (see SupportsBlockZeroing)",
+    "async_scheduling": "vLLM 0.33's asynchronous scheduling in the KV-cache manager: "
+                        "allocate_slots(..., num_in_flight_tokens=k) and "
+                        "finalize_partial_tail_offloads(request, num_in_flight_tokens=k), k "
+                        "of the request's computed tokens not processed yet: windows free "
+                        "their skipped blocks at computed - k tokens, and no boundary state "
+                        "is finalized while k > 0 (docs/semantics.md#asynchronous-scheduling)",
     "sizing": "module-level KV-cache sizing functions (see kvcheck.conformance.sizing_protocol)",
     # Design features: vLLM has them all, so the vLLM profiles imply them (see
     # DESIGN_CAPABILITIES); under ``generic`` an implementation declares those it has.
@@ -345,6 +369,23 @@ class KVCacheSpec:
             ``admission_gates``; None: ``max_model_len``): it sizes a sliding window's and a
             chunked-local group's admission cap, which ``full_sequence_must_fit`` counts
             against. Sent on the wire only when set.
+        mamba_shared_prefix_checkpoint: vLLM 0.33's
+            ``CacheConfig.enable_mamba_shared_prefix_checkpoint`` (capability
+            ``mamba_shared_prefix_checkpoint``; ``KVCacheManager(
+            enable_mamba_shared_prefix_checkpoint=True)``): a Mamba "align" group also keys
+            the state at the request's shared-prefix boundary (its lookup's
+            ``shared_prefix_boundary``, the Marconi junction) when an allocation's chunk ends
+            exactly there inside the prompt (docs/semantics.md#the-shared-prefix-checkpoint).
+            vLLM narrows it off silently (no error) unless some group is an EAGLE group
+            (``is_eagle_group`` or ``use_eagle``), fine-grained partial hits are on and there
+            is no re-prefillable tail (``num_prefill_lookahead`` <= 1); refused under
+            ``vllm-0.10`` (no such argument). Sent on the wire only when true.
+        needs_kv_cache_zeroing: vLLM 0.33's ``KVCacheConfig.needs_kv_cache_zeroing``
+            (capability ``block_zeroing``; vLLM derives it from Mamba layers or a
+            mixed-precision cache): the worker zeroes every attention block handed out fresh
+            before its first use, so the manager records their ids for
+            ``take_new_block_ids`` (``SupportsBlockZeroing``,
+            docs/semantics.md#worker-side-block-zeroing). Sent on the wire only when true.
     """
 
     num_blocks: int
@@ -364,6 +405,8 @@ class KVCacheSpec:
     num_hash_lookahead_tokens: int = 0
     watermark: float = 0.0
     max_in_flight_tokens: int | None = None
+    needs_kv_cache_zeroing: bool = False
+    mamba_shared_prefix_checkpoint: bool = False
 
     def __post_init__(self) -> None:
         # Immutable all the way down: a list of groups given here becomes a tuple, so no
@@ -411,6 +454,8 @@ class KVCacheSpecOptions(TypedDict, total=False):
     num_hash_lookahead_tokens: int
     watermark: float
     max_in_flight_tokens: int | None
+    needs_kv_cache_zeroing: bool
+    mamba_shared_prefix_checkpoint: bool
 
 
 class _KVCacheSpecSizes(TypedDict):
@@ -540,6 +585,8 @@ def group_capabilities(spec: KVCacheSpec) -> frozenset[str]:
         caps.add("mamba_checkpoints")
     if any(g.is_eagle_group for g in spec.kv_cache_groups):
         caps.add("eagle_groups")
+    if spec.mamba_shared_prefix_checkpoint:
+        caps.add("mamba_shared_prefix_checkpoint")
     return frozenset(caps)
 
 
@@ -558,13 +605,15 @@ def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
     ``num_prefill_checkpoint_blocks``, ``prefill_checkpoint_alignment``), its
     ``is_eagle_group``, and
     ``dcp_world_size`` / ``prefix_match_unit`` / ``use_eagle`` / ``num_prefill_lookahead`` /
-    ``num_hash_lookahead_tokens`` / ``watermark`` / ``max_in_flight_tokens`` (an engine that
-    predates them never sees them)."""
+    ``num_hash_lookahead_tokens`` / ``watermark`` / ``max_in_flight_tokens`` /
+    ``mamba_shared_prefix_checkpoint`` (an engine that predates them never sees them)."""
     raw: dict[str, object] = {
         f: getattr(spec, f) for f in KVCacheSpec.__dataclass_fields__
-        if f not in ("kv_cache_groups", "prefix_cache_retention_interval", "dcp_world_size",
+        if f not in ("needs_kv_cache_zeroing",
+                     "kv_cache_groups", "prefix_cache_retention_interval", "dcp_world_size",
                      "prefix_match_unit", "use_eagle", "num_prefill_lookahead",
-                     "num_hash_lookahead_tokens", "watermark", "max_in_flight_tokens")}
+                     "num_hash_lookahead_tokens", "watermark", "max_in_flight_tokens",
+                     "mamba_shared_prefix_checkpoint")}
     if spec.kv_cache_groups:
         raw["kv_cache_groups"] = [
             {f: getattr(g, f) for f in KVCacheGroupSpec.__dataclass_fields__
@@ -586,6 +635,10 @@ def spec_to_dict(spec: KVCacheSpec) -> dict[str, object]:
         raw["watermark"] = spec.watermark
     if spec.max_in_flight_tokens is not None:
         raw["max_in_flight_tokens"] = spec.max_in_flight_tokens
+    if spec.mamba_shared_prefix_checkpoint:
+        raw["mamba_shared_prefix_checkpoint"] = True
+    if spec.needs_kv_cache_zeroing:
+        raw["needs_kv_cache_zeroing"] = True
     return raw
 
 
@@ -634,6 +687,8 @@ class KVCacheManagerAdapter(Protocol):
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
+        skip_zeroing_group_ids: Sequence[int] = (),
+        num_in_flight_tokens: int = 0,
     ) -> list[int] | None:
         """Slots for ``num_computed + num_new_computed + num_new (+ lookahead)`` tokens.
 
@@ -662,7 +717,21 @@ class KVCacheManagerAdapter(Protocol):
         admitted, or freed since: a preempted request's blocks are freed). The suite passes
         them as vLLM's scheduler does: ``full_sequence_must_fit`` and ``has_scheduled_reqs``
         (whether another request holds blocks) with a waiting or preempted request's
-        allocation, ``reserved_blocks`` at times with any."""
+        allocation, ``reserved_blocks`` at times with any.
+
+        vLLM 0.33's asynchronous scheduling (capability ``async_scheduling``, passed only
+        when not 0; docs/semantics.md#asynchronous-scheduling): ``num_in_flight_tokens = k``
+        of ``request.num_computed_tokens`` belong to steps whose output is not processed yet
+        (vLLM's ``Request.num_in_flight_tokens``; the suite passes the request's previous
+        step's tokens). The blocks a sliding window or a finished chunk skips are freed at
+        ``max(0, computed + hits + external - k)`` tokens, the processed basis: an in-flight
+        step still reads the blocks below the optimistic count. Nothing else changes.
+
+        ``skip_zeroing_group_ids`` (capability ``block_zeroing``, passed only when non-empty,
+        with an asynchronous external load: ``delay_cache_blocks``): the groups whose
+        external tokens' new blocks the load writes, so they are not recorded for zeroing
+        (zeroing would race the load); every other new block of a recording group still is
+        (``SupportsBlockZeroing``)."""
         ...
 
     def free(self, request_id: str) -> None:
@@ -909,6 +978,31 @@ class SupportsNewStep(Protocol):
 
 
 @runtime_checkable
+class SupportsBlockZeroing(Protocol):
+    def take_new_block_ids(self) -> list[int]:
+        """Capability ``block_zeroing`` (vLLM 0.33's ``KVCacheManager.take_new_block_ids``,
+        which its scheduler drains every step into ``SchedulerOutput.new_block_ids_to_zero``
+        for the worker to zero before the forward). Called only for a spec with
+        ``needs_kv_cache_zeroing``. Drains the ids of the blocks handed out fresh since the
+        last call, in vLLM's order (groups in order; within a group, the order they were
+        taken): every new block of an attention group (full attention, sliding window,
+        chunked local, cross attention; never a Mamba group's), the external tokens' blocks
+        included unless ``allocate_slots(..., skip_zeroing_group_ids)`` named the group, and
+        a copy-on-write block (``fine_grained_hits``); never a cache-hit block nor the null
+        block. An id appears once per time it was handed out, freed since or not
+        (docs/semantics.md#worker-side-block-zeroing)."""
+        ...
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        """vLLM 0.33's ``KVCacheManager.record_blocks_for_zeroing`` (its scheduler calls it
+        when an asynchronous load failed past a valid prefix): records again, for the next
+        ``take_new_block_ids``, the request's blocks of every recording group from token
+        ``start_token`` (a multiple of each such group's block size) on, null blocks
+        included where a window left them."""
+        ...
+
+
+@runtime_checkable
 class SupportsBlockCopies(Protocol):
     def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
         """Capability ``fine_grained_hits`` (vLLM 0.33's ``KVCacheManager.
@@ -947,15 +1041,18 @@ class SupportsBoundaryStateOffloads(Protocol):
         wire (answered ``{}`` when absent)."""
         ...
 
-    def finalize_partial_tail_offloads(self, request: RequestView,
+    def finalize_partial_tail_offloads(self, request: RequestView, *,
+                                       num_in_flight_tokens: int = 0,
                                        ) -> list[tuple[int, int, int]]:
         """Capability ``boundary_state_offloads`` (vLLM 0.33's ``KVCacheManager.
         finalize_partial_tail_offloads``, called by its scheduler for a KV producer whose
         request finishes, before it is freed): per Mamba "align" group that keyed
         ``request``'s own partial tail and has not copied it yet, ``(group_id, block_id,
         boundary_tokens)`` of its table block when ``request.num_computed_tokens`` equals
-        ``boundary_tokens`` (no later token computed into it); ``[]`` otherwise. Consumes
-        the tail either way. The driver calls it before each ``free``. Optional on the wire
+        ``boundary_tokens`` (no later token computed into it) and no token is in flight
+        (``num_in_flight_tokens``: capability ``async_scheduling``, passed only when not 0;
+        an in-flight step may still write the state); ``[]`` otherwise. Consumes the tail
+        either way. The driver calls it before each ``free``. Optional on the wire
         (answered ``[]`` when absent)."""
         ...
 
@@ -977,7 +1074,8 @@ class ManagerWithCapabilities(
     KVCacheManagerAdapter, SupportsResetPrefixCache, SupportsFreeQueueOrder, SupportsRefCounts,
     SupportsBlockHashes, SupportsEvents, SupportsEventWire, SupportsSlotMapping, SupportsInvariants,
     SupportsBatchMetadata, SupportsReleaseComputed, SupportsExternalKV, SupportsEvictBlocks,
-    SupportsNewStep, SupportsBlockCopies, SupportsBoundaryStateOffloads, Protocol,
+    SupportsNewStep, SupportsBlockCopies, SupportsBoundaryStateOffloads, SupportsBlockZeroing,
+    Protocol,
 ):
     """A loaded manager as the suite sees it (``ImplHandle.make_manager``): every
     manager-level method; a test calls a capability's methods only when the implementation
@@ -1006,6 +1104,7 @@ CAPABILITY_PROTOCOLS: dict[str, type] = {
     "pinning_lookup": SupportsReleaseComputed,
     "external_kv": SupportsExternalKV,
     "evict_blocks": SupportsEvictBlocks,
+    "block_zeroing": SupportsBlockZeroing,
 }
 
 

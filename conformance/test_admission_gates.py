@@ -40,7 +40,8 @@ def test_admission_gates_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
     answer also equals the oracle's when it declares ``admission_gates``."""
     spec = scenario_spec(name)
     needs = sorted({KIND_CAPABILITIES[g.kind] for g in spec.kv_cache_groups}
-                   | ({"kv_cache_groups"} if spec.kv_cache_groups else set()))
+                   | ({"kv_cache_groups"} if spec.kv_cache_groups else set())
+                   | ({"dcp"} if spec.dcp_world_size > 1 else set()))
     missing = [c for c in needs if not kv_impl.has(c)]
     if missing:
         pytest.skip(f"{kv_impl.name} does not declare capability "

@@ -37,7 +37,11 @@ def test_random_workloads_match_reference(kv_impl: ImplHandle, kv_profile: str,
                          hash_lookahead=(kv_impl.has("hash_lookahead")
                                          and kv_oracle.has("hash_lookahead")),
                          admission_gates=(kv_impl.has("admission_gates")
-                                          and kv_oracle.has("admission_gates")))
+                                          and kv_oracle.has("admission_gates")),
+                         async_scheduling=(kv_impl.has("async_scheduling")
+                                           and kv_oracle.has("async_scheduling")),
+                         block_zeroing=(kv_impl.has("block_zeroing")
+                                        and kv_oracle.has("block_zeroing")))
 
 
 @pytest.mark.kv_capability("extra_keys")

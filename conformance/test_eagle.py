@@ -1,15 +1,16 @@
 """EAGLE / MTP speculative decoding (capability ``eagle``, ``KVCacheSpec.use_eagle``;
 docs/semantics.md#prefix-cache-hits): a prefix-cache hit drops the last block it matched, in
 one group and in several, as vLLM 0.33.0's and 0.10.2's own ``KVCacheManager`` do
-(``kvcheck.conformance.eagle_golden``), and the layout vLLM refuses with EAGLE (chunked local
-attention with caching on) is refused. The random workloads of the differential and law
-tests draw ``use_eagle`` too, for implementations declaring the capability
-(``run_workload_machine(eagle=...)``); the EAGLE hit cap is a law
+(``kvcheck.conformance.eagle_golden``), and the layouts vLLM fails on with EAGLE (a chunked
+local attention group whose hits drop, with caching on) are refused. The random workloads of
+the differential and law tests draw ``use_eagle`` too, for implementations declaring the
+capability (``run_workload_machine(eagle=...)``); the EAGLE hit cap is a law
 (``kvcheck.conformance.laws``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,6 +19,7 @@ from kvcheck.conformance.eagle_golden import EAGLE_SCENARIOS, EagleScenario
 from kvcheck.conformance.errors import UnsupportedSpec
 from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
 from kvcheck.conformance.fine_grained import fine_grained_hits
+from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
     VLLM_PROFILES,
@@ -71,44 +73,50 @@ def test_eagle_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: Impl
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, use_eagle=True,
                    kv_cache_groups=sc.groups, prefix_cache_retention_interval=sc.retention,
                    with_oracle=all(kv_oracle.has(c) for c in ("eagle", *_needs(sc, spec))))
-    for i, (op, want) in enumerate(zip(sc.ops, recorded.answers, strict=True)):
-        got = pair.apply(op)
-        assert got == want, (
-            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM {want} (hits and "
-            "new block ids per group, 0 the null block; new None: refused)\n"
-            + pair.impl.snippet())
+    assert_answers(pair, f"{sc.name} ({sc.why})", sc.ops, recorded.answers)
     assert tuple(pair.impl.drained) == recorded.copies, (
         f"{sc.name} ({sc.why}): copies drained {pair.impl.drained}, vLLM "
         f"{list(recorded.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in order)\n"
         + pair.impl.snippet())
-    if "free_queue_order" in pair.impl.capabilities:
-        queue = tuple(pair.impl.manager.free_block_ids())
-        assert queue == recorded.free_queue, (
-            f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
-            f"{list(recorded.free_queue)}\n" + pair.impl.snippet())
+    assert_free_queue(pair, sc.name, recorded.free_queue)
 
 
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
 @pytest.mark.kv_capability("eagle", "chunked_local_attention")
 def test_eagle_with_chunked_local_attention_is_refused(kv_impl: ImplHandle,
                                                        kv_profile: str) -> None:
-    """EAGLE with prefix caching beside a chunked local attention group is declined
-    (``UnsupportedSpec``) naming the rule: vLLM's ``ChunkedLocalAttentionManager`` asserts
-    'Hybrid KV cache is not supported for eagle + chunked local attention' on the first
-    lookup (0.33 and 0.10.2). With caching off the layout runs (no lookup ever asserts)."""
-    groups = (KVCacheGroupSpec("full_attention", 4),
-              KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=8))
-    spec = KVCacheSpec(num_blocks=17, block_size=4, profile=kv_profile, use_eagle=True,
-                       kv_cache_groups=groups)
-    with pytest.raises(UnsupportedSpec) as refused:
-        kv_impl.make_manager(spec)
-    assert "chunked local" in str(refused.value) and "eagle" in str(refused.value).lower(), (
-        f"{kv_impl.name} declined EAGLE beside chunked local attention without naming the "
-        f"rule (eagle + chunked local attention): {refused.value}")
+    """EAGLE with prefix caching beside a chunked local attention group whose hits drop is
+    declined (``UnsupportedSpec``) naming the rule: vLLM's ``ChunkedLocalAttentionManager``
+    asserts 'Hybrid KV cache is not supported for eagle + chunked local attention' on the
+    first lookup (0.33 and 0.10.2) when its search gets ``drop_eagle_block``: every group's
+    does when none is flagged ``is_eagle_group``, and under vLLM 0.33 (``eagle_groups``) a
+    flagged chunked group's, and an unflagged one's whose spec a flagged group shares (one
+    search). With caching off the layout runs (no lookup ever asserts); an unflagged chunked
+    group beside a flagged group of another spec runs too (its hits:
+    ``test_eagle_golden``)."""
+    full = KVCacheGroupSpec("full_attention", 4)
+    chunked = KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=8)
+    flagged = dataclasses.replace(chunked, is_eagle_group=True)
+    refused_layouts: list[tuple[KVCacheGroupSpec, ...]] = [(full, chunked)]
+    if kv_profile == "vllm-0.33" and kv_impl.has(EAGLE_GROUPS):
+        refused_layouts += [(full, flagged), (full, flagged, chunked)]
+    for groups in refused_layouts:
+        spec = KVCacheSpec(num_blocks=25, block_size=4, profile=kv_profile, use_eagle=True,
+                           kv_cache_groups=groups)
+        with pytest.raises(UnsupportedSpec) as refused:
+            kv_impl.make_manager(spec)
+        assert "chunked local" in str(refused.value) and "eagle" in str(refused.value).lower(), (
+            f"{kv_impl.name} declined EAGLE beside chunked local attention ({groups}) without "
+            f"naming the rule (eagle + chunked local attention): {refused.value}")
     if kv_impl.has("caching_off"):
         off = KVCacheSpec(num_blocks=17, block_size=4, profile=kv_profile, use_eagle=True,
-                          enable_caching=False, kv_cache_groups=groups)
+                          enable_caching=False, kv_cache_groups=(full, chunked))
         kv_impl.make_manager(off)  # must not raise
+    if kv_profile == "vllm-0.33" and kv_impl.has(EAGLE_GROUPS):
+        runs = KVCacheSpec(num_blocks=17, block_size=4, profile=kv_profile, use_eagle=True,
+                           kv_cache_groups=(dataclasses.replace(full, is_eagle_group=True),
+                                            chunked))
+        kv_impl.make_manager(runs)  # vLLM 0.33 runs it: must not raise
 
 
 @pytest.mark.kv_profiles("vllm-0.10")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvcheck.conformance.golden_answers import assert_free_queue
 from kvcheck.conformance.hash_lookahead_golden import LOOKAHEAD_SCENARIOS, LookaheadScenario
 from kvcheck.conformance.protocol import (
     KVCacheGroupSpec,
@@ -88,11 +89,7 @@ def test_hash_lookahead_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_pro
     assert tuple(pair.impl.drained) == sc.recorded.copies, (
         f"{sc.name}: copies drained {pair.impl.drained}, vLLM {list(sc.recorded.copies)}\n"
         + pair.impl.snippet())
-    if "free_queue_order" in pair.impl.capabilities:
-        queue = tuple(pair.impl.manager.free_block_ids())
-        assert queue == sc.recorded.free_queue, (
-            f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
-            f"{list(sc.recorded.free_queue)}\n" + pair.impl.snippet())
+    assert_free_queue(pair, sc.name, sc.recorded.free_queue)
 
 
 @pytest.mark.kv_profiles("vllm-0.33")

@@ -148,6 +148,9 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
                          hash_lookahead=kv_impl.has("hash_lookahead"),
                          admission_gates=kv_impl.has("admission_gates"),
                          eagle_groups=kv_impl.has("eagle_groups"),
+                         async_scheduling=kv_impl.has("async_scheduling"),
+                         shared_prefix=kv_impl.has("mamba_shared_prefix_checkpoint"),
+                         block_zeroing=kv_impl.has("block_zeroing"),
                          knobs=[k for k in (*KNOBS, FINE_GRAINED) if kv_impl.has(k)])
 
 
@@ -178,6 +181,12 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
                                           and kv_oracle.has("admission_gates")),
                          eagle_groups=(kv_impl.has("eagle_groups")
                                        and kv_oracle.has("eagle_groups")),
+                         async_scheduling=(kv_impl.has("async_scheduling")
+                                           and kv_oracle.has("async_scheduling")),
+                         shared_prefix=(kv_impl.has("mamba_shared_prefix_checkpoint")
+                                        and kv_oracle.has("mamba_shared_prefix_checkpoint")),
+                         block_zeroing=(kv_impl.has("block_zeroing")
+                                        and kv_oracle.has("block_zeroing")),
                          knobs=[k for k in (*KNOBS, FINE_GRAINED)
                                 if kv_impl.has(k) and kv_oracle.has(k)])
 

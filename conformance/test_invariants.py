@@ -45,7 +45,8 @@ def test_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile: str,
                          eagle=kv_impl.has("eagle"),
                          prefill_lookahead=kv_impl.has("prefill_lookahead"),
                          hash_lookahead=kv_impl.has("hash_lookahead"),
-                         admission_gates=kv_impl.has("admission_gates"))
+                         admission_gates=kv_impl.has("admission_gates"),
+                         block_zeroing=kv_impl.has("block_zeroing"))
 
 
 @pytest.mark.kv_generic

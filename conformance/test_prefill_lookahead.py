@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
 from kvcheck.conformance.mtp_golden import (
     MTP_REFUSALS,
     MTP_SCENARIOS,
@@ -55,23 +56,9 @@ def test_prefill_lookahead_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, use_eagle=sc.use_eagle,
                    num_prefill_lookahead=sc.lookahead, kv_cache_groups=sc.groups,
                    with_oracle=kv_oracle.has(CAPABILITY))
-    recorded = sc.recorded
-    for i, (op, want, free) in enumerate(zip(sc.ops, recorded.answers, recorded.num_free,
-                                             strict=True)):
-        got = pair.apply(op)
-        assert got == want, (
-            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM {want} (hits and "
-            "new block ids per group, 0 the null block; new None: refused)\n"
-            + pair.impl.snippet())
-        num_free = pair.impl.manager.num_free_blocks()
-        assert num_free == free, (
-            f"{sc.name} ({sc.why}), after op #{i + 1} {op}: num_free_blocks() {num_free}, "
-            f"vLLM {free}\n" + pair.impl.snippet())
-    if "free_queue_order" in pair.impl.capabilities:
-        queue = tuple(pair.impl.manager.free_block_ids())
-        assert queue == recorded.free_queue, (
-            f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
-            f"{list(recorded.free_queue)}\n" + pair.impl.snippet())
+    where = f"{sc.name} ({sc.why})"
+    assert_answers(pair, where, sc.ops, sc.recorded.answers, sc.recorded.num_free)
+    assert_free_queue(pair, where, sc.recorded.free_queue)
 
 
 @pytest.mark.kv_profiles("vllm-0.33")

@@ -26,7 +26,8 @@ ones live in ``kvcheck.conformance.bounds``):
   ``use_eagle`` (optional) true or false; ``num_prefill_lookahead`` (optional) an int in
   0 .. ``MAX_BLOCK_SIZE``; ``num_hash_lookahead_tokens`` (optional) an int in
   0 .. ``MAX_BLOCK_SIZE``; ``watermark`` (optional) a number in [0, 1);
-  ``max_in_flight_tokens`` (optional) null or an int in 1 .. ``MAX_REQUEST_TOKENS``.
+  ``max_in_flight_tokens`` (optional) null or an int in 1 .. ``MAX_REQUEST_TOKENS``;
+  ``mamba_shared_prefix_checkpoint`` (optional) true or false.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ _OP_FIELDS: dict[str, frozenset[str]] = {
     "add": frozenset({"op", "rid", "prompt", "lora", "mm", "salt", "skip_read", "encoder"}),
     "schedule": frozenset({"op", "rid", "num_tokens", "lookahead", "external", "delay",
                            "gates"}),
-    "decode": frozenset({"op", "rid", "num_tokens", "lookahead"}),
-    "free": frozenset({"op", "rid"}),
+    "decode": frozenset({"op", "rid", "num_tokens", "lookahead", "gates"}),
+    "free": frozenset({"op", "rid", "in_flight"}),
     "reset": frozenset({"op"}),
     "lookup": frozenset({"op", "rid"}),
     "cache": frozenset({"op", "rid", "num_tokens"}),
@@ -96,7 +97,8 @@ def check_spec(raw: object, where: str) -> KVCacheSpec:
         value = raw[key]
         if not _is_int(value) or not 1 <= value <= high:
             raise TraceError(f"{where}: spec.{key}={value!r}: must be an int in [1, {high}]")
-    for key in ("enable_caching", "enable_kv_cache_events", "use_eagle"):
+    for key in ("enable_caching", "enable_kv_cache_events", "use_eagle",
+                "mamba_shared_prefix_checkpoint"):
         if key in raw and type(raw[key]) is not bool:
             raise TraceError(f"{where}: spec.{key}={raw[key]!r}: must be true or false")
     if "hash_algo" in raw and raw["hash_algo"] not in HASH_ALGOS:
@@ -140,7 +142,7 @@ def check_spec(raw: object, where: str) -> KVCacheSpec:
 
 #: A ``schedule`` op's ``gates`` (vLLM 0.33's admission gates): each name's JSON type.
 _GATES: dict[str, type] = {"full_sequence_must_fit": bool, "reserved_blocks": int,
-                           "has_scheduled_reqs": bool}
+                           "has_scheduled_reqs": bool, "num_in_flight_tokens": int}
 
 
 def _check_gates(gates: object, at: str) -> None:
@@ -262,6 +264,12 @@ def check_ops(ops: object, where: str) -> list[Op]:
         if rid not in tokens:
             raise TraceError(f"{at}: {kind!r} names request {rid!r}, which no earlier 'add' op "
                              "added")
+        if kind == "free":
+            in_flight = op.get("in_flight", 0)
+            if type(in_flight) is not int or not 0 <= in_flight <= MAX_REQUEST_TOKENS:
+                raise TraceError(f"{at}: in_flight={in_flight!r}: must be an int in "
+                                 f"[0, {MAX_REQUEST_TOKENS}]")
+            continue
         if kind == "cache":
             n = op.get("num_tokens")
             if type(n) is not int or not 0 <= n <= MAX_REQUEST_TOKENS:

@@ -25,6 +25,7 @@ ends of the free queue, a full pool, a max_model_len, PYTHONHASHSEED unset);
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -43,6 +44,7 @@ from hypothesis.stateful import (
 )
 
 from kvcheck.conformance.groups import null_of
+from kvcheck.conformance.laws import eagle_drop_groups
 from kvcheck.conformance.layouts import (
     events_crash,
     has_cross_attention,
@@ -55,6 +57,7 @@ from kvcheck.conformance.protocol import (
     EXTRA_KEY_KINDS,
     HASH_ALGOS,
     ImplInfo,
+    KVCacheGroupSpec,
     KVCacheSpec,
     KVCacheSpecFields,
     KVCacheSpecOptions,
@@ -216,8 +219,10 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     ``offloads``: layouts of two Mamba groups after them (boundary-state hand-offs);
     ``checkpoints``: Mamba prefill checkpoint and sparse retention layouts last.
     ``eagle``: EAGLE/MTP (``KVCacheSpec.use_eagle``, set only when True), except beside a
-    chunked local group with caching on, which vLLM refuses, or Mamba prefill checkpoint
-    blocks with caching on, where vLLM 0.33.0 fails an assertion (the reference refuses it).
+    chunked local group whose hits would drop with caching on (``_chunked_local_drops``:
+    vLLM asserts; with ``eagle_flags`` flagging only groups of other specs, vLLM 0.33 runs
+    it), or Mamba prefill checkpoint blocks with caching on, where vLLM 0.33.0 fails an
+    assertion (the reference refuses both).
     ``knobs``: the ``layouts.KNOBS`` both sides declare (DCP world sizes and
     ``prefix_match_unit`` in some draws, ``layouts.knobs_for``).
     ``prefill_lookahead``: multi-module MTP's ``K`` (``KVCacheSpec.num_prefill_lookahead``,
@@ -241,7 +246,8 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
                                    fine_grained=fine_grained, offloads=offloads,
                                    checkpoints=checkpoints)
     knobbed = knobs_for(profile, groups, block_size, num_blocks,
-                        enable_caching=fields.get("enable_caching", True), knobs=knobs)
+                        enable_caching=fields.get("enable_caching", True), knobs=knobs,
+                        group_kinds=group_kinds)
     if knobbed is not None:
         if knobbed[0] is not groups:  # a DCP layout of its own: no window, no retention
             retention = None
@@ -256,9 +262,9 @@ def spec_fields(num_blocks: int, block_size: int, *, group_kinds: Sequence[str] 
     if has_cross_attention(groups):
         out["enable_caching"] = False
     if eagle and not (out.get("enable_caching", True)
-                      and any(g.kind == "chunked_local_attention"
-                              or (g.kind == "mamba" and g.num_prefill_checkpoint_blocks)
-                              for g in groups)):
+                      and (any(g.kind == "mamba" and g.num_prefill_checkpoint_blocks
+                               for g in groups)
+                           or _chunked_local_drops(out, profile, eagle_flags))):
         out["use_eagle"] = True
     _set_prefill_lookahead(out, profile, prefill_lookahead)
     _set_hash_lookahead(out, profile, hash_lookahead)
@@ -274,12 +280,36 @@ def _set_eagle_flags(out: KVCacheSpecFields, profile: str, pattern: int) -> None
     last, 2: the even-numbered ones; 3: none (every group drops, vLLM's fallback). None is
     the rarest, not the first choice: Hypothesis draws the coin flips after an EAGLE engine's
     mostly as zeros, and the fallback is what every design without ``eagle_groups`` runs."""
-    groups = out.get("kv_cache_groups", ())
-    if pattern == 3 or profile != "vllm-0.33" or not out.get("use_eagle") or len(groups) < 2:
-        return
+    groups = tuple(out.get("kv_cache_groups", ()))
+    flagged = _flagged(groups, profile, pattern) if out.get("use_eagle") else groups
+    if flagged != groups:
+        out["kv_cache_groups"] = flagged
+
+
+def _flagged(groups: Sequence[KVCacheGroupSpec], profile: str,
+             pattern: int) -> tuple[KVCacheGroupSpec, ...]:
+    """``groups`` with ``_set_eagle_flags``' ``pattern`` flagged ``is_eagle_group`` (as they
+    are, for pattern 3, outside ``vllm-0.33`` and for fewer than two groups)."""
+    groups = tuple(groups)
+    if pattern == 3 or profile != "vllm-0.33" or len(groups) < 2:
+        return groups
     picked = {0: {0}, 1: {len(groups) - 1}}.get(pattern, set(range(0, len(groups), 2)))
-    out["kv_cache_groups"] = tuple(dataclasses.replace(g, is_eagle_group=True)
-                                   if i in picked else g for i, g in enumerate(groups))
+    return tuple(dataclasses.replace(g, is_eagle_group=True) if i in picked else g
+                 for i, g in enumerate(groups))
+
+
+def _chunked_local_drops(out: KVCacheSpecFields, profile: str, pattern: int) -> bool:
+    """Whether with ``use_eagle`` and ``_set_eagle_flags``' ``pattern`` a chunked local group
+    of ``out``'s layout would drop EAGLE's block (flagged, of a flagged group's spec, or every
+    group when none is flagged: always under ``vllm-0.10``): vLLM asserts 'Hybrid KV cache is
+    not supported for eagle + chunked local attention' on its first lookup (the reference
+    refuses it). vLLM 0.33 runs an unflagged one beside a flagged group of another spec."""
+    groups = out.get("kv_cache_groups", ())
+    if not any(g.kind == "chunked_local_attention" for g in groups):
+        return False
+    trial = dataclasses.replace(KVCacheSpec(**out), use_eagle=True,
+                                kv_cache_groups=_flagged(groups, profile, pattern))
+    return any(groups[i].kind == "chunked_local_attention" for i in eagle_drop_groups(trial))
 
 
 def _set_hash_lookahead(out: KVCacheSpecFields, profile: str, lookahead: int) -> None:
@@ -298,15 +328,30 @@ def _set_hash_lookahead(out: KVCacheSpecFields, profile: str, lookahead: int) ->
     out.pop("use_eagle", None)
 
 
+def async_keys_stale_checkpoints(fields: KVCacheSpecFields) -> bool:
+    """Whether asynchronous scheduling is kept off an engine of ``fields``: a Mamba "align"
+    group with prefill checkpoint blocks under hash lookahead ``L >= 2``, where vLLM 0.33.0
+    keys a checkpoint block with the full-block key on the decode step after the chunk that
+    wrote it and hands it to a KV connector, though it holds the state of fewer tokens: with
+    tokens in flight the skip boundary (``n - k``) keeps the block that the synchronous rule
+    frees before caching (docs/semantics.md#not-covered-yet; the reference reproduces it).
+    ``run_workload_machine`` decides this after the draws, so no example's draws move."""
+    return (fields.get("num_hash_lookahead_tokens", 0) >= 2
+            and any(g.kind == "mamba" and g.mamba_cache_mode == "align"
+                    and g.num_prefill_checkpoint_blocks
+                    for g in fields.get("kv_cache_groups", ())))
+
+
 def _set_prefill_lookahead(out: KVCacheSpecFields, profile: str, lookahead: int) -> None:
     """``spec_fields``'s multi-module MTP ``K``: kept at or below the scheduler block size
     (the LCM of the groups' block sizes) with EAGLE and caching on, set only above 1, and not
-    beside a Mamba "align" group where the caching lag applies (refused)."""
+    beside a Mamba "align" group of several groups with EAGLE, where vLLM 0.33.0 keys stale
+    states (refused); one Mamba "align" group alone takes it."""
     if lookahead < 2 or profile == "vllm-0.10":
         return
     caching = out.get("enable_caching", True)
     groups = out.get("kv_cache_groups", ())
-    if caching and (out.get("use_eagle") or len(groups) <= 1) and any(
+    if caching and out.get("use_eagle") and len(groups) > 1 and any(
             g.kind == "mamba" and g.mamba_cache_mode == "align" for g in groups):
         return  # refused: vLLM 0.33.0 would key stale Mamba states (docs/semantics.md)
     if out.get("use_eagle") and caching:
@@ -340,7 +385,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                          eagle: bool = False, knobs: Collection[str] = (),
                          offloads: bool = False, checkpoints: bool = False,
                          prefill_lookahead: bool = False, hash_lookahead: bool = False,
-                         admission_gates: bool = False, eagle_groups: bool = False) -> None:
+                         admission_gates: bool = False, eagle_groups: bool = False,
+                         async_scheduling: bool = False, shared_prefix: bool = False,
+                         block_zeroing: bool = False) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
     ``Pair`` (``spec_fields``: a single-group spec, or with ``group_kinds`` a multi-group
     layout of those attention kinds, ``layouts.declared_kinds``). ``extras`` adds salts /
@@ -406,7 +453,35 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     ``eagle_groups`` (both sides declare ``eagle_groups``, with ``eagle``): under
     ``vllm-0.33`` three EAGLE engines in four of several groups flag some groups
     ``is_eagle_group`` (``spec_fields``' ``eagle_flags``), drawn after every other engine
-    draw (counted as ``eagle_groups``).
+    draw (counted as ``eagle_groups``); a flag on a group of another spec than the chunked
+    local groups' lets a caching-on chunked layout run EAGLE too (counted as
+    ``eagle_groups_chunked_local``).
+
+    ``async_scheduling`` (both sides declare ``async_scheduling``): under ``vllm-0.33`` one
+    engine in two schedules asynchronously, as vLLM 0.33's async scheduler does: a running
+    request's step is scheduled before the output of its previous step is processed, so each
+    ``allocate_slots`` of a running request passes ``num_in_flight_tokens``, the tokens its
+    previous step scheduled (``computed`` counts them optimistically), and a request is freed
+    with its last step's tokens in flight (``free(rid, in_flight=k)``: a KV producer's
+    ``finalize_partial_tail_offloads`` gets them), drawn after every other engine draw
+    (counted as ``async_scheduling``; ``async_in_flight_step``: steps that passed tokens in
+    flight); an engine drawing it on a layout where vLLM 0.33.0 keys stale checkpoint states
+    (``async_keys_stale_checkpoints``) schedules synchronously.
+
+    ``shared_prefix`` (both sides declare ``mamba_shared_prefix_checkpoint``, with
+    ``fine_grained``): under ``vllm-0.33`` one engine in two with a Mamba group runs with
+    ``mamba_shared_prefix_checkpoint`` and then EAGLE where ``spec_fields`` allows it (vLLM
+    narrows the flag off itself outside EAGLE layouts), drawn after every other engine draw
+    (counted as ``shared_prefix_checkpoint``, ``shared_prefix_checkpoint_kept`` where vLLM
+    keeps it), and the
+    rule ``junction_share`` prefills a sibling a hash block a step so a chunk ends at its
+    junction, then admits another sibling (counted as ``shared_prefix_junction``,
+    ``shared_prefix_junction_kept``).
+
+    ``block_zeroing`` (both sides declare ``block_zeroing``): under ``vllm-0.33`` one engine
+    in two runs with ``needs_kv_cache_zeroing``, drawn after every other engine draw (counted
+    as ``block_zeroing``): the driver drains ``take_new_block_ids`` after every allocation
+    and the guard judges each drain (``kvcheck.conformance.block_zeroing``).
 
     ``knobs`` (the ``layouts.KNOBS`` both sides declare): some layouts run with a DCP world
     size or a ``prefix_match_unit`` (``layouts.knobs_for``); without them the draws are
@@ -468,6 +543,18 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     # declared (as EAGLE), so no other design's examples move.
     if eagle and eagle_groups and active_profile == "vllm-0.33":
         eagle_kw["eagle_flags"] = _coin_index(4)
+    # vLLM 0.33's asynchronous scheduling in one engine in two, drawn last and only when
+    # declared (as EAGLE), so no other design's examples move.
+    if async_scheduling and active_profile == "vllm-0.33":
+        eagle_kw["async_mode"] = _coin_index(2).map(lambda i: i == 1)
+    # vLLM 0.33's Mamba shared-prefix checkpoint in one fine-grained engine in two, drawn last
+    # and only when declared (as EAGLE), so no other design's examples move.
+    if shared_prefix and fine_grained and active_profile == "vllm-0.33":
+        eagle_kw["shared_prefix_checkpoint"] = _coin_index(2).map(lambda i: i == 1)
+    # vLLM 0.33's worker-side block zeroing in one engine in two, drawn last and only when
+    # declared (as EAGLE), so no other design's examples move.
+    if block_zeroing and active_profile == "vllm-0.33":
+        eagle_kw["zeroing"] = _coin_index(2).map(lambda i: i == 1)
     extra_draw = extra_draws(extras)
     drawn_extras = frozenset(extra_draw) - {""} if extras else frozenset()
     reached: Counter[str] = Counter()
@@ -501,10 +588,12 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                   use_eagle: bool = False, num_prefill_lookahead: int = 0,
                   num_hash_lookahead_tokens: int = 0,
                   admission: tuple[int, int | None, int] | None = None,
-                  eagle_flags: int = 3) -> None:
+                  eagle_flags: int = 3, async_mode: bool = False,
+                  shared_prefix_checkpoint: bool = False,
+                  zeroing: bool = False) -> None:
             self._start(block_size, pool_tokens, caching, with_events, hash_algo, max_model_len,
                         seed_unset, use_eagle, num_prefill_lookahead, num_hash_lookahead_tokens,
-                        admission, eagle_flags)
+                        admission, eagle_flags, async_mode, shared_prefix_checkpoint, zeroing)
 
         @rule(dice=_coin_index(8), block_size=st.sampled_from(block_sizes),
               pool_tokens=st.integers(24, 96), with_events=events_draw,
@@ -515,7 +604,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     seed_unset: bool, use_eagle: bool = False,
                     num_prefill_lookahead: int = 0, num_hash_lookahead_tokens: int = 0,
                     admission: tuple[int, int | None, int] | None = None,
-                    eagle_flags: int = 3) -> None:
+                    eagle_flags: int = 3, async_mode: bool = False,
+                    shared_prefix_checkpoint: bool = False,
+                  zeroing: bool = False) -> None:
             """Rarely, a new engine with another spec. Hypothesis varies an example's first
             draws (``setup``'s) little between the examples of a run, so the specs a run sees,
             hash algorithms and caching off among them, come mostly from here."""
@@ -525,14 +616,17 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 self.hit_blocks.clear()
                 self._start(block_size, pool_tokens, caching, with_events, hash_algo,
                             max_model_len, seed_unset, use_eagle, num_prefill_lookahead,
-                            num_hash_lookahead_tokens, admission, eagle_flags)
+                            num_hash_lookahead_tokens, admission, eagle_flags, async_mode,
+                            shared_prefix_checkpoint, zeroing)
 
         def _start(self, block_size: int, pool_tokens: int, caching: bool, with_events: bool,
                    hash_algo: str, max_model_len: int | None, seed_unset: bool,
                    use_eagle: bool = False, num_prefill_lookahead: int = 0,
                    num_hash_lookahead_tokens: int = 0,
                    admission: tuple[int, int | None, int] | None = None,
-                   eagle_flags: int = 3) -> None:
+                   eagle_flags: int = 3, async_mode: bool = False,
+                   shared_prefix_checkpoint: bool = False,
+                  zeroing: bool = False) -> None:
             """A new ``Pair`` for this spec (its failure trace starts here). PYTHONHASHSEED is
             left unset (``seed_unset``) only where NONE_HASH then stays comparable: the
             deterministic default root of vllm-0.33's sha256 pair, or no oracle at all."""
@@ -549,17 +643,25 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             assume(info is None or info.supports(spec))
             unset = seed_unset and (random_roots or hash_algo in _UNSET_SEED_ALGOS.get(
                 profile or (info.profile if info is not None else ""), ()))
-            fields = spec_fields(num_blocks, block_size, group_kinds=group_kinds,
-                                 fine_grained=fine_grained, offloads=offloads,
-                                 eagle=use_eagle, knobs=knobs, checkpoints=checkpoints,
-                                 prefill_lookahead=num_prefill_lookahead,
-                                 hash_lookahead=num_hash_lookahead_tokens,
-                                 eagle_flags=eagle_flags,
-                                 profile=active_profile or "", scale=self.scale,
-                                 hash_algo=hash_algo, enable_caching=caching,
-                                 enable_kv_cache_events=events and with_events,
-                                 max_model_len=max_model_len,
-                                 pythonhashseed=None if unset else spec.pythonhashseed)
+            layout = functools.partial(
+                spec_fields, num_blocks, block_size, group_kinds=group_kinds,
+                fine_grained=fine_grained, offloads=offloads,
+                knobs=knobs, checkpoints=checkpoints,
+                prefill_lookahead=num_prefill_lookahead,
+                hash_lookahead=num_hash_lookahead_tokens,
+                eagle_flags=eagle_flags,
+                profile=active_profile or "", scale=self.scale,
+                hash_algo=hash_algo, enable_caching=caching,
+                enable_kv_cache_events=events and with_events,
+                max_model_len=max_model_len,
+                pythonhashseed=None if unset else spec.pythonhashseed)
+            fields = layout(eagle=use_eagle)
+            if shared_prefix_checkpoint and not use_eagle and any(
+                    g.kind == "mamba" for g in fields.get("kv_cache_groups", ())):
+                # vLLM keeps the flag only with an EAGLE group: the engine drawing it beside a
+                # Mamba group runs EAGLE (where spec_fields allows it), so the junction is
+                # keyed in most of them, not one in four.
+                fields = layout(eagle=True)
             #: vLLM 0.33's admission gates (None: admissions pass none): reserved_blocks.
             self.reserved: int | None = None
             if admission is not None:
@@ -568,6 +670,14 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     fields["watermark"] = tenths / 10
                 if in_flight is not None:
                     fields["max_in_flight_tokens"] = in_flight * self.scale
+            # Only beside a Mamba group: vLLM's flag changes nothing elsewhere.
+            if shared_prefix_checkpoint and any(
+                    g.kind == "mamba" for g in fields.get("kv_cache_groups", ())):
+                fields["mamba_shared_prefix_checkpoint"] = True
+            if zeroing:
+                fields["needs_kv_cache_zeroing"] = True
+            if async_mode and async_keys_stale_checkpoints(fields):
+                async_mode = False  # vLLM 0.33.0 keys a stale checkpoint state (refused)
             # A layout's group block sizes and grown pool must be declared too.
             assume(info is None or not group_kinds or info.supports(KVCacheSpec(**fields)))
             try:
@@ -590,14 +700,31 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 reached["eagle"] += 1
                 if any(g.is_eagle_group for g in self.pair.spec.kv_cache_groups):
                     reached["eagle_groups"] += 1
+                    # An unflagged chunked local group beside a flagged one (caching on).
+                    if caching and any(g.kind == "chunked_local_attention"
+                                       for g in self.pair.spec.kv_cache_groups):
+                        reached["eagle_groups_chunked_local"] += 1
             if self.pair.spec.num_prefill_lookahead > 1:
                 reached["prefill_lookahead"] += 1
             if self.pair.spec.num_hash_lookahead_tokens:
                 reached["hash_lookahead"] += 1
+            if self.pair.spec.mamba_shared_prefix_checkpoint:
+                reached["shared_prefix_checkpoint"] += 1
+                if self._shared_prefix_kept():
+                    reached["shared_prefix_checkpoint_kept"] += 1
+            if self.pair.spec.needs_kv_cache_zeroing:
+                reached["block_zeroing"] += 1
             if self.reserved is not None:
                 reached["admission_gates"] += 1
+            #: Asynchronous scheduling (None: off): request id -> the tokens its last step
+            #: scheduled, in flight at its next step.
+            self.in_flight: dict[str, int] | None = {} if async_mode else None
+            if async_mode:
+                reached["async_scheduling"] += 1
             if self.pair.spec.dcp_world_size > 1:
                 reached["dcp"] += 1
+                if any(g.kind == "mamba" for g in self.pair.spec.kv_cache_groups):
+                    reached["mamba_dcp_caching_on" if caching else "mamba_dcp_caching_off"] += 1
             if self.pair.spec.prefix_match_unit is not None:
                 reached["prefix_match_unit"] += 1
             reached[f"hash_algo:{hash_algo}"] += 1
@@ -761,6 +888,49 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 if again is not None:
                     self._admit(again, None)
 
+        if shared_prefix and fine_grained:  # a rule only here: the other examples stay the same
+            @rule(data=st.data())
+            def junction_share(self, data: st.DataObject) -> None:
+                """The Mamba shared-prefix checkpoint (``mamba_shared_prefix_checkpoint``;
+                docs/semantics.md#the-shared-prefix-checkpoint): a prompt of fresh tokens
+                admitted whole and freed (Mamba keys only its checkpoint), a sibling sharing
+                part of it prefilled a hash block a step (so one chunk ends at its lookup's
+                junction, as vLLM's scheduler ends one there), then another sibling sharing
+                the same part admitted whole: it hits the junction's state where the flag is
+                kept. One argument (Hypothesis tries rules of fewer arguments first)."""
+                hashed = self.pair.impl.fine_hash
+                if not hashed or not self.pair.spec.mamba_shared_prefix_checkpoint:
+                    return  # not a fine-grained layout with the flag
+                length = data.draw(st.integers(4, 24), label="prompt length")
+                share = data.draw(st.integers(1, length), label="tokens shared")
+                tail = data.draw(st.integers(1, 8), label="sibling tail")
+                base = 400_000 + 1_000 * self.next_id  # token ids no other request uses
+                prompt = self._scaled([base + i for i in range(length)])
+                if not self._run_and_finish(prompt):
+                    return
+                shared = prompt[:share * self.scale]
+                sibling = self._add([*shared, *self._scaled([base + 500 + i
+                                                             for i in range(tail)])], False, "")
+                if sibling is None:
+                    return
+                self._admit(sibling, hashed)
+                while sibling in self.running and self._in_prefill(sibling):
+                    self._step(sibling, hashed, 0)
+                again = self._add([*shared, base + 999], False, "")
+                if again is not None:
+                    self._admit(again, None)
+                    reached["shared_prefix_junction"] += 1
+                    if self._shared_prefix_kept():
+                        reached["shared_prefix_junction_kept"] += 1
+
+            def _shared_prefix_kept(self) -> bool:
+                """Whether vLLM keeps the engine's flag (for the counts only): an EAGLE
+                group, fine-grained hits, no re-prefillable tail."""
+                spec = self.pair.spec
+                return (bool(self.pair.impl.fine_hash) and spec.num_prefill_lookahead <= 1
+                        and (spec.use_eagle or any(g.is_eagle_group
+                                                   for g in spec.kv_cache_groups)))
+
         if offloads and fine_grained:  # a rule only here: the other examples stay the same
             @rule(length=st.integers(2, 40))
             def producer_finishes(self, length: int) -> None:
@@ -837,7 +1007,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             """Schedule a pending request: prefix lookup, then its first chunk (or all)."""
             view = self.pair.impl.views[rid]
             queue = self._free_queue()
-            gates: dict[str, bool | int] | None = None
+            gates: dict[str, bool | int | list[int]] | None = None
             if self.reserved is not None:  # as vLLM 0.33's scheduler admits
                 gates = {"full_sequence_must_fit": True}
                 if self.reserved:
@@ -849,6 +1019,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 return
             self.pending.remove(rid)
             self.running.append(rid)
+            if self.in_flight is not None:  # the admission's tokens: in flight at its next step
+                self.in_flight[rid] = (self.pair.impl.views[rid].num_computed_tokens
+                                       - (got["hits"][1] if "hits" in got else 0))
             hits = self._ids(got["hits"][0]) if "hits" in got else []
             reached["preempt_resume" if view.output_token_ids else "admitted"] += 1
             if self._in_prefill(rid):
@@ -969,8 +1142,13 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     self._free(rid)
                     return
                 num_tokens = min(num_tokens, room)
-            op = (schedule(rid, num_tokens, lookahead) if prefill
-                  else decode(rid, num_tokens, lookahead))
+            # Asynchronous scheduling: the previous step's tokens are still in flight.
+            in_flight = 0 if self.in_flight is None else self.in_flight.get(rid, 0)
+            gates: dict[str, bool | int | list[int]] | None = (
+                {"num_in_flight_tokens": in_flight} if in_flight else None)
+            op = (schedule(rid, num_tokens, lookahead, gates=gates) if prefill
+                  else decode(rid, num_tokens, lookahead, gates=gates))
+            computed = view.num_computed_tokens
             # As vLLM's scheduler: when the pool is short, preempt the running request admitted
             # last (recompute: freed, resumed later with its output) and try again, until the
             # step fits or the request itself was the one preempted.
@@ -982,7 +1160,11 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     return
                 # The tokens a refused decode sampled stay in the request: the retry only
                 # schedules them (sampling again would lengthen the request twice).
-                op = schedule(rid, num_tokens, lookahead)
+                op = schedule(rid, num_tokens, lookahead, gates=gates)
+            if self.in_flight is not None:
+                if in_flight:
+                    reached["async_in_flight_step"] += 1
+                self.in_flight[rid] = self.pair.impl.views[rid].num_computed_tokens - computed
             if not lookahead:
                 return
             after = self.pair.impl.views[rid]
@@ -1016,7 +1198,10 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
 
         def _free(self, rid: str) -> None:
             view = self.pair.impl.views[rid]
-            self.pair.apply(free(rid))
+            # Asynchronous scheduling: freed while its last step is in flight (a KV
+            # producer's finalize_partial_tail_offloads then finalizes nothing).
+            in_flight = 0 if self.in_flight is None else self.in_flight.pop(rid, 0)
+            self.pair.apply(free(rid, in_flight=in_flight))
             if rid in self.running:
                 self.running.remove(rid)
                 self.pending.append(rid)  # a freed request may come back (preemption)

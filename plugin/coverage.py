@@ -247,6 +247,15 @@ LAW_FAMILIES: dict[str, Checks] = {
     # vLLM 0.33's admission gates: recorded answers (refusals and free blocks), the laws.
     "test_admission_gates.py::test_admission_gates_golden": Checks(
         (CONSERVATION, OWNERSHIP, HITS)),
+    # vLLM 0.33's asynchronous scheduling: recorded answers and tables (the windows' nulls on
+    # the processed basis), the laws after every op.
+    "test_async_scheduling.py::test_async_scheduling_golden": Checks(
+        (CONSERVATION, OWNERSHIP, HITS)),
+    # vLLM 0.33's worker-side block zeroing: recorded answers and drains, the laws after
+    # every op (the drains judged by the guard's zeroing ledger).
+    "test_block_zeroing.py::test_block_zeroing_golden": Checks(
+        (CONSERVATION, OWNERSHIP, HITS)),
+    "test_block_zeroing.py::test_block_zeroing_is_refused_under_vllm_010": _NONE,
     "test_eagle.py::test_eagle_with_chunked_local_attention_is_refused": _NONE,
     # vLLM 0.33's per-group EAGLE flag (capability eagle_groups): refused under vllm-0.10.
     "test_eagle.py::test_eagle_group_flag_is_refused_under_vllm_010": _NONE,
@@ -263,6 +272,10 @@ LAW_FAMILIES: dict[str, Checks] = {
                                                                        OWNERSHIP, HITS)),
     "test_prefill_lookahead.py::test_prefill_lookahead_past_scheduler_block_is_refused":
         _NONE,
+    # Mamba shared-prefix checkpoint (capability mamba_shared_prefix_checkpoint): golden
+    # answers and free counts from vLLM 0.33.0 (the junction keyed and hit; narrowed off).
+    "test_shared_prefix_checkpoint.py::test_shared_prefix_checkpoint_golden": Checks((
+        CONSERVATION, OWNERSHIP, HITS)),
     "test_hybrid.py::test_partial_block_keys": Checks((CONSERVATION, OWNERSHIP, HITS)),
     # DCP and prefix_match_unit: golden answers and events from vLLM, the refusals.
     "test_hybrid.py::test_dcp_and_prefix_match_unit_golden": Checks((CONSERVATION, OWNERSHIP,

@@ -253,6 +253,24 @@ class Manager:
         raise NotImplementedError(
             "{name}.Manager.evict_blocks: drop the cache keys of block_ids, nothing else")
 
+    # ------------------------------------------------------------ capability "block_zeroing"
+    # vLLM 0.33's worker-side block zeroing: a spec with needs_kv_cache_zeroing, and
+    # allocate_slots may get skip_zeroing_group_ids (keyword, only when non-empty, with
+    # delay_cache_blocks) (docs/semantics.md#worker-side-block-zeroing).
+
+    def take_new_block_ids(self) -> list[int]:
+        """Drain the ids of the attention blocks handed out fresh since the last call (not
+        Mamba's, not hits; a group named in skip_zeroing_group_ids: not its external
+        tokens' blocks), group by group, for the worker to zero before their first use."""
+        raise NotImplementedError(
+            "{name}.Manager.take_new_block_ids: drain the fresh attention blocks to zero")
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        """Record again the request's blocks from token start_token on (a failed load)."""
+        raise NotImplementedError(
+            "{name}.Manager.record_blocks_for_zeroing: record the request's blocks from "
+            "start_token on for zeroing")
+
     # ------------------------------------------------------------ capability "reset_prefix_cache"
 
     def reset_prefix_cache(self) -> bool:
@@ -362,6 +380,17 @@ class Manager:
     # get full_sequence_must_fit=True, reserved_blocks=R and has_scheduled_reqs=False (each
     # only when not at its default: add them as keyword parameters), and the spec a
     # watermark and max_in_flight_tokens (docs/semantics.md#admission-gates); no other method.
+    # Capability "async_scheduling" (vLLM 0.33's asynchronous scheduling, any spec):
+    # allocate_slots may get num_in_flight_tokens=k (only when not 0: add it as a keyword
+    # parameter), k of the request's computed tokens not processed yet: free the blocks a
+    # window skips at computed - k tokens; finalize_partial_tail_offloads may get it too, and
+    # then finalizes nothing (docs/semantics.md#asynchronous-scheduling); no other method.
+    # Capability "mamba_shared_prefix_checkpoint" (needs "mamba"; vLLM 0.33's
+    # enable_mamba_shared_prefix_checkpoint): spec.mamba_shared_prefix_checkpoint=True asks a
+    # Mamba "align" group to key its state where a chunk ends at the request's shared-prefix
+    # boundary (its lookup's junction) inside the prompt, kept only with an EAGLE group,
+    # fine-grained hits and no re-prefillable tail, silently dropped otherwise
+    # (docs/semantics.md#the-shared-prefix-checkpoint); no other method.
 
     # ------------------------------------------------------------ capability "batch_metadata"
     # Your worker's batch builder and page-table conversions. They use no manager state: the

@@ -58,19 +58,24 @@ __all__ = [
 GroupBlocks = tuple[list[KVCacheBlock], ...]
 
 
-def partial_hash_hits_enabled(specs: Sequence[KVCacheSpec], hash_block_size: int) -> bool:
+def partial_hash_hits_enabled(specs: Sequence[KVCacheSpec], hash_block_size: int,
+                              dcp_world_size: int = 1) -> bool:
     """Whether vLLM 0.33 turns fine-grained partial hash hits on for these groups, prefix
     caching on and several groups given (``kv_cache_utils.partial_hash_hits_enabled`` with the
     managers' classes, as ``HybridKVCacheCoordinator`` calls it, ``kv_cache_coordinator.py:
-    706-717``; no decode-context parallelism): some Mamba group in mode "align" has a block
-    larger than ``hash_block_size``, and every other group's manager can stop a hit inside a
-    block (full attention, Mamba) or has the hash block as its block (a sliding window or
-    chunked local group of another block size turns them off). ``hash_block_size`` is the
-    manager's (``KVCacheManager.hash_block_size``, the gcd of the block sizes). vLLM 0.10.2
-    has no such hits; ``KVCacheManager.enable_partial_hash_hits`` is the answer for a built
-    manager, profile and caching included."""
+    706-717``): some Mamba group in mode "align" has a block larger than ``hash_block_size``
+    (at least as large under decode context parallelism, ``dcp_world_size > 1``: DCP scales
+    the attention blocks, not the Mamba one, so a Mamba block equal to the hash block is still
+    finer than them), and every other group's manager can stop a hit inside a block (full
+    attention, Mamba) or has the hash block as its block (a sliding window or chunked local
+    group of another block size turns them off). ``specs`` are DCP-scaled already
+    (``dcp_kv_cache_specs``) and ``hash_block_size`` is the manager's
+    (``KVCacheManager.hash_block_size``, the gcd of the block sizes). vLLM 0.10.2 has no such
+    hits; ``KVCacheManager.enable_partial_hash_hits`` is the answer for a built manager,
+    profile and caching included."""
     if not any(isinstance(spec, MambaSpec) and spec.mamba_cache_mode == "align"
-               and spec.block_size > hash_block_size for spec in specs):
+               and (spec.block_size >= hash_block_size if dcp_world_size > 1
+                    else spec.block_size > hash_block_size) for spec in specs):
         return False
     return all(get_manager_class(spec).supports_fine_grained_hash_lookup
                or spec.block_size == hash_block_size for spec in specs)
@@ -495,7 +500,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                  retention_interval: int | None,
                  kv_event_factory: KVEventFactory | None = None,
                  use_eagle: bool = False, num_prefill_lookahead: int = 0,
-                 eagle_group_ids: frozenset[int] = frozenset()) -> None:
+                 eagle_group_ids: frozenset[int] = frozenset(),
+                 dcp_world_size: int = 1) -> None:
         super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
@@ -530,8 +536,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 if drops:
                     for gid in ids:
                         self.single_type_managers[gid].use_eagle = True
-            self.enable_partial_hash_hits = partial_hash_hits_enabled(self.specs,
-                                                                      hash_block_size)
+            self.enable_partial_hash_hits = partial_hash_hits_enabled(
+                self.specs, hash_block_size, dcp_world_size)
             if self.enable_partial_hash_hits:
                 self.cache_hit_alignment_tokens = hash_block_size
                 for manager in self.single_type_managers:
@@ -703,17 +709,24 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
                              kv_event_factory: KVEventFactory | None = None,
                              use_eagle: bool = False,
                              num_prefill_lookahead: int = 0,
-                             eagle_group_ids: frozenset[int] = frozenset()
-                             ) -> KVCacheCoordinator:
+                             eagle_group_ids: frozenset[int] = frozenset(),
+                             dcp_world_size: int = 1) -> KVCacheCoordinator:
     """The coordinator vLLM picks: caching off → no prefix cache; one group → unitary;
-    otherwise hybrid."""
+    otherwise hybrid (``dcp_world_size``: only the hybrid one reads it, for its fine-grained
+    hits; ``specs`` are DCP-scaled already)."""
     cls: type[KVCacheCoordinator]
     if not enable_caching:
         cls = KVCacheCoordinatorNoPrefixCache
     elif len(specs) == 1:
         cls = UnitaryKVCacheCoordinator
     else:
-        cls = HybridKVCacheCoordinator
+        return HybridKVCacheCoordinator(
+            specs, num_blocks, profile=profile, enable_caching=enable_caching,
+            enable_kv_cache_events=enable_kv_cache_events,
+            scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,
+            retention_interval=retention_interval, kv_event_factory=kv_event_factory,
+            use_eagle=use_eagle, num_prefill_lookahead=num_prefill_lookahead,
+            eagle_group_ids=eagle_group_ids, dcp_world_size=dcp_world_size)
     return cls(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                enable_kv_cache_events=enable_kv_cache_events,
                scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from kvcheck.reference_impl.block import KVCacheBlock
@@ -67,7 +68,7 @@ from kvcheck.reference_impl.kv_cache_interface import (
 )
 from kvcheck.reference_impl.profiles import ProfileBehaviour, get_profile
 from kvcheck.reference_impl.request import Request, RequestOptions
-from kvcheck.reference_impl.single_type_kv_cache_manager import cdiv
+from kvcheck.reference_impl.single_type_kv_cache_manager import MambaManager, cdiv
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; only mypy reads this annotation
     from typing_extensions import Unpack
@@ -199,7 +200,10 @@ class KVCacheManager:
             ``use_eagle``; several: only with ``use_eagle``, as vLLM 0.33's hybrid coordinator
             does), and every sliding-window group keeps ``K - 1`` more tokens below its window
             (``SlidingWindowSpec.extra_retained_tokens``, set here as vLLM's KV-cache planning
-            sets it) (docs/semantics.md#multi-module-mtp). 0.10.2 has no such argument.
+            sets it) (docs/semantics.md#multi-module-mtp). Above 1 with ``use_eagle`` and
+            caching on beside a Mamba "align" group and other groups: ``KVCacheMisuseError``
+            (vLLM 0.33.0 keys stale Mamba states there; one Mamba group alone is modelled).
+            0.10.2 has no such argument.
         num_hash_lookahead_tokens: vLLM 0.33's hash lookahead ``L``
             (``KVCacheManager(num_hash_lookahead_tokens=L)``, with the request hasher's
             ``get_request_block_hasher(..., L)``; docs/semantics.md#request-block-hashes): a
@@ -228,6 +232,11 @@ class KVCacheManager:
             vLLM's default): it sizes a sliding window's and a chunked-local group's
             admission cap (``SingleTypeKVCacheManager.max_admission_blocks_per_request``),
             which ``allocate_slots(..., full_sequence_must_fit=True)`` counts against.
+
+    Worker-side block zeroing (vLLM 0.33; docs/semantics.md#worker-side-block-zeroing):
+        needs_kv_cache_zeroing: ``KVCacheConfig.needs_kv_cache_zeroing``: every attention
+            group (not a Mamba group) records the blocks it takes from the pool, drained by
+            ``take_new_block_ids``. Refused under ``vllm-0.10``.
     """
 
     def __init__(
@@ -253,6 +262,8 @@ class KVCacheManager:
         watermark: float = 0.0,
         eagle_group_ids: Collection[int] = (),
         max_in_flight_tokens: int | None = None,
+        enable_mamba_shared_prefix_checkpoint: bool = False,
+        needs_kv_cache_zeroing: bool = False,
     ) -> None:
         if (block_size is None) == (kv_cache_specs is None):
             raise KVCacheMisuseError(
@@ -274,6 +285,7 @@ class KVCacheManager:
                 raise KVCacheMisuseError(f"{name} must be an int >= 1, got {value!r}")
         self.dcp_world_size = dcp_world_size
         self._check_dcp(specs, enable_caching)
+        unscaled_specs = tuple(specs)
         specs = dcp_kv_cache_specs(specs, dcp_world_size, self.profile)
         #: The groups' specs, block sizes scaled by DCP (``dcp_kv_cache_specs``).
         self.kv_cache_specs = specs
@@ -291,7 +303,7 @@ class KVCacheManager:
         self._check_supported(enable_caching, enable_kv_cache_events)
         eagle_ids = self._check_eagle_group_ids(eagle_group_ids)
         self._check_eagle(use_eagle, enable_caching, num_prefill_lookahead,
-                          flagged=bool(eagle_ids))
+                          eagle_ids=eagle_ids)
         self._check_hash_lookahead(num_hash_lookahead_tokens, use_eagle, enable_caching)
         #: EAGLE/MTP: hits drop their last block (in ``eagle_group_ids``, else every group).
         self.use_eagle = use_eagle
@@ -311,9 +323,17 @@ class KVCacheManager:
             scheduler_block_size=self.scheduler_block_size,
             hash_block_size=self.hash_block_size, retention_interval=retention,
             kv_event_factory=kv_event_factory, use_eagle=use_eagle,
-            num_prefill_lookahead=num_prefill_lookahead, eagle_group_ids=eagle_ids)
+            num_prefill_lookahead=num_prefill_lookahead, eagle_group_ids=eagle_ids,
+            dcp_world_size=dcp_world_size)
+        if dcp_world_size > 1 and not self.v033:
+            # vLLM 0.10.2's MambaManager scales its block by DCP like every manager but adds
+            # its speculative slots at the spec's own block size (single_type_kv_cache_manager
+            # .py:580-583, 596-598).
+            for manager in self.coordinator.single_type_managers:
+                if isinstance(manager, MambaManager):
+                    manager.speculative_block_tokens = manager.block_size // dcp_world_size
         self.block_pool = self.coordinator.block_pool
-        self._set_admission_gates(num_blocks, watermark, max_in_flight_tokens)
+        self._set_admission_gates(num_blocks, watermark, max_in_flight_tokens, unscaled_specs)
         # Read by the pool's events and the Mamba checkpoints, as vLLM's BlockPool holds it.
         self.block_pool.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         # Built even with caching off so requests can still be hashed (vLLM builds it when a
@@ -327,15 +347,64 @@ class KVCacheManager:
         #: ``enable_partial_hash_hits``): hits land on hash-block boundaries and a hit ending
         #: inside a block is copied on write (``take_kv_cache_block_copies``).
         self.enable_partial_hash_hits = self.coordinator.enable_partial_hash_hits
+        self._set_shared_prefix_checkpoint(enable_mamba_shared_prefix_checkpoint)
+        self._set_block_zeroing(needs_kv_cache_zeroing)
         self._group_block_sizes = tuple(s.block_size for s in specs)
         # "No hits" for every group, immutable so it can be shared by every call.
         self._no_hits: tuple[tuple[KVCacheBlock, ...], ...] = ((),) * len(specs)
 
+    def _set_shared_prefix_checkpoint(self, enable: bool) -> None:
+        """vLLM 0.33's ``enable_mamba_shared_prefix_checkpoint`` (``KVCacheManager.__init__``
+        ``:184-198``): kept only with an EAGLE group (flagged ``is_eagle_group``, or every
+        group under ``use_eagle``: the coordinator's ``eagle_group_ids``), fine-grained hits
+        on and no re-prefillable tail (``num_prefill_lookahead`` <= 1), else dropped without
+        an error, as vLLM narrows it; kept, it sets every Mamba manager's
+        ``shared_prefix_checkpoint``. vLLM 0.10.2 has no such argument: refused."""
+        if type(enable) is not bool:
+            raise KVCacheMisuseError(
+                f"enable_mamba_shared_prefix_checkpoint must be True or False, got {enable!r}")
+        if enable and not self.v033:
+            raise KVCacheMisuseError(
+                "enable_mamba_shared_prefix_checkpoint=True: vLLM 0.10.2 has no Mamba "
+                "shared-prefix checkpoint (a vLLM 0.33 CacheConfig flag); leave it False or "
+                "use profile vllm-0.33")
+        coordinator = self.coordinator
+        #: The narrowed flag (vLLM's ``KVCacheManager.mamba_shared_prefix_checkpoint``).
+        self.mamba_shared_prefix_checkpoint = (
+            enable and bool(self.eagle_group_ids or self.use_eagle)
+            and coordinator.enable_partial_hash_hits
+            and coordinator.num_reprefillable_tokens == 0)
+        if self.mamba_shared_prefix_checkpoint:
+            for manager in coordinator.single_type_managers:
+                if isinstance(manager, MambaManager):
+                    manager.shared_prefix_checkpoint = True
+
+    def _set_block_zeroing(self, needs_kv_cache_zeroing: bool) -> None:
+        """vLLM 0.33's ``needs_kv_cache_zeroing`` (``SingleTypeKVCacheManager.__init__``
+        ``:114-120``): the groups whose spec is an attention spec (every kind here but Mamba)
+        record their fresh blocks; vLLM 0.10.2 has no zeroing: refused."""
+        if type(needs_kv_cache_zeroing) is not bool:
+            raise KVCacheMisuseError(
+                f"needs_kv_cache_zeroing must be True or False, got {needs_kv_cache_zeroing!r}")
+        if needs_kv_cache_zeroing and not self.v033:
+            raise KVCacheMisuseError(
+                "needs_kv_cache_zeroing=True: vLLM 0.10.2 has no worker-side block zeroing "
+                "(vLLM 0.33's KVCacheConfig.needs_kv_cache_zeroing); leave it False or use "
+                "profile vllm-0.33")
+        #: Whether fresh attention blocks are recorded for the worker to zero.
+        self.needs_kv_cache_zeroing = needs_kv_cache_zeroing
+        if needs_kv_cache_zeroing:
+            for manager in self.coordinator.single_type_managers:
+                if not isinstance(manager.kv_cache_spec, MambaSpec):
+                    manager.record_new_block_ids()
+
     def _set_admission_gates(self, num_blocks: int, watermark: float,
-                             max_in_flight_tokens: int | None) -> None:
+                             max_in_flight_tokens: int | None,
+                             unscaled_specs: Sequence[KVCacheSpec]) -> None:
         """``watermark_blocks`` and each group's admission cap (vLLM 0.33
-        ``KVCacheManager.__init__``, ``get_manager_for_kv_cache_spec``); vllm-0.10 has
-        neither and refuses them."""
+        ``KVCacheManager.__init__``, ``get_manager_for_kv_cache_spec``) from the groups'
+        specs before DCP scaled their blocks (``unscaled_specs``); vllm-0.10 has neither and
+        refuses them."""
         if (type(watermark) not in (int, float) or not 0.0 <= watermark < 1.0):
             raise KVCacheMisuseError(
                 f"watermark must be a float in [0, 1) (a fraction of the pool, vLLM's "
@@ -360,9 +429,12 @@ class KVCacheManager:
         self.max_in_flight_tokens = max_in_flight_tokens
         if max_in_flight_tokens is None:
             max_in_flight_tokens = self.max_model_len
-        for manager in self.coordinator.single_type_managers:
+        for manager, spec in zip(self.coordinator.single_type_managers, unscaled_specs,
+                                 strict=True):
+            # The cap is the spec's, in its unscaled blocks (vLLM 0.33 computes it on the
+            # KVCacheSpec before the manager scales the block by DCP).
             manager.max_admission_blocks_per_request = manager.admission_cap(
-                max_in_flight_tokens, self.max_model_len)
+                max_in_flight_tokens, self.max_model_len, spec.block_size)
 
     def _validate_retention(self, retention: int | None) -> None:
         if retention is None:
@@ -381,15 +453,11 @@ class KVCacheManager:
 
     def _check_dcp(self, specs: Sequence[KVCacheSpec], enable_caching: bool) -> None:
         """Refuse the DCP layouts vLLM asserts against (at construction here; vLLM fails some
-        only at the first cache lookup), and the one the reference does not model."""
+        only at the first cache lookup). A Mamba group is taken: unscaled under 0.33
+        (``dcp_kv_cache_specs``), scaled under 0.10.2 with its speculative slots at the
+        spec's own size (``MambaManager.speculative_block_tokens``)."""
         if self.dcp_world_size == 1:
             return
-        if not self.v033 and any(isinstance(s, MambaSpec) for s in specs):
-            raise KVCacheMisuseError(
-                f"dcp_world_size={self.dcp_world_size} with a Mamba group under vLLM 0.10.2 is "
-                "not modelled: its MambaManager sizes speculative blocks with the spec's block "
-                "size but divides by the DCP-scaled one (single_type_kv_cache_manager.py:"
-                "580-583), a mix no 0.10.2 model runs (its DCP serves MLA models)")
         if not enable_caching:
             return  # caching off: any groups (vLLM's no-prefix-cache coordinator)
         if not self.v033:
@@ -415,12 +483,9 @@ class KVCacheManager:
                 f"dcp_world_size={self.dcp_world_size} with {spec!r} and prefix caching on: "
                 f"vLLM's manager asserts 'DCP not support {rule} attn now.' at its first cache "
                 "lookup (find_longest_cache_hit); use enable_caching=False or dcp_world_size=1")
-        if self.v033 and len(specs) > 1 and any(isinstance(s, MambaSpec) for s in specs):
-            raise KVCacheMisuseError(
-                f"dcp_world_size={self.dcp_world_size} with a Mamba group and prefix caching on "
-                "is not modelled (vLLM 0.33 keeps Mamba blocks unscaled and turns fine-grained "
-                "hits on at a Mamba block equal to the hash block, partial_hash_hits_enabled); "
-                "use enable_caching=False or dcp_world_size=1")
+        # A Mamba group with caching on: under 0.33 its manager is unsharded (its own
+        # dcp_world_size is 1, so its lookup's 'DCP not support mamba now.' holds); 0.10.2 has
+        # no Mamba prefix caching (refused by _check_mamba).
 
     def _check_hash_lookahead(self, num_hash_lookahead_tokens: int, use_eagle: bool,
                               enable_caching: bool) -> None:
@@ -477,14 +542,20 @@ class KVCacheManager:
         return frozenset(ids)
 
     def _check_eagle(self, use_eagle: bool, enable_caching: bool,
-                     num_prefill_lookahead: int, *, flagged: bool = False) -> None:
-        """EAGLE with prefix caching and a chunked local attention group is refused: vLLM's
-        ``ChunkedLocalAttentionManager.find_longest_cache_hit`` asserts ``drop_eagle_block
-        is False`` ('Hybrid KV cache is not supported for eagle + chunked local attention',
-        0.33 ``single_type_kv_cache_manager.py:1333``, 0.10.2 ``:457``) on the first lookup.
+                     num_prefill_lookahead: int, *,
+                     eagle_ids: frozenset[int] = frozenset()) -> None:
+        """EAGLE with prefix caching and a chunked local attention group that drops is
+        refused: vLLM's ``ChunkedLocalAttentionManager.find_longest_cache_hit`` asserts
+        ``drop_eagle_block is False`` ('Hybrid KV cache is not supported for eagle + chunked
+        local attention', 0.33 ``single_type_kv_cache_manager.py:1333``, 0.10.2 ``:457``) on
+        the first lookup. A chunked group drops when it is in vLLM 0.33's
+        ``drop_eagle_group_ids`` (``eagle_ids``, the groups flagged ``is_eagle_group``, or
+        every group when none is: then also under vLLM 0.10.2 and with one group) or shares
+        its spec with a group that is (``SpecGroup.use_eagle``); an unflagged chunked group
+        beside a flagged group of another spec never drops and runs as without EAGLE.
         ``num_prefill_lookahead``: an int >= 0, 0 or 1 under vLLM 0.10.2 (it has no such
         argument), and vLLM 0.33's check (``kv_cache_coordinator.py:150-159``): with EAGLE and
-        caching on, at most ``scheduler_block_size`` (also when ``flagged``: a group flagged
+        caching on, at most ``scheduler_block_size`` (also when a group is flagged
         ``is_eagle_group``, vLLM checking ``eagle_group_ids``)."""
         if type(use_eagle) is not bool:
             raise KVCacheMisuseError(f"use_eagle must be a bool, got {use_eagle!r}")
@@ -495,7 +566,7 @@ class KVCacheManager:
             raise KVCacheMisuseError(
                 "num_prefill_lookahead is a vLLM 0.33 KVCacheManager argument (multi-module "
                 "MTP); vLLM 0.10.2 has none: use num_prefill_lookahead=0")
-        if (enable_caching and (use_eagle or flagged)
+        if (enable_caching and (use_eagle or eagle_ids)
                 and self.scheduler_block_size < num_prefill_lookahead):
             raise KVCacheMisuseError(
                 "Multi-module MTP with prefix caching requires scheduler_block_size (="
@@ -504,28 +575,39 @@ class KVCacheManager:
                 "num_speculative_tokens or use larger blocks)")
         aligned = [s for s in self.kv_cache_specs
                    if isinstance(s, MambaSpec) and s.mamba_cache_mode == "align"]
-        if (enable_caching and num_prefill_lookahead > 1 and aligned
-                and (use_eagle or len(self.kv_cache_specs) == 1)):
+        if (enable_caching and num_prefill_lookahead > 1 and aligned and use_eagle
+                and len(self.kv_cache_specs) > 1):
             # Found by the multi-group differential: with the caching lag vLLM 0.33.0 keys
             # (and hands a KV connector) a Mamba state for num_computed - (K - 1) tokens from
             # a block that by then holds the state after more tokens. A stale state is not
-            # behaviour to reproduce.
+            # behaviour to reproduce. One Mamba group alone keys only whole blocks (its hash
+            # block is its block), which hold their state: modelled (vLLM 0.33.0 agrees).
             raise KVCacheMisuseError(
-                f"num_prefill_lookahead={num_prefill_lookahead} with prefix caching beside a "
-                f"Mamba 'align' group ({aligned[0]!r}) is not modelled: vLLM 0.33.0 caches "
-                "the last num_prefill_lookahead - 1 computed tokens later (one group, or "
-                "several with use_eagle) and then keys a Mamba state for fewer tokens than its "
+                f"num_prefill_lookahead={num_prefill_lookahead} with prefix caching and "
+                f"use_eagle beside a Mamba 'align' group ({aligned[0]!r}) is not modelled: "
+                "vLLM 0.33.0 caches the last num_prefill_lookahead - 1 computed tokens of "
+                "EAGLE's groups later and then keys a Mamba state for fewer tokens than its "
                 "block holds; use num_prefill_lookahead <= 1, mamba_cache_mode 'none', "
-                "use_eagle=False (several groups) or enable_caching=False")
+                "use_eagle=False or enable_caching=False")
         if not (use_eagle and enable_caching):
             return
-        chunked = [s for s in self.kv_cache_specs if isinstance(s, ChunkedLocalAttentionSpec)]
+        specs = self.kv_cache_specs
+        # vLLM 0.33's drop_eagle_group_ids (0.10.2: every group), widened to spec groups.
+        drops = (eagle_ids or range(len(specs))) if self.v033 else range(len(specs))
+        dropping = {specs[i] for i in drops}
+        chunked = [(i, s) for i, s in enumerate(specs)
+                   if isinstance(s, ChunkedLocalAttentionSpec) and s in dropping]
         if chunked:
+            i, spec = chunked[0]
+            why = ("it is flagged is_eagle_group" if i in eagle_ids
+                   else "a group of its spec is flagged is_eagle_group: one search"
+                   if eagle_ids else "no group is flagged is_eagle_group: every group drops")
             raise KVCacheMisuseError(
-                f"use_eagle=True with prefix caching and {chunked[0]!r}: vLLM asserts 'Hybrid "
-                "KV cache is not supported for eagle + chunked local attention' "
-                "(ChunkedLocalAttentionManager.find_longest_cache_hit); use use_eagle=False "
-                "or enable_caching=False for this layout")
+                f"use_eagle=True with prefix caching and group {i} {spec!r}, whose hits drop "
+                f"EAGLE's block ({why}): vLLM asserts 'Hybrid KV cache is not supported for "
+                "eagle + chunked local attention' (ChunkedLocalAttentionManager."
+                "find_longest_cache_hit); flag only groups of another spec is_eagle_group "
+                "(vLLM 0.33), or use use_eagle=False or enable_caching=False for this layout")
         checkpointed = [s for s in self.kv_cache_specs
                         if isinstance(s, MambaSpec) and s.num_prefill_checkpoint_blocks]
         if checkpointed:
@@ -704,6 +786,10 @@ class KVCacheManager:
         other in-flight sequences; ``has_scheduled_reqs``: whether another request runs this
         step, which (with a request holding no blocks) applies the constructor's watermark.
 
+        Asynchronous scheduling (vLLM 0.33, docs/semantics.md#asynchronous-scheduling):
+        ``vllm-0.33`` frees the blocks a window skips at ``max(0, computed -
+        request.num_in_flight_tokens)`` tokens, not at the optimistic count.
+
         Raises:
             KVCacheMisuseError: negative counts; hits of the wrong shape (one list per group)
                 or whose token count is not ``num_new_computed_tokens`` in every group; hits
@@ -754,8 +840,12 @@ class KVCacheManager:
                 num_encoder_tokens, delay_cache_blocks, full_sequence_must_fit,
                 reserved_blocks, has_scheduled_reqs)
         if coordinator.skips_blocks:  # so does every layout with a cross-attention group
+            # 0.33 frees on the processed-token basis: an in-flight step's window still
+            # reads blocks below the optimistic count (asynchronous scheduling).
             coordinator.remove_skipped_blocks(
-                request.request_id, total_computed if self.v033 else request.num_computed_tokens)
+                request.request_id,
+                max(0, total_computed - request.num_in_flight_tokens) if self.v033
+                else request.num_computed_tokens)
             if coordinator.has_encoder_groups:
                 return self._allocate_with_encoder(
                     request, hits, has_hits, num_local_computed, num_computed, total_computed,
@@ -931,7 +1021,8 @@ class KVCacheManager:
                 return None
         headroom = reserved_blocks + watermark
         if coordinator.skips_blocks:
-            coordinator.remove_skipped_blocks(request_id, total_computed)
+            coordinator.remove_skipped_blocks(
+                request_id, max(0, total_computed - request.num_in_flight_tokens))
             if coordinator.has_encoder_groups:
                 return self._allocate_with_encoder(
                     request, hits, has_hits, num_local_computed, num_computed, total_computed,
@@ -1156,6 +1247,70 @@ class KVCacheManager:
         (``invariants.check_manager_invariants``)."""
         check_manager_invariants(self)
 
+    def take_new_block_ids(self) -> list[int]:
+        """Drain the ids of the blocks handed out fresh since the last call, for the worker
+        to zero (vLLM 0.33 ``KVCacheManager.take_new_block_ids``, which its scheduler calls
+        every step): group by group, each in the order its blocks were taken. ``[]`` without
+        ``needs_kv_cache_zeroing``. An id taken, freed and taken again is listed twice."""
+        ids: list[int] = []
+        for manager in self.coordinator.single_type_managers:
+            ids.extend(manager.take_new_block_ids())
+        return ids
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        """Record again the request's blocks from token ``start_token`` on, in every
+        recording group (vLLM 0.33 ``KVCacheManager.record_blocks_for_zeroing``: blocks a
+        failed asynchronous load left unwritten, past its valid prefix); the null blocks a
+        window left in the table are recorded too, as vLLM records them.
+
+        Raises:
+            KVCacheMisuseError: ``start_token`` negative or not a multiple of a recording
+                group's block size (vLLM asserts: zeroing a partly valid block would wipe
+                its valid prefix).
+        """
+        for manager in self.coordinator.single_type_managers:
+            if not manager.records_new_block_ids:
+                continue
+            if start_token < 0 or start_token % manager.block_size:
+                raise KVCacheMisuseError(
+                    f"record_blocks_for_zeroing({request_id!r}, {start_token}): start_token "
+                    f"must be a non-negative multiple of group {manager.kv_cache_group_id}'s "
+                    f"block size {manager.block_size} (zeroing a partly valid block would "
+                    "wipe its valid prefix; vLLM asserts it)")
+            blocks = manager.req_to_blocks.get(request_id, [])
+            manager.new_block_ids.extend(
+                b.block_id for b in blocks[start_token // manager.block_size:])
+
+    @contextmanager
+    def zeroing_skipped(self, skip_zeroing_group_ids: Collection[int]) -> Iterator[None]:
+        """Within this block, ``allocate_slots`` is vLLM 0.33's with
+        ``skip_zeroing_group_ids``: the external tokens' blocks of those groups (an
+        asynchronous load writes them; zeroing would race it) are not recorded for zeroing;
+        every other block is, as usual. A context rather than one more parameter of
+        ``allocate_slots``, so the hot path keeps its signature.
+
+        Raises:
+            KVCacheMisuseError: under ``vllm-0.10``; a group id that is not one of this
+                model's groups.
+        """
+        managers = self.coordinator.single_type_managers
+        bad = [g for g in skip_zeroing_group_ids
+               if type(g) is not int or not 0 <= g < len(managers)]
+        if bad or not self.v033:
+            raise KVCacheMisuseError(
+                f"skip_zeroing_group_ids={tuple(skip_zeroing_group_ids)!r}: "
+                + ("vLLM 0.10.2 has no worker-side block zeroing; use profile vllm-0.33"
+                   if not self.v033 else
+                   f"{bad!r} not a KV-cache group id of this model (0 to {len(managers) - 1})"))
+        skipped = [managers[g] for g in set(skip_zeroing_group_ids)]
+        for manager in skipped:
+            manager.skip_external_zeroing = True
+        try:
+            yield
+        finally:
+            for manager in skipped:
+                manager.skip_external_zeroing = False
+
     def take_kv_cache_block_copies(self) -> tuple[list[tuple[int, int]], list[KVCacheBlock]]:
         """Drain the copy-on-write copies made since the last call (vLLM 0.33's
         ``take_kv_cache_block_copies``, ``kv_cache_manager.py:863-878``): ``(copies,
@@ -1199,12 +1354,13 @@ class KVCacheManager:
         scheduler for a KV producer before the request's blocks are freed): per Mamba
         "align" group that keyed the request's own partial tail and has not copied it yet,
         ``(group_id, block_id, boundary_tokens)`` of its table block when the request
-        computed exactly ``boundary_tokens`` tokens (none in flight). Consumes them: a
-        second call answers ``[]``."""
+        computed exactly ``boundary_tokens`` tokens and none is in flight
+        (``request.num_in_flight_tokens == 0``). Consumes them: a second call answers
+        ``[]``."""
         offloads: list[tuple[int, int, int]] = []
         for manager in self.coordinator.single_type_managers:
-            finalized = manager.finalize_partial_tail_offload(request.request_id,
-                                                              request.num_computed_tokens)
+            finalized = manager.finalize_partial_tail_offload(
+                request.request_id, request.num_computed_tokens, request.num_in_flight_tokens)
             if finalized is not None:
                 group_id, block, boundary = finalized
                 offloads.append((group_id, block.block_id, boundary))

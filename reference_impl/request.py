@@ -97,6 +97,13 @@ class Request:
     num_computed_tokens: int = 0
     all_token_ids: list[int] = field(init=False)
     block_hashes: list[BlockHash] = field(init=False, default_factory=list)
+    # Asynchronous scheduling (vLLM 0.33's ``Request.num_in_flight_tokens``): tokens of
+    # steps whose output the scheduler has not processed yet, counted optimistically in
+    # ``num_computed_tokens``. Owned by the caller too (set on the instance); the manager
+    # frees window blocks and finalizes boundary states on the processed basis,
+    # ``num_computed_tokens`` minus it. A class default, not a dataclass field: a request's
+    # construction (the hot path) stores nothing more.
+    num_in_flight_tokens = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:

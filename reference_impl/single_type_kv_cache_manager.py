@@ -154,6 +154,15 @@ class SingleTypeKVCacheManager:
     #: ``admission_cap``): what ``get_num_admission_blocks`` counts at most for the full
     #: sequence; None (full attention, Mamba, cross attention): no cap.
     max_admission_blocks_per_request: int | None = None
+    #: vLLM 0.33's ``records_new_block_ids``: this group's fresh blocks are recorded for the
+    #: worker to zero (``KVCacheManager(needs_kv_cache_zeroing=True)`` turns it on for the
+    #: attention kinds: ``record_new_block_ids``); off, nothing is recorded and the
+    #: allocation methods are the plain ones.
+    records_new_block_ids = False
+    #: Set for the length of one ``allocate_slots`` whose caller named this group in
+    #: ``skip_zeroing_group_ids``: the external tokens' blocks an asynchronous load writes
+    #: are not recorded (vLLM's ``record_for_zeroing=False``).
+    skip_external_zeroing = False
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool,
                  kv_cache_group_id: int, profile: ProfileBehaviour, enable_caching: bool,
@@ -279,6 +288,48 @@ class SingleTypeKVCacheManager:
         self._pending_cow_copies.append((source_block, cow_block))
         cow_block.ref_cnt += 1
 
+    def record_new_block_ids(self) -> None:
+        """Record this group's fresh blocks from now on, for the worker to zero (vLLM 0.33's
+        ``_record_new_block_ids``, set from ``needs_kv_cache_zeroing`` for an attention
+        spec): each block ``allocate_new_blocks`` or ``allocate_external_computed_blocks``
+        takes from the pool is appended to ``new_block_ids`` (the external ones unless
+        ``skip_external_zeroing``), and so is a copy-on-write block
+        (``allocate_new_blocks_main``); hits are adopted, never taken, so never recorded.
+        The recording wraps the class's methods on this instance only, so a manager without
+        zeroing runs the plain methods (the hot path pays nothing)."""
+        self.records_new_block_ids = True
+        #: The recorded block ids, drained by ``take_new_block_ids``.
+        self.new_block_ids: list[int] = []
+        cls = type(self)
+
+        def allocate_new_blocks(request_id: str, num_tokens: int,
+                                ) -> list[KVCacheBlock]:
+            new = cls.allocate_new_blocks(self, request_id, num_tokens)
+            if new:
+                self.new_block_ids.extend(b.block_id for b in new)
+            return new
+
+        def allocate_external_computed_blocks(request_id: str, num_local_computed_tokens: int,
+                                              num_external_computed_tokens: int) -> None:
+            held = len(self.req_to_blocks.get(request_id, ()))
+            cls.allocate_external_computed_blocks(self, request_id, num_local_computed_tokens,
+                                                  num_external_computed_tokens)
+            if not self.skip_external_zeroing:  # appended after the adopted hits and nulls
+                self.new_block_ids.extend(
+                    b.block_id for b in self.req_to_blocks.get(request_id, ())[held:])
+
+        self.allocate_new_blocks = allocate_new_blocks  # type: ignore[method-assign]
+        self.allocate_external_computed_blocks = (  # type: ignore[method-assign]
+            allocate_external_computed_blocks)
+
+    def take_new_block_ids(self) -> list[int]:
+        """Drain the block ids recorded since the last call (vLLM 0.33's
+        ``take_new_block_ids``); ``[]`` for a group that records none."""
+        if not self.records_new_block_ids:
+            return []
+        ids, self.new_block_ids = self.new_block_ids, []
+        return ids
+
     def take_pending_cow_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
         """Drain the (source, destination) copies queued since the last call, in the order
         they were made (vLLM 0.33's ``take_pending_cow_copies``)."""
@@ -292,6 +343,7 @@ class SingleTypeKVCacheManager:
         return []
 
     def finalize_partial_tail_offload(self, request_id: str, num_computed_tokens: int,
+                                      num_in_flight_tokens: int = 0,
                                       ) -> tuple[int, KVCacheBlock, int] | None:
         """A finishing request's producer partial tail, ``(group_id, block,
         boundary_tokens)``, or None (vLLM 0.33's ``finalize_partial_tail_offload``): only a
@@ -319,11 +371,16 @@ class SingleTypeKVCacheManager:
                         if b.ref_cnt == 0 and not b.is_null)
         return num_new + evictable
 
-    def admission_cap(self, max_in_flight_tokens: int | None,
-                      max_model_len: int | None) -> int | None:
+    def admission_cap(self, max_in_flight_tokens: int | None, max_model_len: int | None,
+                      spec_block_size: int) -> int | None:
         """This group's ``max_admission_blocks_per_request`` (vLLM 0.33
         ``KVCacheSpec.max_admission_blocks_per_request``, given to the managers of the
-        recycling kinds only): None here, no cap."""
+        recycling kinds only): None here, no cap.
+
+        ``spec_block_size`` is the group's own block size, *before* decode context
+        parallelism scales it: vLLM 0.33 computes the cap on the spec
+        (``get_manager_for_kv_cache_spec``), whose ``block_size`` is unscaled, and the
+        manager applies it to its scaled blocks (``block_size * dcp_world_size``)."""
         return None
 
     def get_num_admission_blocks(self, request_id: str, num_tokens: int,
@@ -468,6 +525,8 @@ class SingleTypeKVCacheManager:
             block_idx, source_block = self._partial_hit_reqs.pop(request_id)
             cow_block = self.block_pool.get_new_blocks(1)[0]
             self._apply_cow(request_id, block_idx, source_block, cow_block)
+            if self.records_new_block_ids:  # the private copy is fresh: zeroed, then copied
+                self.new_block_ids.append(cow_block.block_id)
             return [cow_block, *self.allocate_new_blocks(request_id, num_tokens)]
         return self.allocate_new_blocks(request_id, num_tokens)
 
@@ -735,17 +794,20 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - self.sliding_window + 1 - self.extra_retained_tokens)
 
-    def admission_cap(self, max_in_flight_tokens: int | None,
-                      max_model_len: int | None) -> int | None:
+    def admission_cap(self, max_in_flight_tokens: int | None, max_model_len: int | None,
+                      spec_block_size: int) -> int | None:
         """vLLM 0.33 ``SlidingWindowSpec.max_admission_blocks_per_request``: the window's
         ``w - 1`` tokens, the MTP tail and the in-flight tokens, at most ``max_model_len``,
-        plus one block (the window need not start at a block boundary)."""
+        plus one block (the window need not start at a block boundary). In blocks of the
+        spec's unscaled ``spec_block_size``: under DCP vLLM 0.33 divides by the spec's block
+        size, not the manager's scaled one, so the cap is ``dcp_world_size`` times looser
+        (``kv_cache_interface.py:918-944``)."""
         if max_in_flight_tokens is None:
             return None
         num_tokens = self.sliding_window - 1 + self.extra_retained_tokens + max_in_flight_tokens
         if max_model_len is not None:
             num_tokens = min(num_tokens, max_model_len)
-        return cdiv(num_tokens, self.block_size) + 1
+        return cdiv(num_tokens, spec_block_size) + 1
 
     def _first_useful_block_v010(self, request_id: str, num_computed_tokens: int) -> int:
         return (num_computed_tokens - self.sliding_window + 1) // self.block_size
@@ -845,16 +907,17 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
 
-    def admission_cap(self, max_in_flight_tokens: int | None,
-                      max_model_len: int | None) -> int | None:
+    def admission_cap(self, max_in_flight_tokens: int | None, max_model_len: int | None,
+                      spec_block_size: int) -> int | None:
         """vLLM 0.33 ``ChunkedLocalAttentionSpec.max_admission_blocks_per_request``: one
-        attention chunk plus the in-flight tokens, at most ``max_model_len``."""
+        attention chunk plus the in-flight tokens, at most ``max_model_len``, in blocks of
+        the spec's unscaled ``spec_block_size`` (as the sliding window's)."""
         if max_in_flight_tokens is None:
             return None
         num_tokens = self.attention_chunk_size + max_in_flight_tokens
         if max_model_len is not None:
             num_tokens = min(num_tokens, max_model_len)
-        return cdiv(num_tokens, self.block_size)
+        return cdiv(num_tokens, spec_block_size)
 
     def _first_useful_block_v010(self, request_id: str, num_computed_tokens: int) -> int:
         first = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
@@ -990,11 +1053,13 @@ class MambaManager(SingleTypeKVCacheManager):
     dropped; ``finalize_partial_tail_offload`` hands a tail not copied yet from the table
     when the request finishes exactly at it.
 
-    Not modelled (no reference counterpart, or EAGLE only): the shared-prefix checkpoint
-    (``enable_mamba_shared_prefix_checkpoint``: a ``KVCacheManager`` flag that vLLM narrows to
-    EAGLE layouts with fine-grained hits). Hash lookahead (``num_hash_lookahead_tokens``,
-    the pool's) moves the checkpoint and tail boundaries down to leave the hash's ``L``
-    tokens (``mamba_prefill_checkpoint_position``).
+    The shared-prefix checkpoint (0.33, ``shared_prefix_checkpoint``: the ``KVCacheManager``'s
+    ``enable_mamba_shared_prefix_checkpoint``, which vLLM narrows to EAGLE layouts with
+    fine-grained hits and no re-prefillable tail): ``_cache_partial_tail_block`` also keys the
+    state at the request's shared-prefix boundary when the chunk being cached ends there,
+    inside the prompt (docs/semantics.md#the-shared-prefix-checkpoint). Hash lookahead
+    (``num_hash_lookahead_tokens``, the pool's) moves the checkpoint and tail boundaries down
+    to leave the hash's ``L`` tokens (``mamba_prefill_checkpoint_position``).
     ``_cache_partial_tail_block`` runs after every "align" ``cache_blocks``, as in vLLM: without
     fine-grained hits, a checkpoint or EAGLE's checkpoint shift it keys nothing (its boundary
     is a whole block, keyed already), but with the shift under sparse retention it keys the
@@ -1012,6 +1077,9 @@ class MambaManager(SingleTypeKVCacheManager):
         self.mamba_cache_mode = kv_cache_spec.mamba_cache_mode
         self.align = self.v033 and self.mamba_cache_mode == "align"
         self.num_speculative_blocks = kv_cache_spec.num_speculative_blocks
+        #: Slots per speculative block outside "align" mode: the block size, but the spec's
+        #: unscaled one under vLLM 0.10.2 with DCP (``KVCacheManager`` sets it there).
+        self.speculative_block_tokens = self.block_size
         #: 0.33: keys of the blocks cached in this step (``new_step_starts`` clears it).
         self.cached_blocks_this_step: set[bytes] = set()
         #: align: request id -> index of the state block of two allocations ago.
@@ -1025,6 +1093,10 @@ class MambaManager(SingleTypeKVCacheManager):
         #: 0.33: Mamba checkpoints follow EAGLE's replay boundary (the coordinator sets it
         #: when the manager runs with ``use_eagle``; vLLM ``drop_eagle_checkpoint_block``).
         self.drop_eagle_checkpoint_block = False
+        #: 0.33 ``enable_mamba_shared_prefix_checkpoint``, narrowed and set by the
+        #: ``KVCacheManager`` (vLLM's ``shared_prefix_checkpoint``): also key the state at the
+        #: request's shared-prefix boundary (``_cache_partial_tail_block``).
+        self.shared_prefix_checkpoint = False
         #: 0.33 "align" with ``num_prefill_checkpoint_blocks > 0``: allocations may reserve a
         #: prefill checkpoint block (vLLM ``has_prefill_checkpoint_blocks``).
         self.has_prefill_checkpoint_blocks = (
@@ -1175,7 +1247,7 @@ class MambaManager(SingleTypeKVCacheManager):
         if self._hit_cached_this_step(new_computed_blocks):
             return self.block_pool.num_gpu_blocks + 1
         if not self.align:
-            num_tokens += self.block_size * self.num_speculative_blocks
+            num_tokens += self.speculative_block_tokens * self.num_speculative_blocks
             return super().get_num_blocks_to_allocate(request_id, num_tokens,
                                                       new_computed_blocks,
                                                       total_computed_tokens)
@@ -1216,8 +1288,8 @@ class MambaManager(SingleTypeKVCacheManager):
         (``BlockPool.move_block_hashes``): the source takes one more reference for the copy,
         the copy is held by that copy alone, and its key counts as cached in this step."""
         if not self.align:
-            return super().allocate_new_blocks(
-                request_id, num_tokens + self.block_size * self.num_speculative_blocks)
+            speculative = self.speculative_block_tokens * self.num_speculative_blocks
+            return super().allocate_new_blocks(request_id, num_tokens + speculative)
         spec = self.num_speculative_blocks
         blocks = self.req_to_blocks.setdefault(request_id, [])
         num_required = cdiv(num_tokens_main_model, self.block_size) + spec
@@ -1429,7 +1501,9 @@ class MambaManager(SingleTypeKVCacheManager):
         (``mamba_prefill_checkpoint_position``: ``(num_prompt_tokens - max(1, L)) // hbs *
         hbs``, with EAGLE ``num_prompt_tokens // hbs * hbs - hbs``), key the state block
         holding it (index ``cdiv(num_tokens, block_size) - 1``; not a null, not already keyed
-        at that length) by the hash there (``BlockPool.cache_partial_block``). A boundary
+        at that length) by the hash there (``BlockPool.cache_partial_block``); with
+        ``shared_prefix_checkpoint`` also when ``num_tokens`` is the request's shared-prefix
+        boundary and ``num_computed_tokens < num_tokens <= num_prompt_tokens``. A boundary
         inside the block records the request for a copy-on-write in its next allocation and
         caps ``num_cached_block`` at that index. Returns the key, or None."""
         if self._checkpoints and request.request_id in self._checkpoints:
@@ -1439,7 +1513,13 @@ class MambaManager(SingleTypeKVCacheManager):
             return None
         if num_tokens != mamba_prefill_checkpoint_position(
                 request.num_prompt_tokens, hbs, self.drop_eagle_checkpoint_block,
-                self.block_pool.num_hash_lookahead_tokens):
+                self.block_pool.num_hash_lookahead_tokens) and not (
+                # The junction, where a sibling resumes: only inside the prompt chunk being
+                # computed (vLLM 0.33 :2093-2105); in decode the state block is mutated in
+                # place and matches its key only after that step's forward.
+                self.shared_prefix_checkpoint
+                and num_tokens == self.shared_prefix_boundary.get(request.request_id, 0)
+                and request.num_computed_tokens < num_tokens <= request.num_prompt_tokens):
             return None
         bs = self.block_size
         block_idx = cdiv(num_tokens, bs) - 1
@@ -1509,18 +1589,19 @@ class MambaManager(SingleTypeKVCacheManager):
         return pending
 
     def finalize_partial_tail_offload(self, request_id: str, num_computed_tokens: int,
+                                      num_in_flight_tokens: int = 0,
                                       ) -> tuple[int, KVCacheBlock, int] | None:
         """A finishing producer's partial tail, offered from its own table block when no
-        later token was computed (``num_computed_tokens`` is the boundary; vLLM 0.33
-        ``:1936-1950``, no tokens in flight: the reference has no asynchronous scheduling).
-        Consumed either way."""
+        later token was computed (``num_computed_tokens`` is the boundary) and none is in
+        flight (asynchronous scheduling: an in-flight step may still write past it; vLLM
+        0.33 ``:1936-1950``). Consumed either way."""
         if not self.align:
             return None
         producer_tail = self._producer_partial_tail_reqs.pop(request_id, None)
         if producer_tail is None:
             return None
         source_block, boundary_tokens = producer_tail
-        if num_computed_tokens != boundary_tokens:
+        if num_in_flight_tokens != 0 or num_computed_tokens != boundary_tokens:
             return None
         return self.kv_cache_group_id, source_block, boundary_tokens
 

@@ -32,7 +32,8 @@ from kvcheck.plugin.cli import main
 SUITE = Path(kvcheck.conformance.__file__).resolve().parent
 NO_HYBRID = ('{"kv_cache_groups", "sliding_window", "chunked_local_attention", '
              '"cross_attention", "mamba", "fine_grained_hits", "boundary_state_offloads", '
-             '"mamba_checkpoints", "dcp", "prefix_match_unit"}')
+             '"mamba_checkpoints", "dcp", "prefix_match_unit", "mamba_dcp", '
+             '"mamba_shared_prefix_checkpoint"}')
 MODULE_LEVEL = '{"block_pool", "kernels", "sizing", "offload"}'
 
 

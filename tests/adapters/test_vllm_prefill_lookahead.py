@@ -60,3 +60,37 @@ def test_what_vllm_033_refuses_is_declined_naming_it() -> None:
                                     kv_cache_groups=(KVCacheGroupSpec("full_attention", 8),
                                                      align),
                                     num_prefill_lookahead=2))
+
+
+def test_vllm_033_keys_a_stale_mamba_state_with_eagle_beside_other_groups(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evidence behind the refusal of multi-module MTP with EAGLE beside a Mamba "align"
+    group (several groups, caching on; docs/semantics.md#not-covered-yet), kept as a test so a
+    vLLM release that fixes it is noticed: the adapter's refusal bypassed, full attention 4
+    beside Mamba 8 (fine-grained hits), EAGLE, K 2, a 9-token prompt computed as 5, 1 and 3
+    tokens: vLLM 0.33.0 hands a KV connector block 4 as the Mamba state after 4 tokens
+    (``take_boundary_state_offloads``) while it holds the state after 5 (found by a
+    throwaway replay of random ops with kvcheck's laws; one Mamba group alone never broke
+    one: ``mtp_golden.py``)."""
+    from kvcheck.adapters import vllm_kv_config
+    from kvcheck.conformance.driver import Driver
+    from kvcheck.conformance.laws import check_laws
+    from kvcheck.conformance.loader import load_impl
+    from kvcheck.conformance.ops import add, schedule
+
+    if not vllm_kv_config.HAS_PREFILL_LOOKAHEAD:
+        pytest.skip("this vLLM release has no num_prefill_lookahead (vLLM 0.33's multi-module "
+                    "MTP)")
+    monkeypatch.setattr(vllm_kv_config, "unsupported_reason", lambda spec: None)
+    spec = KVCacheSpec(num_blocks=64, block_size=4, use_eagle=True, num_prefill_lookahead=2,
+                       kv_cache_groups=(FULL, KVCacheGroupSpec("mamba", 8,
+                                                               mamba_cache_mode="align")),
+                       pythonhashseed="0")
+    driver = Driver(load_impl("vllm"), spec)
+    prompt = (100, 101, 102, 103, 104, 1, 3, 2, 1)
+    problems: list[str] = []
+    for op in (add("a", prompt), schedule("a", 5), schedule("a", 1), schedule("a")):
+        driver.apply(op)
+        problems += check_laws(driver)
+    assert any("(1, 4, 4)" in p and "state after exactly 4 tokens" in p
+               and "holds only 5 of 8 tokens" in p for p in problems), problems

@@ -51,6 +51,12 @@ MUTANTS: dict[tuple[str, str], set[tuple[str, str]]] = {
     # An unflagged window keeping the tails of the boundaries without EAGLE under sparse
     # retention: the recorded resend's hit (nothing, not 8 tokens).
     ("eagle_groups_replay_per_group", "vllm-0.33"): {GOLDEN},
+    # An unflagged chunked local group beside flagged full attention dropping anyway: the
+    # recorded hits (12 tokens, not 16).
+    ("eagle_groups_unflagged_chunked_local_drops", "vllm-0.33"): {GOLDEN},
+    # A group that never drops searched with EAGLE's margin: the recorded hits beside a
+    # flagged group (20 tokens, not 16, with an unflagged chunked local group).
+    ("eagle_groups_unflagged_search_margin", "vllm-0.33"): {GOLDEN},
 }
 
 

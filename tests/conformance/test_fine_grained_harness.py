@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 
-from kvcheck.conformance.fine_grained import fine_grained_hits, hash_block_size
+from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.fine_grained import block_copies, fine_grained_hits, hash_block_size
 from kvcheck.conformance.guard import GuardedManager, ProtocolViolation
+from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.layouts import layout_for
-from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.loader import ImplHandle, load_impl
+from kvcheck.conformance.ops import add, free, schedule
 from kvcheck.conformance.protocol import ImplInfo, KVCacheGroupSpec, KVCacheSpec, RequestView
 from kvcheck.conformance.written import WrittenBlocks
 
@@ -34,23 +37,54 @@ def _spec(*groups: KVCacheGroupSpec, caching: bool = True,
 
 # What vLLM 0.33.0 answers (KVCacheCoordinator.enable_partial_hash_hits and its hash block,
 # read from managers built by kvcheck's vLLM adapter for these layouts).
-@pytest.mark.parametrize(("spec", "hashed", "on"), [
-    (_spec(KVCacheGroupSpec(F, 4), _mamba(8)), 4, True),
-    (_spec(KVCacheGroupSpec(F, 8), _mamba(12)), 4, True),
+@pytest.mark.parametrize(("spec", "hashed", "on", "copies"), [
+    (_spec(KVCacheGroupSpec(F, 4), _mamba(8)), 4, True, True),
+    (_spec(KVCacheGroupSpec(F, 8), _mamba(12)), 4, True, True),
     (_spec(KVCacheGroupSpec(F, 4), KVCacheGroupSpec(S, 4, sliding_window=4), _mamba(8)), 4,
-     True),
-    # A sliding window whose block is not the hash block keeps them off.
+     True, True),
+    # A sliding window whose block is not the hash block keeps them off; a running request's
+    # tail is still copied (block_copies).
     (_spec(KVCacheGroupSpec(F, 4), KVCacheGroupSpec(S, 8, sliding_window=4), _mamba(8)), 4,
-     False),
-    (_spec(KVCacheGroupSpec(F, 4), _mamba(4)), 4, False),  # Mamba at the hash block
-    (_spec(KVCacheGroupSpec(F, 8), _mamba(8)), 8, False),
-    (_spec(_mamba(8)), 8, False),  # one group: its block is the hash block
-    (_spec(KVCacheGroupSpec(F, 4), _mamba(8, "none"), caching=False), 8, False),
-    (_spec(KVCacheGroupSpec(F, 4), _mamba(8), profile="vllm-0.10"), 4, False),
+     False, True),
+    (_spec(KVCacheGroupSpec(F, 4), _mamba(4)), 4, False, False),  # Mamba at the hash block
+    (_spec(KVCacheGroupSpec(F, 8), _mamba(8)), 8, False, False),
+    (_spec(_mamba(8)), 8, False, False),  # one group: its block is the hash block
+    (_spec(KVCacheGroupSpec(F, 4), _mamba(8, "none"), caching=False), 8, False, False),
+    (_spec(KVCacheGroupSpec(F, 4), _mamba(8), profile="vllm-0.10"), 4, False, False),
 ])
-def test_layouts_with_fine_grained_hits(spec: KVCacheSpec, hashed: int, on: bool) -> None:
+def test_layouts_with_fine_grained_hits(spec: KVCacheSpec, hashed: int, on: bool,
+                                        copies: bool) -> None:
     assert hash_block_size(spec) == hashed
     assert fine_grained_hits(spec) is on
+    assert block_copies(spec) is copies
+
+
+# Recorded from vLLM 0.33.0 through the vLLM adapter and the driver (the same ops): the sliding
+# window of 4-token blocks turns fine-grained lookups off, yet a's prompt tail state (EAGLE's
+# boundary, 12 - 1 = 11 with the hash block 1) is keyed inside its Mamba block 10 and its
+# next step copies it to block 11 (a's table unchanged), a retaining both until drained.
+_TAIL_COPY_SPEC = KVCacheSpec(num_blocks=32, block_size=2, prefix_match_unit=1, use_eagle=True,
+                              kv_cache_groups=(KVCacheGroupSpec(F, 2),
+                                               KVCacheGroupSpec(S, 4, sliding_window=8),
+                                               KVCacheGroupSpec("mamba", 4,
+                                                                mamba_cache_mode="align",
+                                                                is_eagle_group=True)))
+
+
+def test_the_driver_drains_a_tail_copy_without_fine_grained_lookups() -> None:
+    """The copy of a running request's own tail is drained (and its retained blocks released)
+    where fine-grained lookups are off: without the drain two blocks stay referenced by nobody
+    and conservation fails (found by the 2,000-example law run on the reference)."""
+    spec = _TAIL_COPY_SPEC
+    assert not fine_grained_hits(spec) and block_copies(spec)
+    driver = Driver(load_impl("reference"), spec)
+    for op in (add("a", list(range(1, 13))), schedule("a", 11), schedule("a", 1),
+               add("b", [7]), schedule("b", 1), free("a"), free("b")):
+        driver.apply(op)
+        assert not check_laws(driver), op
+    assert driver.drained == [(10, 11)]
+    assert driver.drained_offloads == [{"a": [(2, 11, 11), (2, 10, 12)]}]
+    assert driver.manager.num_free_blocks() == 31
 
 
 _KINDS = (F, S, C, "mamba")

@@ -136,6 +136,13 @@ MUTANTS: dict[tuple[str, str], set[str]] = {
     # 40 examples, not at this file's 15 (measured on the draws of a mutant without EAGLE).
     ("hybrid_prefix_match_unit_ignored", "vllm-0.33"): {KNOBS, KNOB_REFUSALS},
     ("hybrid_prefix_match_unit_ignored", "vllm-0.10"): {KNOB_REFUSALS},
+    # A Mamba group under DCP: scaled like attention under 0.33 (the recorded answers: Mamba
+    # blocks of 4, no fine-grained hit at 10), fine-grained hits off at a Mamba block equal to
+    # the hash block (hit 8, not 10), 0.10.2's speculative slots counted at the scaled block
+    # (4 Mamba blocks, not 3).
+    ("hybrid_mamba_dcp_sharded", "vllm-0.33"): {KNOBS},
+    ("hybrid_mamba_dcp_no_fine_hits_at_equality", "vllm-0.33"): {KNOBS},
+    ("hybrid_mamba_dcp_010_speculative_scaled", "vllm-0.10"): {KNOBS},
 }
 
 def _run_area(pytester: pytest.Pytester, impl: str, profile: str,

@@ -482,3 +482,71 @@ def test_a_mamba_adapter_without_new_step_starts_is_refused_under_033(
     text = str(info.value)
     assert "capability 'mamba'" in text and "new_step_starts" in text, text
     assert "Fix: implement new_step_starts(self) -> None" in text, text
+
+
+def test_mamba_groups_meet_dcp_only_where_mamba_dcp_is_declared() -> None:
+    """``layouts.knobs_for``: a DCP draw holds a Mamba group with caching on (0.33) or under
+    0.10.2 only when both sides declare ``mamba_dcp`` (with caching on ``fine_grained_hits``
+    too); then in a good share of the DCP draws, with caching on only beside full attention
+    (vLLM 0.33's HybridKVCacheCoordinator asserts it) in mode "align"; and an implementation
+    declaring it keeps every non-DCP draw."""
+    from kvcheck.conformance.layouts import knobs_for
+
+    kinds = ("full_attention", "sliding_window", "chunked_local_attention", "mamba")
+    old = ("dcp", "prefix_match_unit", "fine_grained_hits")
+    for profile in ("vllm-0.33", "vllm-0.10"):
+        for caching in (True, False):
+            with_mamba = 0
+            for draw in range(120):
+                groups, _ = layout_for(profile, kinds, 4, draw, enable_caching=caching,
+                                       fine_grained=True)
+                before = knobs_for(profile, groups, 4, draw, enable_caching=caching,
+                                   knobs=old)
+                after = knobs_for(profile, groups, 4, draw, enable_caching=caching,
+                                  knobs=(*old, "mamba_dcp"))
+                if after is None or after[1] == 1:
+                    assert after == before, (profile, caching, draw)  # non-DCP draws kept
+                    continue
+                mamba = [g for g in after[0] if g.kind == "mamba"]
+                if before is not None and ((caching and profile == "vllm-0.33")
+                                           or profile == "vllm-0.10"):
+                    assert not any(g.kind == "mamba" for g in before[0]), (profile, draw)
+                if mamba:
+                    with_mamba += 1
+                    if caching:
+                        assert profile == "vllm-0.33"
+                        assert {g.kind for g in after[0]} <= {"full_attention", "mamba"}
+                        assert all(g.mamba_cache_mode == "align" for g in mamba)
+            # 0.10.2 has no Mamba prefix caching: never with caching on there.
+            if profile == "vllm-0.10" and caching:
+                assert with_mamba == 0
+            else:
+                assert with_mamba >= 10, (profile, caching, with_mamba)
+
+
+def test_dcp_draws_keep_mamba_out_where_the_run_kinds_do() -> None:
+    """``layouts.knobs_for(group_kinds=...)``: a run whose kinds leave ``mamba`` out never
+    gets a Mamba layout of DCP's own (it did: H1's DCP Mamba layouts ignored the kinds), and
+    a run drawing Mamba keeps every draw it had without the argument."""
+    from kvcheck.conformance.layouts import knobs_for
+
+    knobs = ("dcp", "prefix_match_unit", "fine_grained_hits", "mamba_dcp")
+    no_mamba = ("full_attention", "sliding_window", "chunked_local_attention")
+    every = (*no_mamba, "mamba")
+    dcp_draws = 0
+    for profile in ("vllm-0.33", "vllm-0.10"):
+        for caching in (True, False):
+            for draw in range(120):
+                groups, _ = layout_for(profile, no_mamba, 4, draw, enable_caching=caching,
+                                       fine_grained=True)
+                got = knobs_for(profile, groups, 4, draw, enable_caching=caching,
+                                knobs=knobs, group_kinds=no_mamba)
+                if got is not None and got[1] > 1:
+                    dcp_draws += 1
+                    assert all(g.kind != "mamba" for g in got[0]), (profile, caching, draw)
+                groups, _ = layout_for(profile, every, 4, draw, enable_caching=caching,
+                                       fine_grained=True)
+                assert knobs_for(profile, groups, 4, draw, enable_caching=caching,
+                                 knobs=knobs, group_kinds=every) == knobs_for(
+                    profile, groups, 4, draw, enable_caching=caching, knobs=knobs)
+    assert dcp_draws >= 40, dcp_draws

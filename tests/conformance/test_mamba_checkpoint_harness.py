@@ -14,10 +14,11 @@ import pytest
 
 from kvcheck.conformance.driver import Driver
 from kvcheck.conformance.hybrid_mamba_checkpoints import CHECKPOINT_SCENARIOS
-from kvcheck.conformance.laws import check_laws
+from kvcheck.conformance.laws import _placement_problems, check_laws
 from kvcheck.conformance.layouts import layout_for
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.mamba_checkpoints import checkpoint_groups, checkpoint_of
+from kvcheck.conformance.ops import add, schedule
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, RequestView
 from kvcheck.conformance.written import WrittenBlocks
 
@@ -141,3 +142,38 @@ def test_hit_law_catches_a_checkpoint_keyed_at_its_block_end(
         problems += check_laws(driver)
     assert any(p.startswith("hit correctness") for p in problems), problems
     sys.modules.pop("hybrid_checkpoint_keyed_at_block_end", None)
+
+
+# Recorded from vLLM 0.33.0 through the vLLM adapter and the driver (the same ops): r0's
+# checkpoint of the state after p = 16 - L = 14 tokens sits at its column cdiv(16, 1) - 2 = 14
+# (block 1; block 19 in the second Mamba group), and r1, sharing the prompt, hits it at the
+# state's own index p - 1 = 13. Found by the seed-1 2,000-example multi-group differential.
+_LOOKAHEAD_CHECKPOINT_TABLES = {
+    "r0": [[0] * 14 + [1, 2], list(range(3, 19)), [0] * 14 + [19, 20]],
+    "r1": [[0] * 13 + [1, 0, 21], list(range(3, 17)) + [22, 23], [0] * 13 + [19, 0, 24]],
+}
+
+
+def test_a_checkpoint_under_hash_lookahead_is_shared_at_two_indices() -> None:
+    """Under hash lookahead 2 vLLM 0.33.0 holds a prefill checkpoint block at its producer's
+    column and at a hit's lower state index: the placement law allows that in a checkpoint
+    group (the hit law still judges the content), and reports the same placement in a group
+    without checkpoint blocks."""
+    spec = KVCacheSpec(num_blocks=64, block_size=1, num_hash_lookahead_tokens=2,
+                       kv_cache_groups=(_mamba(1), KVCacheGroupSpec(F, 1), _mamba(1)))
+    driver = Driver(load_impl("reference"), spec)
+    prompt = list(range(1, 17))
+    # r1's first try shares r0's step (refused: r0's states are not written yet); the next
+    # step admits it on the 14-token hit.
+    for op in (add("r0", prompt), schedule("r0", 16), add("r1", prompt), schedule("r1"),
+               schedule("r1")):
+        driver.apply(op)
+        assert not check_laws(driver), op
+    assert driver.tables() == _LOOKAHEAD_CHECKPOINT_TABLES
+    where = {1: [("r0", 0, 14), ("r1", 0, 13)]}
+    assert _placement_problems(where, checkpoint_groups(spec)) == []
+    plain = dataclasses.replace(spec, kv_cache_groups=(
+        _mamba(1, None, 0), KVCacheGroupSpec(F, 1), _mamba(1, None, 0)))
+    assert _placement_problems(where, checkpoint_groups(plain)) != []
+    assert _placement_problems({1: [("r0", 0, 14), ("r1", 2, 13)]},
+                               checkpoint_groups(spec)) != []  # another group: never

@@ -32,6 +32,9 @@ MUTANTS: dict[str, set[tuple[str, str]]] = {
     "mtp_tail_off_by_one": {GOLDEN, DIFFERENTIAL},
     # The recorded free counts (14 free, not 13) and the multi-group oracle's tables.
     "mtp_window_no_extra_retention": {GOLDEN, HYBRID_DIFFERENTIAL},
+    # One Mamba "align" group alone keying its state without the lag: the recorded sibling
+    # hit (12 tokens, not none).
+    "mtp_mamba_alone_no_lag": {GOLDEN},
 }
 
 

@@ -129,7 +129,7 @@ def test_multi_group_traces_are_skipped_where_the_layout_is_missing(
     pytester.makepyfile(nossm=reference_without_kernels(name="nossm").replace(
         '- {"kernels"}',
         '- {"kernels", "mamba", "fine_grained_hits", "boundary_state_offloads", '
-        '"mamba_checkpoints"}'))
+        '"mamba_checkpoints", "mamba_dcp", "mamba_shared_prefix_checkpoint"}'))
     pytester.syspathinsert()
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-rs", "--kv-impl=nossm",
                                 "--kv-profile=vllm-0.10", str(SUITE_FILE), "-k",

@@ -24,13 +24,15 @@ __all__ = ["build_knob_mutant"]
 
 
 def build_knob_mutant(
-    name: str, **overrides: object,
+    name: str, *, mamba_dcp: bool = False, **overrides: object,
 ) -> tuple[ImplInfo, Callable[[KVCacheSpec], Any], Callable[[KVCacheSpec], Any]]:
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for the knob mutant ``name``:
     grouped specs get a reference manager whose ``KVCacheManager`` reads ``overrides``
-    instead of its module's globals of those names."""
+    instead of its module's globals of those names. ``mamba_dcp``: declare ``mamba_dcp``
+    too (a Mamba-under-DCP mutant's; the others draw what they drew before it was added)."""
     info, make_manager, make_pool = build_hybrid(name, mamba=True, fine_grained=True)
-    info = replace(info, capabilities=info.capabilities | {"dcp", "prefix_match_unit"})
+    knobs = {"dcp", "prefix_match_unit", *(("mamba_dcp",) if mamba_dcp else ())}
+    info = replace(info, capabilities=info.capabilities | knobs)
     manager_cls = rebind(KVCacheManager, **overrides)
     factory = rebind_function(reference_kv_cache_manager, KVCacheManager=manager_cls)
     grouped = rebind(ReferenceManager, reference_kv_cache_manager=factory)

@@ -18,16 +18,18 @@ __all__ = ["build_mtp"]
 
 
 def build_mtp(name: str, managers: Mapping[type, type] | None = None, *,
-              coordinator: type | None = None,
+              coordinator: type | None = None, mamba: bool = False,
               ) -> tuple[ImplInfo, Callable[[KVCacheSpec], Any], Callable[[KVCacheSpec], Any]]:
     """``(IMPL_INFO, make_kv_cache_manager, make_block_pool)`` for the multi-module MTP mutant
     ``name``: ``managers`` maps a reference per-group manager class to its mutant subclass,
     swapped in single-group and grouped specs; ``coordinator`` a mutant subclass of one
-    reference coordinator class (``swap_classes``)."""
+    reference coordinator class (``swap_classes``); ``mamba``: declare the ``mamba`` kind
+    too (a Mamba mutant's; the others draw no Mamba group)."""
     _, make_single, make_pool = build(name, managers=dict(managers or {}),
                                       coordinator=coordinator,
                                       keep=frozenset({"prefill_lookahead"}))
-    info, make_grouped, _ = build_hybrid(name, managers=managers, coordinator=coordinator)
+    info, make_grouped, _ = build_hybrid(name, managers=managers, coordinator=coordinator,
+                                         mamba=mamba)
 
     def make_kv_cache_manager(spec: KVCacheSpec) -> Any:
         return make_grouped(spec) if spec.kv_cache_groups else make_single(spec)

@@ -70,6 +70,8 @@ def rebind_function(fn: _F, /, **overrides: object) -> _F:
 
 def _rebind_attr(attr: object, overrides: dict[str, object]) -> object:
     if isinstance(attr, types.FunctionType):
+        if attr.__module__ != attr.__globals__.get("__name__"):
+            return attr  # a decorator's wrapper (contextmanager...): not the module's code
         return rebind_function(attr, **overrides)
     if isinstance(attr, staticmethod):
         return staticmethod(_rebind_attr(attr.__func__, overrides))  # type: ignore[arg-type]
@@ -154,6 +156,8 @@ class MutantManager(ReferenceManager):
             **({"watermark": spec.watermark} if spec.watermark else {}),
             **({"max_in_flight_tokens": spec.max_in_flight_tokens}
                if spec.max_in_flight_tokens is not None else {}),
+            # Block zeroing likewise (build(..., keep={"block_zeroing"})).
+            **({"needs_kv_cache_zeroing": True} if spec.needs_kv_cache_zeroing else {}),
         )
         lookahead = spec.num_hash_lookahead_tokens
         pool = None
@@ -226,8 +230,9 @@ def build(
     ``drop`` removes capabilities besides ``kernels``; ``keep`` keeps some of those left out
     by default (``eagle``: an EAGLE mutant's, ``prefill_lookahead``: a multi-module MTP
     mutant's, ``hash_lookahead``: a hash-lookahead mutant's, ``admission_gates``: an
-    admission-gate mutant's; the others leave them out, so their random workloads draw what
-    they drew before those were added).
+    admission-gate mutant's, ``async_scheduling``: an in-flight-tokens mutant's,
+    ``block_zeroing``: a block-zeroing mutant's; the others leave them out, so their random
+    workloads draw what they drew before those were added).
     """
     parts: dict[str, Any] = {"manager_cls": manager_cls, "pool_cls": pool_cls,
                              "hasher_cls": hasher_cls, "request_cls": request_cls,
@@ -250,10 +255,11 @@ def build(
         capabilities=REFERENCE_INFO.capabilities - {
             "kernels", "kv_cache_groups", "sliding_window", "chunked_local_attention",
             "cross_attention", "mamba", "fine_grained_hits", "boundary_state_offloads",
-            "mamba_checkpoints", "dcp", "prefix_match_unit",
+            "mamba_checkpoints", "dcp", "prefix_match_unit", "mamba_dcp",
+            "mamba_shared_prefix_checkpoint",
             "sizing", "offload",
             *({"eagle", "eagle_groups", "prefill_lookahead", "hash_lookahead",
-               "admission_gates"} - keep)}
+               "admission_gates", "async_scheduling", "block_zeroing"} - keep)}
         - drop,
         profile=REFERENCE_INFO.profile,
         hash_algos=REFERENCE_INFO.hash_algos,

@@ -52,5 +52,9 @@ def build_wire(name: str, bug: WireBug) -> tuple[
                                                                     "eagle_groups",
                                                                     "prefill_lookahead",
                                                                     "hash_lookahead",
-                                                                    "admission_gates"})
+                                                                    "admission_gates",
+                                                                    "async_scheduling",
+                                                                    "block_zeroing",
+                                                                    "mamba_dcp",
+                                                                    "mamba_shared_prefix_checkpoint"})
     return info, WireMutant, ReferenceBlockPool

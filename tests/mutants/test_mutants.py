@@ -262,9 +262,10 @@ def test_reference_passes_whole_suite(pytester: pytest.Pytester, profile: str) -
     # No test paths: the shipped suite ran; the header, the table and the verdict.
     result.stdout.fnmatch_lines([
         "kvcheck: reference * (kvcheck.adapters.reference) profile=vllm-0.33 seed=derandomized*",
-        ("*capabilities: admission_gates, batch_metadata, block_hashes, block_pool, "
-         "boundary_state_offloads, caching_off, chunked_local_attention, cross_attention, dcp, "
-         "eagle, eagle_groups, event_wire, events*"),
+        ("*capabilities: admission_gates, async_scheduling, batch_metadata, block_hashes, "
+         "block_pool, block_zeroing, boundary_state_offloads, caching_off, "
+         "chunked_local_attention, cross_attention, dcp, eagle, eagle_groups, event_wire, "
+         "events*"),
         "*kvcheck conformance: reference*",
         "*allocation*",
         "*eviction*",

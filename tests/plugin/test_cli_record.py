@@ -151,7 +151,8 @@ def test_an_implementation_without_groups_is_told_which_traces_it_can_record(
     (tmp_path / "onegroup.py").write_text(reference_without_kernels(name="onegroup").replace(
         '- {"kernels"}', '- {"kernels", "kv_cache_groups", "sliding_window", '
         '"chunked_local_attention", "cross_attention", "mamba", "fine_grained_hits", '
-        '"boundary_state_offloads", "mamba_checkpoints", "dcp", "prefix_match_unit"}'),
+        '"boundary_state_offloads", "mamba_checkpoints", "dcp", "prefix_match_unit", '
+        '"mamba_dcp", "mamba_shared_prefix_checkpoint"}'),
         encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "c.cbor.xz"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvcheck.conformance.admission_golden import RECORDED, SCENARIOS, toks
+from kvcheck.conformance.admission_golden import RECORDED, SCENARIOS, scenario_knobs, toks
 from kvcheck.reference_impl.errors import KVCacheMisuseError
 from kvcheck.reference_impl.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
@@ -39,10 +39,11 @@ def _spec(kind: str, block_size: int, size: int | None) -> KVCacheSpec:
 
 def build(name: str) -> tuple[KVCacheManager, list[tuple[Any, ...]]]:
     """The reference manager of scenario ``name`` (0.33, PYTHONHASHSEED 0) and its ops."""
-    num_blocks, groups, max_model_len, watermark, max_in_flight, ops = SCENARIOS[name]
+    num_blocks, groups, max_model_len, watermark, max_in_flight, ops = SCENARIOS[name][:6]
     m = KVCacheManager(num_blocks, kv_cache_specs=[_spec(*g) for g in groups],
                        max_model_len=max_model_len, profile="vllm-0.33", pythonhashseed="0",
-                       watermark=watermark, max_in_flight_tokens=max_in_flight)
+                       watermark=watermark, max_in_flight_tokens=max_in_flight,
+                       **scenario_knobs(name))
     return m, ops
 
 

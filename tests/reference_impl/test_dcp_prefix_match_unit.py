@@ -87,11 +87,8 @@ def test_a_block_holds_block_size_times_dcp_tokens() -> None:
     ({"kv_cache_specs": [SWA4], "dcp_world_size": 2}, "DCP not support sliding window attn"),
     ({"kv_cache_specs": [ChunkedLocalAttentionSpec(4, 8)], "dcp_world_size": 2},
      "DCP not support chunked local attn"),
-    ({"kv_cache_specs": [F4, M4], "dcp_world_size": 2}, "not modelled"),
     ({"kv_cache_specs": [F2, F2], "dcp_world_size": 2, "profile": "vllm-0.10"},
      "kv_cache_manager.py:113-114"),
-    ({"kv_cache_specs": [F4, M4], "dcp_world_size": 2, "profile": "vllm-0.10",
-      "enable_caching": False}, "not modelled"),
     ({"kv_cache_specs": [F4, SWA4], "prefix_match_unit": 3},
      "must be divisible by prefix_match_unit"),
     ({"kv_cache_specs": [F4], "prefix_match_unit": 2}, "with a single KV cache group"),
@@ -103,6 +100,36 @@ def test_a_block_holds_block_size_times_dcp_tokens() -> None:
 def test_refusals_name_the_rule(kw: dict[str, object], words: str) -> None:
     with pytest.raises(KVCacheMisuseError, match=words):
         KVCacheManager(40, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("dcp", "mamba_block", "sizes", "enabled"), [
+    (1, 4, (4, 4), False),  # a Mamba block equal to the hash block: off without DCP
+    (1, 8, (8, 4), True),
+    (2, 4, (8, 4), True),  # full attention scaled to 8, Mamba stays at 4 = the hash block
+    (2, 8, (8, 8), True),
+])
+def test_mamba_under_dcp_has_fine_grained_hits_at_the_hash_block(
+        dcp: int, mamba_block: int, sizes: tuple[int, int], enabled: bool) -> None:
+    """Full attention 4 beside Mamba "align": the scheduler and hash blocks and whether
+    fine-grained hits are on, as vLLM 0.33.0's ``resolve_kv_cache_block_sizes`` and
+    ``partial_hash_hits_enabled`` answered for these groups (DCP takes a Mamba block *equal*
+    to the hash block, without DCP it must be larger)."""
+    m = KVCacheManager(40, kv_cache_specs=[F4, MambaSpec(mamba_block, "align")],
+                       dcp_world_size=dcp)
+    assert (m.scheduler_block_size, m.hash_block_size) == sizes
+    assert m.enable_partial_hash_hits is enabled
+
+
+def test_v010_mamba_under_dcp_adds_speculative_slots_at_its_own_block_size() -> None:
+    """vLLM 0.10.2, caching off, DCP 2, Mamba 2 with one speculative block: its manager's
+    block covers 4 tokens but the speculative slots are 2 (the spec's block), so 10 tokens
+    take cdiv(10 + 2, 4) = 3 blocks (vLLM 0.10.2's answer,
+    hybrid_knobs.dcp_mamba_speculative_block_with_caching_off); 0.33 leaves Mamba at 2: 6."""
+    for profile, want in (("vllm-0.10", [3, 3]), ("vllm-0.33", [3, 6])):
+        m = KVCacheManager(40, kv_cache_specs=[F2, MambaSpec(2, num_speculative_blocks=1)],
+                           dcp_world_size=2, enable_caching=False, profile=profile)
+        a = m.make_request("a", list(range(10)))
+        assert [len(g) for g in m.allocate_slots(a, 10)] == want, profile
 
 
 def test_caching_off_takes_any_layout_under_dcp() -> None:

@@ -73,6 +73,28 @@ def test_eagle_beside_chunked_local_attention_is_refused(profile: str) -> None:
     KVCacheManager(32, kv_cache_specs=specs, profile=profile)
 
 
+def test_eagle_beside_chunked_local_attention_runs_when_it_does_not_drop() -> None:
+    """vLLM 0.33.0 asserts (its ChunkedLocalAttentionManager, on the first lookup) for a
+    chunked group flagged ``is_eagle_group``, for one sharing its spec with a flagged group
+    and for any when none is flagged, and ran an unflagged one beside a flagged group of
+    another spec (full attention, a window, another chunk size), replayed by a throwaway
+    script on a CPU install."""
+    full, chunk8 = FullAttentionSpec(4), ChunkedLocalAttentionSpec(4, 8)
+    refused = [([full, chunk8], [1], "it is flagged"), ([full, chunk8, chunk8], [2], "of its spec"),
+               ([chunk8], [], "every group drops")]
+    for specs, ids, why in refused:
+        with pytest.raises(KVCacheMisuseError, match=why):
+            KVCacheManager(32, kv_cache_specs=specs, use_eagle=True, eagle_group_ids=ids)
+    runs = [([full, chunk8], [0]), ([chunk8, full], [1]), ([full, chunk8, chunk8], [0]),
+            ([SlidingWindowSpec(4, 8), chunk8], [0]),
+            ([full, chunk8, ChunkedLocalAttentionSpec(4, 16)], [0])]
+    for specs, ids in runs:
+        coordinator = KVCacheManager(32, kv_cache_specs=specs, use_eagle=True,
+                                     eagle_group_ids=ids).coordinator
+        assert [m.use_eagle for m in coordinator.single_type_managers] == [
+            i in ids for i in range(len(specs))]
+
+
 def test_eagle_beside_mamba_prefill_checkpoints_is_refused() -> None:
     """vLLM 0.33.0 fails ``assert block_idx < len(req_blocks)`` (MambaManager._apply_cow) once
     a request hits a checkpoint EAGLE keyed below its table index (found by the multi-group

@@ -77,15 +77,18 @@ def test_extra_retained_tokens_is_checked() -> None:
         KVCacheManager(16, 4, num_prefill_lookahead=-1)
 
 
-def test_mamba_align_with_the_caching_lag_is_refused() -> None:
-    """Where the lag applies (one group, or several with EAGLE) a Mamba "align" group with
-    caching on is refused (vLLM 0.33.0 keys a stale state there, found by the multi-group
-    differential); without EAGLE beside full attention, or with caching off (mode "none"
-    then), the layout runs."""
+def test_mamba_align_with_the_caching_lag_is_refused_beside_other_groups() -> None:
+    """Where the lag applies to several groups (EAGLE's) a Mamba "align" group with caching on
+    is refused (vLLM 0.33.0 keys a stale state there, found by the multi-group differential);
+    without EAGLE beside full attention, with caching off (mode "none" then), and one Mamba
+    group alone (it keys whole blocks only: its hits are golden scenarios,
+    conformance/mtp_golden.py), the layout runs."""
     align = MambaSpec(8, mamba_cache_mode="align")
-    for specs, eagle in (([FullAttentionSpec(8), align], True), ([align], False)):
-        with pytest.raises(KVCacheMisuseError, match=r"Mamba 'align' group .* not modelled"):
-            KVCacheManager(64, kv_cache_specs=specs, use_eagle=eagle, num_prefill_lookahead=2)
+    with pytest.raises(KVCacheMisuseError, match=r"Mamba 'align' group .* not modelled"):
+        KVCacheManager(64, kv_cache_specs=[FullAttentionSpec(8), align], use_eagle=True,
+                       num_prefill_lookahead=2)
     KVCacheManager(64, kv_cache_specs=[FullAttentionSpec(8), align], num_prefill_lookahead=2)
     KVCacheManager(64, kv_cache_specs=[FullAttentionSpec(8), MambaSpec(8)], use_eagle=True,
                    enable_caching=False, num_prefill_lookahead=2)
+    for eagle in (False, True):
+        KVCacheManager(64, kv_cache_specs=[align], use_eagle=eagle, num_prefill_lookahead=2)
