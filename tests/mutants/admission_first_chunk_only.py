@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _admission_mutant_base import build_admission
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
@@ -19,5 +19,5 @@ class FirstChunkOnly(KVCacheManager):
         return super()._allocate_gated(*args[:-3], False, *args[-2:])  # BUG: no gate
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_admission(
-    "admission_first_chunk_only", FirstChunkOnly)
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "admission_first_chunk_only", "admission_gates", FirstChunkOnly)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _admission_mutant_base import build_admission
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.single_type_kv_cache_manager import (
     ChunkedLocalAttentionManager,
@@ -36,6 +36,7 @@ class UncappedChunked(_Uncapped, ChunkedLocalAttentionManager):
     pass
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_admission(
-    "admission_no_cap", managers={SlidingWindowManager: UncappedWindow,
-                                  ChunkedLocalAttentionManager: UncappedChunked})
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "admission_no_cap", "admission_gates",
+    managers={SlidingWindowManager: UncappedWindow,
+              ChunkedLocalAttentionManager: UncappedChunked})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _admission_mutant_base import build_admission
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
@@ -18,5 +18,5 @@ class ReservedIgnored(KVCacheManager):
         return super()._allocate_gated(*args[:-2], 0, args[-1])  # BUG: nothing reserved
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_admission(
-    "admission_reserved_ignored", ReservedIgnored)
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "admission_reserved_ignored", "admission_gates", ReservedIgnored)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _admission_mutant_base import build_admission
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
@@ -23,5 +23,5 @@ class WatermarkOnRunning(KVCacheManager):
             del coordinator.is_running
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_admission(
-    "admission_watermark_on_running", WatermarkOnRunning)
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "admission_watermark_on_running", "admission_gates", WatermarkOnRunning)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _async_mutant_base import build_async
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.single_type_kv_cache_manager import MambaManager
 
@@ -21,5 +21,6 @@ class FinalizeInFlight(MambaManager):
         return super().finalize_partial_tail_offload(request_id, num_computed_tokens)
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_async(
-    "async_finalize_in_flight", managers={MambaManager: FinalizeInFlight}, offloads=True)
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "async_finalize_in_flight", "async_scheduling", managers={MambaManager: FinalizeInFlight},
+    mamba=True, fine_grained=True, offloads=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _async_mutant_base import build_async
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
@@ -21,5 +21,5 @@ class FreeOptimistic(KVCacheManager):
         return super().allocate_slots(request, *args, **kwargs)
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_async(
-    "async_free_optimistic", FreeOptimistic)
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "async_free_optimistic", "async_scheduling", FreeOptimistic)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from _zeroing_mutant_base import build_zeroing
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.single_type_kv_cache_manager import FullAttentionManager
@@ -25,5 +25,6 @@ class HitsRecorded(FullAttentionManager):
             self.new_block_ids.extend(b.block_id for b in new_computed_blocks)  # BUG
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_zeroing(
-    "zeroing_hits_recorded", managers={FullAttentionManager: HitsRecorded})
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "zeroing_hits_recorded", "block_zeroing", managers={FullAttentionManager: HitsRecorded},
+    mamba=True, fine_grained=True)

@@ -6,7 +6,7 @@ after it was built: the Mamba groups start recording at the first drain.)
 
 from __future__ import annotations
 
-from _zeroing_mutant_base import build_zeroing
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.block import KVCacheBlock
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
@@ -36,5 +36,5 @@ class MambaRecorded(KVCacheManager):
         return ids
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_zeroing(
-    "zeroing_mamba_recorded", MambaRecorded)
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "zeroing_mamba_recorded", "block_zeroing", MambaRecorded, mamba=True, fine_grained=True)

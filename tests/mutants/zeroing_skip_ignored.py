@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
-from _zeroing_mutant_base import build_zeroing
+from _feature_mutant_base import build_feature
 
 from kvcheck.reference_impl.kv_cache_manager import KVCacheManager
 
@@ -19,5 +19,5 @@ class SkipIgnored(KVCacheManager):
         yield  # BUG: no group's external blocks are left out
 
 
-IMPL_INFO, make_kv_cache_manager, make_block_pool = build_zeroing(
-    "zeroing_skip_ignored", SkipIgnored)
+IMPL_INFO, make_kv_cache_manager, make_block_pool = build_feature(
+    "zeroing_skip_ignored", "block_zeroing", SkipIgnored, mamba=True, fine_grained=True)
