@@ -6,7 +6,8 @@ also the oracle the differential tests compare other implementations with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from kvcheck import __version__
@@ -460,34 +461,11 @@ class ReferenceManager:
                              skip_zeroing_group_ids: Sequence[int] = ()
                              ) -> AdapterBlockIds | None:
         """``allocate_slots`` with external tokens, a delayed cache, encoder tokens,
-        admission gates or in-flight tokens (kept apart from the hot path). Each argument
-        goes to the manager only when not at its default, so a subclass of the manager (a
-        mutant) written without it keeps working. ``num_in_flight_tokens`` is set on the
-        request for this call only (vLLM's ``Request.num_in_flight_tokens``: the scheduler's
-        count, which the view carries per call). ``skip_zeroing_group_ids`` goes through
-        ``KVCacheManager.zeroing_skipped``."""
-        if skip_zeroing_group_ids:
-            with self.manager.zeroing_skipped(skip_zeroing_group_ids):
-                return self._allocate_slots_with(
-                    req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
-                    num_external_computed_tokens=num_external_computed_tokens,
-                    delay_cache_blocks=delay_cache_blocks,
-                    num_encoder_tokens=num_encoder_tokens,
-                    full_sequence_must_fit=full_sequence_must_fit,
-                    reserved_blocks=reserved_blocks, has_scheduled_reqs=has_scheduled_reqs,
-                    num_in_flight_tokens=num_in_flight_tokens)
-        if num_in_flight_tokens:
-            req.num_in_flight_tokens = self._in_flight(req.request_id, num_in_flight_tokens)
-            try:
-                return self._allocate_slots_with(
-                    req, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
-                    num_external_computed_tokens=num_external_computed_tokens,
-                    delay_cache_blocks=delay_cache_blocks,
-                    num_encoder_tokens=num_encoder_tokens,
-                    full_sequence_must_fit=full_sequence_must_fit,
-                    reserved_blocks=reserved_blocks, has_scheduled_reqs=has_scheduled_reqs)
-            finally:
-                req.num_in_flight_tokens = 0
+        admission gates, in-flight tokens or zeroing skips (kept apart from the hot path).
+        Each argument goes to the manager only when not at its default, so a subclass of the
+        manager (a mutant) written without it keeps working. ``num_in_flight_tokens`` is set
+        on the request for this call only (``_tokens_in_flight``); ``skip_zeroing_group_ids``
+        goes through ``KVCacheManager.zeroing_skipped``."""
         manager = self.manager
         extra: dict[str, Any] = {}  # Any: each keyword's own type
         if num_external_computed_tokens:
@@ -500,18 +478,24 @@ class ReferenceManager:
             extra["reserved_blocks"] = reserved_blocks
         if not has_scheduled_reqs:
             extra["has_scheduled_reqs"] = False
-        if num_external_computed_tokens and self._v033:
-            # 0.33 returns only the blocks after the external ones: answer the whole addition.
-            before = manager.get_block_ids(req.request_id)
-            if manager.allocate_slots(req, num_new_tokens, num_new_computed_tokens, hits,
-                                      num_lookahead_tokens, delay_cache_blocks,
-                                      **extra) is None:
-                return None
-            added = blocks_added(before, [len(g) for g in hits or [[]] * len(before)],
-                                 manager.get_block_ids(req.request_id))
-            return added if self._grouped else added[0]
-        new = manager.allocate_slots(req, num_new_tokens, num_new_computed_tokens, hits,
-                                     num_lookahead_tokens, delay_cache_blocks, **extra)
+        with contextlib.ExitStack() as scope:
+            if skip_zeroing_group_ids:
+                scope.enter_context(manager.zeroing_skipped(skip_zeroing_group_ids))
+            if num_in_flight_tokens:
+                scope.enter_context(self._tokens_in_flight(req, num_in_flight_tokens))
+            if num_external_computed_tokens and self._v033:
+                # 0.33 returns only the blocks after the external ones: answer the whole
+                # addition.
+                before = manager.get_block_ids(req.request_id)
+                if manager.allocate_slots(req, num_new_tokens, num_new_computed_tokens, hits,
+                                          num_lookahead_tokens, delay_cache_blocks,
+                                          **extra) is None:
+                    return None
+                added = blocks_added(before, [len(g) for g in hits or [[]] * len(before)],
+                                     manager.get_block_ids(req.request_id))
+                return added if self._grouped else added[0]
+            new = manager.allocate_slots(req, num_new_tokens, num_new_computed_tokens, hits,
+                                         num_lookahead_tokens, delay_cache_blocks, **extra)
         if new is None:
             return None
         return [[b.block_id for b in g] for g in new] if self._grouped else [
@@ -563,15 +547,16 @@ class ReferenceManager:
         req = self._requests.sync(request)
         if not num_in_flight_tokens:
             return self.manager.finalize_partial_tail_offloads(req)
-        req.num_in_flight_tokens = self._in_flight(req.request_id, num_in_flight_tokens)
-        try:
+        with self._tokens_in_flight(req, num_in_flight_tokens):
             return self.manager.finalize_partial_tail_offloads(req)
-        finally:
-            req.num_in_flight_tokens = 0
 
-    def _in_flight(self, request_id: str, num_in_flight_tokens: int) -> int:
-        """``num_in_flight_tokens`` checked: an int >= 0, and only under vLLM 0.33 (0.10.2's
-        KV-cache manager reads no such count)."""
+    @contextlib.contextmanager
+    def _tokens_in_flight(self, req: Request, num_in_flight_tokens: int) -> Iterator[None]:
+        """``req.num_in_flight_tokens`` (vLLM's ``Request.num_in_flight_tokens``: the
+        scheduler's count, which the view carries per call) set for one manager call, then
+        back at 0. Checked first: an int >= 0, and only under vLLM 0.33 (0.10.2's KV-cache
+        manager reads no such count)."""
+        request_id = req.request_id
         if type(num_in_flight_tokens) is not int or num_in_flight_tokens < 0:
             raise KVCacheMisuseError(
                 f"{request_id!r}: num_in_flight_tokens must be an int >= 0, got "
@@ -581,7 +566,11 @@ class ReferenceManager:
                 f"{request_id!r}: num_in_flight_tokens={num_in_flight_tokens}: vLLM 0.10.2's "
                 "KV-cache manager reads no in-flight count (vLLM 0.33's asynchronous "
                 "scheduling added it); use profile vllm-0.33 or leave it at 0")
-        return num_in_flight_tokens
+        req.num_in_flight_tokens = num_in_flight_tokens
+        try:
+            yield
+        finally:
+            req.num_in_flight_tokens = 0
 
     def free(self, request_id: str) -> None:
         self.manager.free(request_id)

@@ -40,6 +40,7 @@ import pytest
 
 from kvcheck.conformance.boundary_offloads import CAPABILITY as OFFLOADS
 from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
+from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
 from kvcheck.conformance.groups import NULL_BLOCK
 from kvcheck.conformance.hybrid_boundary_offloads import MISSING_010 as OFFLOADS_MISSING_010
 from kvcheck.conformance.hybrid_boundary_offloads import OFFLOAD_SCENARIOS, OffloadScenario
@@ -431,28 +432,15 @@ def test_mamba_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_profile: str
         pytest.skip(f"{sc.name} has no {kv_profile} table: {sc.missing[kv_profile]}")
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, enable_caching=sc.caching,
                    kv_cache_groups=sc.groups)
-    for i, (op, want) in enumerate(zip(sc.ops, sc.answers[kv_profile], strict=True)):
-        got = pair.apply(op)
-        assert got == want, (
-            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM "
-            f"{kv_profile.removeprefix('vllm-')} {want} (hits and new block ids per group, "
-            "0 the null block; new None: refused)\n" + pair.impl.snippet())
-    if "free_queue_order" in pair.impl.capabilities:
-        queue = tuple(pair.impl.manager.free_block_ids())
-        assert queue == sc.free_queue[kv_profile], (
-            f"{sc.name}: free queue after the last op {list(queue)}, vLLM "
-            f"{list(sc.free_queue[kv_profile])}\n" + pair.impl.snippet())
+    source = f"vLLM {kv_profile.removeprefix('vllm-')}"
+    assert_answers(pair, f"{sc.name} ({sc.why})", sc.ops, sc.answers[kv_profile], source=source)
+    assert_free_queue(pair, sc.name, sc.free_queue[kv_profile], source=source)
 
 
 def _replay_033_answers(pair: Pair,
                         sc: FineGrainedScenario | CheckpointScenario | OffloadScenario) -> None:
     """Apply a vLLM 0.33 golden scenario's ops; each answer must be the one vLLM gave."""
-    for i, (op, want) in enumerate(zip(sc.ops, sc.answers, strict=True)):
-        got = pair.apply(op)
-        assert got == want, (
-            f"{sc.name} ({sc.why}), op #{i + 1} {op}: answered {got}, vLLM 0.33 {want} (hits "
-            "and new block ids per group, 0 the null block; new None: refused)\n"
-            + pair.impl.snippet())
+    assert_answers(pair, f"{sc.name} ({sc.why})", sc.ops, sc.answers, source="vLLM 0.33")
 
 
 def _assert_033_copies_and_queue(pair: Pair,
@@ -463,11 +451,7 @@ def _assert_033_copies_and_queue(pair: Pair,
         f"{sc.name} ({sc.why}): copies drained {pair.impl.drained}, vLLM 0.33 "
         f"{list(sc.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in order)\n"
         + pair.impl.snippet())
-    if "free_queue_order" in pair.impl.capabilities:
-        queue = tuple(pair.impl.manager.free_block_ids())
-        assert queue == sc.free_queue, (
-            f"{sc.name}: free queue after the last op {list(queue)}, vLLM 0.33 "
-            f"{list(sc.free_queue)}\n" + pair.impl.snippet())
+    assert_free_queue(pair, sc.name, sc.free_queue, source="vLLM 0.33")
 
 
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
