@@ -477,10 +477,14 @@ _ACTIONS = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 1 << 16),
 
 
 def _workload(actions: list[tuple[int, int, int]], block_size: int, num_blocks: int,
-              evicts: bool) -> list[Op]:
+              evicts: bool, zeroed_groups: int = 0) -> list[Op]:
     """Ops for ``actions``: admissions with and without external tokens (synchronous or
     asynchronous), loads that arrive or fail (a valid prefix of whole blocks, or none),
-    decodes, chunked prefills, frees and, with ``evicts``, ``evict_blocks`` of a few ids."""
+    decodes, chunked prefills, frees and, with ``evicts``, ``evict_blocks`` of a few ids.
+    ``zeroed_groups`` (the spec's group count, with ``needs_kv_cache_zeroing``; 0: none): an
+    asynchronous admission names some of its groups, possibly none, in
+    ``skip_zeroing_group_ids``, as vLLM 0.33's scheduler does for the groups its connector
+    loads into (their external blocks are not recorded for zeroing)."""
     ops: list[Op] = []
     running: dict[str, int] = {}  # rid -> prompt length
     loading: dict[str, int] = {}  # rid -> tokens computed at its asynchronous admission
@@ -495,7 +499,9 @@ def _workload(actions: list[tuple[int, int, int]], block_size: int, num_blocks: 
             external = (b % len(prompt)) if kind == 0 else 0
             delay = kind == 0 and a % 2 == 0
             chunk = None if a % 3 else block_size + 1
-            ops.append(schedule(rid, chunk, external=external, delay=delay))
+            skip = [g for g in range(zeroed_groups) if delay and external and b >> (9 + g) & 1]
+            ops.append(schedule(rid, chunk, external=external, delay=delay,
+                                gates={"skip_zeroing_group_ids": skip} if skip else None))
             running[rid] = len(prompt)
             if delay:
                 loading[rid] = external
@@ -520,17 +526,24 @@ def _workload(actions: list[tuple[int, int, int]], block_size: int, num_blocks: 
 
 
 def _random_external(pair_for: PairFactory, settings: Settings, evicts: bool,
-                     grouped: bool) -> None:
+                     grouped: bool, zeroing: bool) -> None:
+    """``zeroing``: one run in two also has vLLM 0.33's worker-side block zeroing
+    (``needs_kv_cache_zeroing``, drawn last so the other draws keep their examples), with
+    skipped groups on asynchronous loads; the driver drains ``take_new_block_ids`` after each
+    allocation, records a failed load's blocks again, and the guard judges every drain."""
     @settings
-    @given(actions=_ACTIONS, pool=st.integers(10, 30))
-    def run(actions: list[tuple[int, int, int]], pool: int) -> None:
+    @given(actions=_ACTIONS, pool=st.integers(10, 30),
+           zeroed=st.booleans() if zeroing else st.just(False))
+    def run(actions: list[tuple[int, int, int]], pool: int, zeroed: bool) -> None:
+        fields = {"needs_kv_cache_zeroing": True} if zeroed else {}
         if grouped:
             pair = pair_for(num_blocks=pool + 10, block_size=4, kv_cache_groups=_WINDOWED,
-                            enable_kv_cache_events=True)
+                            enable_kv_cache_events=True, **fields)
         else:
-            pair = pair_for(num_blocks=pool, block_size=4, enable_kv_cache_events=True)
+            pair = pair_for(num_blocks=pool, block_size=4, enable_kv_cache_events=True,
+                            **fields)
         pair.run(_workload(actions, pair.spec.group_block_size(0), pair.spec.num_blocks,
-                           evicts))
+                           evicts, len(pair.spec.groups) if zeroed else 0))
 
     run()
 
@@ -540,19 +553,31 @@ def _evicts(kv_impl: ImplHandle, kv_profile: str) -> bool:
         kv_impl.info, kv_profile)
 
 
+def _zeroes(kv_impl: ImplHandle, kv_oracle: ImplHandle, kv_profile: str) -> bool:
+    """Whether the random workloads draw block zeroing: a vLLM 0.33 feature both sides
+    declare (the oracle answers every drain too)."""
+    return (kv_profile == "vllm-0.33" and kv_impl.has("block_zeroing")
+            and kv_oracle.has("block_zeroing"))
+
+
 def test_random_external_kv_workloads_match_reference(kv_impl: ImplHandle, kv_profile: str,
+                                                      kv_oracle: ImplHandle,
                                                       kv_pair: PairFactory,
                                                       kv_settings: Settings) -> None:
     """Random workloads with external hits, asynchronous loads that arrive or fail, and
-    evictions: every answer and observable equals the oracle's after every call (laws only
-    under ``generic``)."""
-    _random_external(kv_pair, kv_settings, _evicts(kv_impl, kv_profile), grouped=False)
+    evictions (and, under ``vllm-0.33`` with ``block_zeroing``, worker-side zeroing with
+    skipped groups): every answer and observable equals the oracle's after every call (laws
+    only under ``generic``)."""
+    _random_external(kv_pair, kv_settings, _evicts(kv_impl, kv_profile), grouped=False,
+                     zeroing=_zeroes(kv_impl, kv_oracle, kv_profile))
 
 
 @pytest.mark.kv_capability("kv_cache_groups", "sliding_window")
 def test_random_external_kv_workloads_with_groups_match_reference(
-        kv_impl: ImplHandle, kv_profile: str, kv_pair: PairFactory,
+        kv_impl: ImplHandle, kv_profile: str, kv_oracle: ImplHandle, kv_pair: PairFactory,
         kv_settings: Settings) -> None:
     """The same over a full-attention and a sliding-window group: the external blocks of
-    both groups, the window's skipped external tokens (null blocks), two-phase allocation."""
-    _random_external(kv_pair, kv_settings, _evicts(kv_impl, kv_profile), grouped=True)
+    both groups, the window's skipped external tokens (null blocks), two-phase allocation,
+    zeroing skipped in either group, both or neither."""
+    _random_external(kv_pair, kv_settings, _evicts(kv_impl, kv_profile), grouped=True,
+                     zeroing=_zeroes(kv_impl, kv_oracle, kv_profile))
