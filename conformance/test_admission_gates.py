@@ -7,7 +7,7 @@ chunk fits, hits counted, a sliding window's and a chunked-local group's admissi
 watermark for a waiting or preempted request only while another is scheduled, and the
 reserved blocks. The random workloads of the differential and law tests pass the gates as
 vLLM's scheduler does, for implementations declaring the capability
-(``run_workload_machine(admission_gates=...)``); the full-sequence law is
+(``run_workload_machine(features={"admission_gates", ...})``); the full-sequence law is
 ``kvcheck.conformance.laws.check_full_sequence_fit``.
 """
 

@@ -6,9 +6,9 @@ num_in_flight_tokens=k)`` frees the blocks a sliding window, a finished chunk or
 state while ``k > 0``, as vLLM 0.33.0's own ``KVCacheManager`` did
 (``kvcheck.conformance.async_scheduling_golden``). The random workloads of the differential
 and law tests schedule asynchronously in some engines for implementations declaring the
-capability (``run_workload_machine(async_scheduling=...)``); the window laws then judge the
-tables on the processed basis (``kvcheck.conformance.laws``: a block an in-flight step reads
-is never the null block).
+capability (``run_workload_machine(features={"async_scheduling", ...})``); the window laws
+then judge the tables on the processed basis (``kvcheck.conformance.laws``: a block an
+in-flight step reads is never the null block).
 """
 
 from __future__ import annotations

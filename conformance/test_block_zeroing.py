@@ -7,8 +7,8 @@ named in ``skip_zeroing_group_ids``; a failed load's blocks are recorded again
 (``record_blocks_for_zeroing``). The answers of vLLM 0.33.0's ``KVCacheManager``
 (``kvcheck.conformance.block_zeroing_golden``) are replayed here; the random workloads of the
 differential and law tests draw the spec knob for implementations declaring the capability
-(``run_workload_machine(block_zeroing=...)``), and the external-KV random workloads draw it with
-skipped groups on asynchronous loads (``test_external_kv.py``).
+(``run_workload_machine(features={"block_zeroing", ...})``), and the external-KV random
+workloads draw it with skipped groups on asynchronous loads (``test_external_kv.py``).
 """
 
 from __future__ import annotations

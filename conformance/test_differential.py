@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.protocol import VLLM_PROFILES
-from kvcheck.conformance.workload_machine import run_workload_machine
+from kvcheck.conformance.workload_machine import declared_features, run_workload_machine
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
@@ -31,17 +31,9 @@ def test_random_workloads_match_reference(kv_impl: ImplHandle, kv_profile: str,
     EAGLE's dropped hit block in some engines where both declare ``eagle``)."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
-                         eagle=kv_impl.has("eagle") and kv_oracle.has("eagle"),
-                         prefill_lookahead=(kv_impl.has("prefill_lookahead")
-                                            and kv_oracle.has("prefill_lookahead")),
-                         hash_lookahead=(kv_impl.has("hash_lookahead")
-                                         and kv_oracle.has("hash_lookahead")),
-                         admission_gates=(kv_impl.has("admission_gates")
-                                          and kv_oracle.has("admission_gates")),
-                         async_scheduling=(kv_impl.has("async_scheduling")
-                                           and kv_oracle.has("async_scheduling")),
-                         block_zeroing=(kv_impl.has("block_zeroing")
-                                        and kv_oracle.has("block_zeroing")))
+                         features=declared_features(kv_impl, kv_oracle, (
+                             "eagle", "prefill_lookahead", "hash_lookahead",
+                             "admission_gates", "async_scheduling", "block_zeroing")))
 
 
 @pytest.mark.kv_capability("extra_keys")
@@ -56,7 +48,5 @@ def test_random_workloads_with_extra_keys_match_reference(kv_impl: ImplHandle, k
     lookahead tokens is in its key)."""
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=True,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
-                         hash_lookahead=(kv_impl.has("hash_lookahead")
-                                         and kv_oracle.has("hash_lookahead")),
-                         admission_gates=(kv_impl.has("admission_gates")
-                                          and kv_oracle.has("admission_gates")))
+                         features=declared_features(kv_impl, kv_oracle,
+                                                    ("hash_lookahead", "admission_gates")))

@@ -4,7 +4,7 @@ one group and in several, as vLLM 0.33.0's and 0.10.2's own ``KVCacheManager`` d
 (``kvcheck.conformance.eagle_golden``), and the layouts vLLM fails on with EAGLE (a chunked
 local attention group whose hits drop, with caching on) are refused. The random workloads of
 the differential and law tests draw ``use_eagle`` too, for implementations declaring the
-capability (``run_workload_machine(eagle=...)``); the EAGLE hit cap is a law
+capability (``run_workload_machine(features={"eagle", ...})``); the EAGLE hit cap is a law
 (``kvcheck.conformance.laws``).
 """
 

@@ -5,7 +5,7 @@ lists them (``lookahead_token_ids``) and a Mamba group's prompt boundary leaves 
 Each golden scenario's answers, events and copies are vLLM 0.33.0's own
 (``kvcheck.conformance.hash_lookahead_golden``). The random workloads of the differential and
 law tests draw ``num_hash_lookahead_tokens`` too, for implementations declaring the capability
-(``run_workload_machine(hash_lookahead=...)``).
+(``run_workload_machine(features={"hash_lookahead", ...})``).
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kvcheck.conformance.boundary_offloads import CAPABILITY as OFFLOADS
-from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
 from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
 from kvcheck.conformance.groups import NULL_BLOCK
 from kvcheck.conformance.hybrid_boundary_offloads import MISSING_010 as OFFLOADS_MISSING_010
@@ -76,7 +75,7 @@ from kvcheck.conformance.hybrid_partial_keys import (
 )
 from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
 from kvcheck.conformance.laws import check_laws
-from kvcheck.conformance.layouts import KNOBS, declared_kinds
+from kvcheck.conformance.layouts import declared_kinds
 from kvcheck.conformance.mamba_checkpoints import CAPABILITY as CHECKPOINTS
 from kvcheck.conformance.ops import add, decode, free, schedule
 from kvcheck.conformance.pinning import CAPABILITY as PINNING
@@ -91,7 +90,7 @@ from kvcheck.conformance.protocol import (
     effective_capabilities,
     extra_key_kinds,
 )
-from kvcheck.conformance.workload_machine import run_workload_machine
+from kvcheck.conformance.workload_machine import declared_features, run_workload_machine
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
@@ -141,18 +140,7 @@ def test_hybrid_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile
 
     run_workload_machine(laws_only, kv_settings, kv_seed, extras=extra_key_kinds(caps),
                          events=False, impl=kv_impl, profile=kv_profile, random_roots=True,
-                         group_kinds=declared_kinds(caps), fine_grained=kv_impl.has(FINE_GRAINED),
-                         offloads=kv_impl.has(OFFLOADS),
-                         checkpoints=kv_impl.has(CHECKPOINTS),
-                         eagle=kv_impl.has("eagle"),
-                         prefill_lookahead=kv_impl.has("prefill_lookahead"),
-                         hash_lookahead=kv_impl.has("hash_lookahead"),
-                         admission_gates=kv_impl.has("admission_gates"),
-                         eagle_groups=kv_impl.has("eagle_groups"),
-                         async_scheduling=kv_impl.has("async_scheduling"),
-                         shared_prefix=kv_impl.has("mamba_shared_prefix_checkpoint"),
-                         block_zeroing=kv_impl.has("block_zeroing"),
-                         knobs=[k for k in (*KNOBS, FINE_GRAINED) if kv_impl.has(k)])
+                         group_kinds=declared_kinds(caps), features=declared_features(kv_impl))
 
 
 @pytest.mark.kv_profiles(*VLLM_PROFILES)
@@ -169,27 +157,7 @@ def test_hybrid_differential(kv_impl: ImplHandle, kv_profile: str, kv_oracle: Im
                     "'kv_cache_groups' (--kv-oracle)")
     run_workload_machine(kv_pair, kv_settings, kv_seed, extras=False,
                          events=kv_impl.has("events"), impl=kv_impl, profile=kv_profile,
-                         group_kinds=kinds, fine_grained=(kv_impl.has(FINE_GRAINED)
-                                                          and kv_oracle.has(FINE_GRAINED)),
-                         offloads=kv_impl.has(OFFLOADS) and kv_oracle.has(OFFLOADS),
-                         checkpoints=kv_impl.has(CHECKPOINTS) and kv_oracle.has(CHECKPOINTS),
-                         eagle=kv_impl.has("eagle") and kv_oracle.has("eagle"),
-                         prefill_lookahead=(kv_impl.has("prefill_lookahead")
-                                            and kv_oracle.has("prefill_lookahead")),
-                         hash_lookahead=(kv_impl.has("hash_lookahead")
-                                         and kv_oracle.has("hash_lookahead")),
-                         admission_gates=(kv_impl.has("admission_gates")
-                                          and kv_oracle.has("admission_gates")),
-                         eagle_groups=(kv_impl.has("eagle_groups")
-                                       and kv_oracle.has("eagle_groups")),
-                         async_scheduling=(kv_impl.has("async_scheduling")
-                                           and kv_oracle.has("async_scheduling")),
-                         shared_prefix=(kv_impl.has("mamba_shared_prefix_checkpoint")
-                                        and kv_oracle.has("mamba_shared_prefix_checkpoint")),
-                         block_zeroing=(kv_impl.has("block_zeroing")
-                                        and kv_oracle.has("block_zeroing")),
-                         knobs=[k for k in (*KNOBS, FINE_GRAINED)
-                                if kv_impl.has(k) and kv_oracle.has(k)])
+                         group_kinds=kinds, features=declared_features(kv_impl, kv_oracle))
 
 
 # --- every layout vLLM accepts is accepted ---------------------------------------------------

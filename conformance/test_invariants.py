@@ -17,7 +17,7 @@ import pytest
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, reset, schedule
 from kvcheck.conformance.protocol import effective_capabilities, extra_key_kinds
 from kvcheck.conformance.sizes import tokens
-from kvcheck.conformance.workload_machine import run_workload_machine
+from kvcheck.conformance.workload_machine import declared_features, run_workload_machine
 
 if TYPE_CHECKING:
     from hypothesis import settings as Settings
@@ -42,11 +42,9 @@ def test_laws_hold_under_random_workloads(kv_impl: ImplHandle, kv_profile: str,
     # even where NONE_HASH is then random.
     run_workload_machine(laws_only, kv_settings, kv_seed, extras=extras, events=False,
                          impl=kv_impl, profile=kv_profile, random_roots=True,
-                         eagle=kv_impl.has("eagle"),
-                         prefill_lookahead=kv_impl.has("prefill_lookahead"),
-                         hash_lookahead=kv_impl.has("hash_lookahead"),
-                         admission_gates=kv_impl.has("admission_gates"),
-                         block_zeroing=kv_impl.has("block_zeroing"))
+                         features=declared_features(kv_impl, names=(
+                             "eagle", "prefill_lookahead", "hash_lookahead",
+                             "admission_gates", "block_zeroing")))
 
 
 @pytest.mark.kv_generic

@@ -5,8 +5,8 @@ groups), every sliding window frees its blocks ``K - 1`` tokens later, and ``K``
 scheduler block size with EAGLE and caching on is refused, as vLLM 0.33.0's own
 ``KVCacheManager`` does (``kvcheck.conformance.mtp_golden``). The random workloads of the
 differential and law tests draw ``num_prefill_lookahead`` too, for implementations declaring
-the capability (``run_workload_machine(prefill_lookahead=...)``); the window law allows the
-retained blocks (``kvcheck.conformance.groups.null_floor``).
+the capability (``run_workload_machine(features={"prefill_lookahead", ...})``); the window
+law allows the retained blocks (``kvcheck.conformance.groups.null_floor``).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ ends at the request's shared-prefix boundary, and a sibling sharing the prefix h
 drops the flag without an error in the layouts it does not apply to
 (``kvcheck.conformance.shared_prefix_golden``, recorded from vLLM 0.33.0's own
 ``KVCacheManager``). The random workloads of the differential and law tests draw the flag too,
-for implementations declaring the capability (``run_workload_machine(shared_prefix=...)``),
-with a rule that prefills a sibling a hash block a step so one chunk ends at its junction.
+for implementations declaring the capability
+(``run_workload_machine(features={"mamba_shared_prefix_checkpoint", ...})``), with a rule
+that prefills a sibling a hash block a step so one chunk ends at its junction.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hypothesis import Phase, assume
@@ -43,14 +43,18 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvcheck.conformance.boundary_offloads import CAPABILITY as OFFLOADS
+from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
 from kvcheck.conformance.groups import null_of
 from kvcheck.conformance.laws import eagle_drop_groups
 from kvcheck.conformance.layouts import (
+    KNOBS,
     events_crash,
     has_cross_attention,
     knobs_for,
     layout_for,
 )
+from kvcheck.conformance.mamba_checkpoints import CAPABILITY as CHECKPOINTS
 from kvcheck.conformance.ops import RequestExtras, add, decode, free, lookup, reset, schedule
 from kvcheck.conformance.protocol import (
     DESIGN_CAPABILITIES,
@@ -80,9 +84,9 @@ if TYPE_CHECKING:
     from kvcheck.conformance.loader import ImplHandle
     from kvcheck.conformance.protocol import RequestView
 
-__all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "answer_block_ids", "extra_draws",
-           "run_workload_machine", "same_extras", "spec_fields", "supported_block_sizes",
-           "workload_hash_algos"]
+__all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "WORKLOAD_FEATURES", "answer_block_ids",
+           "declared_features", "extra_draws", "run_workload_machine", "same_extras",
+           "spec_fields", "supported_block_sizes", "workload_hash_algos"]
 
 # Block sizes random workloads draw from (the first is what Hypothesis shrinks towards); their
 # lengths are written for 4-token blocks, scaled at a larger declared size (workload_scale).
@@ -376,18 +380,29 @@ def workload_hash_algos(info: ImplInfo | None, profile: str | None) -> tuple[str
     return own or (info.hash_algos[0],)
 
 
+#: The capabilities that switch on draws or rules of the workload machine
+#: (``run_workload_machine``'s ``features``; see its docstring for each).
+WORKLOAD_FEATURES: tuple[str, ...] = (
+    "eagle", "eagle_groups", "prefill_lookahead", "hash_lookahead", "admission_gates",
+    "async_scheduling", "block_zeroing", "mamba_shared_prefix_checkpoint", FINE_GRAINED,
+    OFFLOADS, CHECKPOINTS, *KNOBS)
+
+
+def declared_features(impl: ImplHandle, oracle: ImplHandle | None = None,
+                      names: Iterable[str] = WORKLOAD_FEATURES) -> frozenset[str]:
+    """The capabilities of ``names`` that ``impl`` declares under its active profile
+    (``ImplHandle.has``) and, when given, ``oracle`` too: ``run_workload_machine``'s
+    ``features`` for a differential (both sides) or a laws-only run (``impl`` alone)."""
+    return frozenset(n for n in names if impl.has(n) and (oracle is None or oracle.has(n)))
+
+
 def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, seed: int | None,
                          *, extras: bool | Collection[str], events: bool,
                          step_count: int = 30,
                          impl: ImplHandle | None = None, profile: str | None = None,
                          stats: Counter[str] | None = None, random_roots: bool = False,
-                         group_kinds: Sequence[str] = (), fine_grained: bool = False,
-                         eagle: bool = False, knobs: Collection[str] = (),
-                         offloads: bool = False, checkpoints: bool = False,
-                         prefill_lookahead: bool = False, hash_lookahead: bool = False,
-                         admission_gates: bool = False, eagle_groups: bool = False,
-                         async_scheduling: bool = False, shared_prefix: bool = False,
-                         block_zeroing: bool = False) -> None:
+                         group_kinds: Sequence[str] = (),
+                         features: Collection[str] = ()) -> None:
     """Run the machine under ``settings``; ``make_pair(**spec_fields)`` builds each example's
     ``Pair`` (``spec_fields``: a single-group spec, or with ``group_kinds`` a multi-group
     layout of those attention kinds, ``layouts.declared_kinds``). ``extras`` adds salts /
@@ -415,49 +430,54 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     ``random_roots``: PYTHONHASHSEED may be left unset even where NONE_HASH is then random per
     manager, for runs whose pairs have no oracle (nothing compares hashes across managers).
 
-    ``fine_grained`` (both sides declare ``fine_grained_hits``): the Mamba layouts include those
+    ``features``: the capabilities of ``WORKLOAD_FEATURES`` whose draws and rules this run
+    uses, those both sides declare (``declared_features``; a laws-only run: the
+    implementation's). Each one adds its draws after every earlier one, so a run's examples
+    move only when its set does:
+
+    ``fine_grained_hits``: the Mamba layouts include those
     with fine-grained partial hits (``layouts.layout_for``), and a rule only then,
     ``partial_hit_share``, prefills a request to its last hash boundary inside a block and
     sends one sharing it, so partial hits and their copies happen (counted as
     ``fine_grained_partial_hit``).
 
-    ``offloads`` (both sides declare ``boundary_state_offloads``): the Mamba layouts include
-    two-Mamba-group ones after the others (``layouts.layout_for``), and with ``fine_grained``
+    ``boundary_state_offloads``: the Mamba layouts include
+    two-Mamba-group ones after the others (``layouts.layout_for``), and with fine-grained hits
     a rule only then, ``producer_finishes``, prefills a request exactly to its last hash
     boundary and frees it at once (the driver asks for its partial tail first:
     ``finalize_partial_tail_offloads``).
 
-    ``eagle`` (both sides declare ``eagle``): one engine in four runs with ``use_eagle``
+    ``eagle``: one engine in four runs with ``use_eagle``
     (EAGLE/MTP: hits drop their last block), drawn after every other engine draw, so the
     examples of a run without it stay the same (counted as ``eagle``).
 
-    ``checkpoints`` (both sides declare ``mamba_checkpoints``): the Mamba layouts end with
+    ``mamba_checkpoints``: the Mamba layouts end with
     layouts of Mamba prefill checkpoint blocks and sparse retention (``layouts.layout_for``).
 
-    ``prefill_lookahead`` (both sides declare ``prefill_lookahead``): one engine in four runs
+    ``prefill_lookahead``: one engine in four runs
     multi-module MTP with ``num_prefill_lookahead`` 2 to 4 (``spec_fields``), drawn after
     every other engine draw, EAGLE's included (counted as ``prefill_lookahead``).
 
-    ``hash_lookahead`` (both sides declare ``hash_lookahead``): one engine in two under
+    ``hash_lookahead``: one engine in two under
     ``vllm-0.33`` with caching on hashes with lookahead ``num_hash_lookahead_tokens`` 1 to 3
     (``spec_fields``; EAGLE's drop then off, as vLLM's scheduler does), drawn after every other
     engine draw (counted as ``hash_lookahead``).
 
-    ``admission_gates`` (both sides declare ``admission_gates``): one engine in two under
+    ``admission_gates``: one engine in two under
     ``vllm-0.33`` admits as vLLM 0.33's scheduler does, each admission (a new or preempted
     request's) passing ``full_sequence_must_fit=True``, ``has_scheduled_reqs`` (whether
     another request runs) and a drawn ``reserved_blocks`` (0 to 2), with a drawn
     ``watermark`` (0, 0.1 or 0.2) and ``max_in_flight_tokens`` (unset, or 4 to 16 drawn
     tokens), drawn after every other engine draw (counted as ``admission_gates``).
 
-    ``eagle_groups`` (both sides declare ``eagle_groups``, with ``eagle``): under
+    ``eagle_groups`` (with ``eagle``): under
     ``vllm-0.33`` three EAGLE engines in four of several groups flag some groups
     ``is_eagle_group`` (``spec_fields``' ``eagle_flags``), drawn after every other engine
     draw (counted as ``eagle_groups``); a flag on a group of another spec than the chunked
     local groups' lets a caching-on chunked layout run EAGLE too (counted as
     ``eagle_groups_chunked_local``).
 
-    ``async_scheduling`` (both sides declare ``async_scheduling``): under ``vllm-0.33`` one
+    ``async_scheduling``: under ``vllm-0.33`` one
     engine in two schedules asynchronously, as vLLM 0.33's async scheduler does: a running
     request's step is scheduled before the output of its previous step is processed, so each
     ``allocate_slots`` of a running request passes ``num_in_flight_tokens``, the tokens its
@@ -468,28 +488,39 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
     flight); an engine drawing it on a layout where vLLM 0.33.0 keys stale checkpoint states
     (``async_keys_stale_checkpoints``) schedules synchronously.
 
-    ``shared_prefix`` (both sides declare ``mamba_shared_prefix_checkpoint``, with
-    ``fine_grained``): under ``vllm-0.33`` one engine in two with a Mamba group runs with
-    ``mamba_shared_prefix_checkpoint`` and then EAGLE where ``spec_fields`` allows it (vLLM
-    narrows the flag off itself outside EAGLE layouts), drawn after every other engine draw
-    (counted as ``shared_prefix_checkpoint``, ``shared_prefix_checkpoint_kept`` where vLLM
-    keeps it), and the
-    rule ``junction_share`` prefills a sibling a hash block a step so a chunk ends at its
+    ``mamba_shared_prefix_checkpoint`` (with ``fine_grained_hits``): under ``vllm-0.33`` one
+    engine in two with a Mamba group runs with ``mamba_shared_prefix_checkpoint`` and then
+    EAGLE where ``spec_fields`` allows it (vLLM narrows the flag off itself outside EAGLE
+    layouts), drawn after every other engine draw (counted as ``shared_prefix_checkpoint``,
+    ``shared_prefix_checkpoint_kept`` where vLLM keeps it), and the rule ``junction_share``
+    prefills a sibling a hash block a step so a chunk ends at its
     junction, then admits another sibling (counted as ``shared_prefix_junction``,
     ``shared_prefix_junction_kept``).
 
-    ``block_zeroing`` (both sides declare ``block_zeroing``): under ``vllm-0.33`` one engine
-    in two runs with ``needs_kv_cache_zeroing``, drawn after every other engine draw (counted
-    as ``block_zeroing``): the driver drains ``take_new_block_ids`` after every allocation
+    ``block_zeroing``: under ``vllm-0.33`` one engine in two runs with
+    ``needs_kv_cache_zeroing``, drawn after every other engine draw (counted as
+    ``block_zeroing``): the driver drains ``take_new_block_ids`` after every allocation
     and the guard judges each drain (``kvcheck.conformance.block_zeroing``).
 
-    ``knobs`` (the ``layouts.KNOBS`` both sides declare): some layouts run with a DCP world
-    size or a ``prefix_match_unit`` (``layouts.knobs_for``); without them the draws are
-    unchanged.
+    ``layouts.KNOBS`` (``dcp``, ``prefix_match_unit``, ``mamba_dcp``): some layouts run with a
+    DCP world size or a ``prefix_match_unit`` (``layouts.knobs_for``, which also reads
+    ``fine_grained_hits``); without them the draws are unchanged.
 
     The workload features reached (``FEATURES``) are counted into ``stats`` when given, and
     into the process-wide ``REACHED`` in any case, also when the run fails.
     """
+    wanted = frozenset(features)
+    unknown = sorted(wanted - set(WORKLOAD_FEATURES))
+    if unknown:
+        raise KVCheckInputError(f"run_workload_machine(features=...): {unknown} not among "
+                                f"WORKLOAD_FEATURES {list(WORKLOAD_FEATURES)}")
+    fine_grained, offloads = FINE_GRAINED in wanted, OFFLOADS in wanted
+    checkpoints, eagle = CHECKPOINTS in wanted, "eagle" in wanted
+    prefill_lookahead, hash_lookahead = "prefill_lookahead" in wanted, "hash_lookahead" in wanted
+    admission_gates, eagle_groups = "admission_gates" in wanted, "eagle_groups" in wanted
+    async_scheduling, block_zeroing = "async_scheduling" in wanted, "block_zeroing" in wanted
+    shared_prefix = "mamba_shared_prefix_checkpoint" in wanted
+    knobs = [k for k in (*KNOBS, FINE_GRAINED) if k in wanted]
     if impl is None:
         caps: frozenset[str] = DESIGN_CAPABILITIES
         block_sizes = list(_BLOCK_SIZES)

@@ -89,7 +89,7 @@ def test_random_workloads_pass_the_gates(group_kinds: tuple[str, ...]) -> None:
 
         run_workload_machine(make, quick, None, extras=False, events=True, impl=reference,
                              profile=profile, stats=Counter(), group_kinds=group_kinds,
-                             admission_gates=gates)
+                             features={"admission_gates"} if gates else ())
         return specs, [op for p in pairs for op in p.ops]
 
     specs, ops = run(True)

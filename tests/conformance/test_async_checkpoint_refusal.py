@@ -80,8 +80,9 @@ def test_random_workloads_never_schedule_the_refused_layout_asynchronously(
 
     run_workload_machine(make, quick, None, extras=False, events=False, impl=reference,
                          profile="vllm-0.33", stats=Counter(),
-                         group_kinds=("mamba", "full_attention"), fine_grained=True,
-                         checkpoints=True, hash_lookahead=True, async_scheduling=True)
+                         group_kinds=("mamba", "full_attention"),
+                         features={"fine_grained_hits", "mamba_checkpoints", "hash_lookahead",
+                                   "async_scheduling"})
     refused = [p for p in pairs if async_keys_stale_checkpoints(
         {"num_blocks": p.spec.num_blocks, "block_size": p.spec.block_size,
          "kv_cache_groups": p.spec.kv_cache_groups,

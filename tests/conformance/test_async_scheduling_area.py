@@ -78,7 +78,7 @@ def test_random_workloads_schedule_asynchronously() -> None:
         run_workload_machine(make, quick, None, extras=False, events=False, impl=reference,
                              profile=profile, stats=Counter(),
                              group_kinds=("full_attention", "sliding_window"),
-                             async_scheduling=on)
+                             features={"async_scheduling"} if on else ())
         return [op for p in pairs for op in p.ops]
 
     ops = run(True)

@@ -101,7 +101,7 @@ def test_random_workloads_draw_zeroing_only_when_declared() -> None:
         run_workload_machine(make, quick, None, extras=False, events=False, impl=reference,
                              profile=profile, stats=Counter(),
                              group_kinds=("full_attention", "sliding_window", "mamba"),
-                             block_zeroing=zeroing)
+                             features={"block_zeroing"} if zeroing else ())
         return pairs
 
     pairs = run(True)

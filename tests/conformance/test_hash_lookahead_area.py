@@ -79,7 +79,7 @@ def test_random_workloads_draw_hash_lookahead(group_kinds: tuple[str, ...]) -> N
 
         run_workload_machine(make, quick, None, extras=False, events=True, impl=reference,
                              profile=PROFILE, stats=Counter(), group_kinds=group_kinds,
-                             eagle=True, hash_lookahead=hash_lookahead)
+                             features={"eagle", *(("hash_lookahead",) if hash_lookahead else ())})
         return specs
 
     specs = run(True)
