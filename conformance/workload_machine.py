@@ -85,8 +85,8 @@ if TYPE_CHECKING:
     from kvcheck.conformance.protocol import RequestView
 
 __all__ = ["FEATURES", "OFFERED_HASH_ALGOS", "REACHED", "WORKLOAD_FEATURES", "answer_block_ids",
-           "declared_features", "extra_draws", "run_workload_machine", "same_extras",
-           "spec_fields", "supported_block_sizes", "workload_hash_algos"]
+           "declared_features", "extra_draws", "last_hash_boundary", "run_workload_machine",
+           "same_extras", "spec_fields", "supported_block_sizes", "workload_hash_algos"]
 
 # Block sizes random workloads draw from (the first is what Hypothesis shrinks towards); their
 # lengths are written for 4-token blocks, scaled at a larger declared size (workload_scale).
@@ -378,6 +378,18 @@ def workload_hash_algos(info: ImplInfo | None, profile: str | None) -> tuple[str
         return ("sha256",)
     own = tuple(a for a in offered if a in info.hash_algos)
     return own or (info.hash_algos[0],)
+
+
+def last_hash_boundary(num_tokens: int, hash_block_size: int,
+                       num_hash_lookahead_tokens: int) -> int:
+    """The last hash-block boundary, in tokens, that a prompt of ``num_tokens`` tokens can be
+    prefilled to and keyed at: a multiple of ``hash_block_size`` with at least
+    ``max(1, num_hash_lookahead_tokens)`` prompt tokens after it (a block's key needs its
+    ``L`` lookahead tokens; without lookahead the last token is still to compute). 0 when
+    there is none: the prompt is no longer than that (a one-token prompt under ``L = 2``:
+    not -1, which a driver would read as "schedule every token")."""
+    lag = max(1, num_hash_lookahead_tokens)
+    return max(0, (num_tokens - lag) // hash_block_size * hash_block_size)
 
 
 #: The capabilities that switch on draws or rules of the workload machine
@@ -901,10 +913,9 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                 tail = data.draw(st.lists(_TOKENS, min_size=1, max_size=10), label="tail")
                 past = data.draw(st.integers(0, hashed - 1), label="tokens shared past it")
                 prompt = self._scaled(prefix + tail)
-                # The prompt's last hash boundary (before its hash lookahead tokens).
                 # 0 (admitted whole) when the prompt is no longer than its lookahead.
-                lag = max(1, self.pair.spec.num_hash_lookahead_tokens)
-                boundary = max(0, (len(prompt) - lag) // hashed * hashed)
+                boundary = last_hash_boundary(len(prompt), hashed,
+                                              self.pair.spec.num_hash_lookahead_tokens)
                 rid = self._add(prompt, False, "")
                 if rid is None:
                     return
@@ -975,9 +986,8 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                     return  # not a fine-grained layout
                 base = 300_000 + 1_000 * self.next_id  # token ids no other request uses
                 prompt = self._scaled([base + i for i in range(length)])
-                # The prompt's last hash boundary (before its hash lookahead tokens).
-                lag = max(1, self.pair.spec.num_hash_lookahead_tokens)
-                boundary = max(0, (len(prompt) - lag) // hashed * hashed)
+                boundary = last_hash_boundary(len(prompt), hashed,
+                                              self.pair.spec.num_hash_lookahead_tokens)
                 if not boundary:  # no boundary before the lookahead tokens
                     return
                 rid = self._add(prompt, False, "")
