@@ -22,7 +22,8 @@ IMPL_INFO = ImplInfo(
     name="reference-indexer",
     version=__version__,
     capabilities=frozenset({"indexer", "int_hashes", "bytes_hashes", "replay", "lora",
-                            "cache_salt", "multimodal", "kv_cache_groups"}),
+                            "cache_salt", "multimodal", "kv_cache_groups",
+                            "lookahead_hashes"}),
     profile="vllm-0.33",
     hash_algos=HASH_ALGOS,
 )
@@ -41,7 +42,8 @@ class ReferenceIndexer:
         self.index = self.index_type(config.block_size, hash_algo=config.hash_algo,
                                profile=self._release, pythonhashseed=config.pythonhashseed,
                                int_hashes=self._int, match_group=config.match_group,
-                               hash_block_size=config.hash_block_size)
+                               hash_block_size=config.hash_block_size,
+                               num_hash_lookahead_tokens=config.num_hash_lookahead_tokens)
 
     def apply_batch(self, worker_id: str, seq: int, payload: bytes,
                     replay: bool = False) -> None:

@@ -242,6 +242,7 @@ class _Worker:
             plan.num_blocks[self.index], kv_cache_specs=plan.specs, profile=config.release,
             enable_kv_cache_events=True, hash_algo=config.hash_algo,
             pythonhashseed=config.pythonhashseed,
+            num_hash_lookahead_tokens=config.num_hash_lookahead_tokens,
             prefix_cache_retention_interval=(plan.retention if plan.sliding_window is not None
                                              else None))
         self.running: list[Request] = []
@@ -355,4 +356,5 @@ def truth_hashes(plan: ClusterPlan) -> KVCacheManager:
     config = plan.config
     return KVCacheManager(2, config.hash_block_size or config.block_size,
                           profile=config.release,
-                          hash_algo=config.hash_algo, pythonhashseed=config.pythonhashseed)
+                          hash_algo=config.hash_algo, pythonhashseed=config.pythonhashseed,
+                          num_hash_lookahead_tokens=config.num_hash_lookahead_tokens)

@@ -45,7 +45,7 @@ from kvcheck.conformance.indexer_cluster import (
     worker_id,
 )
 from kvcheck.conformance.indexer_guard import GuardedIndexer
-from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext
+from kvcheck.conformance.indexer_protocol import IndexerConfig, MatchContext, config_to_dict
 from kvcheck.errors import KVCheckInputError
 from kvcheck.events.codec import Release, decode_batch, encode_batch
 
@@ -304,7 +304,7 @@ def write_indexer_trace(name: str, target: str, config: IndexerConfig,
     from kvcheck.conformance.differential import safe_name  # one file-naming rule
 
     trace = {"indexer_trace_version": INDEXER_TRACE_VERSION, "impl": target,
-             "config": asdict(config), "actions": list(done),
+             "config": config_to_dict(config), "actions": list(done),
              "probe": {"tokens": list(probe.tokens), "context": asdict(probe.context)},
              "expected": dict(expected)}
     path = (directory or REPRO_DIR) / f"{safe_name(name)}.indexer.json"

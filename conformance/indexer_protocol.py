@@ -23,7 +23,10 @@ tests, saying so):
 * ``lora``, ``cache_salt``, ``multimodal``: match contexts with that input;
 * ``kv_cache_groups``: workers with several KV-cache groups (full attention beside sliding
   windows or a Mamba group in "align" mode, possibly of smaller blocks than the match
-  group's: partial-block keys), whose stores and removals name their group.
+  group's: partial-block keys), whose stores and removals name their group;
+* ``lookahead_hashes``: workers hashing with vLLM 0.33's hash lookahead
+  (``IndexerConfig.num_hash_lookahead_tokens``; EAGLE and MTP drafters with prefix caching):
+  a request's block is keyed with the ``L`` tokens after it too.
 
 ``ImplInfo.hash_algos`` lists the hash algorithms the index can hash requests with (``()``:
 it keys blocks by content, not by the engine's hashes); ``ImplInfo.block_sizes`` the block
@@ -33,13 +36,13 @@ sizes it supports; ``ImplInfo.profile`` the wire release it reads by default.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from kvcheck.errors import KVCheckInputError
 
 __all__ = ["INDEXER_CAPABILITIES", "HashForm", "IndexerAdapter", "IndexerConfig",
-           "MatchContext", "SupportsDecodedEvents", "SupportsWireBatches"]
+           "MatchContext", "SupportsDecodedEvents", "SupportsWireBatches", "config_to_dict"]
 
 HashForm = Literal["int", "bytes"]
 
@@ -52,6 +55,8 @@ INDEXER_CAPABILITIES: dict[str, str] = {
     "decoded_events": "indexer: takes decoded batches, apply_events(...), not wire bytes",
     "replay": "indexer: fills a sequence gap from replayed batches and ignores batches "
               "delivered twice",
+    "lookahead_hashes": "indexer: hashes requests with the workers' hash lookahead "
+                        "(IndexerConfig.num_hash_lookahead_tokens, vLLM 0.33)",
 }
 
 
@@ -76,6 +81,12 @@ class IndexerConfig:
             last hash-block boundary, and a ``BlockStored`` of one hash with this
             ``block_size`` in the match group is a partial-block key, not a block
             (docs/indexers.md, "partial keys").
+        num_hash_lookahead_tokens: the workers' hash lookahead ``L`` (vLLM 0.33's
+            ``VllmConfig.num_hash_lookahead_tokens``: 1 for an EAGLE drafter, the speculative
+            token count for multi-module MTP, with prefix caching; 0 otherwise): a block's
+            hash also covers the ``L`` tokens after it, so a request's block has a key only
+            when those tokens exist, and two requests whose tokens differ only there share no
+            key for it. Capability ``lookahead_hashes``; 0 under ``vllm-0.10``.
     """
 
     block_size: int
@@ -85,8 +96,19 @@ class IndexerConfig:
     pythonhashseed: str | None = "0"
     match_group: int = 0
     hash_block_size: int | None = None
+    num_hash_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
+        lookahead = self.num_hash_lookahead_tokens
+        if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
+            raise KVCheckInputError(
+                f"IndexerConfig.num_hash_lookahead_tokens must be an int >= 0, got "
+                f"{lookahead!r}")
+        if lookahead and self.release == "vllm-0.10":
+            raise KVCheckInputError(
+                f"IndexerConfig.num_hash_lookahead_tokens={lookahead} with release "
+                "'vllm-0.10': vLLM 0.10.2 hashes without lookahead; use 0 or release "
+                "'vllm-0.33'")
         size = self.hash_block_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                  or size < 1 or self.block_size % size):
@@ -94,6 +116,16 @@ class IndexerConfig:
                 f"IndexerConfig.hash_block_size must be a positive divisor of block_size "
                 f"({self.block_size}), got {size!r}: vLLM hashes in blocks of the gcd of the "
                 "groups' block sizes; leave it None when every group has blocks of block_size")
+
+
+def config_to_dict(config: IndexerConfig) -> dict[str, object]:
+    """``config``'s fields as a dict (what the wire and a trace carry), the fields a later
+    release added left out at their default (``num_hash_lookahead_tokens`` when 0), so an
+    index written before them reads the same config as before."""
+    out = asdict(config)
+    if not config.num_hash_lookahead_tokens:
+        del out["num_hash_lookahead_tokens"]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,9 @@ What a plan draws, within what the indexer declares (``ImplInfo``):
   a retention interval), or a Mamba group in "align" mode (stores naming only the blocks it
   keeps); the second group's block is sometimes a divisor of the full-attention block (the
   hash block), so the full-attention group also publishes partial-block keys;
+* with ``lookahead_hashes`` (0.33 only): in one cluster in two, workers hashing with hash
+  lookahead ``L`` of 1 to 3 tokens (``IndexerConfig.num_hash_lookahead_tokens``), drawn
+  last;
 * with ``replay``: lost batches replayed later (racing the live stream, overlapping batches
   already received) and duplicated deliveries;
 * probes: prompts the workers ran (whole or cut), the same tokens in another context, and a
@@ -118,7 +121,11 @@ def cluster_plans(draw: st.DrawFn, *, capabilities: Collection[str], profile: st
     # At least ``min_steps`` (Hypothesis draws short lists otherwise: few evictions, gaps or
     # restarts); shrinking stops there too.
     ops = tuple(draw(st.lists(op, min_size=min(min_steps, max_steps), max_size=max_steps)))
-    return ClusterPlan(config, num_blocks, systems, ops, draw(_probes(ops, systems, contexts)),
+    probes = draw(_probes(ops, systems, contexts))
+    # Drawn last, and only for an index declaring it on 0.33, so every other plan stays.
+    if "lookahead_hashes" in capabilities and release == "vllm-0.33" and draw(st.booleans()):
+        config = dataclasses.replace(config, num_hash_lookahead_tokens=draw(st.integers(1, 3)))
+    return ClusterPlan(config, num_blocks, systems, ops, probes,
                        sliding_window=window, retention=retention, mamba=mamba)
 
 

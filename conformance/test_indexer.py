@@ -370,6 +370,26 @@ def test_lora_and_base_model_do_not_share_blocks(kv_impl: ImplHandle, kv_profile
                                                    {"w0": 0, "w1": 0}]
 
 
+@pytest.mark.kv_capability("lookahead_hashes")
+@pytest.mark.kv_profiles("vllm-0.33", "generic")
+def test_lookahead_keys_cover_the_tokens_after_the_block(kv_impl: ImplHandle, kv_profile: str,
+                                                        request: pytest.FixtureRequest) -> None:
+    """Workers hashing with vLLM 0.33's hash lookahead (``L = 1``: an EAGLE drafter with
+    prefix caching) key a block with the token after it: a block whose next token is not
+    there yet is not cached and has no key, and two requests whose tokens differ only in the
+    token after a block share no key for that block. An index hashing requests without the
+    lookahead matches nothing at all; one that keys blocks by their own tokens alone matches
+    a block the worker never cached."""
+    config = dataclasses.replace(_config(kv_impl, kv_profile), num_hash_lookahead_tokens=1)
+    other = (99, 10, 11, 12)  # PROMPT with the token after block 1 changed
+    ops = [_admit(0), _admit(1, other)]
+    probes = [Probe(PROMPT), Probe(PROMPT + (13,)), Probe(SYSTEM + other)]
+    run = _run(kv_impl, _plan(config, ops, probes), request.node.name)
+    # PROMPT's third block has no token after it: cached by neither worker, and no key.
+    assert [run.expected(i) for i in range(3)] == [{"w0": 2, "w1": 1}, {"w0": 2, "w1": 1},
+                                                   {"w0": 1, "w1": 2}]
+
+
 @pytest.mark.kv_capability("cache_salt")
 def test_salted_requests_match_only_their_salt(kv_impl: ImplHandle, kv_profile: str,
                                                request: pytest.FixtureRequest) -> None:

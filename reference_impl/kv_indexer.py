@@ -39,9 +39,11 @@ index, exact wherever the stream allows it (docs/indexers.md, "The truth"):
   (AIBrix PR #2723).
 
 Requests are hashed as the workers hash them (``block_size``, ``hash_algo``, the NONE_HASH of
-``pythonhashseed``, the profile's extra-key format; in blocks of the hash block, every
-``block_size // hash_block_size``-th hash keying a block), so LoRA, salt and multimodal inputs
-select other keys (dynamo PR #6517). With ``int_hashes`` the stream carries vLLM's default
+``pythonhashseed``, the profile's extra-key format, vLLM 0.33's hash lookahead; in blocks of
+the hash block, every ``block_size // hash_block_size``-th hash keying a block), so LoRA, salt
+and multimodal inputs select other keys (dynamo PR #6517), and under hash lookahead ``L`` a
+block's key covers the ``L`` tokens after it (a request's last blocks without them have no
+key). With ``int_hashes`` the stream carries vLLM's default
 64-bit form of each hash (its last 8 bytes, as ``kvcheck.events`` decodes it): keys are
 compared in that form.
 """
@@ -105,12 +107,15 @@ class KVIndexer:
         match_group: the KV-cache group whose keys ``match`` counts (a full-attention one).
         hash_block_size: the workers' hash block when smaller than ``block_size`` (vLLM
             0.33: the gcd of the groups' block sizes); None: ``block_size``.
+        num_hash_lookahead_tokens: the workers' hash lookahead ``L`` (vLLM 0.33, EAGLE and
+            MTP drafters with prefix caching): requests are hashed as they hash them, each
+            block's key covering the ``L`` tokens after it (a block without them has none).
     """
 
     def __init__(self, block_size: int, *, hash_algo: str = "sha256",
                  profile: str = "vllm-0.33", pythonhashseed: str | None = "0",
                  int_hashes: bool = False, match_group: int = 0,
-                 hash_block_size: int | None = None) -> None:
+                 hash_block_size: int | None = None, num_hash_lookahead_tokens: int = 0) -> None:
         if block_size < 1:
             raise KVCacheMisuseError(f"block_size must be >= 1, got {block_size!r}")
         hash_block = block_size if hash_block_size is None else hash_block_size
@@ -124,7 +129,8 @@ class KVIndexer:
         self.match_group = match_group
         self._scale = block_size // hash_block
         self._hasher = make_block_hasher(hash_block, hash_algo, get_profile(profile),
-                                         pythonhashseed)
+                                         pythonhashseed,
+                                         num_lookahead_tokens=num_hash_lookahead_tokens)
         self.workers: dict[str, WorkerIndex] = {}
 
     # ------------------------------------------------------------------ the stream

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Final, NoReturn
 
 from kvcheck import __version__
-from kvcheck.conformance.indexer_protocol import IndexerConfig
+from kvcheck.conformance.indexer_protocol import IndexerConfig, config_to_dict
 from kvcheck.conformance.protocol import KVCacheSpec, UnsupportedSpec, spec_to_dict
 from kvcheck.errors import KVCheckInputError
 from kvcheck.wire import PROTOCOL_VERSION
@@ -192,6 +192,8 @@ class EngineSession:
             # the loader calls with a KVCacheSpec
             assert isinstance(argument, KVCacheSpec)
             value = spec_to_dict(argument)
+        elif isinstance(argument, IndexerConfig):
+            value = config_to_dict(argument)  # later fields left out at their default
         result = self.call(factory, {param: value})
         if not isinstance(result, dict) or type(result.get("handle")) is not int:
             raise EngineProcessError(f"{self.name}.{factory}: the answer must be "

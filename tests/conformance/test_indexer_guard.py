@@ -224,3 +224,28 @@ def test_a_failure_writes_a_trace_that_replays_the_failure(
     with pytest.raises(IndexerMismatch, match="worker 'w0': 3 block"):
         replay_indexer_trace(traces[0], "mut_idx_all_cleared_ignored")
     assert replay_indexer_trace(traces[0], "kvcheck.adapters.reference_indexer") == {"w1": 3}
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"num_hash_lookahead_tokens": -1}, "must be an int >= 0, got -1"),
+    ({"num_hash_lookahead_tokens": True}, "must be an int >= 0, got True"),
+    ({"num_hash_lookahead_tokens": 1.0}, "must be an int >= 0, got 1.0"),
+    ({"num_hash_lookahead_tokens": 2, "release": "vllm-0.10"},
+     "vLLM 0.10.2 hashes without lookahead"),
+])
+def test_impossible_hash_lookahead_is_refused(fields: dict[str, Any], problem: str) -> None:
+    """A lookahead no vLLM worker hashes with is refused when the config is built, naming the
+    field and the fix."""
+    with pytest.raises(KVCheckInputError, match=problem):
+        IndexerConfig(block_size=4, **fields)
+
+
+def test_the_wire_and_traces_leave_a_zero_lookahead_out() -> None:
+    """``config_to_dict``: an index written before ``num_hash_lookahead_tokens`` existed gets
+    the config it always got; a non-zero lookahead is sent, and read back the same."""
+    from kvcheck.conformance.indexer_protocol import config_to_dict
+
+    assert "num_hash_lookahead_tokens" not in config_to_dict(CONFIG)
+    config = IndexerConfig(block_size=4, num_hash_lookahead_tokens=2)
+    assert config_to_dict(config)["num_hash_lookahead_tokens"] == 2
+    assert IndexerConfig(**config_to_dict(config)) == config  # type: ignore[arg-type]
