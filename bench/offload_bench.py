@@ -43,7 +43,7 @@ import gc
 import hashlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -183,18 +183,21 @@ class OffloadRound:
                 "events": self.events, "calls": self.calls}
 
 
-def replay(tier: OffloadingManagerAdapter, workload: OffloadWorkload) -> OffloadRound:
-    """Drive ``tier`` through ``workload`` (the calls of the module doc), timing each call.
+def replay(tier: OffloadingManagerAdapter, workload: OffloadWorkload, *,
+           clock: Callable[[], int] = time.perf_counter_ns,
+           cpu_clock: Callable[[], int] = time.thread_time_ns) -> OffloadRound:
+    """Drive ``tier`` through ``workload`` (the calls of the module doc), timing each call with
+    ``clock`` (nanoseconds); ``cpu_clock``: the thread's CPU time (nanoseconds), which scales
+    the times down by the share of the core the thread had (another process had the rest).
 
     A ``prepare_store`` answered None (no room) counts as refused; the offer's keys are not
     stored.
     """
-    clock = time.perf_counter_ns
     lookup, prepare_store, complete_store = tier.lookup, tier.prepare_store, tier.complete_store
     chunk = workload.store_chunk
     lookups = hits = offers = refused = stored = evicted = events = calls = 0
     lookup_ns = store_ns = evict_ns = other_ns = 0
-    wall0, cpu0 = clock(), time.thread_time_ns()
+    wall0, cpu0 = clock(), cpu_clock()
     for request in workload.requests:
         rid, keys = request.req_id, request.keys
         start = clock()
@@ -243,7 +246,7 @@ def replay(tier: OffloadingManagerAdapter, workload: OffloadWorkload) -> Offload
         hits += found
         calls += 4 + (2 if found else 0)
     calls += lookups + offers
-    cpu_ns, wall_ns = time.thread_time_ns() - cpu0, clock() - wall0
+    cpu_ns, wall_ns = cpu_clock() - cpu0, clock() - wall0
     share = cpu_ns / wall_ns if 0 < cpu_ns < wall_ns else 1.0  # another process had the core
     return OffloadRound(lookups, hits, offers, refused, stored, evicted, events, calls,
                         round(lookup_ns * share), round(store_ns * share),
@@ -257,19 +260,25 @@ def _rate(count: int, ns: int) -> float:
 
 
 class OffloadBench(RoundBench[OffloadRound]):
-    """One replay of ``workload`` per round, on a fresh tier of ``impl`` (its own object)."""
+    """One replay of ``workload`` per round, on a fresh tier of ``impl`` (its own object),
+    timed with ``clock`` and ``cpu_clock`` (``replay``'s; a test passes clocks that count
+    calls, so two sides doing the same work measure the same)."""
 
-    def __init__(self, impl: ImplHandle, workload: OffloadWorkload) -> None:
+    def __init__(self, impl: ImplHandle, workload: OffloadWorkload, *,
+                 clock: Callable[[], int] = time.perf_counter_ns,
+                 cpu_clock: Callable[[], int] = time.thread_time_ns) -> None:
         super().__init__()
         self.impl = impl
         self.workload = workload
+        self._clocks = clock, cpu_clock
 
     def setup(self) -> SetupArgs:
         gc.collect()
         return (self.impl.make_offloading_manager(self.workload.spec()).raw,), {}
 
     def run(self, tier: OffloadingManagerAdapter) -> None:
-        result = replay(tier, self.workload)
+        clock, cpu_clock = self._clocks
+        result = replay(tier, self.workload, clock=clock, cpu_clock=cpu_clock)
         self.results.append(result)
         self.advance(result.total_ns / 1e9)
 

@@ -6,6 +6,7 @@ reference paired with itself gives ratios near 1, and bad arguments are one line
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -115,11 +116,21 @@ def test_a_tier_without_room_refuses_and_the_replay_goes_on(reference: Any) -> N
     assert result.stored == sum(len(args[0]) for args, _ in tier.answers("complete_store"))
 
 
-def test_reference_paired_with_itself_is_near_one(reference: Any) -> None:
-    """A/A through ``PairedBench``: the same work on both sides, every figure's median paired
-    ratio near 1 inside its interval, and the figures the module doc names."""
+def _call_counter(step_ns: int = 1_000) -> Callable[[], int]:
+    """A clock that moves ``step_ns`` per reading: a replay's times count its calls, so the
+    same work measures the same on any machine at any load."""
+    return itertools.count(0, step_ns).__next__
+
+
+def test_reference_paired_with_itself_is_one(reference: Any) -> None:
+    """A/A through ``PairedBench``, each side timed by a clock that counts its calls: the
+    same work on both sides, so every figure's paired ratio is exactly 1 (interval [1, 1]),
+    and the figures the module doc names. (With the wall clock the ratio is only near 1, and
+    on a loaded machine not even that: it is the benchmark's to print, not a test's to
+    assert.)"""
     workload = make_offload_workload("arc", scale=0.25)
-    mine, theirs = OffloadBench(reference, workload), OffloadBench(reference, workload)
+    mine, theirs = (OffloadBench(reference, workload, clock=_call_counter(),
+                                 cpu_clock=lambda: 0) for _ in range(2))
     pair = PairedBench(mine, theirs)
     pair.measure(5, 1)
     metrics, _ = pair.metrics(1)
@@ -129,8 +140,8 @@ def test_reference_paired_with_itself_is_near_one(reference: Any) -> None:
     for metric in metrics:
         assert metric.value > 0 and len(metric.samples) == 5
         assert metric.paired is not None and metric.paired.pairs == 5
-        assert metric.paired.ci_low <= metric.paired.ratio <= metric.paired.ci_high
-        assert 0.5 < metric.paired.ratio < 2.0, (metric.name, metric.paired)
+        assert metric.paired.ci_low == metric.paired.ratio == metric.paired.ci_high == 1.0, (
+            metric.name, metric.paired)
     info = mine.info()
     assert info["produced"]["evicted"] > 0 and info["num_chunks"] < info["working_set"]
 
