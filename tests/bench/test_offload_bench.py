@@ -1,7 +1,8 @@
 """The offload-tier benchmark (``kvcheck.bench.offload_bench``): its stream is deterministic,
 the replay's counts are the tier's own answers (recorded call by call here, not recomputed by
 the benchmark's code), the tier evicts, lookups hit and keys are stored under both policies, the
-reference paired with itself gives ratios near 1, and bad arguments are one line, exit 2."""
+reference paired with itself gives ratios of exactly 1 when both sides are timed by clocks that
+count calls, and bad arguments are one line, exit 2."""
 
 from __future__ import annotations
 
