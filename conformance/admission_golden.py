@@ -44,6 +44,14 @@ What the scenarios show (block size 4):
 * ``reserved_blocks``: the step must fit ``free - reserved_blocks``; the full-sequence gate
   does not subtract them; ``reserved_and_watermark``: both add up for a waiting request,
   a running one pays the reservation only.
+* ``window_hits_skipped_at_admission``: full attention beside a window of 8; b hits the 32
+  tokens a left cached and is admitted through the gates (``full_sequence_must_fit``): the
+  window's hit blocks below its last 8 tokens go back to the free queue in that same call
+  (15 free after it, not 9); b's decode steps pass ``reserved_blocks`` (the gated path of a
+  running request): the first frees the two window blocks it leaves behind as it takes two
+  new ones (15 free, not 13); c, admitted with ``reserved_blocks`` too, hits a's blocks again
+  in full attention. Recorded through kvcheck's vLLM adapter (``Pair`` over
+  ``--kv-impl=vllm``'s manager, vLLM 0.33.0), the other scenarios' way otherwise;
 * ``dcp_window_cap_in_spec_blocks`` (block size 2, DCP 2: the managers' blocks hold 4 tokens,
   caching off, where vLLM's no-prefix-cache coordinator takes a window under DCP): the
   window's cap is counted in the *spec's* unscaled blocks, ``cdiv(4 - 1 + 8, 2) + 1 = 7``
@@ -173,6 +181,18 @@ SCENARIOS: dict[str, tuple[Any, ...]] = {
         ("decode", "b", {"reserved_blocks": 5}),
         ("decode", "a", {"reserved_blocks": 6}),
     ]),
+    "window_hits_skipped_at_admission": (
+        30, [("full", 4, None), ("window", 4, 8)], 1024, 0.0, 8, [
+            ("req", "a", toks(0, 32)),
+            ("alloc", "a", 32, {}),
+            ("free", "a"),
+            ("req", "b", toks(0, 32) + toks(300, 8)),
+            ("alloc", "b", 8, {"full_sequence_must_fit": True}),
+            ("decode", "b", {"reserved_blocks": 0}),
+            ("decode", "b", {"reserved_blocks": 1}),
+            ("req", "c", toks(0, 32) + toks(400, 4)),
+            ("alloc", "c", 4, {"full_sequence_must_fit": True, "reserved_blocks": 1}),
+        ]),
     "dcp_window_cap_in_spec_blocks": (17, [("full", 2, None), ("window", 2, 4)], 1024, 0.0, 8, [
         ("req", "a", toks(0, 40)),
         ("alloc", "a", 8, {"full_sequence_must_fit": True}),
@@ -192,6 +212,11 @@ SCENARIOS: dict[str, tuple[Any, ...]] = {
 #: What vLLM 0.33.0's KVCacheManager answered, op by op (see the module docstring).
 # Any: each answer is a heterogeneous literal tuple (data), compared whole.
 RECORDED: dict[str, list[tuple[Any, ...]]] = {
+    "window_hits_skipped_at_admission": [
+        ("a", 0, [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15, 16]], 13),
+        ("b", 32, [[17, 18], [19, 20]], 15), ("b", 0, [[21], [22]], 15),
+        ("b", 0, [[], []], 15), ("c", 32, [[23], [24]], 11),
+    ],
     "full_sequence_does_not_fit": [
         ("a", 0, None, 11), ("a", 0, [[1, 2]], 9), ("b", 0, [[3, 4]], 7), ("c", 0, None, 7),
         ("c", 0, [[5]], 6),
