@@ -1,6 +1,7 @@
 """The checks a recorded golden scenario makes after replaying its ops on a ``Pair``: each op's
 answer as vLLM's own ``KVCacheManager`` gave it (and, where recorded, the free block count
-after it), and the free queue after the last op.
+after it), and the free queue after the last op; and, before it, the skip of an
+implementation that does not declare what the scenario needs (``skip_unless_declared``).
 
 Shared by the feature areas whose scenarios were recorded op by op from vLLM 0.33.0
 (``test_eagle``, ``test_prefill_lookahead``, ``test_shared_prefix_checkpoint``,
@@ -10,17 +11,33 @@ answers and the implementation's runnable repro (``Pair.impl.snippet()``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
+
+import pytest
 
 if TYPE_CHECKING:
     from kvcheck.conformance.differential import Pair
+    from kvcheck.conformance.loader import ImplHandle
     from kvcheck.conformance.ops import Op
 
-__all__ = ["ANSWER_FORMAT", "assert_answers", "assert_free_queue"]
+__all__ = ["ANSWER_FORMAT", "assert_answers", "assert_free_queue", "skip_unless_declared"]
 
 #: How an answer reads, said after each mismatch.
 ANSWER_FORMAT = "hits and new block ids per group, 0 the null block; new None: refused"
+
+
+def skip_unless_declared(impl: ImplHandle, needs: Iterable[str], *,
+                         capabilities: Collection[str] | None = None) -> None:
+    """Skip the calling test unless ``impl`` declares every capability in ``needs``, naming
+    the missing ones (sorted). ``capabilities``: what to look them up in, when not the
+    declared ones (``ImplInfo.capabilities``), e.g. a profile's ``effective_capabilities``."""
+    __tracebackhide__ = True  # a skip report names the test's line, not this one
+    have = impl.info.capabilities if capabilities is None else capabilities
+    missing = sorted({c for c in needs if c not in have})
+    if missing:
+        pytest.skip(f"{impl.name} does not declare capability "
+                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
 
 
 def assert_answers(pair: Pair, where: str, ops: Sequence[Op], answers: Sequence[object],

@@ -38,17 +38,17 @@ from kvcheck.conformance.protocol import (
     effective_capabilities,
 )
 
-__all__ = ["GoldenMismatch", "missing_capabilities", "replay_golden"]
+__all__ = ["GoldenMismatch", "needed_capabilities", "replay_golden"]
 
 
-def missing_capabilities(impl: ImplHandle, sc: GoldenScenario) -> list[str]:
-    """The capabilities ``sc`` needs that ``impl`` does not have under the scenario's
-    profile (``kv_cache_groups`` and one per group kind)."""
-    caps = effective_capabilities(impl.info, sc.profile)
+def needed_capabilities(sc: GoldenScenario) -> list[str]:
+    """The capabilities ``sc`` needs: ``kv_cache_groups``, one per group kind, and
+    ``caching_off`` for a scenario with caching off (an implementation has them when its
+    ``effective_capabilities`` under ``sc.profile`` do)."""
     needed = ["kv_cache_groups"] + [KIND_CAPABILITIES[g.kind] for g in sc.spec.kv_cache_groups]
     if not sc.spec.enable_caching:
         needed.append("caching_off")
-    return sorted({c for c in needed if c not in caps})
+    return needed
 
 
 @dataclass

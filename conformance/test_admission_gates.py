@@ -23,6 +23,7 @@ from kvcheck.conformance.admission_golden import (
     scenario_ops,
     scenario_spec,
 )
+from kvcheck.conformance.golden_answers import skip_unless_declared
 from kvcheck.conformance.protocol import KIND_CAPABILITIES
 
 if TYPE_CHECKING:
@@ -42,10 +43,7 @@ def test_admission_gates_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
     needs = sorted({KIND_CAPABILITIES[g.kind] for g in spec.kv_cache_groups}
                    | ({"kv_cache_groups"} if spec.kv_cache_groups else set())
                    | ({"dcp"} if spec.dcp_world_size > 1 else set()))
-    missing = [c for c in needs if not kv_impl.has(c)]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, needs)
     pair = kv_pair(spec, with_oracle=kv_oracle.has("admission_gates"))
     answers = iter(RECORDED[name])
     for i, (op, answers_it) in enumerate(scenario_ops(name)):

@@ -22,6 +22,7 @@ from kvcheck.conformance.async_scheduling_golden import (
     MISSING_010,
     AsyncScenario,
 )
+from kvcheck.conformance.golden_answers import skip_unless_declared
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.protocol import KIND_CAPABILITIES, VLLM_PROFILES
 
@@ -52,10 +53,7 @@ def test_async_scheduling_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
     after every op and, when the oracle declares the capability, every answer equals its."""
     if kv_profile == "vllm-0.10":
         pytest.skip(f"{sc.name}: {MISSING_010}")
-    missing = [c for c in _needs(sc) if not kv_impl.has(c)]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, _needs(sc))
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups,
                    with_oracle=kv_oracle.has("async_scheduling"))
     for i, (op, (want, want_tables)) in enumerate(zip(sc.ops, sc.answers, strict=True)):

@@ -24,6 +24,7 @@ from kvcheck.conformance.block_zeroing_golden import (
     scenario_spec,
 )
 from kvcheck.conformance.fine_grained import fine_grained_hits
+from kvcheck.conformance.golden_answers import skip_unless_declared
 from kvcheck.conformance.protocol import group_capabilities
 
 if TYPE_CHECKING:
@@ -45,10 +46,7 @@ def test_block_zeroing_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
                    | ({"external_kv"} if any(op.get("external")
                                              for op, _ in scenario_ops(name)) else set())
                    | ({"fine_grained_hits"} if fine_grained_hits(spec) else set()))
-    missing = [c for c in needs if not kv_impl.has(c)]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, needs)
     pair = kv_pair(spec, with_oracle=kv_oracle.has("block_zeroing"))
     answers = iter(RECORDED[name])
     for i, (op, answers_it) in enumerate(scenario_ops(name)):

@@ -19,7 +19,11 @@ from kvcheck.conformance.eagle_golden import EAGLE_SCENARIOS, EagleScenario
 from kvcheck.conformance.errors import UnsupportedSpec
 from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
 from kvcheck.conformance.fine_grained import fine_grained_hits
-from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
+from kvcheck.conformance.golden_answers import (
+    assert_answers,
+    assert_free_queue,
+    skip_unless_declared,
+)
 from kvcheck.conformance.protocol import (
     KIND_CAPABILITIES,
     VLLM_PROFILES,
@@ -66,10 +70,7 @@ def test_eagle_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: Impl
     spec = KVCacheSpec(num_blocks=sc.num_blocks, block_size=4, profile=kv_profile,
                        use_eagle=True, kv_cache_groups=sc.groups,
                        prefix_cache_retention_interval=sc.retention)
-    missing = [c for c in _needs(sc, spec) if not kv_impl.has(c)]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, _needs(sc, spec))
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, use_eagle=True,
                    kv_cache_groups=sc.groups, prefix_cache_retention_interval=sc.retention,
                    with_oracle=all(kv_oracle.has(c) for c in ("eagle", *_needs(sc, spec))))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvcheck.conformance.golden_answers import assert_free_queue
+from kvcheck.conformance.golden_answers import assert_free_queue, skip_unless_declared
 from kvcheck.conformance.hash_lookahead_golden import LOOKAHEAD_SCENARIOS, LookaheadScenario
 from kvcheck.conformance.protocol import (
     KVCacheGroupSpec,
@@ -59,10 +59,7 @@ def test_hash_lookahead_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_pro
     drained and the free queue after the last op, and, with ``events``, every ``BlockStored``
     with its ``lookahead_token_ids``."""
     caps = effective_capabilities(kv_impl.info, kv_profile)  # extra_keys: multimodal too
-    missing = [c for c in sc.needs if c not in caps]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, sc.needs, capabilities=caps)
     events = kv_impl.has("events")
     spec = KVCacheSpec(num_blocks=sc.num_blocks, block_size=4, profile=kv_profile,
                        num_hash_lookahead_tokens=sc.lookahead, kv_cache_groups=sc.groups,

@@ -39,7 +39,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kvcheck.conformance.boundary_offloads import CAPABILITY as OFFLOADS
-from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
+from kvcheck.conformance.golden_answers import (
+    assert_answers,
+    assert_free_queue,
+    skip_unless_declared,
+)
 from kvcheck.conformance.groups import NULL_BLOCK
 from kvcheck.conformance.hybrid_boundary_offloads import MISSING_010 as OFFLOADS_MISSING_010
 from kvcheck.conformance.hybrid_boundary_offloads import OFFLOAD_SCENARIOS, OffloadScenario
@@ -73,7 +77,7 @@ from kvcheck.conformance.hybrid_partial_keys import (
     PartialKeyScenario,
     show_events,
 )
-from kvcheck.conformance.hybrid_replay import missing_capabilities, replay_golden
+from kvcheck.conformance.hybrid_replay import needed_capabilities, replay_golden
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.layouts import declared_kinds
 from kvcheck.conformance.mamba_checkpoints import CAPABILITY as CHECKPOINTS
@@ -115,10 +119,8 @@ def test_hybrid_golden(kv_impl: ImplHandle, kv_profile: str, name: str) -> None:
     except KeyError:
         pytest.skip(f"golden scenario {name} has no {kv_profile} table (it was recorded "
                     "from the other vLLM release only)")
-    missing = missing_capabilities(kv_impl, sc)
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, needed_capabilities(sc),
+                         capabilities=effective_capabilities(kv_impl.info, sc.profile))
     if not kv_impl.info.supports(sc.spec):  # its declared block sizes / pool sizes
         sizes = sorted({sc.spec.group_block_size(g) for g in range(len(sc.spec.groups))})
         pytest.skip(f"{kv_impl.name} does not support this scenario's pool (num_blocks="
@@ -320,10 +322,8 @@ def test_hit_length_iterates_to_a_fixed_point(kv_impl: ImplHandle, kv_pair: Pair
     round says ``sc.one_round`` tokens, two rounds ``sc.two_rounds``, vLLM 0.33.0
     ``sc.hit_tokens``; every op's answers and observables equal the oracle's."""
     caps = effective_capabilities(kv_impl.info, "vllm-0.33")
-    missing = sorted({KIND_CAPABILITIES[g.kind] for g in sc.groups} - caps)
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, (KIND_CAPABILITIES[g.kind] for g in sc.groups),
+                         capabilities=caps)
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups)
     *setup, last = sc.ops
     pair.run(setup)
@@ -538,10 +538,7 @@ def test_partial_block_keys(kv_impl: ImplHandle, kv_profile: str, kv_pair: PairF
         pytest.skip("partial-block keys are vLLM 0.33's: 0.10.2 supports one block size with "
                     "prefix caching (kv_cache_manager.py:106-109), so no full-attention group "
                     "is larger than the hash block")
-    missing = [c for c in sc.needs if not kv_impl.has(c)]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, sc.needs)
     spec = KVCacheSpec(num_blocks=sc.num_blocks, block_size=2, profile=kv_profile,
                        kv_cache_groups=sc.groups, enable_kv_cache_events=True)
     if not kv_impl.info.supports(spec):
@@ -670,10 +667,7 @@ def test_dcp_and_prefix_match_unit_golden(kv_impl: ImplHandle, kv_profile: str,
     if steps is None:
         pytest.skip(f"{sc.name}: vLLM 0.10.2 refuses this layout or lacks the knob "
                     "(KNOB_REFUSALS)")
-    missing = [c for c in (*_knob_needs(sc), *sc.needs) if not kv_impl.has(c)]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, (*_knob_needs(sc), *sc.needs))
     spec = knob_spec(sc, kv_profile)
     if not kv_impl.info.supports(spec):
         pytest.skip(f"{kv_impl.name} does not support this scenario's pool (IMPL_INFO."
@@ -699,10 +693,7 @@ def test_dcp_and_prefix_match_unit_layouts_vllm_refuses_are_refused(
     silently (``hybrid_knobs.KNOB_REFUSALS``)."""
     if kv_profile not in rf.profiles:
         pytest.skip(f"{rf.name}: a rule of {', '.join(rf.profiles)}, not {kv_profile}")
-    missing = [c for c in _knob_needs(rf) if not kv_impl.has(c)]
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, _knob_needs(rf))
     with pytest.raises(UnsupportedSpec) as refused:
         kv_impl.make_manager(knob_spec(rf, kv_profile))
     assert rf.words in str(refused.value), (

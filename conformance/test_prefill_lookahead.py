@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
+from kvcheck.conformance.golden_answers import (
+    assert_answers,
+    assert_free_queue,
+    skip_unless_declared,
+)
 from kvcheck.conformance.mtp_golden import (
     MTP_REFUSALS,
     MTP_SCENARIOS,
@@ -31,12 +35,12 @@ if TYPE_CHECKING:
 CAPABILITY = "prefill_lookahead"
 
 
-def _missing(kv_impl: ImplHandle, sc: MTPScenario | MTPRefusal, eagle: bool) -> list[str]:
-    """The capabilities the layout needs that ``kv_impl`` does not declare."""
+def _needs(sc: MTPScenario | MTPRefusal, eagle: bool) -> set[str]:
+    """The capabilities the layout needs (besides ``prefill_lookahead``)."""
     needs = {"eagle"} if eagle else set()
     if sc.groups:
         needs |= {"kv_cache_groups", *(KIND_CAPABILITIES[g.kind] for g in sc.groups)}
-    return sorted(c for c in needs if not kv_impl.has(c))
+    return needs
 
 
 @pytest.mark.kv_profiles("vllm-0.33")
@@ -49,10 +53,7 @@ def test_prefill_lookahead_golden(kv_impl: ImplHandle, kv_pair: PairFactory,
     unchanged; several groups without EAGLE caching to the aligned boundary), the free count
     after each op and the free queue after the last; every op's answers and observables
     also equal the oracle's when it declares ``prefill_lookahead``."""
-    missing = _missing(kv_impl, sc, sc.use_eagle)
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, _needs(sc, sc.use_eagle))
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, use_eagle=sc.use_eagle,
                    num_prefill_lookahead=sc.lookahead, kv_cache_groups=sc.groups,
                    with_oracle=kv_oracle.has(CAPABILITY))
@@ -72,10 +73,7 @@ def test_prefill_lookahead_past_scheduler_block_is_refused(kv_impl: ImplHandle,
     declined (``UnsupportedSpec``) with vLLM 0.33.0's rule in the message (its
     ``KVCacheManager`` raises ValueError: a hit's dropped tail could not hold the lookahead);
     at the scheduler block size, or with caching off, the spec is served."""
-    missing = _missing(kv_impl, refusal, True)
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, _needs(refusal, True))
     spec = KVCacheSpec(num_blocks=32, block_size=4, profile=kv_profile, use_eagle=True,
                        kv_cache_groups=refusal.groups,
                        num_prefill_lookahead=refusal.lookahead)

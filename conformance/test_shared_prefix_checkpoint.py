@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kvcheck.conformance.golden_answers import assert_answers, assert_free_queue
+from kvcheck.conformance.golden_answers import (
+    assert_answers,
+    assert_free_queue,
+    skip_unless_declared,
+)
 from kvcheck.conformance.shared_prefix_golden import SCENARIOS, SharedPrefixScenario
 
 if TYPE_CHECKING:
@@ -42,10 +46,7 @@ def test_shared_prefix_checkpoint_golden(kv_impl: ImplHandle, kv_pair: PairFacto
         needs.add("eagle_groups")
     if sc.prefill_lookahead:
         needs.add("prefill_lookahead")
-    missing = sorted(c for c in needs if not kv_impl.has(c))
-    if missing:
-        pytest.skip(f"{kv_impl.name} does not declare capability "
-                    f"{', '.join(repr(c) for c in missing)} (IMPL_INFO.capabilities)")
+    skip_unless_declared(kv_impl, needs)
     pair = kv_pair(num_blocks=sc.num_blocks, block_size=4, kv_cache_groups=sc.groups,
                    use_eagle=sc.use_eagle, num_prefill_lookahead=sc.prefill_lookahead,
                    mamba_shared_prefix_checkpoint=sc.flag, with_oracle=kv_oracle.has(CAPABILITY))
