@@ -101,6 +101,9 @@ class KVCacheCoordinator:
         num_prefill_lookahead: vLLM 0.33's multi-module MTP prefill lookahead ``K``: the last
             ``K - 1`` computed tokens may be re-prefilled, so they are not cached yet
             (``num_reprefillable_tokens``; see ``get_num_cacheable_tokens``).
+        num_hash_lookahead_tokens: vLLM 0.33's hash lookahead ``L``, handed to the pool as
+            vLLM's coordinator builds its ``BlockPool`` (its events carry the tokens after
+            each block, and the Mamba checkpoints read it).
 
     Attributes:
         enable_partial_hash_hits: vLLM 0.33's fine-grained partial hash hits are on (only a
@@ -123,7 +126,8 @@ class KVCacheCoordinator:
                  retention_interval: int | None,
                  kv_event_factory: KVEventFactory | None = None,
                  use_eagle: bool = False, num_prefill_lookahead: int = 0,
-                 eagle_group_ids: frozenset[int] = frozenset()) -> None:
+                 eagle_group_ids: frozenset[int] = frozenset(),
+                 num_hash_lookahead_tokens: int = 0) -> None:
         self.specs = tuple(specs)
         self.v033 = profile.hybrid_rules == "spec_groups"
         self.enable_caching = enable_caching
@@ -131,7 +135,8 @@ class KVCacheCoordinator:
         self.hash_block_size = hash_block_size
         self.retention_interval = retention_interval if self.v033 else None
         self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events,
-                                    profile=profile, event_factory=kv_event_factory)
+                                    profile=profile, event_factory=kv_event_factory,
+                                    num_hash_lookahead_tokens=num_hash_lookahead_tokens)
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
             get_manager_for_kv_cache_spec(spec, self.block_pool, i, profile, enable_caching,
                                           scheduler_block_size)
@@ -390,7 +395,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                  retention_interval: int | None,
                  kv_event_factory: KVEventFactory | None = None,
                  use_eagle: bool = False, num_prefill_lookahead: int = 0,
-                 eagle_group_ids: frozenset[int] = frozenset()) -> None:
+                 eagle_group_ids: frozenset[int] = frozenset(),
+                 num_hash_lookahead_tokens: int = 0) -> None:
         if len(specs) != 1:
             raise KVCacheMisuseError(
                 f"UnitaryKVCacheCoordinator needs exactly one group, got {len(specs)}")
@@ -404,7 +410,8 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
                          hash_block_size=hash_block_size, retention_interval=retention_interval,
                          kv_event_factory=kv_event_factory, use_eagle=use_eagle,
                          num_prefill_lookahead=num_prefill_lookahead,
-                         eagle_group_ids=eagle_group_ids)
+                         eagle_group_ids=eagle_group_ids,
+                         num_hash_lookahead_tokens=num_hash_lookahead_tokens)
         self._group_ids = (0,)
         self.use_manager(self.single_type_managers[0])
         if use_eagle:  # bound here so the hot path without EAGLE passes nothing more
@@ -501,14 +508,15 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                  kv_event_factory: KVEventFactory | None = None,
                  use_eagle: bool = False, num_prefill_lookahead: int = 0,
                  eagle_group_ids: frozenset[int] = frozenset(),
-                 dcp_world_size: int = 1) -> None:
+                 dcp_world_size: int = 1, num_hash_lookahead_tokens: int = 0) -> None:
         super().__init__(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                          enable_kv_cache_events=enable_kv_cache_events,
                          scheduler_block_size=scheduler_block_size,
                          hash_block_size=hash_block_size, retention_interval=retention_interval,
                          kv_event_factory=kv_event_factory, use_eagle=use_eagle,
                          num_prefill_lookahead=num_prefill_lookahead,
-                         eagle_group_ids=eagle_group_ids)
+                         eagle_group_ids=eagle_group_ids,
+                         num_hash_lookahead_tokens=num_hash_lookahead_tokens)
         # Spec groups: (spec, group ids), equal specs looked up together.
         self.spec_groups: list[tuple[KVCacheSpec, list[int]]] = []
         for i, spec in enumerate(self.specs):
@@ -710,7 +718,8 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
                              use_eagle: bool = False,
                              num_prefill_lookahead: int = 0,
                              eagle_group_ids: frozenset[int] = frozenset(),
-                             dcp_world_size: int = 1) -> KVCacheCoordinator:
+                             dcp_world_size: int = 1,
+                             num_hash_lookahead_tokens: int = 0) -> KVCacheCoordinator:
     """The coordinator vLLM picks: caching off → no prefix cache; one group → unitary;
     otherwise hybrid (``dcp_world_size``: only the hybrid one reads it, for its fine-grained
     hits; ``specs`` are DCP-scaled already)."""
@@ -726,10 +735,12 @@ def get_kv_cache_coordinator(specs: Sequence[KVCacheSpec], num_blocks: int, *,
             scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,
             retention_interval=retention_interval, kv_event_factory=kv_event_factory,
             use_eagle=use_eagle, num_prefill_lookahead=num_prefill_lookahead,
-            eagle_group_ids=eagle_group_ids, dcp_world_size=dcp_world_size)
+            eagle_group_ids=eagle_group_ids, dcp_world_size=dcp_world_size,
+            num_hash_lookahead_tokens=num_hash_lookahead_tokens)
     return cls(specs, num_blocks, profile=profile, enable_caching=enable_caching,
                enable_kv_cache_events=enable_kv_cache_events,
                scheduler_block_size=scheduler_block_size, hash_block_size=hash_block_size,
                retention_interval=retention_interval, kv_event_factory=kv_event_factory,
                use_eagle=use_eagle, num_prefill_lookahead=num_prefill_lookahead,
-               eagle_group_ids=eagle_group_ids)
+               eagle_group_ids=eagle_group_ids,
+               num_hash_lookahead_tokens=num_hash_lookahead_tokens)

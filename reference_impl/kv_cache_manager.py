@@ -324,7 +324,7 @@ class KVCacheManager:
             hash_block_size=self.hash_block_size, retention_interval=retention,
             kv_event_factory=kv_event_factory, use_eagle=use_eagle,
             num_prefill_lookahead=num_prefill_lookahead, eagle_group_ids=eagle_ids,
-            dcp_world_size=dcp_world_size)
+            dcp_world_size=dcp_world_size, num_hash_lookahead_tokens=num_hash_lookahead_tokens)
         if dcp_world_size > 1 and not self.v033:
             # vLLM 0.10.2's MambaManager scales its block by DCP like every manager but adds
             # its speculative slots at the spec's own block size (single_type_kv_cache_manager
@@ -334,8 +334,6 @@ class KVCacheManager:
                     manager.speculative_block_tokens = manager.block_size // dcp_world_size
         self.block_pool = self.coordinator.block_pool
         self._set_admission_gates(num_blocks, watermark, max_in_flight_tokens, unscaled_specs)
-        # Read by the pool's events and the Mamba checkpoints, as vLLM's BlockPool holds it.
-        self.block_pool.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         # Built even with caching off so requests can still be hashed (vLLM builds it when a
         # KV connector needs hashes); the manager itself ignores hashes when caching is off.
         self.block_hasher = make_block_hasher(self.hash_block_size, hash_algo, self.profile,
