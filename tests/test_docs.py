@@ -10,7 +10,9 @@
   ended in, `<!-- doc-test: file NAME -->` blocks written and `<!-- doc-test: edit NAME -->`
   blocks applied where the reader is. Each shell block must exit 0, or the code its
   `<!-- doc-test: exit N (why) -->` marker names. A ```text sample right after a shell block is
-  its output: the sample's `verdict:` lines must be what the command prints now.
+  its output: the sample's `verdict:` lines must be what the command prints now, and so must
+  the paragraphs of its breakdown that the example count does not change (``BREAKDOWN_HEADS``:
+  the tests not applicable and why, the skip reasons, the passed tests per law family).
 * Only blocks that need a GPU, the network or vLLM are left out, each marked
   `<!-- doc-test: skip (needs vLLM: why) -->`; a skip for any other reason fails. A block
   marked `<!-- doc-test: needs valgrind (why) -->` runs where that program is installed (the
@@ -23,7 +25,8 @@
 * docs/writing-an-adapter.md: without its last edit, the tutorial's module fails the
   `vllm-0.33` profile (so the run of the whole tutorial cannot pass by accident).
 
-What is *not* checked: the rest of the sample outputs (progress, tables, timings).
+What is *not* checked: the rest of the sample outputs (progress, tables, timings, the block
+sizes each area ran at).
 """
 
 from __future__ import annotations
@@ -317,6 +320,28 @@ def _sizes_elided(verdict: str) -> str:
     return BLOCK_SIZES_CLAUSE.sub(" at <sizes>", verdict, count=1)
 
 
+#: The parts of a verdict's breakdown that do not depend on the example count (which tests
+#: were not applicable, and why; the skip reasons; the passed tests per law family): a
+#: sample's paragraph starting with one of these must be what the command prints now.
+BREAKDOWN_HEADS = ("  not applicable, ", "  skipped ", "  law families ")
+
+
+def breakdown(lines: list[str]) -> list[str]:
+    """The paragraphs of a verdict breakdown that start with one of ``BREAKDOWN_HEADS``,
+    each with its continuation lines (indented deeper) joined by single spaces."""
+    out: list[str] = []
+    inside = False
+    for line in lines:
+        if line.startswith(BREAKDOWN_HEADS):
+            out.append(line.strip())
+            inside = True
+        elif inside and line.startswith("      ") and line.strip():
+            out[-1] += " " + line.strip()
+        else:
+            inside = False
+    return out
+
+
 def sample_after(doc: list[Block], index: int, lines: list[str]) -> Block | None:
     """The ```text block showing the output of shell block ``doc[index]``: the next block,
     when only blank lines separate the two."""
@@ -372,6 +397,11 @@ def run_documented_session(path: Path, clone: Path) -> list[str]:
                         f"prints now ({now}): regenerate the sample"
                         for line in (sample.text.splitlines() if sample else [])
                         if line.startswith("verdict:") and _sizes_elided(line) not in verdicts)
+        printed_breakdown = set(breakdown(printed))
+        problems.extend(f"{sample.where}: the sample's {part!r} is not what {block.where} "
+                        "prints now: regenerate the sample"
+                        for part in (breakdown(sample.text.splitlines()) if sample else [])
+                        if part not in printed_breakdown)
         if sample and os.environ.get("KVCHECK_DOCS_SHOW_OUTPUT"):
             print(f"--- {block.where} printed:\n{proc.stdout}")  # to regenerate samples
     return problems
@@ -419,6 +449,18 @@ def test_the_session_runner_catches_failures(tmp_path: Path) -> None:
     doc.write_text("```bash\necho 'verdict: x conforms'\n```\n\n```text\n"
                    "verdict: x does NOT conform\n```\n", encoding="utf-8")
     assert ["regenerate the sample" in p for p in run_documented_session(doc, clone)] == [True]
+    # The breakdown too: a stale count in a wrapped "not applicable" paragraph is caught, the
+    # same paragraph wrapped elsewhere is not.
+    printed = ("verdict: x conforms\n  not applicable, undeclared capabilities: 3 tests: a 2,\n"
+               "      b 1\n  skipped 2 (a 2): x does not declare capability 'a'\n")
+    for sample, stale in ((printed, False),
+                          (printed.replace("a 2,\n      b 1", "a 2, b 1"), False),
+                          (printed.replace("b 1", "b 2"), True),
+                          (printed.replace("skipped 2 (a 2)", "skipped 1 (a 1)"), True)):
+        doc.write_text(f"```bash\nprintf '%s' {shlex.quote(printed)}\n```\n\n```text\n"
+                       f"{sample}```\n", encoding="utf-8")
+        found = run_documented_session(doc, clone)
+        assert ["regenerate the sample" in p for p in found] == [True] * stale, found
     doc.write_text("```bash\nfalse\n```\n", encoding="utf-8")
     assert "exited 1, expected 0" in run_documented_session(doc, clone)[0]
     doc.write_text("<!-- doc-test: exit 1 (fails) -->\n```bash\ntrue\n```\n",
