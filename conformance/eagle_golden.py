@@ -496,4 +496,26 @@ EAGLE_SCENARIOS: tuple[EagleScenario, ...] = (
                 (33, 31, 29, 27, 24, 21, 18, 12, 6, 34, 35, 36, 37, 38, 39, 8, 7, 5, 11, 17, 20,
                  19, 23, 22, 26, 25, 28, 4, 3, 2, 1, 30, 10, 9, 32, 16, 15, 14, 13)),
         }),
+    EagleScenario(
+        "nothing_cached_below_the_scheduler_block",
+        "full attention at 4 beside a window of 8 at 8 (scheduler block 8): a 6-token prompt, "
+        "computed and decoded once, aligns to 0 cacheable tokens, so no group caches a block, "
+        "not even EAGLE's one block past the boundary (its blocks go to the free queue's head "
+        "when freed); a 12-token sibling caches up to 8 and the full-attention block past it",
+        (_FULL, KVCacheGroupSpec("sliding_window", 8, sliding_window=8)), 24,
+        (add("a", _P24[:6]), schedule("a"), decode("a"), add("b", (*_P24[:6], 7, 7, 7, 7, 7, 7)),
+         schedule("b"), free("a"), free("b")),
+        {
+            "vllm-0.33": Recorded(
+                ({},
+                 {"hits": ([[], []], 0), "new": [[1, 2], [3]]},
+                 {"new": [[], []]},
+                 {},
+                 {"hits": ([[], []], 0), "new": [[4, 5, 6], [7, 8]]},
+                 {},
+                 {}),
+                (),
+                (8, 3, 2, 1, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 6, 5, 4,
+                 7)),
+        }),
 )

@@ -356,6 +356,36 @@ def test_partial_key_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: 
 
 
 @pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("kv_cache_groups", "sliding_window", "cache_salt", "multimodal")
+def test_partial_key_payloads_carry_their_blocks_extra_keys(kv_impl: ImplHandle,
+                                                            kv_oracle: ImplHandle,
+                                                            kv_profile: str) -> None:
+    """The partial-key layout of ``test_partial_key_payloads_equal_the_oracles`` with salted
+    and multimodal requests: a partial key's store carries the extra keys of the hash block
+    it ends (an image's identifier and offset where one lies there), not its neighbours',
+    byte for byte as the oracle sends them."""
+    groups = (KVCacheGroupSpec("full_attention", 16),
+              KVCacheGroupSpec("sliding_window", 4, sliding_window=6))
+    spec = _spec(kv_profile, 4, num_blocks=29, groups=groups)
+    if not kv_impl.info.supports(spec):
+        pytest.skip(f"{kv_impl.name} does not support this layout")
+    # Caching stops at the scheduler block (16 tokens): a prompt of 17 to 31 tokens gets its
+    # partial key, at its last hash boundary inside the second block, once decoding has
+    # taken the request to 32 tokens.
+    prompt = list(range(1, 40))
+    ops: list[Op] = []
+    requests = [add("r0", prompt[:22], mm=[("img", 16, 4)]),
+                add("r1", prompt[:26], mm=[("img", 18, 6)], salt="s1"),
+                add("r2", prompt[:23], salt="s2"),
+                add("r3", prompt[:30], mm=[("img", 9, 3), ("vid", 24, 4)])]
+    for request in requests:
+        rid = request["rid"]
+        ops += [request, schedule(rid),
+                *(decode(rid) for _ in range(32 - len(request["prompt"]))), free(rid)]
+    _check_bytes(kv_impl, kv_oracle, spec, ops)
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
 @pytest.mark.kv_capability("fine_grained_hits")  # implies mamba (the loader checks it)
 @pytest.mark.parametrize("seed", _SEEDS[:2])
 def test_fine_grained_hit_payloads_equal_the_oracles(kv_impl: ImplHandle,
@@ -372,6 +402,49 @@ def test_fine_grained_hit_payloads_equal_the_oracles(kv_impl: ImplHandle,
         pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare "
                     "fine_grained_hits for this layout")
     _check_bytes(kv_impl, kv_oracle, spec, _fine_grained_ops(seed, 4))
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("eagle", "kv_cache_groups", "sliding_window")
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_eagle_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: ImplHandle,
+                                          kv_profile: str, seed: int) -> None:
+    """Full attention at 4-token blocks beside a sliding window at 8 with EAGLE
+    (docs/semantics.md#prefix-cache-hits): each group caches up to the aligned boundary and
+    the full-attention group one block past it, the groups' stores in group order within a
+    batch, byte for byte as the oracle sends them."""
+    groups = (KVCacheGroupSpec("full_attention", 4),
+              KVCacheGroupSpec("sliding_window", 8, sliding_window=8))
+    spec = replace(_spec(kv_profile, 4, num_blocks=41, groups=groups),
+                               use_eagle=True)
+    if not kv_impl.info.supports(spec) or not kv_oracle.has("eagle"):
+        pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare eagle "
+                    "for this layout")
+    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("mamba_checkpoints")  # implies mamba (the loader checks it)
+@pytest.mark.parametrize("retention", [None, 0])
+@pytest.mark.parametrize("seed", _SEEDS[:2])
+def test_mamba_checkpoint_payloads_equal_the_oracles(kv_impl: ImplHandle,
+                                                     kv_oracle: ImplHandle, kv_profile: str,
+                                                     seed: int, retention: int | None) -> None:
+    """Full attention at 4-token blocks beside a Mamba "align" group at 8 with one prefill
+    checkpoint block aligned on 4 tokens (docs/semantics.md#mamba-prefill-checkpoints), with
+    and without sparse retention: a checkpoint block is keyed anew at its position, every key
+    it had removed first (one ``BlockRemoved`` each) and a ``BlockStored`` sent for the new
+    key even when the block carried it before; chunked prefills reach it, byte for byte as
+    the oracle sends them."""
+    groups = (KVCacheGroupSpec("full_attention", 4),
+              KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",
+                               num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=4))
+    spec = replace(_spec(kv_profile, 4, num_blocks=41, groups=groups),
+                               prefix_cache_retention_interval=retention)
+    if not kv_impl.info.supports(spec) or not kv_oracle.has("mamba_checkpoints"):
+        pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare "
+                    "mamba_checkpoints for this layout")
+    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))
 
 
 @pytest.mark.kv_profiles("vllm-0.33")

@@ -550,8 +550,6 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 self.cache_hit_alignment_tokens = hash_block_size
                 for manager in self.single_type_managers:
                     manager.cache_hit_alignment_tokens = hash_block_size
-                    if isinstance(manager, MambaManager):
-                        manager.partial_hash_hits = True
             return
         full = [g for g in self.spec_groups if isinstance(g[0], FullAttentionSpec)]
         other = [g for g in self.spec_groups if not isinstance(g[0], FullAttentionSpec)]

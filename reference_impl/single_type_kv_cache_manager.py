@@ -1020,8 +1020,9 @@ class MambaManager(SingleTypeKVCacheManager):
       ``get_num_blocks_to_allocate`` then answers ``num_gpu_blocks + 1`` so the request
       waits for the next step (``new_step_starts`` lifts it).
 
-    Fine-grained partial hash hits (0.33, an "align" block larger than the hash block,
-    ``partial_hash_hits`` set by the coordinator; docs/semantics.md#fine-grained-partial-hits):
+    Fine-grained partial hash hits (0.33, an "align" block larger than the hash block, when
+    the coordinator turns them on and searches this group with
+    ``find_longest_partial_cache_hit``; docs/semantics.md#fine-grained-partial-hits):
     the hit search looks right to left at every hash-block boundary
     (``find_longest_partial_cache_hit``); a new request's hit ending inside a block gets a
     private copy-on-write block in its table (the base class's ``_apply_cow``), and
@@ -1088,8 +1089,6 @@ class MambaManager(SingleTypeKVCacheManager):
         self.num_retired_blocks: dict[str, int] = {}
         #: align: requests that went through ``allocate_new_blocks`` once.
         self.allocated_block_reqs: set[str] = set()
-        #: 0.33 fine-grained partial hash hits are on (set by the coordinator).
-        self.partial_hash_hits = False
         #: 0.33: Mamba checkpoints follow EAGLE's replay boundary (the coordinator sets it
         #: when the manager runs with ``use_eagle``; vLLM ``drop_eagle_checkpoint_block``).
         self.drop_eagle_checkpoint_block = False
