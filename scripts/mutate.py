@@ -546,12 +546,21 @@ def profiles_reaching(mutant: Mutant, cov: Coverage | None, profiles: Sequence[s
 _KEY_CELL = re.compile(r"^\|\s*`([^`]+)`\s*\|")
 
 
-def documented_equivalents(path: Path = DOC) -> dict[str, str]:
-    """``key -> reason`` from the "Equivalent mutants" table of docs/mutation.md. A key may
-    be a glob (``invariants:check_invariants:stmt:*``) where one reason covers a family."""
+@dataclasses.dataclass(frozen=True)
+class Equivalent:
+    """One row of the "Equivalent mutants" table: the change it was written for (the
+    ``change`` cell, backticks and ``\\|`` escapes removed) and why it is equivalent."""
+
+    change: str
+    reason: str
+
+
+def documented_equivalents(path: Path = DOC) -> dict[str, Equivalent]:
+    """``key -> Equivalent`` from the "Equivalent mutants" table of docs/mutation.md. A key
+    may be a glob (``invariants:check_invariants:stmt:*``) where one reason covers a family."""
     if not path.exists():
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, Equivalent] = {}
     section = False
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("#"):  # a heading: is it the table's section?
@@ -559,17 +568,42 @@ def documented_equivalents(path: Path = DOC) -> dict[str, str]:
             continue
         match = _KEY_CELL.match(line)
         if section and match:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            out[match.group(1)] = cells[-1] if len(cells) > 1 else ""
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            out[match.group(1)] = Equivalent(_plain(cells[1]) if len(cells) > 2 else "",
+                                             cells[-1] if len(cells) > 1 else "")
     return out
 
 
-def equivalent_reason(key: str, equivalents: dict[str, str]) -> str | None:
-    """The documented reason ``key`` is equivalent, or None."""
-    if key in equivalents:
-        return equivalents[key]
-    return next((reason for pattern, reason in equivalents.items()
-                 if "*" in pattern and fnmatch.fnmatchcase(key, pattern)), None)
+def _plain(change: str) -> str:
+    """A change as text: backticks and table escapes dropped, whitespace collapsed, a
+    trailing ``...`` (the script truncates long source lines) removed."""
+    text = " ".join(change.replace("`", "").replace("\\|", "|").split())
+    return text.removesuffix("...")
+
+
+def same_change(row: Equivalent, mutant: Mutant) -> bool:
+    """Whether ``row`` was written for ``mutant``'s change. Keys number the mutation points
+    of one function in source order, so an edit above a point gives its key to another
+    change: a row whose change is not the mutant's (one a prefix of the other, as both may
+    be truncated) no longer explains it."""
+    doc, now = row.change, _plain(mutant.change)
+    return bool(doc) and (doc.startswith(now) or now.startswith(doc))
+
+
+def equivalent_reason(mutant: Mutant, equivalents: dict[str, Equivalent]) -> str | None:
+    """The documented reason ``mutant`` is equivalent, or None (also when its key's row was
+    written for another change: ``stale_row``)."""
+    row = equivalents.get(mutant.key)
+    if row is not None:
+        return row.reason if same_change(row, mutant) else None
+    return next((row.reason for pattern, row in equivalents.items()
+                 if "*" in pattern and fnmatch.fnmatchcase(mutant.key, pattern)), None)
+
+
+def stale_row(mutant: Mutant, equivalents: dict[str, Equivalent]) -> Equivalent | None:
+    """The row listed under ``mutant``'s key for another change, or None."""
+    row = equivalents.get(mutant.key)
+    return row if row is not None and not same_change(row, mutant) else None
 
 
 # ------------------------------------------------------------------------------- main
@@ -613,12 +647,12 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def summarize(results: list[tuple[Mutant, Outcome]], not_covered: list[Mutant],
-              equivalents: dict[str, str]) -> tuple[list[str], int]:
+              equivalents: dict[str, Equivalent]) -> tuple[list[str], int]:
     """(report lines, number of unexplained survivors)."""
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for mutant, outcome in results:
         status = outcome.status
-        if status == "survived" and equivalent_reason(mutant.key, equivalents) is not None:
+        if status == "survived" and equivalent_reason(mutant, equivalents) is not None:
             status = "equivalent"
         per[mutant.module][status] += 1
         per[mutant.module]["total"] += 1
@@ -633,10 +667,15 @@ def summarize(results: list[tuple[Mutant, Outcome]], not_covered: list[Mutant],
     rows.append(_score_row("total", total))
     lines = _table(rows)
     unexplained = [(m, o) for m, o in results
-                   if o.status == "survived" and equivalent_reason(m.key, equivalents) is None]
+                   if o.status == "survived" and equivalent_reason(m, equivalents) is None]
     if unexplained:
         lines += ["", "survivors not listed as equivalent in docs/mutation.md:"]
-        lines += [f"  {m.key}  line {m.line}: {m.change}" for m, _ in unexplained]
+        for m, _ in unexplained:
+            lines.append(f"  {m.key}  line {m.line}: {m.change}")
+            row = stale_row(m, equivalents)
+            if row is not None:
+                lines.append(f"    (the table's row for this key was written for another change, "
+                             f"{row.change!r}: update or move it)")
     return lines, len(unexplained)
 
 
@@ -726,7 +765,7 @@ def _previous_results(args: argparse.Namespace, planned: dict[str, Mutant],
 
 
 def _run_all(plan: list[tuple[Mutant, list[str]]], workspaces: list[Workspace],
-             equivalents: dict[str, str], args: argparse.Namespace,
+             equivalents: dict[str, Equivalent], args: argparse.Namespace,
              ) -> list[tuple[Mutant, Outcome]]:
     """Run every planned mutant, one workspace per job; prints one line per mutant."""
     free: queue.Queue[Workspace] = queue.Queue()
@@ -743,7 +782,7 @@ def _run_all(plan: list[tuple[Mutant, list[str]]], workspaces: list[Workspace],
         finally:
             free.put(ws)
         label = outcome.status
-        if label == "survived" and equivalent_reason(mutant.key, equivalents) is not None:
+        if label == "survived" and equivalent_reason(mutant, equivalents) is not None:
             label = "equivalent"
         where = f" [{outcome.profile}] {outcome.detail}" if outcome.profile else ""
         with lock:

@@ -1,5 +1,6 @@
 """``scripts/mutate.py`` leaves argument checks alone: a block that ends by raising, or by
-calling a ``_raise*`` helper, and the helpers themselves, are not mutated; the rest is."""
+calling a ``_raise*`` helper, and the helpers themselves, are not mutated; the rest is. A
+documented equivalent explains only the change its row was written for."""
 
 import importlib.util
 import os
@@ -70,3 +71,27 @@ def test_a_mutant_never_runs_the_last_ones_bytecode(tmp_path):
     os.utime(source, ns=(stamp, stamp))         # and the same stamp, as within one second
     second = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
     assert second.stdout == "2\n"
+
+
+def test_a_row_written_for_another_change_explains_nothing(tmp_path):
+    """Keys number a function's mutation points in source order: an edit above a point hands
+    its key to another change. The table's row then no longer explains the mutant at that
+    key, and the summary says the row is stale."""
+    mutate = _mutate_module()
+    (mutant,) = [m for m in mutate.find_mutants("m", SOURCE, frozenset(mutate.OPERATORS))
+                 if m.operator == "arith"]
+    assert mutant.change == "+ <-> - (`n + 1`) in `return n + 1`"
+    doc = tmp_path / "mutation.md"
+    table = ("## Equivalent mutants\n\n| mutant | change | why it is equivalent |\n|---|---|---|\n"
+             f"| `{mutant.key}` | {{change}} | a reason |\n")
+    outcome = mutate.Outcome("survived", "", "", 1.0)
+    for change, explained in ((mutant.change, True),
+                              ("+ <-> - (`n + 1`) in `return n + 1...`", True),  # truncated
+                              ("+ <-> - (`n + 2`) in `return n + 2`", False),
+                              ("the return's addition", False)):
+        doc.write_text(table.format(change=change.replace("|", "\\|")), encoding="utf-8")
+        equivalents = mutate.documented_equivalents(doc)
+        assert (mutate.equivalent_reason(mutant, equivalents) == "a reason") is explained
+        lines, unexplained = mutate.summarize([(mutant, outcome)], [], equivalents)
+        assert unexplained == (0 if explained else 1)
+        assert any("written for another change" in line for line in lines) is not explained
