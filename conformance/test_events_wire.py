@@ -287,6 +287,16 @@ def _first_difference(mine: bytes, theirs: bytes, release: Release) -> str:
     return f"{len(a)} events, the oracle's {len(b)}"
 
 
+def _check_layout_bytes(kv_impl: ImplHandle, kv_oracle: ImplHandle, spec: KVCacheSpec,
+                        ops: list[Op], feature: str) -> None:
+    """``_check_bytes`` on a layout both sides must support: skipped, saying so, where the
+    implementation declines ``spec`` or the oracle does not declare ``feature``."""
+    if not kv_impl.info.supports(spec) or not kv_oracle.has(feature):
+        pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare "
+                    f"{feature} for this layout")
+    _check_bytes(kv_impl, kv_oracle, spec, ops)
+
+
 def _check_bytes(kv_impl: ImplHandle, kv_oracle: ImplHandle, spec: KVCacheSpec,
                  ops: list[Op]) -> None:
     if not kv_oracle.has("event_wire"):
@@ -398,10 +408,8 @@ def test_fine_grained_hit_payloads_equal_the_oracles(kv_impl: ImplHandle,
     groups = (KVCacheGroupSpec("full_attention", 8),
               KVCacheGroupSpec("mamba", 12, mamba_cache_mode="align"))
     spec = _spec(kv_profile, 4, num_blocks=29, groups=groups)
-    if not kv_impl.info.supports(spec) or not kv_oracle.has("fine_grained_hits"):
-        pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare "
-                    "fine_grained_hits for this layout")
-    _check_bytes(kv_impl, kv_oracle, spec, _fine_grained_ops(seed, 4))
+    _check_layout_bytes(kv_impl, kv_oracle, spec, _fine_grained_ops(seed, 4),
+                        "fine_grained_hits")
 
 
 @pytest.mark.kv_profiles("vllm-0.33")
@@ -415,12 +423,8 @@ def test_eagle_payloads_equal_the_oracles(kv_impl: ImplHandle, kv_oracle: ImplHa
     batch, byte for byte as the oracle sends them."""
     groups = (KVCacheGroupSpec("full_attention", 4),
               KVCacheGroupSpec("sliding_window", 8, sliding_window=8))
-    spec = replace(_spec(kv_profile, 4, num_blocks=41, groups=groups),
-                               use_eagle=True)
-    if not kv_impl.info.supports(spec) or not kv_oracle.has("eagle"):
-        pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare eagle "
-                    "for this layout")
-    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))
+    spec = replace(_spec(kv_profile, 4, num_blocks=41, groups=groups), use_eagle=True)
+    _check_layout_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN), "eagle")
 
 
 @pytest.mark.kv_profiles("vllm-0.33")
@@ -440,11 +444,9 @@ def test_mamba_checkpoint_payloads_equal_the_oracles(kv_impl: ImplHandle,
               KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",
                                num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=4))
     spec = replace(_spec(kv_profile, 4, num_blocks=41, groups=groups),
-                               prefix_cache_retention_interval=retention)
-    if not kv_impl.info.supports(spec) or not kv_oracle.has("mamba_checkpoints"):
-        pytest.skip(f"{kv_impl.name} or the oracle ({kv_oracle.name}) does not declare "
-                    "mamba_checkpoints for this layout")
-    _check_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN))
+                   prefix_cache_retention_interval=retention)
+    _check_layout_bytes(kv_impl, kv_oracle, spec, _random_ops(seed, 4, _DESIGN),
+                        "mamba_checkpoints")
 
 
 @pytest.mark.kv_profiles("vllm-0.33")
