@@ -400,9 +400,17 @@ def test_a_crashed_worker_fails_the_run(pytester: pytest.Pytester) -> None:
     incomplete (a worker crashed), so the exit status is 1. The controller alone holds the
     report's lock (a worker claiming it would be refused) and writes the record."""
     pytester.makepyfile(test_crash=CRASH_ONCE)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:randomly", "--kv-impl=reference", "-n", "2",
-        "--reruns=1", "test_crash.py", "--kv-report=r.jsonl", timeout=60)
+    # pytest-rerunfailures reruns a crashed worker's test through a socket to the controller;
+    # on a loaded machine that rerun is now and then not made (the test then fails as
+    # crashed, and the premise, "pytest alone would pass", does not hold): up to three tries.
+    for _ in range(3):
+        for leftover in ("crashed.mark", "r.jsonl"):
+            (pytester.path / leftover).unlink(missing_ok=True)
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-p", "no:randomly", "--kv-impl=reference", "-n", "2",
+            "--reruns=1", "test_crash.py", "--kv-report=r.jsonl", timeout=60)
+        if "2 passed" in result.stdout.str():
+            break
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines([
         "*verdict: reference: incomplete: *an xdist worker crashed*",
