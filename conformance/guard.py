@@ -165,6 +165,24 @@ def _table_matches(got: list[int], want: list[int], null: int | None) -> bool:
         a in (b, null) for a, b in zip(got, want, strict=True)))
 
 
+def _nulls_inserted(got: list[int], want: list[int], null: int) -> bool:
+    """Whether table ``got`` is ``want`` with ``len(got) - len(want)`` null entries inserted
+    anywhere, some of ``want``'s entries possibly replaced by the ``null`` block too."""
+    extra = len(got) - len(want)
+    if extra < 0:
+        return False
+    deleted = {0}  # the numbers of inserted nulls that the entries read so far can hold
+    for i, block in enumerate(got):
+        after: set[int] = set()
+        for d in deleted:
+            if block == null and d < extra:
+                after.add(d + 1)  # an inserted null
+            if i - d < len(want) and block in (want[i - d], null):
+                after.add(d)  # want's entry, or a null in its place
+        deleted = after
+    return extra in deleted
+
+
 def _duplicates(ids: Sequence[int]) -> list[int]:
     """The ids listed more than once, sorted (one pass: ``ids.count`` per id is quadratic)."""
     seen: set[int] = set()
@@ -1065,21 +1083,27 @@ class GuardedManager(_Guard):
                 cow: Mapping[int, list[int]] | None = None) -> list[list[int]]:
         """Read ``rid``'s tables, check them against ``expected`` (the previous tables + the
         hits + the new ids; entries may have become null where there is a null block, or
-        been rebound under ``dedup_on_insert``; with ``pad_at``, per group the position
-        before the new ids where nulls may have been inserted: external tokens a window
-        skipped; with ``cow``, per group the table its copy-on-write would make, accepted
-        too), and remember them. ``context`` (the call before, if any) ends the message."""
+        been rebound under ``dedup_on_insert``; with ``pad_at``, per group the end of the
+        hits, after which nulls may have been inserted among the new ids (external tokens:
+        a window's skipped blocks come before the external ones, a Mamba group's also
+        between its external state block and its running one); with ``cow``, per
+        group the table its copy-on-write would make, accepted too), and remember them.
+        ``context`` (the call before, if any) ends the message."""
         __tracebackhide__ = True
         value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
         # A table holds shared hits, but never a block twice (nor, grouped, in two groups).
         tables = self._answer_groups("get_block_ids", (rid,), value, self._table_what,
                                      nulls=True)
         null = self._null
+        padded = [False] * len(expected)
         if pad_at is not None and null is not None:
+            padded = [_table_matches(got[:at], want[:at], null)
+                      and _nulls_inserted(got[at:], want[at:], null)
+                      for got, want, at in zip(tables, expected, pad_at, strict=False)]
             expected = [want[:at] + [null] * max(0, len(got) - len(want)) + want[at:]
                         for got, want, at in zip(tables, expected, pad_at, strict=False)]
         for g, (got, want) in enumerate(zip(tables, expected, strict=True)):
-            if _table_matches(got, want, null) or (
+            if padded[g] or _table_matches(got, want, null) or (
                     cow and g in cow and _table_matches(got, cow[g], null)):
                 continue
             rebound, note = (False, "") if self._grouped else self._judge_table(rid, want, got)
