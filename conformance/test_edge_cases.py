@@ -2,7 +2,9 @@
 reached and the random workloads reached rarely or never, each pinned by one scenario:
 multimodal items at block edges (and at the first block completed by decode), one of two
 blocks cached under the same key evicted, lookahead slots during a chunked prefill, events
-while events are disabled, and prefix hits allocated with no new tokens.
+while events are disabled, prefix hits allocated with no new tokens, and hybrid layouts'
+paths no other golden reached (``kvcheck.conformance.hybrid_edge_golden``: sparse retention
+with EAGLE, Mamba copy-on-write, checkpoints and preemption, external tokens beside windows).
 """
 
 from __future__ import annotations
@@ -12,9 +14,22 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kvcheck.conformance.driver import Driver
+from kvcheck.conformance.fine_grained import CAPABILITY as FINE_GRAINED
+from kvcheck.conformance.fine_grained import fine_grained_hits
+from kvcheck.conformance.golden_answers import (
+    assert_answers,
+    assert_free_queue,
+    skip_unless_declared,
+)
 from kvcheck.conformance.groups import one_group, one_group_tables
+from kvcheck.conformance.hybrid_edge_golden import HYBRID_EDGE_SCENARIOS, HybridEdgeScenario
 from kvcheck.conformance.ops import Op, add, decode, free, one_token_decodes, reset, schedule
-from kvcheck.conformance.protocol import VLLM_PROFILES, KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import (
+    VLLM_PROFILES,
+    KVCacheSpec,
+    RequestView,
+    group_capabilities,
+)
 from kvcheck.conformance.sizes import tokens
 
 if TYPE_CHECKING:
@@ -151,3 +166,51 @@ def test_hits_with_no_new_tokens(kv_impl: ImplHandle, kv_profile: str) -> None:
         f"allocate_slots(b, 0, 12, {list(hits)}) returned {new}: expected no new block")
     assert list(mgr.get_block_ids("b")) == list(hits)
     assert mgr.num_free_blocks() == free_before - 3, "the 3 hits leave the free queue"
+
+
+def _hybrid_edge_needs(sc: HybridEdgeScenario, spec: KVCacheSpec) -> list[str]:
+    """The capabilities ``sc`` needs: its groups' (``group_capabilities``), and ``eagle``,
+    ``prefill_lookahead``, ``fine_grained_hits``, ``external_kv``, ``lookahead``,
+    ``multi_token_decode``, ``admission_gates`` and ``reset_prefix_cache`` where it uses
+    them."""
+    needs = set(group_capabilities(spec))
+    if sc.use_eagle:
+        needs.add("eagle")
+    if sc.num_prefill_lookahead > 1:
+        needs.add("prefill_lookahead")
+    if fine_grained_hits(spec):
+        needs.add(FINE_GRAINED)
+    for op in sc.ops:
+        if op.get("external"):
+            needs.add("external_kv")
+        if op.get("lookahead"):
+            needs.add("lookahead")
+        if op["op"] == "decode" and op.get("num_tokens", 1) > 1:
+            needs.add("multi_token_decode")
+        if op.get("gates"):
+            needs.add("admission_gates")
+        if op["op"] == "reset":
+            needs.add("reset_prefix_cache")
+    return sorted(needs)
+
+
+@pytest.mark.kv_profiles("vllm-0.33")
+@pytest.mark.kv_capability("prefix_caching")
+@pytest.mark.parametrize("sc", HYBRID_EDGE_SCENARIOS, ids=lambda sc: sc.name)
+def test_hybrid_edge_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: ImplHandle,
+                            sc: HybridEdgeScenario) -> None:
+    """Each op's answer as vLLM 0.33.0's own ``KVCacheManager`` gave it, the copies drained
+    and the free queue after the last op, on a hybrid layout's path no other golden reached
+    (``kvcheck.conformance.hybrid_edge_golden``); every answer also equals the oracle's when
+    it declares what the scenario needs."""
+    spec = sc.spec()
+    needs = _hybrid_edge_needs(sc, spec)
+    skip_unless_declared(kv_impl, needs)
+    pair = kv_pair(spec, with_oracle=all(kv_oracle.has(c) for c in needs))
+    where = f"{sc.name} ({sc.why})"
+    assert_answers(pair, where, sc.ops, sc.recorded.answers, source="vLLM 0.33.0")
+    assert tuple(pair.impl.drained) == sc.recorded.copies, (
+        f"{where}: copies drained {pair.impl.drained}, vLLM 0.33.0 "
+        f"{list(sc.recorded.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in "
+        "order)\n" + pair.impl.snippet())
+    assert_free_queue(pair, sc.name, sc.recorded.free_queue, source="vLLM 0.33.0")

@@ -127,6 +127,9 @@ LAW_FAMILIES: dict[str, Checks] = {
         Checks((HITS,)),
     "test_edge_cases.py::test_no_events_while_events_are_disabled": _NONE,
     "test_edge_cases.py::test_hits_with_no_new_tokens": Checks((OWNERSHIP, HITS)),
+    # Hybrid layouts' paths mutation testing asked for: golden answers from vLLM 0.33.0 through
+    # a Pair (the laws after every op).
+    "test_edge_cases.py::test_hybrid_edge_golden": Checks((CONSERVATION, OWNERSHIP, HITS)),
     # events: the event streams themselves are no law; the workloads driven through a Pair are
     "test_events.py::test_prefill_emits_one_block_stored": _NONE,
     "test_events.py::test_chunked_prefill_event_parent_is_previous_block": _NONE,

@@ -1,0 +1,620 @@
+"""Golden scenarios of hybrid layouts that mutation testing asked for (docs/mutation.md): vLLM
+0.33's paths that the other goldens and the random workloads did not reach, each pinned by
+one scenario recorded from vLLM 0.33.0: sparse retention with EAGLE where a prompt ends on a
+scheduler block (a resend's and an extension's replay boundaries differ) or at block size 1
+(the boundaries reach 0), a Mamba group's copy-on-write and partial tail in chunked prefills,
+a preempted request admitted again under its id (Mamba speculative blocks, prefill
+checkpoints), prefill checkpoints on an alignment finer than the Mamba block, external tokens
+beside a window, beside a Mamba group (its table: the external state block, nulls, the running
+state's block) and beside two full-attention groups of different block sizes, multi-token
+decodes around a reset with fine-grained hits, speculative slots beside a full-attention block
+coarser than the hash block, the full-sequence gate with prefill checkpoints, multi-module MTP
+at block size 1 (one group, and beside a window), and a window listed before full attention.
+
+``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
+kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
+vLLM 0.33.0; the driver marks the scheduler steps and drains the copies where vLLM's scheduler
+does) and copied here as literals, as in ``kvcheck.conformance.eagle_golden``: each op's
+``StepResult`` (hits and new block ids per group, 0 the null block; ``new`` None: refused;
+``{}`` for an op that calls nothing), every ``(src, dst)`` copy drained, in order, and the
+free queue after the last op, head first. The reference answers the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcheck.conformance.eagle_golden import Recorded
+from kvcheck.conformance.ops import Op, add, decode, free, reset, schedule
+from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
+
+__all__ = ["HYBRID_EDGE_SCENARIOS", "HybridEdgeScenario"]
+
+
+@dataclass(frozen=True)
+class HybridEdgeScenario:
+    """``ops`` on a pool of ``num_blocks`` blocks (null block included) with prefix caching
+    on, under vLLM 0.33: ``groups`` the ``kv_cache_groups`` (``()``: one group),
+    ``block_size`` the spec's, ``use_eagle``, ``retention``
+    (``prefix_cache_retention_interval``) and ``num_prefill_lookahead`` (multi-module MTP) as
+    named; ``recorded`` vLLM 0.33.0's answers."""
+
+    name: str
+    why: str
+    groups: tuple[KVCacheGroupSpec, ...]
+    num_blocks: int
+    ops: tuple[Op, ...]
+    use_eagle: bool
+    retention: int | None
+    block_size: int
+    recorded: Recorded
+    num_prefill_lookahead: int = 0
+
+    def spec(self) -> KVCacheSpec:
+        """The scenario's ``KVCacheSpec`` under vLLM 0.33."""
+        return KVCacheSpec(num_blocks=self.num_blocks, block_size=self.block_size,
+                           profile="vllm-0.33", use_eagle=self.use_eagle,
+                           kv_cache_groups=self.groups,
+                           prefix_cache_retention_interval=self.retention,
+                           num_prefill_lookahead=self.num_prefill_lookahead)
+
+
+
+
+
+
+_P = tuple(range(100, 170))
+
+
+def _basic(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt in chunks of 9 and the rest, decoded; an extension, a resend
+    and a longer extension in chunks of 5 and the rest."""
+    p = _P[:n]
+    return (add("a", p), schedule("a", 9), schedule("a"), decode("a"), decode("a", 3),
+            add("b", (*p, 7, 7, 7)), schedule("b"), decode("b"), free("a"), add("c", p),
+            schedule("c"), free("b"), free("c"), add("d", (*p, 7, 7, 7, 8)), schedule("d", 5),
+            schedule("d"), decode("d", 2), free("d"))
+
+
+def _preempted(n: int) -> tuple[Op, ...]:
+    """A request freed after five decode tokens (preempted) and admitted again with them under
+    its id, in chunks of 6 and the rest, beside a sibling; then a shorter prompt under that id."""
+    p = _P[:n]
+    return (add("a", p), schedule("a"), decode("a", 5), free("a"),
+            add("a", (*p, 1, 2, 3, 4, 5)), schedule("a", 6), schedule("a"), decode("a"),
+            add("b", (*p, 1, 2, 3)), schedule("b"), free("a"), free("b"),
+            add("a", p[:n - 3]), schedule("a"), decode("a"), free("a"))
+
+
+def _chunked(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt in chunks of 3, 5, 8 and the rest; a resend in chunks of 4 and
+    the rest; a request diverging half-way; a resend in chunks of 1 and the rest."""
+    p = _P[:n]
+    return (add("a", p), schedule("a", 3), schedule("a", 5), schedule("a", 8), schedule("a"),
+            decode("a"), add("b", p), schedule("b", 4), schedule("b"), free("a"),
+            add("c", (*p[:n // 2], 9, 9)), schedule("c"), free("b"), free("c"), add("e", p),
+            schedule("e", 1), schedule("e"), free("e"))
+
+
+def _siblings(n: int) -> tuple[Op, ...]:
+    """Siblings of an ``n``-token prompt diverging 2, 5 and 7 tokens before its end, an
+    extension, and a longer extension after all are freed."""
+    p = _P[:n]
+    return (add("a", p), schedule("a"), decode("a"), decode("a"),
+            add("b", (*p[:n - 2], 7, 7, 7)), schedule("b"), add("c", (*p, 9)), schedule("c"),
+            add("d", p[:n - 5]), schedule("d"), decode("d", 4), free("a"), free("b"),
+            add("e", (*p[:n - 7], *[3] * 9)), schedule("e", 6), schedule("e"), free("c"),
+            free("d"), free("e"), add("f", (*p, 9, 1, 1, 1, 1)), schedule("f"), free("f"))
+
+
+def _external(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt computed and freed; extensions of it (one diverging 3 tokens
+    before its end) with 6, 9 and 13 external tokens after their local hits."""
+    p = _P[:n]
+    return (add("a", p), schedule("a"), decode("a"), free("a"), add("b", (*p, *[5] * 6)),
+            schedule("b", external=6), decode("b"), add("c", (*p[:n - 3], *[8] * 8)),
+            schedule("c", external=9), free("b"), free("c"), add("d", (*p, *[2] * 12)),
+            schedule("d", external=13), free("d"))
+
+
+def _replayed(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt, a resend, extensions by 1 and 5 tokens, all freed; an extension
+    by 4."""
+    p = _P[:n]
+    return (add("a", p), schedule("a"), decode("a"), add("b", p), schedule("b"),
+            add("c", (*p, 5)), schedule("c"), add("e", (*p, 6, 6, 6, 6, 6)), schedule("e"),
+            free("a"), free("b"), free("c"), free("e"), add("g", (*p, 5, 5, 5, 5)),
+            schedule("g"))
+
+
+def _decodes(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt decoded 1, 1, 2, 3 and 1 tokens at a time beside two extensions
+    of it; a reset once one is freed; an extension after it, decoded."""
+    p = _P[:n]
+    return (add("a", p), schedule("a"), decode("a"), decode("a"), decode("a", 2), decode("a", 3),
+            decode("a"), add("b", (*p, 200, 201)), schedule("b"), decode("b", 4), decode("b"),
+            decode("b", 2), add("c", (*p, *range(200, 208))), schedule("c"), decode("c"),
+            free("b"), reset(), add("d", (*p, 200)), schedule("d"), free("a"), free("c"),
+            free("d"), add("e", (*p, 200, 201, 202)), schedule("e"), decode("e", 5), free("e"))
+
+
+def _lookahead(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt in chunks of 5 and the rest with 3 and 2 speculative slots,
+    decoded with 3; a resend with 4; an extension with 1."""
+    p = _P[:n]
+    return (add("a", p), schedule("a", 5, lookahead=3), schedule("a", lookahead=2),
+            decode("a", 1, lookahead=3), decode("a", 2, lookahead=3), add("b", p),
+            schedule("b", lookahead=4), decode("b", lookahead=4), free("a"), free("b"),
+            add("c", (*p, 1, 1)), schedule("c", lookahead=1), free("c"))
+
+
+#: The full-sequence gate (``allocate_slots(..., full_sequence_must_fit=True)``).
+_GATES: dict[str, bool | int | list[int]] = {"full_sequence_must_fit": True}
+
+
+def _gated(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt and two extensions, in chunks, each step through the
+    full-sequence gate (``full_sequence_must_fit``; one decode with a reserve of 1 block)."""
+    p = _P[:n]
+    return (add("a", p), schedule("a", 6, gates=_GATES), schedule("a", gates=_GATES),
+            decode("a", gates=_GATES), add("b", (*p, 1, 2)), schedule("b", 5, gates=_GATES),
+            schedule("b", gates=_GATES), add("c", (*p, *[3] * 10)), schedule("c", 7, gates=_GATES),
+            free("a"), schedule("c", gates=_GATES),
+            decode("c", gates={**_GATES, "reserved_blocks": 1}), free("b"), free("c"),
+            add("d", (*p, 1, 2, 4)), schedule("d", 3, gates=_GATES), schedule("d", gates=_GATES),
+            free("d"))
+
+
+_FULL4 = KVCacheGroupSpec("full_attention", 4)
+_ALIGN8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align")
+_CHECKPOINTS8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",
+                                 num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=4)
+_ALIGN8_SPEC2 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align", num_speculative_blocks=2)
+_ALIGN16 = KVCacheGroupSpec("mamba", 16, mamba_cache_mode="align")
+_FULL8 = KVCacheGroupSpec("full_attention", 8)
+_FULL16 = KVCacheGroupSpec("full_attention", 16)
+_WINDOW4_8 = KVCacheGroupSpec("sliding_window", 4, sliding_window=8)
+_WINDOW6 = KVCacheGroupSpec("sliding_window", 4, sliding_window=6)
+_WINDOW8 = KVCacheGroupSpec("sliding_window", 8, sliding_window=8)
+_WINDOW12 = KVCacheGroupSpec("sliding_window", 4, sliding_window=12)
+_FULL1 = KVCacheGroupSpec("full_attention", 1)
+_WINDOW1 = KVCacheGroupSpec("sliding_window", 1, sliding_window=1)
+_WINDOW2 = KVCacheGroupSpec("sliding_window", 1, sliding_window=2)
+
+
+#: Every scenario, with what vLLM 0.33.0 answered.
+HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
+    HybridEdgeScenario(
+        "eagle_retention_chunked_prefill_on_a_block_boundary",
+        "EAGLE and sparse retention (interval 0), full attention at 4 beside a Mamba align "
+        "group at 8: a 24-token prompt, a multiple of the scheduler block, prefilled in "
+        "chunks, so a resend's and an extension's replay boundaries differ; a sibling's "
+        "copy-on-write block",
+        (_FULL4, _ALIGN8),
+        num_blocks=64, ops=_chunked(24), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3], []]},
+                {"new": [[4, 5], [6]]}, {"new": [[7, 8], [9]]}, {"new": [[10], [11]]}, {},
+                {"hits": ([[1, 3, 4, 5], [0, 6]], 16), "new": [[12], [13]]}, {"new": [[14], []]},
+                {}, {}, {"hits": ([[1, 3], [2]], 8), "new": [[11, 9], [10]]}, {}, {}, {},
+                {"hits": ([[1, 3, 4, 5, 7], [0, 0, 15]], 20), "new": None},
+                {"hits": ([[1, 3, 4, 5, 7], [0, 0, 15]], 20), "new": [[10], [9]]}, {}),
+            copies=((13, 15), (15, 9)),
+            free_queue=(
+                9, 13, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+                33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
+                52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 6, 8, 14, 12, 11, 2, 15, 10,
+                7, 5, 4, 3, 1))),
+    HybridEdgeScenario(
+        "eagle_retention_window_with_external_tokens",
+        "EAGLE and retention 0, full attention at 8 beside a window of 12 at 4: requests with "
+        "external tokens after a freed prompt's hits (the window's search after EAGLE's drop, "
+        "full attention's partial tail)",
+        (_FULL8, _WINDOW12),
+        num_blocks=80, ops=_external(23), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [4, 5, 6, 7, 8, 9]]},
+                {"new": [[], []]}, {}, {},
+                {"hits": ([[], []], 0), "new": [[9, 10, 11, 12], [8, 7, 13, 14, 15, 16, 17, 18]]},
+                {"new": [[], []]}, {},
+                {"hits": ([[], []], 0), "new": [[19, 20, 24, 25], [21, 22, 23, 26, 27, 28, 29]]},
+                {}, {}, {},
+                {"hits": ([[], []], 0),
+                 "new": [[29, 28, 31, 32, 33], [18, 17, 16, 30, 34, 35, 36, 37, 38]]},
+                {}),
+            copies=(),
+            free_queue=(
+                38, 37, 33, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54,
+                55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73,
+                74, 75, 76, 77, 78, 79, 6, 5, 4, 3, 2, 1, 14, 13, 7, 8, 12, 11, 10, 9, 15,
+                25, 24, 20, 19, 27, 26, 23, 22, 21, 32, 31, 28, 29, 36, 35, 34, 30, 16, 17,
+                18))),
+    HybridEdgeScenario(
+        "eagle_retention_speculative_mamba_preempted",
+        "EAGLE and retention 0, a Mamba align group with two speculative blocks: a request "
+        "freed after five decode tokens (preempted) and admitted again with them, in two "
+        "chunks",
+        (_FULL4, _ALIGN8_SPEC2),
+        num_blocks=64, ops=_preempted(24), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [0, 0, 7, 8, 9]]},
+                {"new": [[10, 11], [12]]}, {}, {},
+                {"hits": ([[], []], 0), "new": [[12, 9], [8, 7, 11]]},
+                {"new": [[13, 14, 15, 16, 17, 18], [7, 11, 19]]}, {"new": [[], []]}, {},
+                {"hits": ([[1, 2], [8]], 8), "new": [[20, 21, 22, 23, 24], [0, 0, 25, 26, 27]]},
+                {}, {}, {},
+                {"hits": ([[1, 2], [8]], 8), "new": [[27, 26, 25, 24], [0, 19, 11, 7]]},
+                {"new": [[], []]}, {}),
+            copies=(),
+            free_queue=(
+                7, 11, 19, 24, 18, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41,
+                42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60,
+                61, 62, 63, 10, 6, 5, 4, 3, 17, 16, 15, 14, 13, 9, 12, 23, 22, 21, 20, 8,
+                25, 26, 27, 2, 1))),
+    HybridEdgeScenario(
+        "checkpoints_at_alignment_4",
+        "Mamba prefill checkpoints at alignment 4 (block 8) beside full attention at 4: a "
+        "13-token prompt in chunks of 9 and 4, its extensions and resend",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64, ops=_basic(13), use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [4, 5]]}, {"new": [[6], []]},
+                {"new": [[], []]}, {"new": [[7], [8]]}, {},
+                {"hits": ([[1, 2], [4]], 8), "new": [[9, 10], [11]]}, {"new": [[12], [13]]}, {},
+                {}, {"hits": ([[1, 2], [4]], 8), "new": [[8, 7], [14]]}, {}, {}, {},
+                {"hits": ([[1, 2, 3, 10], [0, 11]], 16), "new": [[14], [7]]}, {"new": [[], []]},
+                {"new": [[], []]}, {}),
+            copies=(),
+            free_queue=(
+                7, 13, 12, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30,
+                31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
+                50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 6, 5, 9, 8, 4, 11,
+                14, 10, 3, 2, 1))),
+    HybridEdgeScenario(
+        "retention_window_siblings",
+        "retention 0, full attention at 4 beside a window of 8 at 8: siblings diverging at "
+        "several points of a 23-token prompt (full attention's hit cut to the scheduler block "
+        "of 8)",
+        (_FULL4, _WINDOW8),
+        num_blocks=80, ops=_siblings(23), use_eagle=False, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [7, 8, 9]]},
+                {"new": [[], []]}, {"new": [[7], [10]]}, {},
+                {"hits": ([[1, 2, 3, 4], [0, 8]], 16), "new": [[11, 12], [13]]}, {},
+                {"hits": ([[1, 2, 3, 4], [0, 8]], 16), "new": [[14, 15], [16]]}, {},
+                {"hits": ([[1, 2, 3, 4], [0, 8]], 16), "new": [[17], [18]]}, {"new": [[19], []]},
+                {}, {}, {}, {"hits": ([[1, 2, 3, 4], [0, 8]], 16), "new": [[13, 10], [9]]},
+                {"new": [[7], [20]]}, {}, {}, {}, {},
+                {"hits": ([[1, 2, 3, 4], [0, 8]], 16), "new": [[20, 7, 18], [19, 17]]}, {}),
+            copies=(),
+            free_queue=(
+                17, 18, 16, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36,
+                37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55,
+                56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74,
+                75, 76, 77, 78, 79, 6, 5, 12, 11, 15, 14, 10, 13, 9, 7, 20, 4, 3, 2, 1, 19,
+                8))),
+    HybridEdgeScenario(
+        "eagle_retention_mamba_partial_tail_chunked",
+        "EAGLE and retention 0, full attention at 4 beside a Mamba align group at 8: a "
+        "13-token prompt in chunks of 3, 5 and 5 (the Mamba partial tail's key)",
+        (_FULL4, _ALIGN8),
+        num_blocks=64, ops=_chunked(13), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3], []]},
+                {"new": [[4, 5], [6]]}, {"new": [[], []]}, {"new": [[], []]}, {},
+                {"hits": ([[1, 3], [2]], 8), "new": [[7], [8]]}, {"new": [[9], []]}, {}, {},
+                {"hits": ([[], []], 0), "new": [[6, 5], [10]]}, {}, {}, {},
+                {"hits": ([[1, 3], [2]], 8), "new": [[10], [8]]}, {"new": [[9], []]}, {}),
+            copies=(),
+            free_queue=(
+                8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+                28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46,
+                47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 4, 7, 5,
+                6, 2, 10, 3, 1))),
+    HybridEdgeScenario(
+        "eagle_two_full_groups_with_external_tokens",
+        "EAGLE and retention 0, full attention at 4 and at 8 beside Mamba at 16 (fine-grained "
+        "hits at 4): requests with external tokens (0.33's EAGLE drop of one hash block)",
+        (_FULL4, _FULL8, _ALIGN16),
+        num_blocks=80, ops=_external(23), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], [], []], 0), "new": [[1, 2, 3, 4, 5, 6], [7, 8, 9], [0, 10]]},
+                {"new": [[], [], []]}, {}, {},
+                {"hits": ([[], [], []], 0),
+                 "new": [[10, 11, 14, 15, 16, 17, 18, 19], [12, 20, 21, 22], [13, 23]]},
+                {"new": [[], [], []]}, {},
+                {"hits": ([[1, 2, 3, 4], [7, 8], [13]], 16),
+                 "new": [[24, 25, 26], [27, 28], [29]]},
+                {}, {}, {},
+                {"hits": ([[1, 2, 3, 4], [7, 8], [13]], 16),
+                 "new": [[29, 23, 19, 30, 34], [31, 32, 35], [33, 36]]},
+                {}),
+            copies=(),
+            free_queue=(
+                36, 33, 35, 34, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
+                52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70,
+                71, 72, 73, 74, 75, 76, 77, 78, 79, 6, 5, 9, 13, 18, 17, 16, 15, 14, 11, 10,
+                22, 21, 20, 12, 26, 25, 24, 28, 27, 30, 19, 23, 29, 4, 3, 2, 1, 32, 31, 8, 7))),
+    HybridEdgeScenario(
+        "checkpoints_retention_preempted",
+        "Mamba prefill checkpoints and retention 0: a request freed (preempted) and admitted "
+        "again under the same id, then a shorter one under that id again",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64, ops=_preempted(13), use_eagle=False, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4], [5, 6]]}, {"new": [[7], [8]]},
+                {}, {}, {"hits": ([[1, 2, 3], [0, 5]], 12), "new": [[8, 6], [7, 9]]},
+                {"new": [[], []]}, {"new": [[], []]}, {},
+                {"hits": ([[1, 2, 3], [0, 5]], 12), "new": [[10], [11]]}, {}, {}, {},
+                {"hits": ([[], []], 0), "new": [[11, 9, 12], [13, 14]]}, {"new": [[], []]}, {}),
+            copies=((5, 7), (5, 11)),
+            free_queue=(
+                14, 12, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50,
+                51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 4, 7, 5, 6, 8, 10, 3, 2,
+                1, 13, 9, 11))),
+    HybridEdgeScenario(
+        "checkpoints_long_prefill",
+        "Mamba prefill checkpoints at alignment 4: a 31-token prompt in chunks of 9 and 22, "
+        "its extensions and resend (a checkpoint reserved for one step and released at the "
+        "next)",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64, ops=_basic(31), use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [4, 5]]},
+                {"new": [[6, 7, 8, 9, 10], [0, 11]]}, {"new": [[], []]}, {"new": [[12], [13]]},
+                {},
+                {"hits": ([[1, 2, 3, 6], [0, 5]], 16),
+                 "new": [[14, 15, 16, 17, 18], [0, 19, 20]]},
+                {"new": [[], []]}, {}, {},
+                {"hits": ([[1, 2, 3, 6], [0, 5]], 16), "new": [[13, 12, 21, 22], [23, 24]]}, {},
+                {}, {},
+                {"hits": ([[1, 2, 3, 6, 7, 8, 9, 17], [0, 0, 0, 19]], 32), "new": [[24], [22]]},
+                {"new": [[], []]}, {"new": [[20], []]}, {}),
+            copies=(),
+            free_queue=(
+                22, 20, 18, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+                41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+                60, 61, 62, 63, 4, 10, 11, 16, 15, 14, 21, 12, 13, 23, 5, 19, 24, 17, 9, 8,
+                7, 6, 3, 2, 1))),
+    HybridEdgeScenario(
+        "eagle_retention_mamba_partial_tail_with_lookahead",
+        "EAGLE and retention 0, full attention at 16 beside a Mamba align group at 8 (hash "
+        "block 8): an 11-token prompt in chunks with speculative slots (the Mamba partial "
+        "tail's key)",
+        (_FULL16, _ALIGN8),
+        num_blocks=120, ops=_lookahead(11), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[], [3]]},
+                {"new": [[], []]}, {"new": [[2], []]}, {},
+                {"hits": ([[], []], 0), "new": [[4], [0, 5]]}, {"new": [[], []]}, {}, {}, {},
+                {"hits": ([[], []], 0), "new": [[5], [0, 4]]}, {}),
+            copies=(),
+            free_queue=(
+                4, 5, 3, 2, 1, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+                41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+                60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78,
+                79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97,
+                98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112,
+                113, 114, 115, 116, 117, 118, 119))),
+    HybridEdgeScenario(
+        "eagle_retention_fine_grained_decodes_and_reset",
+        "EAGLE and retention 0, full attention and Mamba at 16 beside a window of 6 at 4 "
+        "(fine-grained hits at 4): decodes of several tokens, extensions and a reset in "
+        "between (the partial search from the longest candidate down)",
+        (_FULL16, _ALIGN16, _WINDOW6),
+        num_blocks=120, ops=_decodes(11), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], [], []], 0), "new": [[1], [2], [3, 4, 5]]},
+                {"new": [[], [], []]}, {"new": [[], [], [6]]}, {"new": [[], [], []]},
+                {"new": [[4], [7], [8]]}, {"new": [[], [], []]}, {},
+                {"hits": ([[], [], []], 0), "new": [[5], [2], [9, 10, 11, 12]]},
+                {"new": [[13], [14], [15]]}, {"new": [[], [], []]}, {"new": [[], [], []]}, {},
+                {"hits": ([[], [], []], 0), "new": [[11, 2], [0, 16], [17, 18, 19, 20, 21]]},
+                {"new": [[], [], []]}, {}, {'reset': False}, {},
+                {"hits": ([[], [], []], 0), "new": [[15], [12], [14, 13, 22]]}, {}, {}, {}, {},
+                {"hits": ([[], [], []], 0), "new": [[12], [21], [20, 16, 2, 8]]},
+                {"new": [[6], [7], [4]]}, {}),
+            copies=(),
+            free_queue=(
+                4, 8, 7, 21, 6, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37,
+                38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56,
+                57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75,
+                76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94,
+                95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110,
+                111, 112, 113, 114, 115, 116, 117, 118, 119, 3, 10, 9, 19, 18, 17, 5, 1, 11,
+                15, 22, 13, 14, 16, 20, 12, 2))),
+    HybridEdgeScenario(
+        "eagle_retention_window_decodes_and_reset",
+        "EAGLE and retention 0, full attention at 4 beside a window of 8 at 8: decodes of "
+        "several tokens, extensions and a reset in between (full attention's hit realigned "
+        "after the drop)",
+        (_FULL4, _WINDOW8),
+        num_blocks=80, ops=_decodes(11), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [4, 5]]}, {"new": [[], []]},
+                {"new": [[6], []]}, {"new": [[], []]}, {"new": [[7], [8]]}, {"new": [[], []]}, {},
+                {"hits": ([[], []], 0), "new": [[9, 10, 11, 12], [13, 14]]},
+                {"new": [[15], [16]]}, {"new": [[], []]}, {"new": [[], []]}, {},
+                {"hits": ([[], []], 0), "new": [[17, 18, 19, 20, 21], [22, 23, 24]]},
+                {"new": [[], []]}, {}, {'reset': False}, {},
+                {"hits": ([[], []], 0), "new": [[16, 14, 25], [26, 27]]}, {}, {}, {}, {},
+                {"hits": ([[], []], 0), "new": [[27, 24, 8, 5], [7, 28]]}, {"new": [[29], [30]]},
+                {}),
+            copies=(),
+            free_queue=(
+                30, 29, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66,
+                67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 4, 13, 22, 15, 12, 11,
+                10, 9, 6, 3, 2, 1, 21, 20, 19, 18, 17, 23, 25, 14, 16, 26, 5, 8, 24, 27, 28,
+                7))),
+    HybridEdgeScenario(
+        "mamba_hits_below_the_full_attention_block",
+        "full attention at 16 beside a Mamba align group at 8: a 24-token prompt with "
+        "speculative slots, resent and extended (Mamba's hits on the hit alignment of 16)",
+        (_FULL16, _ALIGN8),
+        num_blocks=120, ops=_lookahead(24), use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3], [0, 4]]},
+                {"new": [[], [5]]}, {"new": [[], []]}, {},
+                {"hits": ([[], []], 0), "new": [[4, 6], [0, 0, 7]]}, {"new": [[], [8]]}, {}, {},
+                {}, {"hits": ([[], []], 0), "new": [[8, 7], [0, 0, 0, 6]]}, {}),
+            copies=(),
+            free_queue=(
+                6, 7, 5, 3, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+                25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+                44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62,
+                63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81,
+                82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100,
+                101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115,
+                116, 117, 118, 119, 2, 1, 4, 8))),
+    HybridEdgeScenario(
+        "eagle_window_beside_a_coarser_full_attention_block",
+        "EAGLE, full attention at 16 beside a window of 6 at 4: a 37-token prompt with "
+        "speculative slots, resent and extended (the window's reachable blocks one block past "
+        "each boundary)",
+        (_FULL16, _WINDOW6),
+        num_blocks=120, ops=_lookahead(37), use_eagle=True, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1], [2, 3]]},
+                {"new": [[4, 5], [6, 7, 8, 9, 10, 11, 12, 13]]}, {"new": [[], [9]]},
+                {"new": [[], []]}, {},
+                {"hits": ([[1], [0, 0, 6, 7]], 16),
+                 "new": [[3, 2], [14, 15, 16, 17, 18, 19, 20]]},
+                {"new": [[], []]}, {}, {}, {},
+                {"hits": ([[1], [0, 0, 6, 7]], 16), "new": [[20, 19], [9, 13, 15, 21, 22, 23]]},
+                {}),
+            copies=(),
+            free_queue=(
+                23, 13, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+                41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+                60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78,
+                79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97,
+                98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112,
+                113, 114, 115, 116, 117, 118, 119, 11, 10, 8, 17, 16, 14, 5, 4, 12, 2, 3,
+                18, 19, 20, 1, 22, 21, 15, 9, 7, 6))),
+    HybridEdgeScenario(
+        "mtp_window_at_block_size_1_chunked",
+        "multi-module MTP (num_prefill_lookahead 2) at block size 1, full attention beside a "
+        "window of 2: a 13-token prompt in chunks (the window freeing one skipped block at a "
+        "time)",
+        (_FULL1, _WINDOW2),
+        num_blocks=24, ops=_chunked(13), use_eagle=False, retention=None, block_size=1,
+        num_prefill_lookahead=2,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [4, 5, 6]]},
+                {"new": [[7, 8, 9, 10, 11], [12, 13, 14, 15, 16]]},
+                {"new": [[17, 18, 19, 20, 21], [22, 23, 4, 14, 13]]}, {"new": [[12], [6]]},
+                {"new": [[5], [4]]}, {},
+                {"hits": ([[1, 2, 3, 7, 8, 9, 10, 11, 17, 18, 19, 20],
+                           [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 14]],
+                          12),
+                 "new": [[23], [22]]},
+                {"new": [[16], [15]]}, {}, {}, {"hits": ([[], []], 0), "new": None}, {}, {}, {},
+                {"hits": ([[1, 2, 3, 7, 8, 9, 10, 11, 17, 18, 19, 20],
+                           [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 14]],
+                          12),
+                 "new": [[5], [12]]},
+                {"new": [[21], [4]]}, {}),
+            copies=(),
+            free_queue=(
+                6, 13, 16, 23, 15, 22, 21, 5, 20, 19, 18, 17, 11, 10, 9, 8, 7, 3, 2, 1, 4,
+                12, 14))),
+    HybridEdgeScenario(
+        "checkpoints_beside_a_window_through_the_gates",
+        "Mamba prefill checkpoints and retention 0 beside a window of 8 at 4, on a pool of 24 "
+        "blocks: chunks admitted through the full-sequence gate (the checkpoint block each "
+        "chunk reserves counted at admission)",
+        (_FULL4, _WINDOW4_8, _CHECKPOINTS8),
+        num_blocks=24, ops=_gated(13), use_eagle=False, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], [], []], 0), "new": [[1, 2], [3, 4], [5]]},
+                {"new": [[6, 7], [8, 9], [10]]}, {"new": [[], [], []]}, {},
+                {"hits": ([[], [], []], 0), "new": [[3, 11], [12, 13], [14]]},
+                {"new": [[15, 16], [17, 18], [19]]}, {}, {"hits": ([[], [], []], 0), "new": None},
+                {}, {"hits": ([[], [], []], 0), "new": None},
+                {"hits": ([[], [], []], 0), "new": None}, {}, {}, {},
+                {"hits": ([[], [], []], 0), "new": [[19], [18], [12]]},
+                {"new": [[16, 10, 9], [7, 20, 21], [22]]}, {}),
+            copies=(),
+            free_queue=(
+                22, 21, 18, 23, 5, 6, 2, 1, 8, 4, 15, 11, 3, 17, 13, 14, 9, 10, 16, 19, 20,
+                7, 12))),
+    HybridEdgeScenario(
+        "mtp_one_group_at_block_size_1_replayed",
+        "multi-module MTP (num_prefill_lookahead 2), one group at block size 1: a 24-token "
+        "prompt resent and extended (the last tokens cached a step later, at the finalized "
+        "length)",
+        (),
+        num_blocks=24, ops=_replayed(24), use_eagle=False, retention=None, block_size=1,
+        num_prefill_lookahead=2,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[]], 0), "new": None}, {"hits": ([[]], 0), "new": [[1]]}, {},
+                {"hits": ([[]], 0), "new": None}, {}, {"hits": ([[]], 0), "new": None}, {},
+                {"hits": ([[]], 0), "new": None}, {}, {}, {}, {}, {},
+                {"hits": ([[]], 0), "new": None},),
+            copies=(),
+            free_queue=(
+                1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                22, 23))),
+    HybridEdgeScenario(
+        "mamba_with_external_tokens",
+        "full attention at 4 beside a Mamba align group at 8: requests with external tokens "
+        "after local hits; the Mamba table holds its external state block, then nulls, then "
+        "the running state's block",
+        (_FULL4, _ALIGN8),
+        num_blocks=64, ops=_external(24), use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [0, 0, 7]]},
+                {"new": [[8], [9]]}, {}, {},
+                {"hits": ([[1, 2, 3, 4, 5, 6], [0, 0, 7]], 24), "new": [[9, 8], [10]]},
+                {"new": [[], []]}, {},
+                {"hits": ([[], []], 0), "new": [[11, 12, 13, 15, 16, 17, 18, 19], [14, 20]]}, {},
+                {}, {},
+                {"hits": ([[1, 2, 3, 4, 5, 6], [0, 0, 7]], 24), "new": [[20, 19, 10], [8]]}, {}),
+            copies=(),
+            free_queue=(
+                8, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
+                39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57,
+                58, 59, 60, 61, 62, 63, 7, 9, 18, 17, 16, 15, 13, 12, 11, 14, 10, 19, 20, 6,
+                5, 4, 3, 2, 1))),
+    HybridEdgeScenario(
+        "eagle_retention_block_size_1",
+        "EAGLE and retention 0 at block size 1, a window of 1 listed before full attention: a "
+        "one-token prompt resent and extended (replay boundaries at 0; full attention "
+        "searched first whatever the order of the groups)",
+        (_WINDOW1, _FULL1),
+        num_blocks=48, ops=_replayed(1), use_eagle=True, retention=0, block_size=1,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3], [4]]}, {},
+                {"hits": ([[], []], 0), "new": [[5], [6]]}, {},
+                {"hits": ([[], []], 0), "new": [[7, 8], [9, 10]]}, {},
+                {"hits": ([[], []], 0),
+                 "new": [[11, 12, 13, 14, 15, 16], [17, 18, 19, 20, 21, 22]]},
+                {}, {}, {}, {}, {},
+                {"hits": ([[0], [2]], 1), "new": [[14, 13, 12, 11], [3, 23, 24, 25]]},),
+            copies=(),
+            free_queue=(
+                26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44,
+                45, 46, 47, 1, 4, 5, 6, 8, 7, 10, 9, 16, 15, 22, 21, 20, 19, 18, 17))),
+)
