@@ -9,7 +9,8 @@ beside a window, beside a Mamba group (its table: the external state block, null
 state's block) and beside two full-attention groups of different block sizes, multi-token
 decodes around a reset with fine-grained hits, speculative slots beside a full-attention block
 coarser than the hash block, the full-sequence gate with prefill checkpoints, multi-module MTP
-at block size 1 (one group, and beside a window), and a window listed before full attention.
+at block size 1 (one group, and beside a window), vLLM 0.33's per-group EAGLE flag on a lone
+group and on one member of a spec group, and a window listed before full attention.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -57,10 +58,6 @@ class HybridEdgeScenario:
                            kv_cache_groups=self.groups,
                            prefix_cache_retention_interval=self.retention,
                            num_prefill_lookahead=self.num_prefill_lookahead)
-
-
-
-
 
 
 _P = tuple(range(100, 170))
@@ -174,6 +171,7 @@ _ALIGN16 = KVCacheGroupSpec("mamba", 16, mamba_cache_mode="align")
 _FULL8 = KVCacheGroupSpec("full_attention", 8)
 _FULL16 = KVCacheGroupSpec("full_attention", 16)
 _WINDOW4_8 = KVCacheGroupSpec("sliding_window", 4, sliding_window=8)
+_WINDOW4_8_EAGLE = KVCacheGroupSpec("sliding_window", 4, sliding_window=8, is_eagle_group=True)
 _WINDOW6 = KVCacheGroupSpec("sliding_window", 4, sliding_window=6)
 _WINDOW8 = KVCacheGroupSpec("sliding_window", 8, sliding_window=8)
 _WINDOW12 = KVCacheGroupSpec("sliding_window", 4, sliding_window=12)
@@ -597,6 +595,56 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57,
                 58, 59, 60, 61, 62, 63, 7, 9, 18, 17, 16, 15, 13, 12, 11, 14, 10, 19, 20, 6,
                 5, 4, 3, 2, 1))),
+    HybridEdgeScenario(
+        "eagle_flag_on_a_single_window_group",
+        "EAGLE and retention 0, one group, a window of 8 at 4 flagged is_eagle_group: a "
+        "14-token prompt resent and extended (the one group's flag read)",
+        (_WINDOW4_8_EAGLE,),
+        num_blocks=120, ops=_replayed(14), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[]], 0), "new": [[1, 2, 3, 4]]}, {"new": [[]]}, {},
+                {"hits": ([[1, 2]], 8), "new": [[5, 6]]}, {},
+                {"hits": ([[1, 2]], 8), "new": [[7, 8]]}, {},
+                {"hits": ([[1, 2]], 8), "new": [[9, 10, 11]]}, {}, {}, {}, {}, {},
+                {"hits": ([[1, 2]], 8), "new": [[11, 8, 6]]},),
+            copies=(),
+            free_queue=(
+                4, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
+                30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48,
+                49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67,
+                68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86,
+                87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104,
+                105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119,
+                3, 5, 7, 10, 9))),
+    HybridEdgeScenario(
+        "eagle_flag_through_one_member_of_a_spec_group",
+        "EAGLE and retention 0, full attention beside two windows of one spec, only the "
+        "second flagged is_eagle_group: the spec group drops, flagged through one member",
+        (_FULL4, _WINDOW4_8, _WINDOW4_8_EAGLE),
+        num_blocks=120, ops=_replayed(14), use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {},
+                {"hits": ([[], [], []], 0), "new": [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]},
+                {"new": [[], [], []]}, {},
+                {"hits": ([[1, 2], [5, 6], [9, 10]], 8), "new": [[13, 14], [15, 16], [17, 18]]},
+                {},
+                {"hits": ([[1, 2], [5, 6], [9, 10]], 8), "new": [[19, 20], [21, 22], [23, 24]]},
+                {},
+                {"hits": ([[1, 2], [5, 6], [9, 10]], 8),
+                 "new": [[25, 26, 27], [28, 29, 30], [31, 32, 33]]},
+                {}, {}, {}, {}, {},
+                {"hits": ([[1, 2], [5, 6], [9, 10]], 8),
+                 "new": [[33, 30, 27], [24, 22, 20], [18, 16, 14]]},),
+            copies=(),
+            free_queue=(
+                12, 8, 4, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
+                50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68,
+                69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87,
+                88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104,
+                105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119,
+                3, 7, 11, 13, 15, 17, 19, 21, 23, 26, 25, 29, 28, 32, 31))),
     HybridEdgeScenario(
         "eagle_retention_block_size_1",
         "EAGLE and retention 0 at block size 1, a window of 1 listed before full attention: a "
