@@ -10,7 +10,8 @@ state's block) and beside two full-attention groups of different block sizes, mu
 decodes around a reset with fine-grained hits, speculative slots beside a full-attention block
 coarser than the hash block, the full-sequence gate with prefill checkpoints, multi-module MTP
 at block size 1 (one group, and beside a window), vLLM 0.33's per-group EAGLE flag on a lone
-group and on one member of a spec group, and a window listed before full attention.
+group and on one member of a spec group, a preempted request admitted again through the
+full-sequence gate beside two Mamba groups, and a window listed before full attention.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -37,8 +38,8 @@ class HybridEdgeScenario:
     """``ops`` on a pool of ``num_blocks`` blocks (null block included) with prefix caching
     on, under vLLM 0.33: ``groups`` the ``kv_cache_groups`` (``()``: one group),
     ``block_size`` the spec's, ``use_eagle``, ``retention``
-    (``prefix_cache_retention_interval``) and ``num_prefill_lookahead`` (multi-module MTP) as
-    named; ``recorded`` vLLM 0.33.0's answers."""
+    (``prefix_cache_retention_interval``), ``num_prefill_lookahead`` (multi-module MTP) and
+    ``max_model_len`` as named; ``recorded`` vLLM 0.33.0's answers."""
 
     name: str
     why: str
@@ -50,6 +51,7 @@ class HybridEdgeScenario:
     block_size: int
     recorded: Recorded
     num_prefill_lookahead: int = 0
+    max_model_len: int | None = None
 
     def spec(self) -> KVCacheSpec:
         """The scenario's ``KVCacheSpec`` under vLLM 0.33."""
@@ -57,7 +59,8 @@ class HybridEdgeScenario:
                            profile="vllm-0.33", use_eagle=self.use_eagle,
                            kv_cache_groups=self.groups,
                            prefix_cache_retention_interval=self.retention,
-                           num_prefill_lookahead=self.num_prefill_lookahead)
+                           num_prefill_lookahead=self.num_prefill_lookahead,
+                           max_model_len=self.max_model_len)
 
 
 _P = tuple(range(100, 170))
@@ -160,6 +163,19 @@ def _gated(n: int) -> tuple[Op, ...]:
             decode("c", gates={**_GATES, "reserved_blocks": 1}), free("b"), free("c"),
             add("d", (*p, 1, 2, 4)), schedule("d", 3, gates=_GATES), schedule("d", gates=_GATES),
             free("d"))
+
+
+def _gated_preempted(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt decoded twice, freed (preempted) and admitted again with its two
+    output tokens in chunks of 5 and the rest, beside an extension; then a sibling with a
+    reserve of 2 blocks; every step through the full-sequence gate."""
+    p = _P[:n]
+    return (add("a", p), schedule("a", gates=_GATES), decode("a", gates=_GATES),
+            decode("a", gates=_GATES), free("a"), add("a", (*p, 1, 2)),
+            schedule("a", 5, gates=_GATES), schedule("a", gates=_GATES),
+            decode("a", gates=_GATES), add("b", (*p, *range(1, 10))), schedule("b", gates=_GATES),
+            free("a"), free("b"), add("c", (*p[:n - 2], *[4] * 12)),
+            schedule("c", gates={**_GATES, "reserved_blocks": 2}), free("c"))
 
 
 _FULL4 = KVCacheGroupSpec("full_attention", 4)
@@ -645,6 +661,27 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104,
                 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119,
                 3, 7, 11, 13, 15, 17, 19, 21, 23, 26, 25, 29, 28, 32, 31))),
+    HybridEdgeScenario(
+        "gated_preempted_request_two_mamba_groups",
+        "full attention at 4 beside two Mamba align groups at 8, max_model_len 256, on a pool "
+        "of 12 blocks: every step through the full-sequence gate; a request freed (preempted) "
+        "and admitted again with its output tokens; a reserve of 2 blocks",
+        (_FULL4, _ALIGN8, _ALIGN8),
+        num_blocks=12, ops=_gated_preempted(24), use_eagle=False, retention=None, block_size=4,
+        max_model_len=256,
+        recorded=Recorded(
+            answers=(
+                {},
+                {"hits": ([[], [], []], 0), "new": [[1, 2, 3, 4, 5, 6], [0, 0, 7], [0, 0, 8]]},
+                {"new": [[9], [10], [11]]}, {"new": [[], [], []]}, {}, {},
+                {"hits": ([[1, 2, 3, 4, 5, 6], [0, 0, 7], [0, 0, 8]], 24),
+                 "new": [[11], [10], [9]]},
+                {"new": [[], [], []]}, {"new": [[], [], []]}, {},
+                {"hits": ([[1, 2, 3, 4, 5, 6], [0, 0, 7], [0, 0, 8]], 24), "new": None}, {}, {},
+                {}, {"hits": ([[], [], []], 0), "new": None}, {}),
+            copies=(),
+            free_queue=(
+                9, 10, 7, 8, 11, 6, 5, 4, 3, 2, 1))),
     HybridEdgeScenario(
         "eagle_retention_block_size_1",
         "EAGLE and retention 0 at block size 1, a window of 1 listed before full attention: a "
