@@ -464,7 +464,10 @@ class Driver:
         if new_ids is not None:
             if not was_running:
                 self.write_log.admitted(rid, pinned_ids(hits, null=null_of(self.spec)))
-            elif self.fine:  # a hit block released and handed out again is its own now
+            if self.fine:
+                # A hit block released and handed out again is the request's own now: in a
+                # later step, or in this very admission (a Mamba group given external tokens
+                # releases its hit block, which another group may get as a new one).
                 self.write_log.handed_out(rid, (b for ids in new_ids for b in ids))
             self.running.add(rid)
             view = self.views[rid] = replace(view,
