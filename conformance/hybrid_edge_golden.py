@@ -10,8 +10,9 @@ state's block) and beside two full-attention groups of different block sizes, mu
 decodes around a reset with fine-grained hits, speculative slots beside a full-attention block
 coarser than the hash block, the full-sequence gate with prefill checkpoints, multi-module MTP
 at block size 1 (one group, and beside a window), vLLM 0.33's per-group EAGLE flag on a lone
-group and on one member of a spec group, a preempted request admitted again through the
-full-sequence gate beside two Mamba groups, and a window listed before full attention.
+group and on one member of a spec group, a preempted request and an asynchronous load admitted
+through the full-sequence gate beside two Mamba groups (a hit block one group releases handed to
+another as a new block in the same call), and a window listed before full attention.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -27,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcheck.conformance.eagle_golden import Recorded
-from kvcheck.conformance.ops import Op, add, decode, free, reset, schedule
+from kvcheck.conformance.ops import Op, add, cache, decode, free, reset, schedule
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
 
 __all__ = ["HYBRID_EDGE_SCENARIOS", "HybridEdgeScenario"]
@@ -176,6 +177,17 @@ def _gated_preempted(n: int) -> tuple[Op, ...]:
             decode("a", gates=_GATES), add("b", (*p, *range(1, 10))), schedule("b", gates=_GATES),
             free("a"), free("b"), add("c", (*p[:n - 2], *[4] * 12)),
             schedule("c", gates={**_GATES, "reserved_blocks": 2}), free("c"))
+
+
+def _gated_async_load(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt computed and freed; an extension whose 7 external tokens load
+    asynchronously, admitted through the full-sequence gate, then finished and decoded; a
+    sibling with 5 external tokens loaded at once."""
+    p = _P[:n]
+    return (add("a", p), schedule("a"), free("a"), add("b", (*p, *[6] * 9)),
+            schedule("b", external=7, delay=True, gates=_GATES), cache("b", n + 7),
+            schedule("b", gates=_GATES), decode("b", gates=_GATES), add("c", (*p, *[6] * 9)),
+            schedule("c", external=5, gates=_GATES), free("b"), free("c"))
 
 
 _FULL4 = KVCacheGroupSpec("full_attention", 4)
@@ -682,6 +694,25 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
             copies=(),
             free_queue=(
                 9, 10, 7, 8, 11, 6, 5, 4, 3, 2, 1))),
+    HybridEdgeScenario(
+        "gated_async_load_two_mamba_groups",
+        "full attention at 4 beside two Mamba align groups at 8, max_model_len 256, on a pool "
+        "of 20 blocks: an asynchronous load admitted through the full-sequence gate; a "
+        "sibling with external tokens, whose first Mamba group releases its hit block and "
+        "whose second gets that block as a new one in the same call",
+        (_FULL4, _ALIGN8, _ALIGN8),
+        num_blocks=20, ops=_gated_async_load(13), use_eagle=False, retention=None, block_size=4,
+        max_model_len=256,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], [], []], 0), "new": [[1, 2, 3, 4], [0, 5], [0, 6]]}, {}, {},
+                {"hits": ([[], [], []], 0), "new": [[6, 5], [4], [7]]}, {},
+                {"new": [[8, 9, 10, 11], [0, 12], [0, 13]]}, {"new": [[], [], []]}, {},
+                {"hits": ([[1, 2], [4], [7]], 8), "new": [[14, 15, 18, 19], [16, 3], [17, 4]]},
+                {}, {}),
+            copies=(),
+            free_queue=(
+                4, 3, 19, 13, 12, 11, 7, 10, 9, 8, 5, 6, 18, 15, 14, 2, 1, 16, 17))),
     HybridEdgeScenario(
         "eagle_retention_block_size_1",
         "EAGLE and retention 0 at block size 1, a window of 1 listed before full attention: a "
