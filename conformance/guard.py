@@ -989,22 +989,32 @@ class GuardedManager(_Guard):
                 table.extend(part_hits)
                 table.extend(part_new)
             cow: dict[int, list[int]] = {}
+            cow_at: dict[int, int] = {}
             if self._fine and old is None:
                 # A hit ending inside a block: its last hit block may be replaced by the
                 # first new id (the copy-on-write block), the rest of the answer after it.
+                # With external tokens the answer lists only the blocks after the hits, so
+                # the copy replaces the hit in place and only the table shows it.
                 for g in partial_hit_groups(self._spec, hits, num_new_computed_tokens):
                     part_hits, part_new = hits[g], new[g]
-                    if part_new and part_new[0] != NULL_BLOCK:
+                    if num_external_computed_tokens:
+                        cow_at[g] = len(part_hits) - 1
+                    elif part_new and part_new[0] != NULL_BLOCK:
                         cow[g] = part_hits[:-1] + part_new
             tables = self._follow(
                 rid, expected, f"allocate_slots({rid!r}) returned "
                 f"{abbreviate(value)}; then get_block_ids",
                 pad_at=([len(t) - len(n) for t, n in zip(expected, new, strict=False)]
-                        if num_external_computed_tokens else None), cow=cow)
+                        if num_external_computed_tokens else None), cow=cow, cow_at=cow_at)
             for g in cow:
                 index = len(hits[g]) - 1
                 if tables[g][index] == new[g][0] != hits[g][index]:
                     self._cows.record(rid, g, index, hits[g][index], new[g][0])
+            for g, index in cow_at.items():
+                dst = tables[g][index]
+                if dst not in (hits[g][index], NULL_BLOCK):  # another hit: a duplicate
+                    fresh.append(dst)  # held by no other request (checked below)
+                    self._cows.record(rid, g, index, hits[g][index], dst)
 
         else:
             mine = self._holds.get(rid, ())
@@ -1080,14 +1090,17 @@ class GuardedManager(_Guard):
 
     def _follow(self, rid: str, expected: list[list[int]], context: str,
                 pad_at: list[int] | None = None,
-                cow: Mapping[int, list[int]] | None = None) -> list[list[int]]:
+                cow: Mapping[int, list[int]] | None = None,
+                cow_at: Mapping[int, int] | None = None) -> list[list[int]]:
         """Read ``rid``'s tables, check them against ``expected`` (the previous tables + the
         hits + the new ids; entries may have become null where there is a null block, or
         been rebound under ``dedup_on_insert``; with ``pad_at``, per group the end of the
         hits, after which nulls may have been inserted among the new ids (external tokens:
         a window's skipped blocks come before the external ones, a Mamba group's also
         between its external state block and its running one); with ``cow``, per
-        group the table its copy-on-write would make, accepted too), and remember them.
+        group the table its copy-on-write would make, accepted too; with ``cow_at``, per
+        group the index of a hit that a copy-on-write block not in the answer may have
+        replaced in place), and remember them.
         ``context`` (the call before, if any) ends the message."""
         __tracebackhide__ = True
         value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
@@ -1095,6 +1108,12 @@ class GuardedManager(_Guard):
         tables = self._answer_groups("get_block_ids", (rid,), value, self._table_what,
                                      nulls=True)
         null = self._null
+        if cow_at:
+            expected = [list(t) for t in expected]
+            for g, at in cow_at.items():
+                got, want = tables[g], expected[g]
+                if at < min(len(got), len(want)) and got[at] not in (want[at], null):
+                    want[at] = got[at]
         padded = [False] * len(expected)
         if pad_at is not None and null is not None:
             padded = [_table_matches(got[:at], want[:at], null)

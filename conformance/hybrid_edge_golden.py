@@ -12,7 +12,9 @@ coarser than the hash block, the full-sequence gate with prefill checkpoints, mu
 at block size 1 (one group, and beside a window), vLLM 0.33's per-group EAGLE flag on a lone
 group and on one member of a spec group, a preempted request and an asynchronous load admitted
 through the full-sequence gate beside two Mamba groups (a hit block one group releases handed to
-another as a new block in the same call), and a window listed before full attention.
+another as a new block in the same call), a window listed before full attention, and an
+asynchronous load after a hit ending inside a Mamba block (its copy-on-write block replaces the
+hit in place, outside the answer).
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -188,6 +190,19 @@ def _gated_async_load(n: int) -> tuple[Op, ...]:
             schedule("b", external=7, delay=True, gates=_GATES), cache("b", n + 7),
             schedule("b", gates=_GATES), decode("b", gates=_GATES), add("c", (*p, *[6] * 9)),
             schedule("c", external=5, gates=_GATES), free("b"), free("c"))
+
+
+def _async_load(n: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt computed and freed; an extension whose 7 external tokens load
+    asynchronously, then finished and decoded; a sibling with 5 external tokens loaded at
+    once; a second extension whose 2 external tokens load asynchronously and fail (only the
+    prompt's ``n`` tokens are valid)."""
+    p = _P[:n]
+    return (add("a", p), schedule("a"), free("a"), add("b", (*p, *[6] * 9)),
+            schedule("b", external=7, delay=True), cache("b", n + 7), schedule("b"),
+            decode("b"), add("c", (*p, *[6] * 5)), schedule("c", external=5), decode("c", 3),
+            free("b"), free("c"), add("d", (*p, 6, 6)), schedule("d", external=2, delay=True),
+            cache("d", n), schedule("d"), free("d"))
 
 
 _FULL4 = KVCacheGroupSpec("full_attention", 4)
@@ -733,4 +748,25 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
             free_queue=(
                 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44,
                 45, 46, 47, 1, 4, 5, 6, 8, 7, 10, 9, 16, 15, 22, 21, 20, 19, 18, 17))),
+    HybridEdgeScenario(
+        "checkpoint_partial_hit_with_an_async_load",
+        "Mamba prefill checkpoints at alignment 4 (block 8) beside full attention at 4: an "
+        "asynchronous load after a 12-token hit, which ends inside the Mamba block (its "
+        "checkpoint key), so the hit block is copied on write in place, after the hits, while "
+        "the answer lists only the blocks after them",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=80, ops=_async_load(13), use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4], [5, 6]]}, {}, {},
+                {"hits": ([[1, 2, 3], [0, 5]], 12), "new": None}, {},
+                {"hits": ([[1, 2, 3], [0, 5]], 12), "new": [[6, 4, 7], [8, 9]]},
+                {"new": [[], []]}, {},
+                {"hits": ([[1, 2, 3, 6], [0, 8]], 16), "new": [[10], [11]]},
+                {"new": [[12], []]}, {}, {}, {},
+                {"hits": ([[1, 2, 3], [0, 5]], 12), "new": [[11], []]}, {},
+                {"new": [[], []]}, {}),
+            copies=((5, 8), (5, 12)),
+            free_queue=(
+                12, 11, 9, 7, *range(13, 80), 8, 4, 10, 6, 5, 3, 2, 1))),
 )

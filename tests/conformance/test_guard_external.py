@@ -2,19 +2,27 @@
 what vLLM 0.33 itself returns (the blocks after the external ones) instead of every block the
 call added is a protocol violation naming the call and the rule; a correct answer passes, and
 so does a Mamba group's table with nulls between its external state block and its running one
-(vLLM 0.33's own), but not one with its blocks out of order. Traces carry the external-KV ops
-and refuse malformed ones."""
+(vLLM 0.33's own), but not one with its blocks out of order, nor a hit ending inside a Mamba
+block whose copy-on-write block replaces the hit in place (outside the answer), while a copy
+that is never drained or lands on a hit block is one. Traces carry the external-KV ops and
+refuse malformed ones."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-from kvcheck.adapters.reference import ReferenceManager
+from kvcheck.adapters.reference import IMPL_INFO, ReferenceManager
 from kvcheck.conformance.call_limit import CallLimit
+from kvcheck.conformance.driver import Driver
 from kvcheck.conformance.guard import GuardedManager, ProtocolViolation
-from kvcheck.conformance.ops import add, cache, evict, schedule
+from kvcheck.conformance.hybrid_edge_golden import HYBRID_EDGE_SCENARIOS
+from kvcheck.conformance.laws import check_laws
+from kvcheck.conformance.loader import ImplHandle
+from kvcheck.conformance.ops import Op, add, cache, evict, free, schedule
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, RequestView
 from kvcheck.conformance.trace_check import TraceError, check_ops
 
@@ -92,6 +100,70 @@ def test_a_mamba_groups_blocks_out_of_order_are_a_protocol_violation() -> None:
                        r"\[\[1, 2, 4, 5, 6\], \[7, 0, 3\]\]: group 1's table must be "
                        r"\[0, 3, 7\]"):
         guarded.allocate_slots_per_group(view, 11, 0, [[], []], num_external_computed_tokens=6)
+
+
+#: Full attention at 4 beside Mamba prefill checkpoints at 8 (alignment 4): request d's
+#: 12-token hit ends inside its Mamba block, and 2 external tokens load asynchronously.
+_IN_PLACE = next(sc for sc in HYBRID_EDGE_SCENARIOS
+                 if sc.name == "checkpoint_partial_hit_with_an_async_load")
+
+
+def _driver(cls: type[ReferenceManager]) -> Driver:
+    handle = ImplHandle("fake", "fake_cow", ModuleType("fake_cow"), IMPL_INFO, cls, None,
+                        call_timeout=None)
+    return Driver(handle, _IN_PLACE.spec())
+
+
+def _run(driver: Driver, ops: Sequence[Op]) -> None:
+    for op in ops:
+        driver.apply(op)
+
+
+class CopyNeverDrained(ReferenceManager):
+    """Leaves the copy into d's copy-on-write block (source 5) out of the drained pairs."""
+
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
+        return [(src, dst) for src, dst in super().take_kv_cache_block_copies()
+                if (src, dst) != (5, 12)]
+
+
+class CopyOntoAHeldBlock(ReferenceManager):
+    """Shows d's copy-on-write block replaced by the Mamba block request c still holds."""
+
+    def get_block_ids(self, request_id: str) -> Any:
+        full, mamba = super().get_block_ids(request_id)
+        if request_id == "d" and len(mamba) == 2 and mamba[1] != 5:
+            mamba = [0, super().get_block_ids("c")[1][-1]]
+        return [full, mamba]
+
+
+def test_a_copy_on_write_in_place_under_external_tokens_passes_and_is_followed() -> None:
+    """vLLM 0.33.0's answer (the scenario's recording): d's hit block 5 is replaced in its
+    Mamba table by block 12, which allocate_slots does not return (with external tokens it
+    answers only the blocks after the hits); the guard follows the table, owes the copy
+    (5, 12), and every law holds after each op. Before, the guard refused vLLM's own table."""
+    driver = _driver(ReferenceManager)
+    for i, (op, want) in enumerate(zip(_IN_PLACE.ops, _IN_PLACE.recorded.answers,
+                                       strict=True)):
+        assert driver.apply(op) == want, (i, op)
+        assert not check_laws(driver), (i, op)
+    assert tuple(driver.drained) == _IN_PLACE.recorded.copies == ((5, 8), (5, 12))
+
+
+def test_a_copy_in_place_never_drained_is_a_protocol_violation() -> None:
+    driver = _driver(CopyNeverDrained)
+    with pytest.raises(ProtocolViolation, match=r"allocate_slots\('d'\) replaced its hit block "
+                       r"5 at index 1 of group 1 by the new block 12"):
+        _run(driver, _IN_PLACE.ops)
+
+
+def test_a_copy_in_place_onto_another_requests_block_is_a_protocol_violation() -> None:
+    """c stays alive through d's admission (its free moved to the end)."""
+    ops = [op for op in _IN_PLACE.ops if op != free("c")] + [free("c")]
+    driver = _driver(CopyOntoAHeldBlock)
+    with pytest.raises(ProtocolViolation, match=r"block \d+ is handed out anew but request\(s\) "
+                       r"\['c'\] still hold it"):
+        _run(driver, ops)
 
 
 def test_traces_accept_external_kv_ops_and_refuse_bad_fields() -> None:
