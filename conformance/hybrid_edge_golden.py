@@ -14,7 +14,10 @@ group and on one member of a spec group, a preempted request and an asynchronous
 through the full-sequence gate beside two Mamba groups (a hit block one group releases handed to
 another as a new block in the same call), a window listed before full attention, and an
 asynchronous load after a hit ending inside a Mamba block (its copy-on-write block replaces the
-hit in place, outside the answer).
+hit in place, outside the answer); and, on pools of 24 blocks, a lone Mamba group refusing hits on
+a block cached in the same step, one request's pending prefill checkpoint kept apart from
+another's, a short prompt that caches no Mamba block beside speculative blocks, and a gated step
+that reserves no checkpoint beside a second Mamba group.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -42,7 +45,8 @@ class HybridEdgeScenario:
     on, under vLLM 0.33: ``groups`` the ``kv_cache_groups`` (``()``: one group),
     ``block_size`` the spec's, ``use_eagle``, ``retention``
     (``prefix_cache_retention_interval``), ``num_prefill_lookahead`` (multi-module MTP) and
-    ``max_model_len`` as named; ``recorded`` vLLM 0.33.0's answers."""
+    ``max_model_len`` as named, ``shared_prefix_checkpoint``
+    (``mamba_shared_prefix_checkpoint``); ``recorded`` vLLM 0.33.0's answers."""
 
     name: str
     why: str
@@ -55,6 +59,7 @@ class HybridEdgeScenario:
     recorded: Recorded
     num_prefill_lookahead: int = 0
     max_model_len: int | None = None
+    shared_prefix_checkpoint: bool = False
 
     def spec(self) -> KVCacheSpec:
         """The scenario's ``KVCacheSpec`` under vLLM 0.33."""
@@ -63,7 +68,8 @@ class HybridEdgeScenario:
                            kv_cache_groups=self.groups,
                            prefix_cache_retention_interval=self.retention,
                            num_prefill_lookahead=self.num_prefill_lookahead,
-                           max_model_len=self.max_model_len)
+                           max_model_len=self.max_model_len,
+                           mamba_shared_prefix_checkpoint=self.shared_prefix_checkpoint)
 
 
 _P = tuple(range(100, 170))
@@ -209,6 +215,9 @@ _FULL4 = KVCacheGroupSpec("full_attention", 4)
 _ALIGN8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align")
 _CHECKPOINTS8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",
                                  num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=4)
+_CHECKPOINTS8_AT_8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",
+                                      num_prefill_checkpoint_blocks=1,
+                                      prefill_checkpoint_alignment=8)
 _ALIGN8_SPEC2 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align", num_speculative_blocks=2)
 _ALIGN16 = KVCacheGroupSpec("mamba", 16, mamba_cache_mode="align")
 _FULL8 = KVCacheGroupSpec("full_attention", 8)
@@ -769,4 +778,90 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
             copies=((5, 8), (5, 12)),
             free_queue=(
                 12, 11, 9, 7, *range(13, 80), 8, 4, 10, 6, 5, 3, 2, 1))),
+    HybridEdgeScenario(
+        "lone_mamba_group_refuses_what_the_pool_cannot_hold",
+        "EAGLE, a Mamba align group alone at 8 (block size 4) with the shared-prefix "
+        "checkpoint, on a pool of 24 blocks: a 24-token prompt's resend and extensions hit its "
+        "state block, cached in this same step, and are refused (vLLM counts the pool plus "
+        "one block for them, more than a nearly empty pool has free)",
+        (_ALIGN8,),
+        num_blocks=24, ops=_replayed(24), use_eagle=True, retention=None, block_size=4,
+        shared_prefix_checkpoint=True,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[]], 0), "new": [[0, 0, 1]]}, {"new": [[2]]}, {},
+                {"hits": ([[]], 0), "new": [[0, 0, 3]]}, {},
+                {"hits": ([[0, 0, 1]], 24), "new": None}, {},
+                {"hits": ([[0, 0, 1]], 24), "new": None}, {}, {}, {}, {}, {},
+                {"hits": ([[0, 0, 1]], 24), "new": None}),
+            copies=(),
+            free_queue=(
+                2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 1,
+                3))),
+    HybridEdgeScenario(
+        "checkpoint_of_one_request_only",
+        "retention 0 and multi-module MTP (num_prefill_lookahead 2), full attention at 4 "
+        "beside Mamba prefill checkpoints on an alignment of 8, on a pool of 24 blocks: "
+        "siblings of a 16-token prompt, one request's pending checkpoint never counted for "
+        "another's blocks",
+        (_FULL4, _CHECKPOINTS8_AT_8),
+        num_blocks=24, ops=_siblings(16), use_eagle=False, retention=0, block_size=4,
+        num_prefill_lookahead=2,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4], [0, 5]]}, {"new": [[6], [7]]},
+                {"new": [[], []]}, {},
+                {"hits": ([[], []], 0), "new": [[5, 8, 9, 10, 11], [0, 12, 13]]}, {},
+                {"hits": ([[], []], 0), "new": [[14, 15, 16, 17, 18], [0, 19, 20]]}, {},
+                {"hits": ([[], []], 0), "new": None}, {"hits": ([[], []], 0), "new": [[21], [22]]},
+                {}, {}, {}, {"hits": ([[], []], 0), "new": [[13, 11], [7]]},
+                {"new": [[6, 23, 4], [0, 3]]}, {}, {}, {}, {},
+                {"hits": ([[1, 2, 9, 17], [0, 19]], 16), "new": [[3, 4], [22]]}, {}),
+            copies=(),
+            free_queue=(
+                22, 4, 20, 18, 10, 8, 5, 12, 16, 15, 14, 21, 23, 6, 11, 13, 7, 3, 17, 9, 2, 1,
+                19))),
+    HybridEdgeScenario(
+        "short_prompt_caches_no_mamba_block",
+        "retention 8 and the shared-prefix checkpoint, full attention at 4 beside a Mamba "
+        "align group at 8 with two speculative blocks, on a pool of 24 blocks: a 7-token "
+        "prompt in chunks caches no full Mamba block",
+        (_FULL4, _ALIGN8_SPEC2),
+        num_blocks=24, ops=_chunked(7), use_eagle=False, retention=8, block_size=4,
+        shared_prefix_checkpoint=True,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], []], 0), "new": [[1], [2, 3, 4]]}, {"new": [[5], []]},
+                {"new": [[6, 7], [8]]}, {"new": [[], []]}, {"new": [[9], [10]]}, {},
+                {"hits": ([[], []], 0), "new": [[11], [12, 13, 14]]}, {"new": [[15], []]}, {}, {},
+                {"hits": ([[], []], 0), "new": [[10, 8], [4, 9, 17]]}, {}, {}, {},
+                {"hits": ([[1], [16]], 4), "new": None},
+                {"hits": ([[1], [16]], 4), "new": [[17], [9, 4, 8]]}, {}),
+            copies=((12, 16), (16, 9)),
+            free_queue=(
+                8, 4, 9, 17, 14, 13, 12, 15, 18, 19, 20, 21, 22, 23, 2, 7, 6, 5, 3, 11, 10, 16,
+                1))),
+    HybridEdgeScenario(
+        "gated_checkpoint_beside_a_second_mamba_group",
+        "full attention at 4 beside a Mamba group with prefill checkpoints and a plain Mamba "
+        "align group, on a pool of 24 blocks: a 31-token prompt and its extensions through "
+        "the full-sequence gate (a step reserving no checkpoint block)",
+        (_FULL4, _CHECKPOINTS8, _ALIGN8),
+        num_blocks=24, ops=_gated(31), use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=(
+                {}, {"hits": ([[], [], []], 0), "new": [[1, 2], [3], [4]]},
+                {"new": [[5, 6, 7, 8, 9, 10], [0, 0, 11], [0, 0, 12]]}, {"new": [[], [], []]}, {},
+                {"hits": ([[1, 2], [3], [4]], 8), "new": [[13, 14], [15], [16]]},
+                {"new": [[17, 18, 19, 20, 21], [0, 0, 22], [0, 0, 23]]}, {},
+                {"hits": ([[1, 2, 5, 6], [0, 15], [0, 16]], 16), "new": None}, {},
+                {"hits": ([[1, 2, 5, 6], [0, 15], [0, 16]], 16), "new": None},
+                {"hits": ([[1, 2, 5, 6], [0, 15], [0, 16]], 16), "new": None}, {}, {}, {},
+                {"hits": ([[1, 2, 5, 6], [0, 15], [0, 16]], 16), "new": [[23], [22], [21]]},
+                {"new": [[3, 4, 10, 9], [0, 8], [0, 7]]}, {}),
+            copies=(),
+            free_queue=(
+                7, 8, 9, 11, 12, 20, 19, 18, 17, 14, 13, 15, 16, 10, 4, 3, 23, 6, 5, 2, 1, 22,
+                21))),
+
 )
