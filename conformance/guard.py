@@ -1012,8 +1012,11 @@ class GuardedManager(_Guard):
                     self._cows.record(rid, g, index, hits[g][index], new[g][0])
             for g, index in cow_at.items():
                 dst = tables[g][index]
-                if dst not in (hits[g][index], NULL_BLOCK):  # another hit: a duplicate
-                    fresh.append(dst)  # held by no other request (checked below)
+                # A hit of another group there is a block listed twice, which _follow's read
+                # of the tables refused already; a block another request holds is refused
+                # below with the new ids.
+                if dst not in (hits[g][index], NULL_BLOCK):
+                    fresh.append(dst)
                     self._cows.record(rid, g, index, hits[g][index], dst)
 
         else:
