@@ -17,6 +17,15 @@ exist already; ``ResourceWatch.start(state)``, once the session state exists, st
   (``kvcheck.conformance.forked``); any other fork that runs on into the session is ended at
   the next session hook (a test, a report, the end of the session), before it can print or
   write anything;
+* **the garbage collector**: what is alive once collection ends (the shipped recorded corpus,
+  the collected tests, the imported modules: most of the process's objects) is collected once
+  and moved out of the collector's generations (``gc.freeze``): the collections that the
+  run's hundreds of thousands of adapter calls trigger no longer walk it again and again
+  (they took half as long in a whole-suite run of the reference). An in-process session
+  (``pytester``, ``pytest.main()`` from a program) gives it back at its end
+  (``gc.unfreeze``, the caller's objects too); pytest's own command line does not, as its
+  process ends there (pytest's last collections then skip it too). Not in a benchmark run,
+  whose rounds decide when the collector runs;
 * **leftovers**: threads started during the session and still running at its end (kvcheck's
   own and the test tools' aside) and child processes still running are named in a warning
   of the terminal summary. When pytest runs from its command line (``pytest``, ``python -m
@@ -31,6 +40,7 @@ exist already; ``ResourceWatch.start(state)``, once the session state exists, st
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import threading
@@ -124,6 +134,7 @@ class ResourceWatch:
         self.threads_before = {t.ident for t in threading.enumerate()}
         self.children_before = set(child_pids())
         self.reported = False  # the memory stop was noted in a report
+        self.frozen = False  # gc.freeze() was called at the end of collection
 
     def start(self, state: KVSessionState) -> None:
         """In a run with implementations (nothing otherwise: a project that merely has
@@ -148,6 +159,14 @@ class ResourceWatch:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._no_forked_child("the start of the session")
         self.session = session
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not self.frozen and not self.config.hook.pytest_kvcheck_bench_active(
+                config=self.config):
+            gc.collect()  # nothing frozen is garbage: the frozen objects were all alive then
+            gc.freeze()
+            self.frozen = True
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
@@ -253,6 +272,9 @@ class ResourceWatch:
         return found
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.frozen and not self.console:  # in-process: the caller's objects can be freed
+            self.frozen = False
+            gc.unfreeze()
         if self.memory is not None:
             self.memory.stop()
         session = self.session

@@ -7,6 +7,7 @@ a hang or gigabytes of memory."""
 from __future__ import annotations
 
 import copy
+import gc
 import lzma
 import os
 import subprocess
@@ -72,6 +73,33 @@ def test_the_shipped_corpora_are_far_below_the_ratio_bound() -> None:
         data = corpus_path(profile).read_bytes()
         assert len(lzma.decompress(data)) < MAX_CBOR_RATIO / 2 * len(data)
         load_corpus(corpus_path(profile))
+
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_decoding_leaves_the_collector_as_it_found_it(collecting: bool) -> None:
+    """The decode runs with the collector paused (a corpus is ~300k containers and no
+    garbage); it is on again afterwards, after a refused corpus too, and stays off for a
+    caller that had turned it off."""
+    corpus = _one_trace()
+    broken = copy.deepcopy(corpus)
+    broken["traces"][0]["steps"][3]["answer"] = "no"
+    was = gc.isenabled()
+    if not collecting:
+        gc.disable()
+    try:
+        data = _xz(corpus)
+        ran: list[object] = []  # collections during the decode (thousands of containers)
+        gc.callbacks.append(lambda phase, info: ran.append(info))
+        assert decode_corpus(data, "mem") == corpus
+        assert ran == []
+        with pytest.raises(CorpusError, match=r"steps\[3\] \(step #4\): answer 'no'"):
+            decode_corpus(_xz(broken), "mem")
+        assert gc.isenabled() is collecting
+    finally:
+        gc.callbacks.pop()
+        if was:
+            gc.enable()
 
 
 def _refused(corpus: dict[str, Any], match: str) -> None:

@@ -6,6 +6,7 @@ a hard timeout; the option bounds are usage errors of in-process runs."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -406,3 +407,41 @@ def test_an_in_process_run_warns_but_never_ends_the_process(pytester: pytest.Pyt
     result.stdout.fnmatch_lines([("kvcheck warning: 1 thread(s) started during the session "
                                   "are still running: 'in-process-spin' (non-daemon, *")])
     assert (pytester.path / "console.txt").read_text() == "False"
+
+
+# --------------------------------------------------------------------------- the collector
+FREEZE_PROBE = """
+import gc, json
+from pathlib import Path
+
+def test_probe():
+    Path("frozen.json").write_text(json.dumps(gc.get_freeze_count()))
+"""
+BENCH_ACTIVE = """
+def pytest_kvcheck_bench_active(config):
+    return True
+"""
+
+
+@pytest.mark.parametrize("where", ["console", "in-process", "benchmark run"])
+def test_what_collection_leaves_alive_is_frozen_for_the_run(pytester: pytest.Pytester,
+                                                           where: str) -> None:
+    """The objects alive at the end of collection are out of the collector's generations
+    while the tests run (``gc.freeze``); an in-process session gives them back at its end
+    (this process's own objects included); a benchmark run leaves the collector alone."""
+    pytester.makepyfile(test_probe=FREEZE_PROBE)
+    if where == "benchmark run":
+        pytester.makeconftest(BENCH_ACTIVE)
+    args = ("-p", "no:cacheprovider", "--kv-impl=reference", "test_probe.py")
+    assert gc.get_freeze_count() == 0
+    if where == "console":
+        result, _ = run(pytester, *args)
+    else:
+        result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.OK
+    frozen = json.loads((pytester.path / "frozen.json").read_text())
+    if where == "benchmark run":
+        assert frozen == 0
+    else:
+        assert frozen > 10_000  # the modules, the collected test, kvcheck's tables...
+    assert gc.get_freeze_count() == 0  # given back (in-process), or another process's
