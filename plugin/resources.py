@@ -164,7 +164,8 @@ class ResourceWatch:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not self.frozen and not self.config.hook.pytest_kvcheck_bench_active(
                 config=self.config):
-            gc.collect()  # nothing frozen is garbage: the frozen objects were all alive then
+            if self.console:  # never unfrozen (below): nothing frozen may be garbage
+                gc.collect()
             gc.freeze()
             self.frozen = True
 
