@@ -22,12 +22,15 @@ exist already; ``ResourceWatch.start(state)``, once the session state exists, st
   the collector's generations (``gc.freeze``): the collections that the run's hundreds of
   thousands of adapter calls trigger no longer walk it again and again (a whole-suite run of
   the reference without kernels: 6.9 s instead of 8.8 s, with the corpus decoded with the
-  collector paused). From pytest's command line the process ends frozen (pytest's last
-  collections skip it too), so a full collection runs first: nothing frozen is garbage. An
-  in-process session (``pytester``, ``pytest.main()`` from a program) skips that collection
-  (its caller's heap made it cost up to a second) and gives everything back at its end
-  (``gc.unfreeze``, the caller's objects too). Not in a benchmark run, whose rounds decide
-  when the collector runs;
+  collector paused). From pytest's command line a full collection runs first (nothing frozen
+  is garbage), and the objects are given back at interpreter exit (``gc.unfreeze`` in an
+  ``atexit`` hook), after pytest's own last collections, which skip them: the interpreter's
+  final collection then frees them as it did before (left frozen, extension modules such as
+  Triton's reported them as leaked). An in-process session (``pytester``, ``pytest.main()``
+  from a program) skips that first collection (its caller's heap made it cost up to a
+  second) and gives everything back at its end (``gc.unfreeze`` in ``pytest_unconfigure``,
+  the caller's objects too). Not in a benchmark run, whose rounds decide when the collector
+  runs;
 * **leftovers**: threads started during the session and still running at its end (kvcheck's
   own and the test tools' aside) and child processes still running are named in a warning
   of the terminal summary. When pytest runs from its command line (``pytest``, ``python -m
@@ -41,6 +44,7 @@ exist already; ``ResourceWatch.start(state)``, once the session state exists, st
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import os
@@ -166,8 +170,9 @@ class ResourceWatch:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not self.frozen and not self.config.hook.pytest_kvcheck_bench_active(
                 config=self.config):
-            if self.console:  # never unfrozen (below): nothing frozen may be garbage
+            if self.console:  # unfrozen only at exit: nothing frozen may be garbage
                 gc.collect()
+                atexit.register(gc.unfreeze)
             gc.freeze()
             self.frozen = True
 
