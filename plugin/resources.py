@@ -168,8 +168,9 @@ class ResourceWatch:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if not self.frozen and not self.config.hook.pytest_kvcheck_bench_active(
-                config=self.config):
+        # Not for --collect-only (the inventory child of a partial run): no test would gain.
+        if not self.frozen and not self.config.getoption("collectonly") \
+                and not self.config.hook.pytest_kvcheck_bench_active(config=self.config):
             if self.console:  # unfrozen only at exit: nothing frozen may be garbage
                 gc.collect()
                 atexit.register(gc.unfreeze)

@@ -461,3 +461,18 @@ def test_what_collection_leaves_alive_is_frozen_for_the_run(pytester: pytest.Pyt
     assert gc.get_freeze_count() == 0  # given back (in-process), or another process's
     if where == "console":
         assert (pytester.path / "at_exit.txt").read_text() == "0"
+
+
+def test_a_collect_only_run_freezes_nothing(pytester: pytest.Pytester) -> None:
+    """No test runs under --collect-only (the inventory child of every partial run), so the
+    freeze and the full collection before it would be pure cost."""
+    pytester.makeconftest("""
+import gc, json
+from pathlib import Path
+
+def pytest_sessionfinish(session):
+    Path(__file__).with_name("frozen.json").write_text(json.dumps(gc.get_freeze_count()))
+""")
+    result, _ = run(pytester, "--collect-only", "-q", "--kv-impl=reference")
+    assert result.ret == pytest.ExitCode.OK
+    assert json.loads((pytester.path / "frozen.json").read_text()) == 0
