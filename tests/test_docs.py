@@ -304,7 +304,7 @@ STAND_INS = {
 #: Smaller than the defaults, so that the documented commands run in minutes: fewer random
 #: examples, a smaller benchmark scale and one timed round without warm-up (every benchmark
 #: still runs each of its paths once; an option a block gives itself still wins).
-SCALED_DOWN = ("--kv-max-examples=2 --kv-bench-scale=0.05 --kv-bench-rounds=1 "
+SCALED_DOWN = ("--kv-max-examples=1 --kv-bench-scale=0.05 --kv-bench-rounds=1 "
                "--kv-bench-warmup=0")
 
 
