@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import textwrap
@@ -114,21 +115,23 @@ def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref"
     return f"--kv-impl={module}"
 
 
-#: ``plain_full_run``'s run and the text of its record file, made once per test session.
-_PLAIN_FULL_RUN: list[tuple[pytest.RunResult, dict[str, Any], str]] = []
+#: ``plain_full_run``'s run, the text of its record file and of its pytest-html page (""
+#: without pytest-html), made once per test session.
+_PLAIN_FULL_RUN: list[tuple[pytest.RunResult, dict[str, Any], str, str]] = []
 
 
 def plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, Any]]:
     """A complete in-process run of ``make_ref``'s reference without kernels (module
     ``refplain``, name ``ref``) under vllm-0.33 at ``--kv-max-examples=3``, and its
-    ``--kv-report`` record: made once per test session, the first time a test asks. Runs are
+    ``--kv-report`` record (and, with pytest-html installed, its ``--html`` page:
+    ``plain_full_html_page``): made once per test session, the first time a test asks. Runs are
     derandomized, so every test comparing a run of its own (partial, rerun, on xdist) with
     a plain complete one reads the same outcomes; each such test used to run it again.
     Under xdist the first worker to ask makes it and the others read it (``_shared_run``):
     the tests asking for it are spread over the workers."""
     if not _PLAIN_FULL_RUN:
         _PLAIN_FULL_RUN.append(_shared_run(pytester, _make_plain_full_run))
-    result, rec, _ = _PLAIN_FULL_RUN[0]
+    result, rec, _, _ = _PLAIN_FULL_RUN[0]
     return result, rec
 
 
@@ -139,17 +142,30 @@ def plain_full_record_text(pytester: pytest.Pytester) -> str:
     return _PLAIN_FULL_RUN[0][2]
 
 
-def _make_plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, str]:
+def plain_full_html_page(pytester: pytest.Pytester) -> str:
+    """The self-contained pytest-html page of ``plain_full_run``'s run ("" where pytest-html
+    is not installed: the run was made without ``--html``)."""
+    plain_full_run(pytester)
+    return _PLAIN_FULL_RUN[0][3]
+
+
+def _make_plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, str, str]:
     impl = make_ref(pytester, module="refplain")
+    page = pytester.path / "plain-full.html"
+    html = ((f"--html={page}", "--self-contained-html")
+            if importlib.util.find_spec("pytest_html") else ())
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly",
-                                "--kv-max-examples=3", impl, "--kv-report=plain-full.jsonl")
-    return result, (pytester.path / "plain-full.jsonl").read_text(encoding="utf-8")
+                                "--kv-max-examples=3", impl, "--kv-report=plain-full.jsonl",
+                                *html)
+    return (result, (pytester.path / "plain-full.jsonl").read_text(encoding="utf-8"),
+            page.read_text(encoding="utf-8") if html else "")
 
 
 def _shared_run(pytester: pytest.Pytester,
-                make: Callable[[pytest.Pytester], tuple[pytest.RunResult, str]]) \
-        -> tuple[pytest.RunResult, dict[str, Any], str]:
-    """``make(pytester)``'s run (its result and the text of its record file), made once for
+                make: Callable[[pytest.Pytester], tuple[pytest.RunResult, str, str]]) \
+        -> tuple[pytest.RunResult, dict[str, Any], str, str]:
+    """``make(pytester)``'s run (its result, the text of its record file and of its HTML
+    page), made once for
     all the xdist workers of this session: the first worker makes it under a lock in the
     session's base temporary folder (the workers' own ``popen-gwN`` folders are in it) and
     leaves it there as JSON, named with the session's xdist run id (a ``--basetemp`` folder
@@ -159,8 +175,8 @@ def _shared_run(pytester: pytest.Pytester,
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     worker_base = pytester.path.parent
     if fcntl is None or not worker or not run_id or worker_base.name != f"popen-{worker}":
-        result, text = make(pytester)
-        return result, _one_record(pytester, text), text
+        result, text, page = make(pytester)
+        return result, _one_record(pytester, text), text, page
     shared = worker_base.parent / f"kvcheck-shared-{make.__name__.strip('_')}-{run_id}"
     with open(f"{shared}.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -169,16 +185,16 @@ def _shared_run(pytester: pytest.Pytester,
                 data = json.loads(shared.read_text(encoding="utf-8"))
                 result = pytest.RunResult(data["ret"], data["outlines"], data["errlines"],
                                           data["duration"])
-                text = data["record"]
+                text, page = data["record"], data["page"]
             else:
-                result, text = make(pytester)
+                result, text, page = make(pytester)
                 shared.write_text(json.dumps({
                     "ret": int(result.ret), "outlines": result.outlines,
                     "errlines": result.errlines, "duration": result.duration,
-                    "record": text}), encoding="utf-8")
+                    "record": text, "page": page}), encoding="utf-8")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    return result, _one_record(pytester, text), text
+    return result, _one_record(pytester, text), text, page
 
 
 def _one_record(pytester: pytest.Pytester, text: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-from kv_helpers import make_ref
+from kv_helpers import make_ref, plain_full_html_page, plain_full_run
 
 from kvcheck.results.schema import OUTCOMES, load_records
 
@@ -25,13 +25,13 @@ def record(pytester: pytest.Pytester) -> dict[str, Any]:
 
 
 def test_the_verdict_and_area_table_are_in_the_html_report(pytester: pytest.Pytester) -> None:
+    """The page of ``plain_full_run``'s complete run (made once per test session with
+    ``--html --self-contained-html`` beside its ``--kv-report``)."""
     pytest.importorskip("pytest_html")
-    result = run(pytester, make_ref(pytester), "--html=report.html", "--self-contained-html",
-                 "--kv-report=r.jsonl")
+    result, rec = plain_full_run(pytester)
     assert result.ret == 0
-    rec = record(pytester)
     assert rec["conforms"] is True
-    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    page = plain_full_html_page(pytester)
     assert f"<strong>verdict:</strong> {html.escape(rec['verdict'])}</p>" in page
     assert "kvcheck conformance: ref 0.1.0 (vllm-0.33)" in page
     for area, counts in rec["areas"].items():

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 from inner_runs import NoShrinkProfile
-from kv_helpers import make_ref
+from kv_helpers import make_ref, plain_full_run
 
 from kvcheck.results.schema import load_records
 
@@ -169,31 +169,31 @@ def test_missing_skips_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 def test_report_record_is_valid_complete_and_whole_under_xdist(
         pytester: pytest.Pytester) -> None:
-    impl = make_ref(pytester, name="reference")
-    result = run(pytester, impl, "--kv-report=out/r.jsonl", "--kv-seed=7", kernels=True)
-    assert result.ret == 0
-    result.stdout.fnmatch_lines(["kvcheck: result record written to *r.jsonl"])
-    path = pytester.path / "out" / "r.jsonl"
-    (record,) = load_records(path)
+    """The record of a complete single-process run (``plain_full_run``'s, made once per test
+    session), then the same suite on two xdist workers: one record holding every worker's
+    tests, written atomically where ``--kv-report`` says, with the seed given."""
+    _, record = plain_full_run(pytester)
     assert record["kind"] == "conformance" and record["conforms"] is True
     assert record["complete"] is True and record["completeness"]["reasons"] == []
-    assert record["implementation"]["name"] == "reference"
-    assert record["profile"] == "vllm-0.33" and record["seed"] == 7
+    assert record["profile"] == "vllm-0.33"
     assert record["environment"]["hardware_key"].startswith(("cpu:", "gpu:"))
     assert set(record["areas"]) >= {"allocation", "eviction", "prefix_caching", "invariants"}
     assert set(record["outcomes"].values()) <= {"passed", "skipped"}
     assert list(record["outcomes"].values()).count("passed") > 30
     assert sum(sum(c.values()) for c in record["areas"].values()) == len(record["outcomes"])
-    assert not list((pytester.path / "out").glob(".*.tmp")), "no temporary file left behind"
-    json.loads(path.read_text().splitlines()[0])
-    # The same run on two xdist workers: one record holding every worker's tests (compared
-    # with this single-process run's record rather than another run of it).
     pytest.importorskip("xdist")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kv-max-examples=5",
-                                           impl, "-n", "2", "--kv-report=two.jsonl")
+    impl = make_ref(pytester, module="refplain")  # the same module and name as that run's
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kv-max-examples=3",
+                                           impl, "-n", "2", "--kv-seed=7",
+                                           "--kv-report=out/two.jsonl")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["verdict: reference conforms to vllm-0.33*"])
-    (two,) = load_records(pytester.path / "two.jsonl")
+    result.stdout.fnmatch_lines(["verdict: ref conforms to vllm-0.33*",
+                                 "kvcheck: result record written to *two.jsonl"])
+    path = pytester.path / "out" / "two.jsonl"
+    (two,) = load_records(path)
+    assert not list(path.parent.glob(".*.tmp")), "no temporary file left behind"
+    json.loads(path.read_text().splitlines()[0])
+    assert two["seed"] == 7 and two["implementation"] == record["implementation"]
     assert two["outcomes"] == record["outcomes"], "the -n 2 record must hold every test"
     assert two["areas"] == record["areas"]
     assert two["completeness"] == record["completeness"] and two["complete"] is True
