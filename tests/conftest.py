@@ -29,6 +29,13 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
                       str(Path(__file__).resolve().parents[1] / ".hypothesis"))
 
 
+# pytester's in-process runs keep the library modules they import (inner_runs.py says why).
+# Imported here, after the bytecode setting above: it imports kvcheck.
+from inner_runs import keep_library_modules_across_inline_runs
+
+keep_library_modules_across_inline_runs()
+
+
 @pytest.fixture
 def impl_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) \
         -> Iterator[Callable[[str, str], str]]:

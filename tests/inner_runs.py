@@ -10,10 +10,13 @@ verdict.
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from _pytest import pytester as _pytester
 from hypothesis import Phase, settings
 
 import kvcheck.adapters.reference  # kept imported across the in-process runs
@@ -22,6 +25,58 @@ import kvcheck.conformance.differential  # kept across the in-process runs
 
 NO_SHRINK = "kvcheck-inner-run-no-shrink"
 settings.register_profile(NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
+def _library_module(name: str) -> bool:
+    """Whether ``name`` is a module of an installed library or of kvcheck (not a test module,
+    nor one a test wrote): what an in-process run may leave imported for the next one."""
+    if name.rsplit(".", 1)[-1].startswith(("test_", "conftest")):
+        return False
+    if name.startswith("kvcheck."):
+        return True
+    file = getattr(sys.modules.get(name), "__file__", None) or ""
+    return file.startswith(_LIBRARY_DIRS)
+
+
+_LIBRARY_DIRS = tuple(sorted({sysconfig.get_paths()[key]
+                              for key in ("stdlib", "platstdlib", "purelib", "platlib")}))
+
+
+def keep_library_modules_across_inline_runs() -> bool:
+    """Make pytester's in-process runs keep the library modules they import.
+
+    ``Pytester.inline_run`` puts ``sys.modules`` back as it was after each run, so every
+    in-process run of the suite imported again what the previous one had imported first:
+    about 80 Hypothesis modules, 46 of rich (the verdict table), and kvcheck's goldens, corpus
+    reader and workload machine, whose caches (the decoded corpus) went with them. Measured:
+    a whole-suite run in process took 8.3-8.9 s, 7.0-7.3 s keeping them; a one-area run 1.45
+    s, 1.25 s (hundreds of such runs in this suite). Test modules and the modules tests write
+    (implementations, mutants) are still dropped after each run, as pytester intends.
+
+    pytester has no option for it: its private snapshot method is replaced. Returns whether
+    it was (False where a pytest release renamed it: the runs are then only slower;
+    ``tests/test_inline_runs.py`` says so)."""
+    if not hasattr(_pytester.Pytester, _TAKE_SNAPSHOT) or not hasattr(_pytester,
+                                                                     "SysModulesSnapshot"):
+        return False
+    setattr(_pytester.Pytester, _TAKE_SNAPSHOT, _snapshot_keeping_library_modules)
+    return True
+
+
+#: pytester's private method taking the ``sys.modules`` snapshot of an in-process run.
+_TAKE_SNAPSHOT = "_Pytester__take_sys_modules_snapshot"
+
+
+def _snapshot_keeping_library_modules(self: pytest.Pytester) -> _pytester.SysModulesSnapshot:
+    return _pytester.SysModulesSnapshot(preserve=_library_module)
+
+
+def keeps_library_modules() -> bool:
+    """Whether pytester's in-process runs keep the library modules (installed above)."""
+    return getattr(_pytester.Pytester, _TAKE_SNAPSHOT, None) is \
+        _snapshot_keeping_library_modules
+
+
 
 
 class NoShrinkProfile:
