@@ -19,12 +19,16 @@ import pytest
 from _pytest import pytester as _pytester
 from hypothesis import Phase, settings
 
-import kvcheck.adapters.reference  # kept imported across the in-process runs
 import kvcheck.conformance
-import kvcheck.conformance.differential  # kept across the in-process runs
 
 NO_SHRINK = "kvcheck-inner-run-no-shrink"
 settings.register_profile(NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
+#: pytester's private method taking the ``sys.modules`` snapshot of an in-process run.
+_TAKE_SNAPSHOT = "_Pytester__take_sys_modules_snapshot"
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[key]
+                       for key in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
 def _library_module(name: str) -> bool:
@@ -38,11 +42,11 @@ def _library_module(name: str) -> bool:
     return file.startswith(_LIBRARY_DIRS)
 
 
-_LIBRARY_DIRS = tuple(sorted({sysconfig.get_paths()[key]
-                              for key in ("stdlib", "platstdlib", "purelib", "platlib")}))
+def _snapshot_keeping_library_modules(self: pytest.Pytester) -> _pytester.SysModulesSnapshot:
+    return _pytester.SysModulesSnapshot(preserve=_library_module)
 
 
-def keep_library_modules_across_inline_runs() -> bool:
+def keep_library_modules_across_inline_runs() -> None:
     """Make pytester's in-process runs keep the library modules they import.
 
     ``Pytester.inline_run`` puts ``sys.modules`` back as it was after each run, so every
@@ -53,30 +57,17 @@ def keep_library_modules_across_inline_runs() -> bool:
     s, 1.25 s (hundreds of such runs in this suite). Test modules and the modules tests write
     (implementations, mutants) are still dropped after each run, as pytester intends.
 
-    pytester has no option for it: its private snapshot method is replaced. Returns whether
-    it was (False where a pytest release renamed it: the runs are then only slower;
-    ``tests/test_inline_runs.py`` says so)."""
-    if not hasattr(_pytester.Pytester, _TAKE_SNAPSHOT) or not hasattr(_pytester,
-                                                                     "SysModulesSnapshot"):
-        return False
-    setattr(_pytester.Pytester, _TAKE_SNAPSHOT, _snapshot_keeping_library_modules)
-    return True
-
-
-#: pytester's private method taking the ``sys.modules`` snapshot of an in-process run.
-_TAKE_SNAPSHOT = "_Pytester__take_sys_modules_snapshot"
-
-
-def _snapshot_keeping_library_modules(self: pytest.Pytester) -> _pytester.SysModulesSnapshot:
-    return _pytester.SysModulesSnapshot(preserve=_library_module)
+    pytester has no option for it: its private snapshot method is replaced. Where a pytest
+    release renamed it, nothing is replaced (the runs are only slower) and
+    ``tests/test_inline_runs.py`` fails on ``keeps_library_modules()``."""
+    if hasattr(_pytester.Pytester, _TAKE_SNAPSHOT) and hasattr(_pytester, "SysModulesSnapshot"):
+        setattr(_pytester.Pytester, _TAKE_SNAPSHOT, _snapshot_keeping_library_modules)
 
 
 def keeps_library_modules() -> bool:
     """Whether pytester's in-process runs keep the library modules (installed above)."""
     return getattr(_pytester.Pytester, _TAKE_SNAPSHOT, None) is \
         _snapshot_keeping_library_modules
-
-
 
 
 class NoShrinkProfile:

@@ -7,7 +7,7 @@ import json
 import os
 import textwrap
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -115,9 +115,17 @@ def make_ref(pytester: pytest.Pytester, module: str = "refnk", name: str = "ref"
     return f"--kv-impl={module}"
 
 
-#: ``plain_full_run``'s run, the text of its record file and of its pytest-html page (""
-#: without pytest-html), made once per test session.
-_PLAIN_FULL_RUN: list[tuple[pytest.RunResult, dict[str, Any], str, str]] = []
+class SharedRun(NamedTuple):
+    """A run made once per test session (``_shared_run``)."""
+
+    result: pytest.RunResult
+    record: dict[str, Any]   # its --kv-report record, read
+    record_text: str         # that file's text
+    html_page: str           # its pytest-html page ("" when made without --html)
+
+
+#: ``plain_full_run``'s run, made once per test session.
+_PLAIN_FULL_RUN: list[SharedRun] = []
 
 
 def plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, Any]]:
@@ -131,22 +139,21 @@ def plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[st
     the tests asking for it are spread over the workers."""
     if not _PLAIN_FULL_RUN:
         _PLAIN_FULL_RUN.append(_shared_run(pytester, _make_plain_full_run))
-    result, rec, _, _ = _PLAIN_FULL_RUN[0]
-    return result, rec
+    return _PLAIN_FULL_RUN[0].result, _PLAIN_FULL_RUN[0].record
 
 
 def plain_full_record_text(pytester: pytest.Pytester) -> str:
     """The ``--kv-report`` file ``plain_full_run``'s run wrote (a complete, conforming
     record), for a test that needs one on disk."""
     plain_full_run(pytester)
-    return _PLAIN_FULL_RUN[0][2]
+    return _PLAIN_FULL_RUN[0].record_text
 
 
 def plain_full_html_page(pytester: pytest.Pytester) -> str:
     """The self-contained pytest-html page of ``plain_full_run``'s run ("" where pytest-html
     is not installed: the run was made without ``--html``)."""
     plain_full_run(pytester)
-    return _PLAIN_FULL_RUN[0][3]
+    return _PLAIN_FULL_RUN[0].html_page
 
 
 def _make_plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, str, str]:
@@ -163,20 +170,19 @@ def _make_plain_full_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, s
 
 def _shared_run(pytester: pytest.Pytester,
                 make: Callable[[pytest.Pytester], tuple[pytest.RunResult, str, str]]) \
-        -> tuple[pytest.RunResult, dict[str, Any], str, str]:
+        -> SharedRun:
     """``make(pytester)``'s run (its result, the text of its record file and of its HTML
-    page), made once for
-    all the xdist workers of this session: the first worker makes it under a lock in the
-    session's base temporary folder (the workers' own ``popen-gwN`` folders are in it) and
-    leaves it there as JSON, named with the session's xdist run id (a ``--basetemp`` folder
-    outlives its session); the others wait for it and read it. Without xdist (or on a
-    system without ``fcntl``) it is simply made."""
+    page), made once for all the xdist workers of this session: the first worker makes it
+    under a lock in the session's base temporary folder (the workers' own ``popen-gwN``
+    folders are in it) and leaves it there as JSON, named with the session's xdist run id (a
+    ``--basetemp`` folder outlives its session); the others wait for it and read it. Without
+    xdist (or on a system without ``fcntl``) it is simply made."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     worker_base = pytester.path.parent
     if fcntl is None or not worker or not run_id or worker_base.name != f"popen-{worker}":
         result, text, page = make(pytester)
-        return result, _one_record(pytester, text), text, page
+        return SharedRun(result, _one_record(pytester, text), text, page)
     shared = worker_base.parent / f"kvcheck-shared-{make.__name__.strip('_')}-{run_id}"
     with open(f"{shared}.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -194,7 +200,7 @@ def _shared_run(pytester: pytest.Pytester,
                     "record": text, "page": page}), encoding="utf-8")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    return result, _one_record(pytester, text), text, page
+    return SharedRun(result, _one_record(pytester, text), text, page)
 
 
 def _one_record(pytester: pytest.Pytester, text: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from inner_runs import run_area
 
-import kvcheck.adapters.reference  # kept imported across the in-process runs
 import kvcheck.conformance
 
 AREA_FILE = Path(kvcheck.conformance.__file__).resolve().parent / "test_batch_metadata.py"

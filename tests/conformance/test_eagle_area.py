@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 from inner_runs import run_area
 
-import kvcheck.adapters.reference  # kept imported across the in-process runs
 import kvcheck.conformance
-import kvcheck.conformance.differential  # kept across the in-process runs
 
 SUITE = Path(kvcheck.conformance.__file__).resolve().parent
 MUTANTS_DIR = Path(__file__).resolve().parents[1] / "mutants"

@@ -20,9 +20,7 @@ from hypothesis import HealthCheck, settings
 from inner_runs import NoShrinkProfile
 from kv_helpers import reference_capabilities_source
 
-import kvcheck.adapters.reference  # kept imported across the in-process runs
 import kvcheck.conformance
-import kvcheck.conformance.differential  # kept across the in-process runs
 from kvcheck.conformance.differential import Pair
 from kvcheck.conformance.loader import ImplHandle, load_impl
 from kvcheck.conformance.protocol import (

@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 from inner_runs import AreaOutcome, run_area
 
-import kvcheck.adapters.reference  # kept imported across the in-process runs
 import kvcheck.conformance
-import kvcheck.conformance.differential  # kept across the in-process runs
 
 AREA_FILE = Path(kvcheck.conformance.__file__).resolve().parent / "test_hybrid.py"
 MUTANTS_DIR = Path(__file__).resolve().parents[1] / "mutants"

@@ -32,7 +32,6 @@ from kv_helpers import make_ref
 
 import kvcheck.adapters.reference
 import kvcheck.conformance
-import kvcheck.conformance.differential  # kept across in-process runs
 from kvcheck.results.schema import load_records
 
 pytest_plugins = ["pytester"]
