@@ -17,7 +17,12 @@ asynchronous load after a hit ending inside a Mamba block (its copy-on-write blo
 hit in place, outside the answer); and, on pools of 24 blocks, a lone Mamba group refusing hits on
 a block cached in the same step, one request's pending prefill checkpoint kept apart from
 another's, a short prompt that caches no Mamba block beside speculative blocks, and a gated step
-that reserves no checkpoint beside a second Mamba group.
+that reserves no checkpoint beside a second Mamba group; then (docs/mutation.md, twenty-second
+session) tokens in flight beside a window of one token, ungated and through the gates, an
+asynchronous load through the full-sequence gate, an encoder-decoder model (caching off) with a
+reserve of blocks and with external tokens beside a window, Mamba prefill checkpoints on a
+chunk one token short of the prefill's end and on a resumed request's, and EAGLE's drops in
+0.33's fixed point after evictions (``evict_blocks``).
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -33,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcheck.conformance.eagle_golden import Recorded
-from kvcheck.conformance.ops import Op, add, cache, decode, free, reset, schedule
+from kvcheck.conformance.ops import Op, add, cache, decode, evict, free, reset, schedule
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
 
 __all__ = ["HYBRID_EDGE_SCENARIOS", "HybridEdgeScenario"]
@@ -42,11 +47,12 @@ __all__ = ["HYBRID_EDGE_SCENARIOS", "HybridEdgeScenario"]
 @dataclass(frozen=True)
 class HybridEdgeScenario:
     """``ops`` on a pool of ``num_blocks`` blocks (null block included) with prefix caching
-    on, under vLLM 0.33: ``groups`` the ``kv_cache_groups`` (``()``: one group),
-    ``block_size`` the spec's, ``use_eagle``, ``retention``
-    (``prefix_cache_retention_interval``), ``num_prefill_lookahead`` (multi-module MTP) and
-    ``max_model_len`` as named, ``shared_prefix_checkpoint``
-    (``mamba_shared_prefix_checkpoint``); ``recorded`` vLLM 0.33.0's answers."""
+    on (off where ``caching`` is False: an encoder-decoder model's layout), under vLLM 0.33:
+    ``groups`` the ``kv_cache_groups`` (``()``: one group), ``block_size`` the spec's,
+    ``use_eagle``, ``retention`` (``prefix_cache_retention_interval``),
+    ``num_prefill_lookahead`` (multi-module MTP) and ``max_model_len`` as named,
+    ``shared_prefix_checkpoint`` (``mamba_shared_prefix_checkpoint``), ``caching``
+    (``enable_caching``); ``recorded`` vLLM 0.33.0's answers."""
 
     name: str
     why: str
@@ -60,6 +66,7 @@ class HybridEdgeScenario:
     num_prefill_lookahead: int = 0
     max_model_len: int | None = None
     shared_prefix_checkpoint: bool = False
+    caching: bool = True
 
     def spec(self) -> KVCacheSpec:
         """The scenario's ``KVCacheSpec`` under vLLM 0.33."""
@@ -69,7 +76,8 @@ class HybridEdgeScenario:
                            prefix_cache_retention_interval=self.retention,
                            num_prefill_lookahead=self.num_prefill_lookahead,
                            max_model_len=self.max_model_len,
-                           mamba_shared_prefix_checkpoint=self.shared_prefix_checkpoint)
+                           mamba_shared_prefix_checkpoint=self.shared_prefix_checkpoint,
+                           enable_caching=self.caching)
 
 
 _P = tuple(range(100, 170))
@@ -211,6 +219,24 @@ def _async_load(n: int) -> tuple[Op, ...]:
             cache("d", n), schedule("d"), free("d"))
 
 
+def _in_flight(gates: dict[str, bool | int | list[int]]) -> tuple[Op, ...]:
+    """A 6-token prompt in chunks of 2, 2 and the rest, each step after the first with the
+    previous step's tokens still in flight (asynchronous scheduling), then a decode with its
+    token in flight; ``gates`` on every step."""
+    p = _P[:6]
+    return (add("a", p), schedule("a", 2, gates=gates),
+            schedule("a", 2, gates={"num_in_flight_tokens": 2, **gates}),
+            schedule("a", gates={"num_in_flight_tokens": 2, **gates}),
+            decode("a", gates={"num_in_flight_tokens": 1, **gates}), free("a"))
+
+
+def _reserve(n: int) -> dict[str, bool | int | list[int]]:
+    """``reserved_blocks`` = ``n`` (vLLM 0.33's gate)."""
+    return {"reserved_blocks": n}
+
+
+#: A reserve of 0 blocks: ``allocate_slots`` through vLLM 0.33's gated path.
+_RESERVE_0: dict[str, bool | int | list[int]] = {"reserved_blocks": 0}
 _FULL4 = KVCacheGroupSpec("full_attention", 4)
 _ALIGN8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align")
 _CHECKPOINTS8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",
@@ -230,6 +256,10 @@ _WINDOW12 = KVCacheGroupSpec("sliding_window", 4, sliding_window=12)
 _FULL1 = KVCacheGroupSpec("full_attention", 1)
 _WINDOW1 = KVCacheGroupSpec("sliding_window", 1, sliding_window=1)
 _WINDOW2 = KVCacheGroupSpec("sliding_window", 1, sliding_window=2)
+_FULL2 = KVCacheGroupSpec("full_attention", 2)
+_WINDOW2_AT_2 = KVCacheGroupSpec("sliding_window", 2, sliding_window=2)
+_CROSS2 = KVCacheGroupSpec("cross_attention", 2)
+_WINDOW4_8_FLAGGED = KVCacheGroupSpec("sliding_window", 4, sliding_window=8, is_eagle_group=True)
 
 
 #: Every scenario, with what vLLM 0.33.0 answered.
@@ -864,4 +894,186 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                 7, 8, 9, 11, 12, 20, 19, 18, 17, 14, 13, 15, 16, 10, 4, 3, 23, 6, 5, 2, 1, 22,
                 21))),
 
+    HybridEdgeScenario(
+        "in_flight_tokens_hold_a_window_of_one",
+        "full attention beside a window of 1 token at block size 1, asynchronous scheduling: "
+        "a step whose computed tokens are all still in flight frees no window block (the "
+        "processed-token basis is 0, not 1)",
+        (_FULL1, _WINDOW1),
+        num_blocks=40, ops=_in_flight({}), use_eagle=False, retention=None, block_size=1,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]},
+                     {"new": [[5, 6], [7, 8]]}, {"new": [[4, 3], [9, 10]]}, {"new": [[9], [8]]},
+                     {}),
+            copies=(),
+            free_queue=(
+                8, 10, 7, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
+                29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 9, 3, 4, 6, 5, 2, 1))),
+    HybridEdgeScenario(
+        "in_flight_tokens_hold_a_window_through_the_gates",
+        "the same with every step through the gates (a reserve of 0 blocks): the gated path "
+        "frees the window's blocks on the processed-token basis too",
+        (_FULL1, _WINDOW1),
+        num_blocks=40, ops=_in_flight(_RESERVE_0), use_eagle=False, retention=None,
+        block_size=1,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]},
+                     {"new": [[5, 6], [7, 8]]}, {"new": [[4, 3], [9, 10]]}, {"new": [[9], [8]]},
+                     {}),
+            copies=(),
+            free_queue=(
+                8, 10, 7, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
+                29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 9, 3, 4, 6, 5, 2, 1))),
+    HybridEdgeScenario(
+        "async_load_through_the_gates_caches_nothing_yet",
+        "two full-attention groups at 4 and 8: an extension of a freed 16-token prompt whose 8 "
+        "external tokens load asynchronously, admitted through the full-sequence gate: its "
+        "blocks are not cached before the load ends (a sibling admitted meanwhile hits 16 "
+        "tokens, not 24)",
+        (_FULL4, _FULL8),
+        num_blocks=40,
+        ops=(add("a", _P[:16]), schedule("a"), free("a"), add("b", (*_P[:16], *[5] * 16)),
+             schedule("b", 0, external=8, delay=True, gates={"full_sequence_must_fit": True}),
+             add("c", (*_P[:16], *[5] * 16)), schedule("c", gates=_RESERVE_0), free("c"),
+             cache("b", 24), schedule("b", gates=_RESERVE_0), free("b")),
+        use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4], [5, 6]]}, {}, {},
+                     {"hits": ([[1, 2, 3, 4], [5, 6]], 16), "new": [[7, 8], [9]]}, {},
+                     {"hits": ([[1, 2, 3, 4], [5, 6]], 16), "new": [[10, 11, 12, 13], [14, 15]]},
+                     {}, {}, {"new": [[16, 17], [18]]}, {}),
+            copies=(),
+            free_queue=(
+                19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
+                39, 13, 12, 11, 10, 15, 14, 17, 16, 8, 7, 4, 3, 2, 1, 18, 9, 6, 5))),
+    HybridEdgeScenario(
+        "cross_attention_reserved_blocks",
+        "an encoder-decoder model (full attention and cross attention at 2, caching off) on 8 "
+        "free blocks: a 5-token prompt with 6 encoder tokens (6 blocks) is refused with a "
+        "reserve of 3 blocks and admitted with 2",
+        (_FULL2, _CROSS2),
+        num_blocks=9,
+        ops=(add("a", _P[:5], encoder=6), schedule("a", gates=_reserve(3)),
+             schedule("a", gates=_reserve(2)), decode("a", gates=_reserve(1)),
+             decode("a", gates=_RESERVE_0), free("a")),
+        use_eagle=False, retention=None, block_size=2, caching=False,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": None},
+                     {"hits": ([[], []], 0), "new": [[1, 2, 3], [4, 5, 6]]}, {"new": [[], []]},
+                     {"new": [[7], []]}, {}),
+            copies=(),
+            free_queue=(
+                6, 5, 4, 7, 3, 2, 1, 8))),
+    HybridEdgeScenario(
+        "cross_attention_window_external_tokens",
+        "an encoder-decoder model with full attention, a window of 2 and cross attention at "
+        "2, caching off: 8 external tokens of a 12-token prompt (the window's table holds "
+        "them as computed blocks before its new ones)",
+        (_FULL2, _WINDOW2_AT_2, _CROSS2),
+        num_blocks=30,
+        ops=(add("a", _P[:12], encoder=4), schedule("a", external=8), decode("a"), free("a")),
+        use_eagle=False, retention=None, block_size=2, caching=False,
+        recorded=Recorded(
+            answers=({},
+                     {"hits": ([[], [], []], 0), "new": [[1, 2, 3, 4, 6, 7], [5, 8, 9], [10, 11]]},
+                     {"new": [[8], [5], []]}, {}),
+            copies=(),
+            free_queue=(
+                11, 10, 5, 9, 8, 7, 6, 4, 3, 2, 1, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+                24, 25, 26, 27, 28, 29))),
+    HybridEdgeScenario(
+        "checkpoint_not_before_the_prompt_end",
+        "Mamba prefill checkpoints at alignment 4 and retention 0 beside full attention at 4: "
+        "an 18-token prompt in chunks of 17 and 1; the first chunk stops one token before "
+        "the prefill's end and reserves no checkpoint",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64,
+        ops=(add("a", _P[:18]), schedule("a", 17), schedule("a"), decode("a"),
+             add("b", (*_P[:18], 1, 2, 3)), schedule("b"), free("a"), free("b")),
+        use_eagle=False, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5], [0, 0, 6]]},
+                     {"new": [[], []]}, {"new": [[], []]}, {},
+                     {"hits": ([[], []], 0), "new": [[7, 8, 9, 10, 11, 12], [0, 13, 14]]}, {}, {}),
+            copies=(),
+            free_queue=(
+                14, 12, 6, 5, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
+                52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 4, 3, 2, 1, 11, 10, 9, 8, 7, 13))),
+    HybridEdgeScenario(
+        "checkpoint_of_a_resumed_request_at_its_prefill_end",
+        "the same layout: a 21-token prompt decoded 5 tokens, freed (preempted), the cache "
+        "reset, and admitted again in chunks of 25 and 1: its prefill ends one token before "
+        "its 26 tokens, so the first chunk reserves the checkpoint",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64,
+        ops=(add("a", _P[:21]), schedule("a"), decode("a"), decode("a"), decode("a"),
+             decode("a"), decode("a"), free("a"), reset(), schedule("a", 25), schedule("a"),
+             decode("a"), add("b", (*_P[:21], *[9] * 6)), schedule("b"), free("a"),
+             free("b")),
+        use_eagle=False, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6], [0, 7, 8]]},
+                     {"new": [[], []]}, {"new": [[], []]}, {"new": [[], []]}, {"new": [[9], [10]]},
+                     {"new": [[], []]}, {}, {"reset": True},
+                     {"hits": ([[], []], 0), "new": [[10, 9, 8, 11, 12, 13, 14], [0, 0, 15, 16]]},
+                     {"new": [[], []]}, {"new": [[], []]}, {},
+                     {"hits": ([[], []], 0),
+                      "new": [[15, 17, 18, 19, 20, 21, 22], [0, 0, 23, 24]]},
+                     {}, {}),
+            copies=(),
+            free_queue=(
+                24, 22, 16, 14, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+                41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60,
+                61, 62, 63, 7, 6, 5, 4, 3, 2, 1, 13, 12, 11, 8, 9, 10, 21, 20, 19, 18, 17, 15,
+                23))),
+    HybridEdgeScenario(
+        "eagle_drops_again_after_another_group_cuts_the_hit",
+        "EAGLE on a window of 8 flagged is_eagle_group, beside full attention and a window of "
+        "12 at 4: a's blocks 7 and 13 evicted (one of each window), b's search drops EAGLE's "
+        "block, the window of 12 cuts the candidate, and the next round drops again at the "
+        "shorter candidate (no hit is left)",
+        (_FULL4, _WINDOW4_8_FLAGGED, _WINDOW12),
+        num_blocks=30,
+        ops=(add("a", _P[:20]), schedule("a"), free("a"), evict([7, 13]),
+             add("b", (*_P[:20], *[7] * 6)), schedule("b"), free("b")),
+        use_eagle=True, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]]},
+                     {}, {}, {},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[16, 17, 18, 19, 20, 21, 22], [23, 24, 25, 26, 27, 28, 29],
+                              [5, 4, 3, 2, 1, 10, 9]]},
+                     {}),
+            copies=(),
+            free_queue=(
+                9, 29, 22, 8, 7, 6, 15, 14, 13, 12, 11, 21, 20, 19, 18, 17, 16, 28, 27, 26, 25,
+                24, 23, 10, 1, 2, 3, 4, 5))),
+    HybridEdgeScenario(
+        "eagle_drops_once_per_candidate",
+        "EAGLE on every group, full attention beside windows of 8 and 12 at 4: four of a's "
+        "blocks evicted; each window drops EAGLE's block once per candidate length, not at "
+        "every round of the search",
+        (_FULL4, _WINDOW4_8, _WINDOW12),
+        num_blocks=60,
+        ops=(add("a", _P[:22]), schedule("a"), free("a"), evict([6, 8, 12, 15]),
+             add("b", (*_P[:22], *[7] * 8)), schedule("b"), free("b")),
+        use_eagle=True, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12],
+                              [13, 14, 15, 16, 17, 18]]},
+                     {}, {}, {},
+                     {"hits": ([[1], [7], [13]], 4),
+                      "new": [[18, 12, 6, 19, 20, 21, 22], [23, 24, 25, 26, 27, 28, 29],
+                              [30, 31, 32, 33, 34, 35, 36]]},
+                     {}),
+            copies=(),
+            free_queue=(
+                36, 29, 22, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
+                54, 55, 56, 57, 58, 59, 5, 4, 3, 2, 11, 10, 9, 8, 17, 16, 15, 14, 21, 20, 19, 6,
+                12, 18, 1, 28, 27, 26, 25, 24, 23, 7, 35, 34, 33, 32, 31, 30, 13))),
 )

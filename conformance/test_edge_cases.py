@@ -171,8 +171,8 @@ def test_hits_with_no_new_tokens(kv_impl: ImplHandle, kv_profile: str) -> None:
 def _hybrid_edge_needs(sc: HybridEdgeScenario, spec: KVCacheSpec) -> list[str]:
     """The capabilities ``sc`` needs: its groups' (``group_capabilities``), and ``eagle``,
     ``prefill_lookahead``, ``fine_grained_hits``, ``external_kv``, ``lookahead``,
-    ``multi_token_decode``, ``admission_gates`` and ``reset_prefix_cache`` where it uses
-    them."""
+    ``multi_token_decode``, ``admission_gates``, ``async_scheduling`` (tokens in flight),
+    ``reset_prefix_cache``, ``evict_blocks`` and ``caching_off`` where it uses them."""
     needs = set(group_capabilities(spec))
     if sc.use_eagle:
         needs.add("eagle")
@@ -187,10 +187,18 @@ def _hybrid_edge_needs(sc: HybridEdgeScenario, spec: KVCacheSpec) -> list[str]:
             needs.add("lookahead")
         if op["op"] == "decode" and op.get("num_tokens", 1) > 1:
             needs.add("multi_token_decode")
-        if op.get("gates"):
-            needs.add("admission_gates")
+        gates = op.get("gates")
+        if isinstance(gates, dict):
+            if "num_in_flight_tokens" in gates:
+                needs.add("async_scheduling")
+            if gates.keys() - {"num_in_flight_tokens"}:
+                needs.add("admission_gates")
         if op["op"] == "reset":
             needs.add("reset_prefix_cache")
+        if op["op"] == "evict":
+            needs.add("evict_blocks")
+    if not sc.caching:
+        needs.add("caching_off")
     return sorted(needs)
 
 
