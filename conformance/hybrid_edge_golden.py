@@ -22,7 +22,8 @@ session) tokens in flight beside a window of one token, ungated and through the 
 asynchronous load through the full-sequence gate, an encoder-decoder model (caching off) with a
 reserve of blocks and with external tokens beside a window, Mamba prefill checkpoints on a
 chunk one token short of the prefill's end and on a resumed request's, and EAGLE's drops in
-0.33's fixed point after evictions (``evict_blocks``).
+0.33's fixed point after evictions (``evict_blocks``), and a prefix-cache reset between
+partial-block keys of the same blocks.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -1076,4 +1077,31 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                 36, 29, 22, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
                 54, 55, 56, 57, 58, 59, 5, 4, 3, 2, 11, 10, 9, 8, 17, 16, 15, 14, 21, 20, 19, 6,
                 12, 18, 1, 28, 27, 26, 25, 24, 23, 7, 35, 34, 33, 32, 31, 30, 13))),
+    HybridEdgeScenario(
+        "reset_forgets_partial_key_lengths",
+        "EAGLE, full attention at 8 and 4 beside a Mamba align group at 16 (fine-grained hits), "
+        "on a pool of 24 blocks: a prompt in chunks of 10 and the rest keys blocks at partial "
+        "lengths, the prefix cache is reset, and later requests reuse those blocks: the "
+        "lengths went with the keys (a boundary state offered for 20 tokens of a request that "
+        "computed 16 is an error)",
+        (_FULL8, _ALIGN16, _FULL4),
+        num_blocks=24,
+        ops=(add("a", (*_P[:13], 1, 2, 8, 4, 3, 9, 2)), schedule("a", 10), schedule("a"),
+             free("a"), reset(),
+             add("b", (*_P[:15], 3, 1, 1, 1, 1, 2, 3, 2, 4, 3, 6, 9, 8, 9, 7, 8)),
+             schedule("b"), add("c", (*_P[:13], 6, 2, 1, 1, 2, 7, 1, 3, 5, 1, 1, 1, 9, 5, 8)),
+             schedule("c", 10), free("c"), add("d", (*_P[:24], 3, 1, 4, 9)), schedule("d", 16),
+             free("d"), free("b")),
+        use_eagle=True, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], [], []], 0), "new": [[1, 2], [3], [4, 5, 6]]},
+                     {"new": [[7], [8], [9, 10]]}, {}, {"reset": True}, {},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[8, 11, 12, 13], [0, 14], [15, 16, 17, 18, 19, 20, 21, 22]]},
+                     {}, {"hits": ([[], [], []], 0), "new": [[23, 7], [2], [1, 3, 10]]}, {}, {},
+                     {"hits": ([[], [], []], 0), "new": [[10, 2], [7], [9, 6, 5, 4]]}, {}, {}),
+            copies=(),
+            free_queue=(
+                22, 14, 23, 3, 1, 2, 10, 7, 4, 5, 6, 9, 13, 12, 11, 8, 21, 20, 19, 18, 17, 16,
+                15))),
 )
