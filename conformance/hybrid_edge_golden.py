@@ -236,6 +236,15 @@ def _reserve(n: int) -> dict[str, bool | int | list[int]]:
     return {"reserved_blocks": n}
 
 
+#: vLLM 0.33.0's answers to ``_in_flight`` beside a window of one token at block size 1, the
+#: same with the gates (a reserve of 0 blocks) and without.
+_IN_FLIGHT_WINDOW_OF_ONE = Recorded(
+    answers=({}, {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]}, {"new": [[5, 6], [7, 8]]},
+             {"new": [[4, 3], [9, 10]]}, {"new": [[9], [8]]}, {}),
+    copies=(),
+    free_queue=(8, 10, 7, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
+                29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 9, 3, 4, 6, 5, 2, 1))
+
 #: A reserve of 0 blocks: ``allocate_slots`` through vLLM 0.33's gated path.
 _RESERVE_0: dict[str, bool | int | list[int]] = {"reserved_blocks": 0}
 _FULL4 = KVCacheGroupSpec("full_attention", 4)
@@ -902,14 +911,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
         "processed-token basis is 0, not 1)",
         (_FULL1, _WINDOW1),
         num_blocks=40, ops=_in_flight({}), use_eagle=False, retention=None, block_size=1,
-        recorded=Recorded(
-            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]},
-                     {"new": [[5, 6], [7, 8]]}, {"new": [[4, 3], [9, 10]]}, {"new": [[9], [8]]},
-                     {}),
-            copies=(),
-            free_queue=(
-                8, 10, 7, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
-                29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 9, 3, 4, 6, 5, 2, 1))),
+        recorded=_IN_FLIGHT_WINDOW_OF_ONE),
     HybridEdgeScenario(
         "in_flight_tokens_hold_a_window_through_the_gates",
         "the same with every step through the gates (a reserve of 0 blocks): the gated path "
@@ -917,14 +919,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
         (_FULL1, _WINDOW1),
         num_blocks=40, ops=_in_flight(_RESERVE_0), use_eagle=False, retention=None,
         block_size=1,
-        recorded=Recorded(
-            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]},
-                     {"new": [[5, 6], [7, 8]]}, {"new": [[4, 3], [9, 10]]}, {"new": [[9], [8]]},
-                     {}),
-            copies=(),
-            free_queue=(
-                8, 10, 7, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
-                29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 9, 3, 4, 6, 5, 2, 1))),
+        recorded=_IN_FLIGHT_WINDOW_OF_ONE),
     HybridEdgeScenario(
         "async_load_through_the_gates_caches_nothing_yet",
         "two full-attention groups at 4 and 8: an extension of a freed 16-token prompt whose 8 "
