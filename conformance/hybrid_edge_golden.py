@@ -17,8 +17,8 @@ asynchronous load after a hit ending inside a Mamba block (its copy-on-write blo
 hit in place, outside the answer); and, on pools of 24 blocks, a lone Mamba group refusing hits on
 a block cached in the same step, one request's pending prefill checkpoint kept apart from
 another's, a short prompt that caches no Mamba block beside speculative blocks, and a gated step
-that reserves no checkpoint beside a second Mamba group; then (docs/mutation.md, twenty-second
-session) tokens in flight beside a window of one token, ungated and through the gates, an
+that reserves no checkpoint beside a second Mamba group; and, asked for by later mutation runs,
+tokens in flight beside a window of one token, ungated and through the gates, an
 asynchronous load through the full-sequence gate, an encoder-decoder model (caching off) with a
 reserve of blocks and with external tokens beside a window, Mamba prefill checkpoints on a
 chunk one token short of the prefill's end and on a resumed request's, and EAGLE's drops in
@@ -246,7 +246,8 @@ _IN_FLIGHT_WINDOW_OF_ONE = Recorded(
                 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 9, 3, 4, 6, 5, 2, 1))
 
 #: A reserve of 0 blocks: ``allocate_slots`` through vLLM 0.33's gated path.
-_RESERVE_0: dict[str, bool | int | list[int]] = {"reserved_blocks": 0}
+_RESERVE_0 = _reserve(0)
+
 _FULL4 = KVCacheGroupSpec("full_attention", 4)
 _ALIGN8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align")
 _CHECKPOINTS8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",

@@ -1,10 +1,9 @@
 """The hybrid edge goldens (``conformance/hybrid_edge_golden.py``, suite test
 ``test_edge_cases.py::test_hybrid_edge_golden``) ask for what each scenario uses: an
 implementation that does not declare it skips that scenario, naming the capability, and runs
-the others. The twenty-second session's scenarios added three needs: tokens in flight
-(``async_scheduling``, not ``admission_gates``, when the gates carry only
-``num_in_flight_tokens``), an encoder-decoder layout with caching off (``caching_off``) and
-evictions (``evict_blocks``)."""
+the others. Checked here for three of those needs: tokens in flight (``async_scheduling``,
+not ``admission_gates``, when the gates carry only ``num_in_flight_tokens``), an
+encoder-decoder layout with caching off (``caching_off``) and evictions (``evict_blocks``)."""
 
 from __future__ import annotations
 
