@@ -72,6 +72,11 @@ def configure(config: pytest.Config) -> None:
     # Numeric options within bounds that fit the machine (kvcheck.plugin.option_bounds).
     max_examples = check_max_examples(config.getoption("kv_max_examples"))
     check_seed(config.getoption("kv_seed"))
+    # Read now, in the xdist controller too: read at collection, in the workers, an unreadable
+    # file crashed them and the controller printed an INTERNALERROR instead of the problem.
+    config.stash[_ID_FILES] = {option: read_id_file(path, _flag(option))
+                               for option in _ID_FILE_OPTIONS
+                               if (path := config.getoption(option))}
     timeout = _call_timeout(config)
     # --kv-max-memory, and forks, threads and children watched from before the first call.
     resources = configure_resources(config)
@@ -135,6 +140,16 @@ def configure(config: pytest.Config) -> None:
         config.args = [str(Path(kvcheck.conformance.__file__).parent)]
         # The header must not claim the ini's testpaths were run.
         config.args_source = pytest.Config.ArgsSource.ARGS
+
+
+#: The options naming files of test ids, and their ids (read once, at configure).
+_ID_FILE_OPTIONS = ("kv_skips_file", "kv_xfails_file")
+_ID_FILES = pytest.StashKey[dict[str, list[str]]]()
+
+
+def _flag(option: str) -> str:
+    """``kv_skips_file`` -> ``--kv-skips-file``."""
+    return "--" + option.replace("_", "-")
 
 
 #: ``keep_armed``'s setting before this session (an in-process run nests in another).
@@ -268,14 +283,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             inventory.files.add(item.path.name)
             if reason is None:
                 inventory.applicable.setdefault(impl.name, []).append(suite_key(item.nodeid))
-    for option, mark in (
-        ("kv_skips_file", pytest.mark.skip(reason="listed in --kv-skips-file")),
-        ("kv_xfails_file", pytest.mark.xfail(reason="listed in --kv-xfails-file", strict=False)),
-    ):
-        path = config.getoption(option)
-        if path:
-            flag = "--" + option.replace("_", "-")
-            marked, messages = apply_id_file(suite, read_id_file(path, flag), mark, flag)
+    id_files = config.stash.get(_ID_FILES, {})
+    for option, mark in zip(_ID_FILE_OPTIONS, (
+        pytest.mark.skip(reason="listed in --kv-skips-file"),
+        pytest.mark.xfail(reason="listed in --kv-xfails-file", strict=False),
+    ), strict=True):
+        if option in id_files:
+            flag = _flag(option)
+            marked, messages = apply_id_file(suite, id_files[option], mark, flag)
             if option == "kv_skips_file":
                 inventory.skipped_by_file = {suite_key(nodeid) for nodeid in marked}
             # Said once, in the summary (a PytestWarning too would repeat it).

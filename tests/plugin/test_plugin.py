@@ -167,6 +167,18 @@ def test_missing_skips_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--kv-skips-file=nope.txt: cannot read it*"])
 
 
+def test_missing_xfails_file_under_xdist_is_the_same_usage_error(
+        pytester: pytest.Pytester) -> None:
+    """Under xdist the workers collect: a file they could not read crashed them, and the
+    run printed an INTERNALERROR and "no tests ran" instead of the problem."""
+    pytest.importorskip("xdist")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kv-impl=reference",
+                                           "-n", "2", "--kv-xfails-file=nope.txt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kv-xfails-file=nope.txt: cannot read it*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 def test_report_record_is_valid_complete_and_whole_under_xdist(
         pytester: pytest.Pytester) -> None:
     """The record of a complete single-process run (``plain_full_run``'s, made once per test
