@@ -6,19 +6,9 @@ Mechanism, cheapest first:
 * **Main thread** (where pytest runs tests): a real-time interval timer
   (``signal.setitimer(ITIMER_REAL)``) armed before and disarmed after each call, and one
   SIGALRM handler that raises ``AdapterTimeout`` inside the stuck call. Arm + disarm are two
-  system calls (about 1.2 us, a fifth of a recorded trace's replay time). Another user of
-  SIGALRM (pytest-timeout's ``signal`` method) is respected: its pending timer is saved,
-  re-armed afterwards with what it had left, and when its deadline comes first the alarm is
-  handed to its handler.
-* **Kept armed within a test** (``keep_armed``, what the pytest plugin uses): while no one
-  else's timer or handler is about, the timer a call armed is left pending after it returns,
-  and the next calls reuse it (no system call) as long as it fires no later than their own
-  deadline. When it fires during a later call, the handler re-arms it to that call's
-  deadline; when it fires between calls, it is ignored and the next call arms again. The
-  plugin disarms it at the end of every test (``disarm_kept``), so an alarm can only come
-  between calls of a test that runs past the limit, once per limit. A timer someone cancels
-  meanwhile is made up for by the watchdog below (it sends the alarm itself once the
-  deadline has passed by its period).
+  system calls (about 0.6 us). Another user of SIGALRM (pytest-timeout's ``signal`` method) is
+  respected: its pending timer is saved, re-armed afterwards with what it had left, and when
+  its deadline comes first the alarm is handed to its handler.
 * **Other threads**, or a platform without SIGALRM: a watchdog thread raises
   ``AdapterTimeout`` in the calling thread (``PyThreadState_SetAsyncExc``) once the limit has
   passed; it takes effect at the next Python bytecode of that thread.
@@ -81,8 +71,6 @@ __all__ = [
     "CallLimit",
     "abbreviate",
     "arg_text",
-    "disarm_kept",
-    "keep_armed",
     "set_last_resort",
 ]
 
@@ -168,9 +156,6 @@ class _GCClock:
 _GC = _GCClock()
 #: Seconds after which an alarm that arrived during a collection looks again.
 _GC_RECHECK_S = 0.005
-#: Two fire times this close are one timer (``setitimer`` keeps microseconds; the clock
-#: reads between the arming and the check take a few).
-_SAME_TIMER_S = 2e-3
 
 
 class _Call:
@@ -270,12 +255,6 @@ class _Alarm:
         self.previous: _Handler = signal.SIG_DFL  # the handler ours replaced
         self.their_deadline: float | None = None  # pending timer of someone else
         self.last_deadline = float("-inf")  # of our latest call
-        self.keep = False  # leave our timer pending between calls (``keep_armed``)
-        # When the kept timer fires, while calls may reuse it (0: none to reuse).
-        self.kept_until = 0.0
-        # When the latest timer we kept fires, until its alarm is seen or it is disarmed:
-        # how the handler knows that an alarm between calls is ours, however late it runs.
-        self.kept_fires_at = float("inf")
 
     def run(self, limit: CallLimit, method: str, fn: Callable[[Unpack[_Args]], _T],
             args: tuple[Unpack[_Args]]) -> _T:
@@ -297,30 +276,18 @@ class _Alarm:
         watchdog.main = call
         if watchdog.thread is None or not watchdog.last_resort_armed:
             watchdog.watch(call)
-        kept = self.kept_until
-        left = interval = 0.0
-        if not (kept and not swapped and kept <= call.deadline):
-            # Arm ours; what it returns is someone else's pending timer (usually none), or
-            # ours kept from an earlier call (it fires at kept_until: not theirs).
-            left, interval = _setitimer(_REAL, limit.seconds)
-            if kept and abs(start + left - kept) < _SAME_TIMER_S:
-                left = 0.0
-            self.kept_until = start + limit.seconds if self.keep and not swapped \
-                and not left else 0.0
-            if self.kept_until:
-                self.kept_fires_at = self.kept_until
-            if left:
-                self.their_deadline = start + left
-                if left < limit.seconds:
-                    _setitimer(_REAL, left)
+        # Arm ours; what it returns is someone else's pending timer (usually none).
+        left, interval = _setitimer(_REAL, limit.seconds)
+        if left:
+            self.their_deadline = start + left
+            if left < limit.seconds:
+                _setitimer(_REAL, left)
         try:
             result = fn(*args)
         finally:
             call.done = True
             self.call = None
-            if self.kept_until:
-                pass  # left pending for the next calls (``keep_armed``)
-            elif left:
+            if left:
                 remaining = self.their_deadline - time.monotonic() if (
                     self.their_deadline is not None) else 0.0
                 self.their_deadline = None
@@ -366,10 +333,6 @@ def _on_alarm(signum: int, frame: FrameType | None) -> object:
             signal.setitimer(signal.ITIMER_REAL, max(call.due(now) - now, 1e-4))
         return alarm.delegate(signum, frame)
     if call is None or call.done:
-        if now >= alarm.kept_fires_at - _SAME_TIMER_S:  # ours, kept after a call
-            alarm.kept_until = 0.0
-            alarm.kept_fires_at = float("inf")
-            return None
         # Our own alarm can race our disarm (the call returned just at its deadline): that
         # one is ignored; any other alarm is someone else's.
         if theirs is None and abs(now - alarm.last_deadline) > 0.5:
@@ -379,56 +342,13 @@ def _on_alarm(signum: int, frame: FrameType | None) -> object:
         # A collection is running: the handler runs inside some __del__ (where an exception
         # is lost), and the pause is not the call's. Look again once it is over.
         signal.setitimer(signal.ITIMER_REAL, _GC_RECHECK_S)
-        if alarm.kept_until:
-            alarm.kept_until = alarm.kept_fires_at = now + _GC_RECHECK_S
         return None
     due = call.due(now)
     if now >= due - 1e-3:
         call.raised = True
-        alarm.kept_until = 0.0  # fired: nothing of ours pending
-        alarm.kept_fires_at = float("inf")
         raise AdapterTimeout(call.timeout_message())
-    # Woke early: the collector paused the call, or the timer was kept from an earlier call.
-    signal.setitimer(signal.ITIMER_REAL, due - now)
-    if alarm.kept_until:
-        alarm.kept_until = alarm.kept_fires_at = due
+    signal.setitimer(signal.ITIMER_REAL, due - now)  # woke early, or the collector paused it
     return None
-
-
-def keep_armed(on: bool) -> bool:
-    """Turn keeping the main thread's timer armed between calls on or off (module doc);
-    returns the previous setting. Turning it off disarms a kept timer."""
-    previous = _ALARM.keep
-    _ALARM.keep = on
-    if not on:
-        disarm_kept()
-    return previous
-
-
-def disarm_kept() -> None:
-    """Disarm the timer a call left pending (``keep_armed``), if it is still ours: the
-    pytest plugin calls this at the end of every test, so no alarm of ours comes after it.
-    A timer someone else armed since is left alone."""
-    alarm = _ALARM
-    kept = alarm.kept_until
-    if not kept or alarm.call is not None:
-        return
-    alarm.kept_until = 0.0
-    left, interval = signal.getitimer(signal.ITIMER_REAL)
-    if left and not interval and abs(_monotonic() + left - kept) < _SAME_TIMER_S:
-        left, _ = _setitimer(_REAL, 0)
-        if left:  # disarmed before it fired: no alarm of ours is coming
-            alarm.kept_fires_at = float("inf")
-
-
-def _forget_kept_timer() -> None:
-    """In a forked child: timers are not inherited, so none of ours is pending."""
-    _ALARM.kept_until = 0.0
-    _ALARM.kept_fires_at = float("inf")
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_kept_timer)
 
 
 # ---------------------------------------------------------------- watchdog
@@ -501,12 +421,6 @@ class _Watchdog:
             active = [c for c in [self.main, *list(self.calls.values())]
                       if c is not None and not c.done]
             collecting = _GC.since is not None
-            kept = _ALARM.kept_until
-            if kept and now > kept + self.period:
-                # Our kept timer should have fired by now: someone cancelled it. The next
-                # call arms a new one (the one in progress is covered below; an alarm of it
-                # that comes late is still known as ours by kept_fires_at).
-                _ALARM.kept_until = 0.0
             for call in active:
                 due = call.due(now)
                 if now >= due + call.limit.grace and not call.done:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kvcheck.conformance.call_floor import apply_floor, oracle_timeout
-from kvcheck.conformance.call_limit import disarm_kept, keep_armed, set_last_resort
+from kvcheck.conformance.call_limit import set_last_resort
 from kvcheck.conformance.interrupts import watch_user_interrupts
 from kvcheck.conformance.loader import (
     DEFAULT_CALL_TIMEOUT,
@@ -124,12 +124,6 @@ def configure(config: pytest.Config) -> None:
     state.selection_warnings.extend(notes)  # said in the summary too
     register(config, state)
     resources.start(state)  # the memory limit, and the hooks for forks and leftovers
-    if impls:
-        # The call limit's timer stays armed between the calls of a test (disarmed at its
-        # end, pytest_runtest_protocol below): two system calls fewer per adapter call, a
-        # fifth of a recorded trace's replay (kvcheck.conformance.call_limit). Put back at
-        # the end.
-        config.stash[_KEPT_ARMED_BEFORE] = keep_armed(True)
     config.pluginmanager.register(sys.modules[__name__], "kvcheck-suite")
     if (impls and config.args_source != pytest.Config.ArgsSource.ARGS
             and not config.hook.pytest_kvcheck_bench_active(config=config)):
@@ -150,24 +144,6 @@ _ID_FILES = pytest.StashKey[dict[str, list[str]]]()
 def _flag(option: str) -> str:
     """``kv_skips_file`` -> ``--kv-skips-file``."""
     return "--" + option.replace("_", "-")
-
-
-#: ``keep_armed``'s setting before this session (an in-process run nests in another).
-_KEPT_ARMED_BEFORE = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    """No alarm of the call limit comes after the test whose calls armed it."""
-    try:
-        return (yield)
-    finally:
-        disarm_kept()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if _KEPT_ARMED_BEFORE in config.stash:
-        keep_armed(config.stash[_KEPT_ARMED_BEFORE])
 
 
 #: Why --kv-timeout was raised to this machine's floor (shown in the header and the summary).

@@ -13,20 +13,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kv_helpers import reference_capabilities_source
 
-from kvcheck.conformance import call_limit
-from kvcheck.conformance.call_limit import (
-    STUCK_EXIT_CODE,
-    AdapterTimeout,
-    CallLimit,
-    disarm_kept,
-    keep_armed,
-)
+from kvcheck.conformance.call_limit import STUCK_EXIT_CODE, AdapterTimeout, CallLimit
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.protocol import KVCacheSpec
 from kvcheck.errors import KVCheckFailure
@@ -269,139 +262,3 @@ def test_hanging_adapter_fails_its_tests_and_the_session_finishes(
     ])
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed") == 1 and outcomes.get("passed") == 1
-
-
-# ------------------------------------------------------------------ kept armed (the plugin's)
-@contextlib.contextmanager
-def kept_armed() -> Iterator[None]:
-    """``keep_armed`` on inside, as the pytest plugin has it during a suite run."""
-    previous = keep_armed(True)
-    try:
-        yield
-    finally:
-        keep_armed(previous)
-
-
-def test_kept_timer_serves_the_next_calls_and_is_disarmed_at_the_end() -> None:
-    limit = CallLimit(5, "impl")
-    with kept_armed():
-        limit.call("f", lambda: None)
-        first = signal.getitimer(signal.ITIMER_REAL)[0]
-        assert 4 < first <= 5  # armed by the call and left pending after it
-        time.sleep(0.05)
-        for _ in range(3):
-            limit.call("f", lambda: None)
-        assert signal.getitimer(signal.ITIMER_REAL)[0] < first - 0.04  # the same timer
-        disarm_kept()
-        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-        limit.call("f", lambda: None)
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # turning it off disarms
-
-
-def test_a_hang_after_kept_calls_times_out_at_its_own_deadline() -> None:
-    """The kept timer fires 0.1 s into the hanging call (armed 0.2 s before it by an earlier
-    call): the call still gets its whole 0.3 s."""
-    limit = CallLimit(0.3, "impl")
-    with kept_armed():
-        limit.call("f", lambda: None)
-        time.sleep(0.2)
-        start = time.monotonic()
-        with pytest.raises(AdapterTimeout, match=r"impl\.g\(30\) did not return within 0\.3 s"):
-            limit.call("g", time.sleep, 30)
-        assert 0.27 < time.monotonic() - start < 3
-        assert limit.call("h", lambda: 1) == 1
-        disarm_kept()
-
-
-def test_a_kept_alarm_between_calls_is_ignored_and_the_next_call_arms_again() -> None:
-    limit = CallLimit(0.2, "impl")
-    with kept_armed():
-        limit.call("f", lambda: None)
-        time.sleep(0.4)  # the kept timer fires while no call runs
-        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-        with pytest.raises(AdapterTimeout, match=r"impl\.g"):
-            limit.call("g", time.sleep, 30)
-        disarm_kept()
-
-
-@pytest.mark.parametrize("keep", [False, True], ids=["per-call", "kept"])
-def test_their_timer_armed_between_kept_calls_fires_on_time_in_their_handler(
-        keep: bool) -> None:
-    """pytest-timeout arming between two of our calls: its handler gets its alarm on time,
-    and no alarm of ours after it."""
-    fired: list[float] = []
-    limit = CallLimit(0.5, "impl")
-    previous = signal.getsignal(signal.SIGALRM)
-    try:
-        with contextlib.ExitStack() as stack:
-            if keep:
-                stack.enter_context(kept_armed())
-            limit.call("f", lambda: None)
-            signal.signal(signal.SIGALRM, lambda s, f: fired.append(time.monotonic()))
-            start = time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, 0.3)
-            for _ in range(3):
-                assert limit.call("f", time.sleep, 0.02) is None
-            time.sleep(0.8)  # past their 0.3 s and our kept 0.5 s
-            assert len(fired) == 1 and 0.25 < fired[0] - start < 0.6
-            disarm_kept()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-LATE_KEPT_ALARM = """
-import os, signal, sys, time
-from kvcheck.conformance import call_limit
-call_limit.keep_armed(True)
-limit = call_limit.CallLimit(0.2, "impl")
-if sys.argv[1] == "late":
-    # The alarm of the timer a call kept is handled a second late (the main thread was in C
-    # code), after the watchdog forgot the timer: it is still ours, not one for SIG_DFL
-    # (which would end the process).
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    limit.call("f", lambda: None)
-    time.sleep(1.0)
-    call_limit._ALARM.kept_until = 0.0
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
-    time.sleep(0.1)
-else:  # a forked child inherits no timer: its calls arm their own
-    limit.call("f", lambda: None)
-    pid = os.fork()
-    if pid == 0:
-        ok = call_limit._ALARM.kept_until == 0.0
-        try:
-            limit.call("g", time.sleep, 30)
-        except call_limit.AdapterTimeout:
-            os._exit(0 if ok else 3)
-        os._exit(4)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, status
-print("alive")
-"""
-
-
-@pytest.mark.parametrize("case", ["late", "fork"])
-def test_a_late_kept_alarm_is_ours_and_a_forked_child_arms_its_own(case: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", LATE_KEPT_ALARM, case], capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert proc.returncode == 0 and proc.stdout.strip() == "alive", proc.stderr[-2000:]
-
-
-def test_the_plugin_keeps_the_timer_within_a_test_and_disarms_it_after(
-        pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_mine="""
-        import signal
-        from kvcheck.conformance import call_limit
-
-        def test_during(kv_impl, kv_spec):
-            kv_impl.make_manager(kv_spec).num_free_blocks()
-            assert call_limit._ALARM.keep
-            assert signal.getitimer(signal.ITIMER_REAL)[0] > 0  # kept after the calls
-
-        def test_after():
-            assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--kv-impl=reference", "test_mine.py")
-    result.assert_outcomes(passed=2)
-    assert not call_limit._ALARM.keep  # put back when the session ended
