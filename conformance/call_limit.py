@@ -3,13 +3,16 @@
 
 Mechanism, cheapest first:
 
-* **Main thread** (where pytest runs tests): a real-time interval timer
-  (``signal.setitimer(ITIMER_REAL)``) armed before and disarmed after each call, and one
-  SIGALRM handler that raises ``AdapterTimeout`` inside the stuck call. Arm + disarm are two
-  system calls (about 0.6 us). Another user of SIGALRM (pytest-timeout's ``signal`` method) is
-  respected: its pending timer is saved, re-armed afterwards with what it had left, and when
-  its deadline comes first the alarm is handed to its handler.
-* **Other threads**, or a platform without SIGALRM: a watchdog thread raises
+* **Main thread** (where pytest runs tests): nothing per call but bookkeeping (no system
+  call: a suite run makes about 230,000 adapter calls). A watchdog thread wakes every
+  ``period`` (a quarter of the smallest limit in use, between 0.02 and 0.5 s) and, once a
+  call has run past its limit, sends SIGALRM to the main thread (``pthread_kill``), whose
+  handler raises ``AdapterTimeout`` inside the stuck call; a blocking system call is
+  interrupted by it too. So a call is interrupted between ``limit`` and ``limit + period``
+  seconds after it started. kvcheck arms no timer of its own: another user of SIGALRM
+  (pytest-timeout's ``signal`` method) keeps its timer untouched, and an alarm kvcheck did
+  not send is handed to that user's handler (which is put back after each call).
+* **Other threads**, or a platform without SIGALRM: the same watchdog raises
   ``AdapterTimeout`` in the calling thread (``PyThreadState_SetAsyncExc``) once the limit has
   passed; it takes effect at the next Python bytecode of that thread.
 * **A call that cannot be abandoned** (stuck in C code; or one that swallows the exception and
@@ -22,12 +25,14 @@ Mechanism, cheapest first:
   (h:mm:ss)!`` and the stack of the stuck call). Known cost of the last resort: a process
   suspended (Ctrl-Z) for longer than ``limit + grace`` in the middle of the run may be ended
   when resumed; pass ``--kv-timeout=0`` when debugging.
+* **A forked child** (``os.fork``) starts its own watchdog at its first call (threads are not
+  inherited), without the faulthandler last resort (whose timer thread is the parent's).
 
 Time the garbage collector spends collecting during a call is not the call's: a collection of a
 large heap (a whole pytest session's objects, when suites run in-process) can take longer than a
-tight limit. A ``gc.callbacks`` clock adds those pauses to the call's deadline, and an alarm
-that arrives while a collection is running (its handler would run inside some object's
-``__del__``, where a raised exception is only printed and lost) looks again shortly after.
+tight limit. A ``gc.callbacks`` clock adds those pauses to the call's deadline, and no alarm is
+sent while a collection is running (its handler would run inside some object's ``__del__``,
+where a raised exception is only printed and lost): the watchdog looks again a period later.
 A call that is interrupted and yet returns normally (it caught the exception, or the exception
 was raised where Python cannot propagate it) still fails with ``AdapterTimeout``, saying so: an
 interruption is never lost.
@@ -90,13 +95,11 @@ _T = TypeVar("_T")
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 _MAIN_IDENT: int = threading.main_thread().ident or 0
-_HAVE_TIMER = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
-# Bound once: the arm / disarm path runs on every adapter call.
+_HAVE_ALARM = hasattr(signal, "pthread_kill") and hasattr(signal, "SIGALRM")
+# Bound once: the main thread's path runs on every adapter call.
 _get_ident = threading.get_ident
 _monotonic = time.monotonic
-if _HAVE_TIMER:
-    _setitimer = signal.setitimer
-    _REAL = signal.ITIMER_REAL
+if _HAVE_ALARM:
     _SIGALRM = signal.SIGALRM
 # A private copy of the standard error the process started with: while pytest captures
 # output, fd 2 points at a temporary file that a dying process never shows.
@@ -216,6 +219,7 @@ class CallLimit:
         self.grace = grace
         if self.seconds:
             _GC.start()
+            _WATCHDOG.tighten(self)
 
     def __repr__(self) -> str:
         return f"CallLimit({self.seconds:g}, impl={self.impl!r})"
@@ -233,7 +237,7 @@ class CallLimit:
             if not self.seconds:
                 return fn(*args)
             thread = _get_ident()
-            if thread == _MAIN_IDENT and _HAVE_TIMER:
+            if thread == _MAIN_IDENT and _HAVE_ALARM:
                 if _ALARM.call is not None:  # nested in a timed call: the outer limit covers it
                     return fn(*args)
                 return _ALARM.run(self, method, fn, args)
@@ -248,13 +252,14 @@ class CallLimit:
 
 # ---------------------------------------------------------------- main thread: SIGALRM
 class _Alarm:
-    """The SIGALRM timer of the main thread (one per process)."""
+    """The main thread's timed call and its SIGALRM handler (one per process). The watchdog
+    sends the alarm (``sent`` tells it from anyone else's); the call itself makes no system
+    call unless someone else's Python handler must be swapped out for it."""
 
     def __init__(self) -> None:
         self.call: _Call | None = None
         self.previous: _Handler = signal.SIG_DFL  # the handler ours replaced
-        self.their_deadline: float | None = None  # pending timer of someone else
-        self.last_deadline = float("-inf")  # of our latest call
+        self.sent = False  # the watchdog sent SIGALRM and the handler has not run since
 
     def run(self, limit: CallLimit, method: str, fn: Callable[[Unpack[_Args]], _T],
             args: tuple[Unpack[_Args]]) -> _T:
@@ -268,34 +273,17 @@ class _Alarm:
             # Default / ignore: ours stays installed (it behaves like them when the alarm is
             # not ours). Someone's Python handler: put it back after the call.
             swapped = callable(current)
-        start = _monotonic()
-        call = _Call(limit, method, args, start, _MAIN_IDENT)
+        call = _Call(limit, method, args, _monotonic(), _MAIN_IDENT)
         self.call = call
-        self.last_deadline = call.deadline
         watchdog = _WATCHDOG
         watchdog.main = call
         if watchdog.thread is None or not watchdog.last_resort_armed:
             watchdog.watch(call)
-        # Arm ours; what it returns is someone else's pending timer (usually none).
-        left, interval = _setitimer(_REAL, limit.seconds)
-        if left:
-            self.their_deadline = start + left
-            if left < limit.seconds:
-                _setitimer(_REAL, left)
         try:
             result = fn(*args)
         finally:
             call.done = True
             self.call = None
-            if left:
-                remaining = self.their_deadline - time.monotonic() if (
-                    self.their_deadline is not None) else 0.0
-                self.their_deadline = None
-                # Theirs fired already (remaining <= 0 and handled): only the interval.
-                signal.setitimer(signal.ITIMER_REAL, max(remaining, 1e-6) if remaining > 0
-                                 else interval, interval)
-            else:
-                _setitimer(_REAL, 0)
             if swapped:
                 signal.signal(signal.SIGALRM, self.previous)
         if call.raised:  # interrupted, and yet it returned: the timeout is not lost
@@ -324,49 +312,50 @@ _ALARM = _Alarm()
 
 def _on_alarm(signum: int, frame: FrameType | None) -> object:
     alarm = _ALARM
-    now = time.monotonic()
-    call = alarm.call
-    theirs = alarm.their_deadline
-    if theirs is not None and now >= theirs - 1e-3:
-        alarm.their_deadline = None
-        if call is not None and not call.done:  # ours is still pending: re-arm it
-            signal.setitimer(signal.ITIMER_REAL, max(call.due(now) - now, 1e-4))
+    if not alarm.sent:  # a timer of someone else's (pytest-timeout): theirs to handle
         return alarm.delegate(signum, frame)
-    if call is None or call.done:
-        # Our own alarm can race our disarm (the call returned just at its deadline): that
-        # one is ignored; any other alarm is someone else's.
-        if theirs is None and abs(now - alarm.last_deadline) > 0.5:
-            return alarm.delegate(signum, frame)
-        return None
+    # Ours. (A timer of theirs that fires at the very moment the watchdog sends ours is
+    # merged into one delivery by the kernel or by Python's handler: that one is lost.)
+    alarm.sent = False
+    call = alarm.call
+    if call is None or call.done or call.raised:
+        return None  # the call returned (or was interrupted) after the watchdog looked
     if _GC.since is not None:
         # A collection is running: the handler runs inside some __del__ (where an exception
-        # is lost), and the pause is not the call's. Look again once it is over.
-        signal.setitimer(signal.ITIMER_REAL, _GC_RECHECK_S)
+        # is lost), and the pause is not the call's. The watchdog looks again a period later.
         return None
-    due = call.due(now)
-    if now >= due - 1e-3:
+    now = _monotonic()
+    if now >= call.due(now) - 1e-3:
         call.raised = True
         raise AdapterTimeout(call.timeout_message())
-    signal.setitimer(signal.ITIMER_REAL, due - now)  # woke early, or the collector paused it
-    return None
+    return None  # a collection moved the deadline: the watchdog sends again when it is due
 
 
 # ---------------------------------------------------------------- watchdog
 class _Watchdog:
-    """One daemon thread: interrupts timed calls of other threads, ends the session when a
-    call cannot be interrupted, and keeps the faulthandler last resort armed."""
+    """One daemon thread: interrupts timed calls past their limit (the main thread's with
+    SIGALRM, other threads' with an asynchronous exception), ends the session when a call
+    cannot be interrupted, and keeps the faulthandler last resort armed."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.calls: dict[int, _Call] = {}  # thread ident -> its timed call
         self.main: _Call | None = None  # the main thread's call (also in _ALARM.call)
         self.thread: threading.Thread | None = None
-        self.period = 0.5
+        self.period = 0.5  # seconds between looks: how late past its limit a call may end
+        self.wake = threading.Event()  # set: look now, with the period just shortened
         self.last_resort_armed = False
         self.last_resort = True
 
+    def tighten(self, limit: CallLimit) -> None:
+        """Look at least every quarter of ``limit`` (and of its grace), from now on."""
+        period = max(0.02, min(limit.seconds, limit.grace) / 4)
+        if period < self.period:
+            self.period = period
+            self.wake.set()
+
     def _start(self, limit: CallLimit) -> None:
-        self.period = min(self.period, max(0.02, min(limit.seconds, limit.grace) / 4))
+        self.tighten(limit)
         if self.thread is None or not self.thread.is_alive():
             self.thread = threading.Thread(target=self._loop, name="kvcheck-call-limit",
                                            daemon=True)
@@ -376,10 +365,22 @@ class _Watchdog:
         """Start the thread if needed and arm the last resort (the main thread's call path
         calls this only when one of them is missing)."""
         self.main = call
-        if self.thread is None or call.limit.seconds / 4 < self.period:
+        if self.thread is None:
             self._start(call.limit)
         if not self.last_resort_armed and self.last_resort:
             self._arm_last_resort(call.limit.seconds + call.limit.grace + 2 * self.period)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's thread and calls are not this process's. The next
+        call starts a thread; the last resort stays off (faulthandler's timer thread is the
+        parent's, and re-arming it in a child is not safe)."""
+        self.lock = threading.Lock()
+        self.calls = {}
+        self.main = None
+        self.thread = None
+        self.wake = threading.Event()
+        self.last_resort_armed = False
+        self.last_resort = False
 
     def run_threaded(self, limit: CallLimit, method: str, fn: Callable[[Unpack[_Args]], _T],
                      args: tuple[Unpack[_Args]], thread: int) -> _T:
@@ -410,33 +411,32 @@ class _Watchdog:
             self.last_resort_armed = True
 
     def _loop(self) -> None:
-        if _HAVE_TIMER:
-            # The kernel may deliver the process-wide SIGALRM to any thread that does not
-            # block it; delivered here, it would not interrupt the main thread's blocking
-            # call. Block it in this thread.
+        if _HAVE_ALARM:
+            # Someone else's process-wide timer (pytest-timeout) may be delivered to any
+            # thread that does not block SIGALRM; here it would interrupt nothing. Block it.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         while True:
-            time.sleep(self.period)
+            if self.wake.wait(self.period):
+                self.wake.clear()
             now = time.monotonic()
-            active = [c for c in [self.main, *list(self.calls.values())]
+            main = self.main
+            active = [c for c in [main, *list(self.calls.values())]
                       if c is not None and not c.done]
             collecting = _GC.since is not None
             for call in active:
                 due = call.due(now)
                 if now >= due + call.limit.grace and not call.done:
                     _end_session(call)
-                if collecting:  # an exception raised now would land in some __del__
-                    continue
-                if call.thread != _MAIN_IDENT:
-                    if now >= due and not call.raised:
-                        call.raised = True
-                        _async_raise(call.thread)
-                elif (_HAVE_TIMER and now >= due + self.period and not call.raised
-                      and _getsignal(_SIGALRM) is _on_alarm):
-                    # The alarm went to another thread (one of the process's threads that
-                    # does not block SIGALRM): send it to the main thread itself, which
-                    # interrupts its blocking system call.
-                    signal.pthread_kill(_MAIN_IDENT, signal.SIGALRM)
+                if collecting or now < due or call.raised:
+                    continue  # (while collecting, an exception would land in some __del__)
+                if call is not main:
+                    call.raised = True
+                    _async_raise(call.thread)
+                elif _getsignal(_SIGALRM) is _on_alarm:
+                    # The main thread's handler raises AdapterTimeout in the call (it marks
+                    # the call raised), interrupting a blocking system call too.
+                    _ALARM.sent = True
+                    signal.pthread_kill(_MAIN_IDENT, _SIGALRM)
             if self.last_resort:
                 self._refresh_last_resort()
 
@@ -493,6 +493,16 @@ def _end_session(call: _Call) -> None:
 
 
 _WATCHDOG = _Watchdog()
+
+
+def _forget_after_fork() -> None:
+    _ALARM.call = None
+    _ALARM.sent = False
+    _WATCHDOG.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def set_last_resort(enabled: bool) -> None:

@@ -1,6 +1,6 @@
 """The per-call limit (kvcheck.conformance.call_limit): a hung adapter call fails with
-AdapterTimeout naming the call and the session goes on; other SIGALRM users keep their timer;
-a call that cannot be interrupted ends the process with a clear message."""
+AdapterTimeout naming the call and the session goes on; kvcheck arms no timer, so other SIGALRM
+users keep theirs; a call that cannot be interrupted ends the process with a clear message."""
 
 from __future__ import annotations
 
@@ -97,6 +97,86 @@ def test_their_earlier_deadline_reaches_their_handler_during_our_call() -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_no_timer_is_armed_during_a_call() -> None:
+    """kvcheck arms no interval timer of its own: inside a call, a pending timer of someone
+    else's runs down untouched, and without one none is pending."""
+    seen: list[tuple[float, float]] = []
+    limit = CallLimit(5, "impl")
+    limit.call("f", lambda: seen.append(signal.getitimer(signal.ITIMER_REAL)))
+    previous = signal.signal(signal.SIGALRM, lambda s, f: None)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        limit.call("f", lambda: seen.append(signal.getitimer(signal.ITIMER_REAL)))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert seen[0] == (0.0, 0.0)
+    assert 29 < seen[1][0] <= 30 and seen[1][1] == 0.0
+
+
+ALARM_CHILD = """
+import os, signal, sys, time
+from kvcheck.conformance.call_limit import AdapterTimeout, CallLimit
+case = sys.argv[1]
+if case == "shorter_limit_later":
+    # The watchdog starts looking every 0.5 s for a limit of 5 s; a later limit of 0.3 s
+    # must shorten that at once, not after the next look.
+    CallLimit(5, "slow").call("f", time.sleep, 0.01)
+    start = time.monotonic()
+    try:
+        CallLimit(0.3, "fast").call("f", time.sleep, 30)
+    except AdapterTimeout:
+        print(f"interrupted after {time.monotonic() - start:.2f} s")
+elif case == "forked_child":
+    # The parent's watchdog thread is not the child's: the child's call must still end.
+    CallLimit(0.2, "parent").call("f", time.sleep, 0.01)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            CallLimit(0.2, "child").call("f", time.sleep, 30)
+        except AdapterTimeout as exc:
+            os.write(1, f"child: {exc}\\n".encode())
+            os._exit(0)
+        os._exit(1)
+    print("child exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+elif case == "alarm_not_ours":
+    # An alarm kvcheck did not send, with no handler of anyone's: the default action ends
+    # the process, as it would without kvcheck (during a call and between calls alike).
+    limit = CallLimit(5, "impl")
+    limit.call("f", time.sleep, 0.01)  # installs kvcheck's handler
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    limit.call("f", time.sleep, 2)
+    print("survived")
+"""
+
+
+def _alarm_child(tmp_path: Any, case: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(ALARM_CHILD))
+    return subprocess.run([sys.executable, str(script), case], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_a_shorter_limit_shortens_the_watchdogs_period_at_once(tmp_path: Any) -> None:
+    proc = _alarm_child(tmp_path, "shorter_limit_later")
+    assert proc.returncode == 0, proc.stderr
+    seconds = float(proc.stdout.split()[2])
+    assert 0.29 < seconds < 0.45, proc.stdout  # within a period (0.075 s) of the limit
+
+
+def test_a_forked_childs_call_still_times_out(tmp_path: Any) -> None:
+    proc = _alarm_child(tmp_path, "forked_child")
+    assert proc.returncode == 0, proc.stderr
+    assert "child: child.f(30) did not return within 0.2 s" in proc.stdout
+    assert "child exit 0" in proc.stdout
+
+
+def test_an_alarm_kvcheck_did_not_send_takes_its_default_action(tmp_path: Any) -> None:
+    proc = _alarm_child(tmp_path, "alarm_not_ours")
+    assert proc.returncode == -signal.SIGALRM, (proc.returncode, proc.stdout, proc.stderr)
+    assert "survived" not in proc.stdout
 
 
 def _raised_off_the_main_thread(method: str, fn: Callable[[], object]) -> BaseException:
