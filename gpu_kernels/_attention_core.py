@@ -70,9 +70,12 @@ def _attend_kv_tiles(
     """The attention of ``BLOCK_M`` query rows over KV tiles ``[tile_start, tile_end)``:
     ``(acc, m_i, l_i)``, the unnormalised output ``[BLOCK_M, BLOCK_D]`` fp32, the running max
     and the softmax normaliser ``[BLOCK_M]`` fp32 (``l_i == 0``: no visible key)."""
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # running sum of p * V
+    # tl.full, not tl.zeros (nor tl.cdiv below and in the kernels): those are @triton.jit
+    # helpers, and in TRITON_INTERPRET mode each call of one re-patches triton.language
+    # (about a millisecond); on a GPU both compile to the same code.
+    acc = tl.full([BLOCK_M, BLOCK_D], 0.0, dtype=tl.float32)  # running sum of p * V
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # -inf before any visible key
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp(score - m_i)
+    l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)  # running sum of exp(score - m_i)
     k_scale = 1.0
     v_scale = 1.0
     if IS_FP8:

@@ -86,9 +86,9 @@ def _paged_attention_decode_kernel(
         other=0.0,
     )
     # The decode token is the newest one: position seq_len - 1.
-    q_pos = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
+    q_pos = tl.full([BLOCK_M], 0, dtype=tl.int32) + (seq_len - 1)
 
-    num_tiles = tl.cdiv(seq_len, BLOCK_N)
+    num_tiles = (seq_len + BLOCK_N - 1) // BLOCK_N  # tl.cdiv, inline (_attention_core: why)
     kv_start = 0
     first_tile = 0
     if USE_WINDOW:

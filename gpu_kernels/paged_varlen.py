@@ -92,7 +92,7 @@ def _paged_attention_varlen_kernel(
 
     # Keys past the tile's last query position are masked for every row: stop there.
     last_pos = context_len + tl.minimum(query_len, (q_tile + 1) * BLOCK_Q) - 1
-    tile_end = tl.cdiv(last_pos + 1, BLOCK_N)
+    tile_end = (last_pos + BLOCK_N) // BLOCK_N  # tl.cdiv, inline (_attention_core: why)
     kv_start = 0
     if USE_WINDOW:
         # The tile's first query row sees the oldest keys: from first_pos - W + 1 on. Nothing
