@@ -22,15 +22,16 @@ exist already; ``ResourceWatch.start(state)``, once the session state exists, st
   the collector's generations (``gc.freeze``): the collections that the run's hundreds of
   thousands of adapter calls trigger no longer walk it again and again (a whole-suite run of
   the reference without kernels: 6.9 s instead of 8.8 s, with the corpus decoded with the
-  collector paused). From pytest's command line a full collection runs first (nothing frozen
-  is garbage), and the objects are given back at interpreter exit (``gc.unfreeze`` in an
-  ``atexit`` hook), after pytest's own last collections, which skip them: the interpreter's
-  final collection then frees them as it did before (left frozen, extension modules such as
-  Triton's reported them as leaked). An in-process session (``pytester``, ``pytest.main()``
-  from a program) skips that first collection (its caller's heap made it cost up to a
-  second) and gives everything back at its end (``gc.unfreeze`` in ``pytest_unconfigure``,
-  the caller's objects too). Not in a benchmark run, whose rounds decide when the collector
-  runs;
+  collector paused, then moved to the oldest generation unwalked). From pytest's command line
+  a collection of the young generations runs first (the garbage collection made is not frozen;
+  a full one would walk the corpus, 0.17 s), and the objects are given back at interpreter
+  exit (``gc.unfreeze`` in an ``atexit`` hook), after pytest's own last collections, which
+  skip them: the interpreter's final collection then frees them as it did before (left
+  frozen, extension modules such as Triton's reported them as leaked). An in-process
+  session (``pytester``, ``pytest.main()`` from a program) skips that first collection (its
+  caller's heap made it cost up to a second) and gives everything back at its end
+  (``gc.unfreeze`` in ``pytest_unconfigure``, the caller's objects too). Not in a benchmark
+  run, whose rounds decide when the collector runs;
 * **leftovers**: threads started during the session and still running at its end (kvcheck's
   own and the test tools' aside) and child processes still running are named in a warning
   of the terminal summary. When pytest runs from its command line (``pytest``, ``python -m
@@ -171,8 +172,8 @@ class ResourceWatch:
         # Not for --collect-only (the inventory child of a partial run): no test would gain.
         if not self.frozen and not self.config.getoption("collectonly") \
                 and not self.config.hook.pytest_kvcheck_bench_active(config=self.config):
-            if self.console:  # unfrozen only at exit: nothing frozen may be garbage
-                gc.collect()
+            if self.console:  # unfrozen only at exit: freeze no garbage made by collection
+                gc.collect(1)  # the young generations: the oldest holds the recorded corpus
                 atexit.register(gc.unfreeze)
             gc.freeze()
             self.frozen = True

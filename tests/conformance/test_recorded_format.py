@@ -7,6 +7,7 @@ encoder tokens) likewise."""
 from __future__ import annotations
 
 import copy
+import gc
 import lzma
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,32 @@ def test_shipped_corpus_budget(profile: str) -> None:
     assert corpus["format_version"] == GROUPS_FORMAT_VERSION
     assert corpus_path(profile).stat().st_size < 1 << 20
     assert sum(corpus_path(p).stat().st_size for p in VLLM_PROFILES) <= 2_000_000
+
+
+def _generation_of(obj: object) -> int | None:
+    """The collector generation holding ``obj`` (None: untracked or frozen)."""
+    return next((g for g in range(3) if any(o is obj for o in gc.get_objects(generation=g))),
+                None)
+
+
+def test_a_decoded_corpus_lands_in_the_oldest_generation() -> None:
+    """Its ~330,000 lists and maps live as long as the process: no young collection walks
+    them on their way up (they go straight to the oldest generation)."""
+    corpus = decode_corpus(corpus_path("vllm-0.33").read_bytes(), "shipped 0.33 corpus")
+    steps = corpus["traces"][0]["steps"]
+    assert _generation_of(steps) == 2
+    assert _generation_of(steps[-1]["op"]) in (2, None)  # a map of atoms may be untracked
+
+
+def test_decoding_leaves_what_someone_froze_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        corpus = decode_corpus(corpus_path("vllm-0.33").read_bytes(), "shipped 0.33 corpus")
+        assert gc.get_freeze_count() == frozen  # not given back by the corpus's move
+        assert _generation_of(corpus["traces"][0]["steps"]) in (0, 1, 2)
+    finally:
+        gc.unfreeze()
 
 
 def test_the_0_33_only_layouts_are_left_out_of_0_10_under_the_same_names() -> None:
