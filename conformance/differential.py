@@ -21,7 +21,7 @@ from kvcheck.conformance.call_limit import AdapterRaised, AdapterTimeout
 from kvcheck.conformance.driver import Check, Driver, StepResult
 from kvcheck.conformance.errors import ConformanceMismatch
 from kvcheck.conformance.groups import shown_result, shown_tables
-from kvcheck.conformance.guard import ProtocolViolation, read_ref_cnts
+from kvcheck.conformance.guard import ProtocolViolation, read_block_hashes, read_ref_cnts
 from kvcheck.conformance.laws import check_laws
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.memory_limit import MemoryLimitExceeded
@@ -196,9 +196,10 @@ def observe(impl: Driver, oracle: Driver) -> list[tuple[str, object, object, str
     if ("block_hashes" in caps and algo in impl.impl.info.hash_algos
             and algo in oracle.impl.info.hash_algos):
         # Hashes are comparable only for an algorithm both reproduce byte for byte.
-        out.extend((f"block_hashes({rid!r})", [bytes(h) for h in mine.block_hashes(rid)],
-                    list(theirs.block_hashes(rid)), f"[bytes(h) for h in m.block_hashes({rid!r})]")
-                   for rid in sorted(impl.running))
+        out.extend((f"block_hashes({rid!r})", [bytes(h) for h in h_mine], list(h_theirs),
+                    f"[bytes(h) for h in m.block_hashes({rid!r})]")
+                   for rid, h_mine, h_theirs in zip(rids, read_block_hashes(mine, rids),
+                                                    read_block_hashes(theirs, rids), strict=True))
     if "events" in caps and impl.spec.enable_kv_cache_events:
         # Events are drained per op; a replay from the start would see them all at once.
         out.append(("KV events", normalize_events(mine.take_events()),

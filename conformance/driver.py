@@ -82,7 +82,7 @@ from kvcheck.conformance.boundary_offloads import (
 )
 from kvcheck.conformance.fine_grained import block_copies, fine_grained_hits, hash_block_size
 from kvcheck.conformance.groups import adapter_form, null_of
-from kvcheck.conformance.guard import GuardedManager
+from kvcheck.conformance.guard import GuardedManager, read_tables
 from kvcheck.conformance.laws import check_full_sequence_fit, check_hits, mtp_lag
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.mamba_checkpoints import checkpoint_groups, checkpoint_of
@@ -648,8 +648,9 @@ class Driver:
     # ------------------------------------------------------------------ observation
     def tables(self) -> dict[str, list[list[int]]]:
         """``{rid: per-group block tables}`` of the running requests."""
-        return {rid: [list(t) for t in self.manager.get_block_ids_per_group(rid)]
-                for rid in sorted(self.running)}
+        rids = sorted(self.running)
+        return {rid: [list(t) for t in tables]
+                for rid, tables in zip(rids, read_tables(self.manager, rids), strict=True)}
 
     def snippet(self, note: str = "", check: Check | None = None) -> str:
         """A runnable Python program replaying every call made so far.

@@ -96,7 +96,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol, TypeVar, cast
 
 from kvcheck.conformance.block_zeroing import ZeroingLedger
 from kvcheck.conformance.call_limit import CallLimit, arg_text
@@ -126,9 +126,29 @@ __all__ = [
     "RebindingJudge",
     "divert_calls",
     "live_guards",
+    "read_block_hashes",
     "read_ref_cnts",
+    "read_tables",
     "restore_calls",
 ]
+
+
+def read_tables(manager: object, request_ids: Sequence[str]) -> list[list[list[int]]]:
+    """``manager.get_block_ids_per_group`` of each of ``request_ids``: one
+    ``get_block_ids_many`` call on a ``GuardedManager``, one call per request otherwise."""
+    bulk = getattr(manager, "get_block_ids_many", None)
+    if bulk is not None:
+        return cast("list[list[list[int]]]", bulk(request_ids))
+    return [manager.get_block_ids_per_group(r) for r in request_ids]  # type: ignore[attr-defined]
+
+
+def read_block_hashes(manager: object, request_ids: Sequence[str]) -> list[list[bytes]]:
+    """``manager.block_hashes`` of each of ``request_ids``: one ``block_hashes_many`` call on
+    a ``GuardedManager``, one call per request otherwise."""
+    bulk = getattr(manager, "block_hashes_many", None)
+    if bulk is not None:
+        return cast("list[list[bytes]]", bulk(request_ids))
+    return [manager.block_hashes(r) for r in request_ids]  # type: ignore[attr-defined]
 
 
 def read_ref_cnts(manager: object, block_ids: Sequence[int]) -> list[int]:
@@ -149,6 +169,8 @@ def _view_state(view: object) -> tuple[object, ...] | None:
 
 
 _INT_ONLY = frozenset({int})
+#: ``GuardedManager._follow``'s "read the tables yourself" (a bulk read passes its answer).
+_ASK: Final = object()
 #: Most fields an event may have (far more than vLLM's events carry).
 _EVENT_FIELDS = 64
 
@@ -1083,9 +1105,36 @@ class GuardedManager(_Guard):
             value: object = self._call("get_block_ids", self._raw.get_block_ids, request_id)
             return self._answer_groups("get_block_ids", (request_id,), value,
                                        self._table_what, nulls=True)
-        old = self._tables.get(request_id)
-        expected = [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
-        return self._follow(request_id, expected, "")
+        return self._follow(request_id, self._known_tables(request_id), "")
+
+    def get_block_ids_many(self, request_ids: Sequence[str]) -> list[list[list[int]]]:
+        """``get_block_ids_per_group`` of each of ``request_ids``, in order, each answer
+        checked as that method's. An adapter object that has its own
+        ``get_block_ids_many(request_ids)`` answers them in one call (kvcheck's ``exec:``
+        proxies do: the requests go down the pipe together instead of one round trip each);
+        otherwise they are asked one by one."""
+        __tracebackhide__ = True
+        rids = list(request_ids)
+        bulk = getattr(self._raw, "get_block_ids_many", None)
+        if bulk is None or self._lost or not rids:
+            return [self.get_block_ids_per_group(r) for r in rids]
+        values: object = self._call("get_block_ids", bulk, rids)
+        self._one_per_request("get_block_ids", rids, values)
+        return [self._follow(rid, self._known_tables(rid), "", value=value)
+                for rid, value in zip(rids, cast("list[object]", values), strict=True)]
+
+    def _known_tables(self, rid: str) -> list[list[int]]:
+        """What ``rid``'s tables must be now: the last ones read or implied ([] per group for
+        a request that holds nothing)."""
+        old = self._tables.get(rid)
+        return [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
+
+    def _one_per_request(self, method: str, rids: list[str], values: object) -> None:
+        """A bulk answer (``*_many``) must be a list with one answer per request."""
+        __tracebackhide__ = True
+        if type(values) is not list or len(values) != len(rids):
+            self._violation(method, tuple(rids), values,
+                            f"must be one answer per request ({len(rids)})")
 
     @property
     def _table_what(self) -> str:
@@ -1094,7 +1143,8 @@ class GuardedManager(_Guard):
     def _follow(self, rid: str, expected: list[list[int]], context: str,
                 pad_at: list[int] | None = None,
                 cow: Mapping[int, list[int]] | None = None,
-                cow_at: Mapping[int, int] | None = None) -> list[list[int]]:
+                cow_at: Mapping[int, int] | None = None,
+                value: object = _ASK) -> list[list[int]]:
         """Read ``rid``'s tables, check them against ``expected`` (the previous tables + the
         hits + the new ids; entries may have become null where there is a null block, or
         been rebound under ``dedup_on_insert``; with ``pad_at``, per group the end of the
@@ -1104,9 +1154,11 @@ class GuardedManager(_Guard):
         group the table its copy-on-write would make, accepted too; with ``cow_at``, per
         group the index of a hit that a copy-on-write block not in the answer may have
         replaced in place), and remember them.
-        ``context`` (the call before, if any) ends the message."""
+        ``context`` (the call before, if any) ends the message; ``value``: the answer, when
+        a bulk read (``get_block_ids_many``) has asked already."""
         __tracebackhide__ = True
-        value: object = self._call("get_block_ids", self._raw.get_block_ids, rid)
+        if value is _ASK:
+            value = self._call("get_block_ids", self._raw.get_block_ids, rid)
         # A table holds shared hits, but never a block twice (nor, grouped, in two groups).
         tables = self._answer_groups("get_block_ids", (rid,), value, self._table_what,
                                      nulls=True)
@@ -1197,6 +1249,24 @@ class GuardedManager(_Guard):
     def block_hashes(self, request_id: str) -> list[bytes]:
         __tracebackhide__ = True
         value: object = self._call("block_hashes", self._raw.block_hashes, request_id)
+        return self._checked_hashes(request_id, value)
+
+    def block_hashes_many(self, request_ids: Sequence[str]) -> list[list[bytes]]:
+        """``block_hashes`` of each of ``request_ids``, in order, each answer checked as
+        ``block_hashes``'s; in one call to the adapter's own ``block_hashes_many`` where it
+        has one (as ``get_block_ids_many``)."""
+        __tracebackhide__ = True
+        rids = list(request_ids)
+        bulk = getattr(self._raw, "block_hashes_many", None)
+        if bulk is None or not rids:
+            return [self.block_hashes(r) for r in rids]
+        values: object = self._call("block_hashes", bulk, rids)
+        self._one_per_request("block_hashes", rids, values)
+        return [self._checked_hashes(rid, value)
+                for rid, value in zip(rids, cast("list[object]", values), strict=True)]
+
+    def _checked_hashes(self, request_id: str, value: object) -> list[bytes]:
+        __tracebackhide__ = True
         if type(value) is not list and type(value) is not tuple:
             self._violation("block_hashes", (request_id,), value,
                             f"must be a list of bytes, not a {_type_name(value)}")

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, TypedDict
 from kvcheck.conformance.differential import normalize_events
 from kvcheck.conformance.driver import Driver, StepResult
 from kvcheck.conformance.groups import AdapterBlockIds, adapter_form, shown_tables
-from kvcheck.conformance.guard import read_ref_cnts
+from kvcheck.conformance.guard import read_block_hashes, read_ref_cnts
 from kvcheck.conformance.loader import ImplHandle
 from kvcheck.conformance.ops import (
     Op,
@@ -390,8 +390,10 @@ def observe_state(driver: Driver, fields: frozenset[str]) -> RecordedState:
         state["refs"] = [[b, n] for b, n in zip(ids, read_ref_cnts(mgr, ids), strict=True)
                          if n]
     if "hashes" in fields:
-        state["hashes"] = {rid: [bytes(h) for h in mgr.block_hashes(rid)]
-                           for rid in sorted(driver.running)}
+        rids = sorted(driver.running)
+        state["hashes"] = {rid: [bytes(h) for h in hashes]
+                           for rid, hashes in zip(rids, read_block_hashes(mgr, rids),
+                                                  strict=True)}
     if "events" in fields:
         state["events"] = (normalize_events(mgr.take_events())
                            if driver.spec.enable_kv_cache_events else [])

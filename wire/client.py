@@ -284,12 +284,34 @@ def _ref_cnts(self: _Proxy, block_ids: Iterable[int]) -> list[object]:
                                    handle=self._handle, generation=self._generation)
 
 
+def _per_request(wm: WireMethod) -> Callable[..., list[object]]:
+    """``wm`` (a manager method of one ``request_id``) asked of many requests, pipelined:
+    ``get_block_ids_many`` / ``block_hashes_many`` (``GuardedManager``'s bulk reads of the
+    running requests' tables and hashes after every recorded step)."""
+    name, returns = wm.name, wm.returns
+
+    def call(self: _Proxy, request_ids: Iterable[str]) -> list[object]:
+        session = self._session
+        values = session.call_many(name, [{"request_id": r} for r in request_ids],
+                                   handle=self._handle, generation=self._generation)
+        try:
+            return [result_from_wire(name, returns, v) for v in values]
+        except WireValueError as exc:
+            raise EngineError(f"{session.name}.{name}: {exc}") from None
+
+    call.__name__ = call.__qualname__ = f"{name}_many"
+    return call
+
+
 def _proxy_class(kind: str) -> type[_Proxy]:
     namespace: dict[str, object] = {"__slots__": ()}
     for name, wm in METHODS[kind].items():
         namespace[name] = _method(wm)
     if kind == "manager":
         namespace["ref_cnts"] = _ref_cnts
+        for name in ("get_block_ids", "block_hashes"):
+            assert METHODS[kind][name].params == ("request_id",), name
+            namespace[f"{name}_many"] = _per_request(METHODS[kind][name])
     return type(f"Wire{kind.title().replace('_', '')}", (_Proxy,), namespace)
 
 

@@ -11,7 +11,13 @@ import pytest
 
 from kvcheck.conformance.call_limit import CallLimit
 from kvcheck.conformance.differential import ConformanceMismatch, Pair
-from kvcheck.conformance.guard import GuardedBlockPool, GuardedManager, ProtocolViolation
+from kvcheck.conformance.guard import (
+    GuardedBlockPool,
+    GuardedManager,
+    ProtocolViolation,
+    read_block_hashes,
+    read_tables,
+)
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.ops import add, schedule
 from kvcheck.conformance.protocol import KVCacheSpec, RequestView
@@ -341,6 +347,61 @@ def test_reference_answers_a_sweep_of_ref_cnts_in_one_call() -> None:
     m._call = counting
     assert m.ref_cnts(ids) == [0, 1, 1, 1] + [0] * (SPEC.num_blocks - 4)
     assert calls == ["ref_cnt"]
+
+
+class BulkFake(Fake):
+    """``Fake`` with the optional bulk reads (what kvcheck's ``exec:`` proxies have), which
+    count their calls; ``bulk_tables`` / ``bulk_hashes`` replace their answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bulk_calls: list[tuple[str, list[str]]] = []
+        self.bulk_tables: Any = None
+        self.bulk_hashes: Any = None
+
+    def get_block_ids_many(self, request_ids: list[str]) -> Any:
+        self.bulk_calls.append(("get_block_ids_many", list(request_ids)))
+        if self.bulk_tables is not None:
+            return self.bulk_tables
+        return [self.get_block_ids(r) for r in request_ids]
+
+    def block_hashes_many(self, request_ids: list[str]) -> Any:
+        self.bulk_calls.append(("block_hashes_many", list(request_ids)))
+        if self.bulk_hashes is not None:
+            return self.bulk_hashes
+        return [[bytes([i]) * 4] for i, _ in enumerate(request_ids)]
+
+
+def test_bulk_reads_take_one_call_and_are_checked_as_each_answer() -> None:
+    fake = BulkFake()
+    m = guarded(fake)
+    m.allocate_slots(view("a"), 9, 0, [])
+    m.allocate_slots(view("b", 4), 4, 0, [])
+    assert read_tables(m, ["a", "b", "gone"]) == [[[1, 2, 3]], [[4]], [[]]]
+    assert read_block_hashes(m, ["a", "b"]) == [[b"\0" * 4], [b"\1" * 4]]
+    assert fake.bulk_calls == [("get_block_ids_many", ["a", "b", "gone"]),
+                               ("block_hashes_many", ["a", "b"])]
+    # An answer the per-request call would refuse is refused in a bulk answer too, named.
+    fake.bulk_tables = [[1, 2, 3], [5]]
+    with pytest.raises(ProtocolViolation, match=re.escape(
+            "fake.get_block_ids('b') returned [5]: the block table must be [4]")):
+        read_tables(m, ["a", "b"])
+    fake.bulk_hashes = [[b"ok"], ["not bytes"]]
+    with pytest.raises(ProtocolViolation, match=r"fake\.block_hashes\('b'\) returned "
+                       r".*must be a list of bytes"):
+        read_block_hashes(m, ["a", "b"])
+    fake.bulk_hashes = [[b"ok"]]
+    with pytest.raises(ProtocolViolation, match=re.escape(
+            "fake.block_hashes('a', 'b') returned [[b'ok']]: must be one answer per request "
+            "(2)")):
+        read_block_hashes(m, ["a", "b"])
+
+
+def test_without_bulk_reads_each_request_is_asked() -> None:
+    m = guarded(Fake())
+    m.allocate_slots(view("a"), 9, 0, [])
+    assert read_tables(m, ["a", "b"]) == [[[1, 2, 3]], [[]]]
+    assert read_block_hashes(m, ["a"]) == [[]]
 
 
 def test_violation_in_a_pair_reads_as_protocol_violation_with_repro(tmp_path: Any,
