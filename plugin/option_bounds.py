@@ -9,8 +9,8 @@ run: a value past them is a usage error (exit 4) naming the bound and the fix.
   record's ``seed`` is read by other tools); the benchmark plugin's ``--kv-bench-seed`` has
   the same range (its workloads hash the seed as 8 bytes).
 * ``--kv-timeout`` at most ``MAX_CALL_TIMEOUT_S`` (86400 s, a day): no adapter call is meant
-  to take longer, ``0`` already means no limit, and past about 10^8 s the timers kvcheck arms
-  (``setitimer``, ``faulthandler``) overflow, which read as the factory's fault.
+  to take longer, ``0`` already means no limit, and past about 10^8 s the timer kvcheck arms
+  (``faulthandler``'s last resort) overflows, which reads as the factory's fault.
 * ``--kv-max-memory`` (``kvcheck.plugin.resources.memory_limit_option``): above what the
   process holds when the session starts, at most the machine's memory.
 """
