@@ -272,9 +272,8 @@ class _Alarm:
             # not ours). Someone's Python handler: put it back after the call.
             swapped = callable(current)
         call = _Call(limit, method, args, _monotonic(), _MAIN_IDENT)
-        self.call = call
+        self.call = call  # what the watchdog looks at
         watchdog = _WATCHDOG
-        watchdog.main = call
         if watchdog.thread is None or not watchdog.last_resort_armed:
             watchdog.watch(call)
         try:
@@ -342,7 +341,6 @@ class _Watchdog:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.calls: dict[int, _Call] = {}  # thread ident -> its timed call
-        self.main: _Call | None = None  # the main thread's call (also in _ALARM.call)
         self.thread: threading.Thread | None = None
         self.period = 0.5  # seconds between looks: how late past its limit a call may end
         self.wake = threading.Event()  # set: look now, with the period just shortened
@@ -366,7 +364,6 @@ class _Watchdog:
     def watch(self, call: _Call) -> None:
         """Start the thread if needed and arm the last resort (the main thread's call path
         calls this only when one of them is missing)."""
-        self.main = call
         if self.thread is None:
             self._start(call.limit)
         if not self.last_resort_armed and self.last_resort:
@@ -378,7 +375,6 @@ class _Watchdog:
         parent's, and re-arming it in a child is not safe)."""
         self.lock = threading.Lock()
         self.calls = {}
-        self.main = None
         self.thread = None
         self.wake = threading.Event()
         self.last_resort_armed = False
@@ -421,7 +417,7 @@ class _Watchdog:
             if self.wake.wait(self.period):
                 self.wake.clear()
             now = time.monotonic()
-            main = self.main
+            main = _ALARM.call  # the main thread's call (the others are in self.calls)
             active = [c for c in [main, *list(self.calls.values())]
                       if c is not None and not c.done]
             collecting = _GC.since is not None
@@ -449,7 +445,7 @@ class _Watchdog:
         with self.lock:
             self.last_resort_armed = False
             now = time.monotonic()
-            pending = [c for c in [self.main, *list(self.calls.values())]
+            pending = [c for c in [_ALARM.call, *list(self.calls.values())]
                        if c is not None and not c.done]
             try:
                 if pending:

@@ -133,31 +133,31 @@ __all__ = [
 ]
 
 
-def read_tables(manager: object, request_ids: Sequence[str]) -> list[list[list[int]]]:
-    """``manager.get_block_ids_per_group`` of each of ``request_ids``: one
-    ``get_block_ids_many`` call on a ``GuardedManager``, one call per request otherwise."""
-    bulk = getattr(manager, "get_block_ids_many", None)
+def _read_many(manager: object, many: str, one: str, keys: Sequence[object]) -> list[object]:
+    """``manager.<many>(keys)`` where the manager has that bulk read (a ``GuardedManager``
+    does: one checked call), else ``manager.<one>(key)`` key by key."""
+    bulk = getattr(manager, many, None)
     if bulk is not None:
-        return cast("list[list[list[int]]]", bulk(request_ids))
-    return [manager.get_block_ids_per_group(r) for r in request_ids]  # type: ignore[attr-defined]
+        return cast("list[object]", bulk(keys))
+    each = getattr(manager, one)
+    return [each(k) for k in keys]
+
+
+def read_tables(manager: object, request_ids: Sequence[str]) -> list[list[list[int]]]:
+    """``manager.get_block_ids_per_group`` of each of ``request_ids``."""
+    return cast("list[list[list[int]]]", _read_many(manager, "get_block_ids_many",
+                                                    "get_block_ids_per_group", request_ids))
 
 
 def read_block_hashes(manager: object, request_ids: Sequence[str]) -> list[list[bytes]]:
-    """``manager.block_hashes`` of each of ``request_ids``: one ``block_hashes_many`` call on
-    a ``GuardedManager``, one call per request otherwise."""
-    bulk = getattr(manager, "block_hashes_many", None)
-    if bulk is not None:
-        return cast("list[list[bytes]]", bulk(request_ids))
-    return [manager.block_hashes(r) for r in request_ids]  # type: ignore[attr-defined]
+    """``manager.block_hashes`` of each of ``request_ids``."""
+    return cast("list[list[bytes]]", _read_many(manager, "block_hashes_many", "block_hashes",
+                                                request_ids))
 
 
 def read_ref_cnts(manager: object, block_ids: Sequence[int]) -> list[int]:
-    """``manager.ref_cnt`` of each of ``block_ids``: one ``ref_cnts`` call on a
-    ``GuardedManager`` (see ``GuardedManager.ref_cnts``), one call per block otherwise."""
-    bulk = getattr(manager, "ref_cnts", None)
-    if bulk is not None:
-        return cast("list[int]", bulk(block_ids))
-    return [manager.ref_cnt(b) for b in block_ids]  # type: ignore[attr-defined]
+    """``manager.ref_cnt`` of each of ``block_ids`` (``GuardedManager.ref_cnts``)."""
+    return cast("list[int]", _read_many(manager, "ref_cnts", "ref_cnt", block_ids))
 
 
 def _view_state(view: object) -> tuple[object, ...] | None:
@@ -1115,13 +1115,12 @@ class GuardedManager(_Guard):
         otherwise they are asked one by one."""
         __tracebackhide__ = True
         rids = list(request_ids)
-        bulk = getattr(self._raw, "get_block_ids_many", None)
-        if bulk is None or self._lost or not rids:
+        values = None if self._lost else self._ask_many("get_block_ids", "get_block_ids_many",
+                                                        rids, "answer per request")
+        if values is None:
             return [self.get_block_ids_per_group(r) for r in rids]
-        values: object = self._call("get_block_ids", bulk, rids)
-        self._one_per_request("get_block_ids", rids, values)
         return [self._follow(rid, self._known_tables(rid), "", value=value)
-                for rid, value in zip(rids, cast("list[object]", values), strict=True)]
+                for rid, value in zip(rids, values, strict=True)]
 
     def _known_tables(self, rid: str) -> list[list[int]]:
         """What ``rid``'s tables must be now: the last ones read or implied ([] per group for
@@ -1129,12 +1128,19 @@ class GuardedManager(_Guard):
         old = self._tables.get(rid)
         return [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
 
-    def _one_per_request(self, method: str, rids: list[str], values: object) -> None:
-        """A bulk answer (``*_many``) must be a list with one answer per request."""
+    def _ask_many(self, method: str, many: str, keys: list[Any], unit: str,
+                  ) -> list[object] | None:
+        """The adapter's own bulk read ``many`` (``ref_cnts``, ``*_many``) of ``keys``, in
+        one call of ``method``'s, checked to be a list of one ``unit`` per key; None where the
+        adapter has no such method (ask key by key) or there is no key."""
         __tracebackhide__ = True
-        if type(values) is not list or len(values) != len(rids):
-            self._violation(method, tuple(rids), values,
-                            f"must be one answer per request ({len(rids)})")
+        bulk = getattr(self._raw, many, None)
+        if bulk is None or not keys:
+            return None
+        values: object = self._call(method, bulk, keys)
+        if type(values) is not list or len(values) != len(keys):
+            self._violation(method, tuple(keys), values, f"must be one {unit} ({len(keys)})")
+        return values
 
     @property
     def _table_what(self) -> str:
@@ -1228,18 +1234,14 @@ class GuardedManager(_Guard):
         in one call (kvcheck's ``exec:`` proxies do: the requests of a sweep over the pool
         go down the pipe together instead of one round trip each); otherwise ``ref_cnt`` is
         asked block by block."""
-        bulk = getattr(self._raw, "ref_cnts", None)
-        if bulk is None:
-            return [self.ref_cnt(b) for b in block_ids]
         ids = list(block_ids)
-        values: object = self._call("ref_cnt", bulk, ids)
-        if type(values) is not list or len(values) != len(ids):
-            self._violation("ref_cnt", tuple(ids), values,
-                            f"must be one count per block ({len(ids)})")
+        values = self._ask_many("ref_cnt", "ref_cnts", ids, "count per block")
+        if values is None:
+            return [self.ref_cnt(b) for b in ids]
         for block_id, value in zip(ids, values, strict=True):
             if type(value) is not int or value < 0:
                 self._ref_cnt_violation(block_id, value)
-        return values
+        return cast("list[int]", values)
 
     def _ref_cnt_violation(self, block_id: int, value: object) -> NoReturn:
         __tracebackhide__ = True
@@ -1257,13 +1259,10 @@ class GuardedManager(_Guard):
         has one (as ``get_block_ids_many``)."""
         __tracebackhide__ = True
         rids = list(request_ids)
-        bulk = getattr(self._raw, "block_hashes_many", None)
-        if bulk is None or not rids:
+        values = self._ask_many("block_hashes", "block_hashes_many", rids, "answer per request")
+        if values is None:
             return [self.block_hashes(r) for r in rids]
-        values: object = self._call("block_hashes", bulk, rids)
-        self._one_per_request("block_hashes", rids, values)
-        return [self._checked_hashes(rid, value)
-                for rid, value in zip(rids, cast("list[object]", values), strict=True)]
+        return [self._checked_hashes(rid, value) for rid, value in zip(rids, values, strict=True)]
 
     def _checked_hashes(self, request_id: str, value: object) -> list[bytes]:
         __tracebackhide__ = True

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kvcheck.plugin.selection import ID_FILE_OPTIONS
 from kvcheck.results.io import OutputPathError, check_output_path, lock_output
 
 __all__ = ["claim_session_output", "is_corpus_file", "session_outputs", "usage_error"]
@@ -32,7 +33,6 @@ _OUTPUT_OPTIONS = {"--kv-report": "kv_report", "--kv-bench-report": "kv_bench_re
                    "--junitxml": "xmlpath", "--html": "htmlpath",
                    "--benchmark-json": "benchmark_json", "--kv-inventory": "kv_inventory"}
 #: pytest options naming files a session reads.
-_INPUT_OPTIONS = {"--kv-skips-file": "kv_skips_file", "--kv-xfails-file": "kv_xfails_file"}
 #: How a corpus file starts (``kvcheck.conformance.recorded``): the xz magic, then canonical
 #: CBOR whose first key is ``format``.
 _XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -76,7 +76,7 @@ def claim_session_output(config: pytest.Config, path: str, option: str, *, examp
     outputs = {flag: p for flag, p in session_outputs(config).items() if flag != option}
     try:
         check_output_path(path, option, example=example,
-                          input_options={**_option_paths(config, _INPUT_OPTIONS),
+                          input_options={**_option_paths(config, ID_FILE_OPTIONS),
                                          **(inputs or {})},
                           output_options=outputs)
         lock = lock_output(path, option, example) if writes else None

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["apply_id_file", "read_id_file"]
+__all__ = ["ID_FILE_OPTIONS", "apply_id_file", "read_id_file"]
+
+#: The options naming files of test ids: option -> its ``config.option`` attribute.
+ID_FILE_OPTIONS = {"--kv-skips-file": "kv_skips_file", "--kv-xfails-file": "kv_xfails_file"}
 
 
 def read_id_file(path: str | Path, option: str) -> list[str]:

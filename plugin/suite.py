@@ -40,7 +40,7 @@ from kvcheck.plugin.option_bounds import check_max_examples, check_seed, check_t
 from kvcheck.plugin.outcomes import area_of
 from kvcheck.plugin.outputs import claim_session_output
 from kvcheck.plugin.resources import configure_resources
-from kvcheck.plugin.selection import apply_id_file, read_id_file
+from kvcheck.plugin.selection import ID_FILE_OPTIONS, apply_id_file, read_id_file
 from kvcheck.plugin.state import KV_STATE, KVSessionState, register
 
 if TYPE_CHECKING:
@@ -74,9 +74,9 @@ def configure(config: pytest.Config) -> None:
     check_seed(config.getoption("kv_seed"))
     # Read now, in the xdist controller too: read at collection, in the workers, an unreadable
     # file crashed them and the controller printed an INTERNALERROR instead of the problem.
-    config.stash[_ID_FILES] = {option: read_id_file(path, _flag(option))
-                               for option in _ID_FILE_OPTIONS
-                               if (path := config.getoption(option))}
+    config.stash[_ID_FILES] = {flag: read_id_file(path, flag)
+                               for flag, dest in ID_FILE_OPTIONS.items()
+                               if (path := config.getoption(dest))}
     timeout = _call_timeout(config)
     # --kv-max-memory, and forks, threads and children watched from before the first call.
     resources = configure_resources(config)
@@ -136,14 +136,13 @@ def configure(config: pytest.Config) -> None:
         config.args_source = pytest.Config.ArgsSource.ARGS
 
 
-#: The options naming files of test ids, and their ids (read once, at configure).
-_ID_FILE_OPTIONS = ("kv_skips_file", "kv_xfails_file")
+#: The ids of each id file given (``ID_FILE_OPTIONS``), read once, at configure.
 _ID_FILES = pytest.StashKey[dict[str, list[str]]]()
-
-
-def _flag(option: str) -> str:
-    """``kv_skips_file`` -> ``--kv-skips-file``."""
-    return "--" + option.replace("_", "-")
+#: What an id file's option does to the tests it lists.
+_ID_FILE_MARKS = {
+    "--kv-skips-file": pytest.mark.skip(reason="listed in --kv-skips-file"),
+    "--kv-xfails-file": pytest.mark.xfail(reason="listed in --kv-xfails-file", strict=False),
+}
 
 
 #: Why --kv-timeout was raised to this machine's floor (shown in the header and the summary).
@@ -259,18 +258,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             inventory.files.add(item.path.name)
             if reason is None:
                 inventory.applicable.setdefault(impl.name, []).append(suite_key(item.nodeid))
-    id_files = config.stash.get(_ID_FILES, {})
-    for option, mark in zip(_ID_FILE_OPTIONS, (
-        pytest.mark.skip(reason="listed in --kv-skips-file"),
-        pytest.mark.xfail(reason="listed in --kv-xfails-file", strict=False),
-    ), strict=True):
-        if option in id_files:
-            flag = _flag(option)
-            marked, messages = apply_id_file(suite, id_files[option], mark, flag)
-            if option == "kv_skips_file":
-                inventory.skipped_by_file = {suite_key(nodeid) for nodeid in marked}
-            # Said once, in the summary (a PytestWarning too would repeat it).
-            state.selection_warnings.extend(messages)
+    for flag, ids in config.stash.get(_ID_FILES, {}).items():  # skips, then xfails
+        marked, messages = apply_id_file(suite, ids, _ID_FILE_MARKS[flag], flag)
+        if flag == "--kv-skips-file":
+            inventory.skipped_by_file = {suite_key(nodeid) for nodeid in marked}
+        # Said once, in the summary (a PytestWarning too would repeat it).
+        state.selection_warnings.extend(messages)
     inventory.node_selection = any("::" in str(arg) and is_suite_path(str(arg).split("::")[0])
                                    for arg in config.args)
 

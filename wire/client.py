@@ -278,29 +278,28 @@ def _method(wm: WireMethod) -> Callable[..., object]:
     return call
 
 
-def _ref_cnts(self: _Proxy, block_ids: Iterable[int]) -> list[object]:
-    """``ref_cnt`` of each block, the requests pipelined (``GuardedManager.ref_cnts``)."""
-    return self._session.call_many("ref_cnt", [{"block_id": b} for b in block_ids],
-                                   handle=self._handle, generation=self._generation)
-
-
-def _per_request(wm: WireMethod) -> Callable[..., list[object]]:
-    """``wm`` (a manager method of one ``request_id``) asked of many requests, pipelined:
-    ``get_block_ids_many`` / ``block_hashes_many`` (``GuardedManager``'s bulk reads of the
-    running requests' tables and hashes after every recorded step)."""
+def _many(wm: WireMethod) -> Callable[..., list[object]]:
+    """``wm`` (a read-only manager method of one parameter) asked for many values of it,
+    pipelined: the guard's bulk reads (``GuardedManager.ref_cnts`` over the pool's blocks,
+    ``get_block_ids_many`` / ``block_hashes_many`` over the running requests)."""
+    (param,) = wm.params
     name, returns = wm.name, wm.returns
 
-    def call(self: _Proxy, request_ids: Iterable[str]) -> list[object]:
+    def call(self: _Proxy, keys: Iterable[object]) -> list[object]:
         session = self._session
-        values = session.call_many(name, [{"request_id": r} for r in request_ids],
+        values = session.call_many(name, [{param: k} for k in keys],
                                    handle=self._handle, generation=self._generation)
         try:
             return [result_from_wire(name, returns, v) for v in values]
         except WireValueError as exc:
             raise EngineError(f"{session.name}.{name}: {exc}") from None
 
-    call.__name__ = call.__qualname__ = f"{name}_many"
     return call
+
+
+#: The bulk reads an ``exec:`` manager proxy has: name -> the method it asks many times.
+_BULK_READS: Final = {"ref_cnts": "ref_cnt", "get_block_ids_many": "get_block_ids",
+                      "block_hashes_many": "block_hashes"}
 
 
 def _proxy_class(kind: str) -> type[_Proxy]:
@@ -308,10 +307,8 @@ def _proxy_class(kind: str) -> type[_Proxy]:
     for name, wm in METHODS[kind].items():
         namespace[name] = _method(wm)
     if kind == "manager":
-        namespace["ref_cnts"] = _ref_cnts
-        for name in ("get_block_ids", "block_hashes"):
-            assert METHODS[kind][name].params == ("request_id",), name
-            namespace[f"{name}_many"] = _per_request(METHODS[kind][name])
+        for bulk, one in _BULK_READS.items():
+            namespace[bulk] = _many(METHODS[kind][one])
     return type(f"Wire{kind.title().replace('_', '')}", (_Proxy,), namespace)
 
 

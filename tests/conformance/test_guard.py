@@ -16,6 +16,7 @@ from kvcheck.conformance.guard import (
     GuardedManager,
     ProtocolViolation,
     read_block_hashes,
+    read_ref_cnts,
     read_tables,
 )
 from kvcheck.conformance.loader import load_impl
@@ -395,6 +396,10 @@ def test_bulk_reads_take_one_call_and_are_checked_as_each_answer() -> None:
             "fake.block_hashes('a', 'b') returned [[b'ok']]: must be one answer per request "
             "(2)")):
         read_block_hashes(m, ["a", "b"])
+    fake.ref_cnts = lambda block_ids: [1]  # type: ignore[attr-defined]
+    with pytest.raises(ProtocolViolation, match=re.escape(
+            "fake.ref_cnt(1, 2) returned [1]: must be one count per block (2)")):
+        read_ref_cnts(m, [1, 2])
 
 
 def test_without_bulk_reads_each_request_is_asked() -> None:
