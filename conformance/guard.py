@@ -1128,7 +1128,7 @@ class GuardedManager(_Guard):
         old = self._tables.get(rid)
         return [list(t) for t in old] if old is not None else [[] for _ in self._group_bs]
 
-    def _ask_many(self, method: str, many: str, keys: list[Any], unit: str,
+    def _ask_many(self, method: str, many: str, keys: Sequence[object], unit: str,
                   ) -> list[object] | None:
         """The adapter's own bulk read ``many`` (``ref_cnts``, ``*_many``) of ``keys``, in
         one call of ``method``'s, checked to be a list of one ``unit`` per key; None where the
