@@ -23,7 +23,14 @@ asynchronous load through the full-sequence gate, an encoder-decoder model (cach
 reserve of blocks and with external tokens beside a window, Mamba prefill checkpoints on a
 chunk one token short of the prefill's end and on a resumed request's, and EAGLE's drops in
 0.33's fixed point after evictions (``evict_blocks``), and a prefix-cache reset between
-partial-block keys of the same blocks.
+partial-block keys of the same blocks; and external tokens past a hit ending inside a Mamba
+block (no copy-on-write), fine-grained hits after one block of a prompt was evicted (the
+full-block scan stops at it; the partial probe stays inside it), and the admission caps of a
+window (its ``w - 1`` tokens, MTP's retained tokens) and of chunked local attention without a
+``max_model_len`` under the full-sequence gate, and a partial-block key at a prompt's first
+token (hash block 1), and EAGLE's drop rounded down to the scheduler block beside a window of
+another block size. Two scenarios are vLLM 0.10.2's (``profile``): chunked local attention
+freeing the blocks of past chunks, caching off, and keeping the last cached block.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -48,12 +55,14 @@ __all__ = ["HYBRID_EDGE_SCENARIOS", "HybridEdgeScenario"]
 @dataclass(frozen=True)
 class HybridEdgeScenario:
     """``ops`` on a pool of ``num_blocks`` blocks (null block included) with prefix caching
-    on (off where ``caching`` is False: an encoder-decoder model's layout), under vLLM 0.33:
+    on (off where ``caching`` is False), under ``profile`` (vLLM 0.33 by default):
     ``groups`` the ``kv_cache_groups`` (``()``: one group), ``block_size`` the spec's,
     ``use_eagle``, ``retention`` (``prefix_cache_retention_interval``),
     ``num_prefill_lookahead`` (multi-module MTP) and ``max_model_len`` as named,
     ``shared_prefix_checkpoint`` (``mamba_shared_prefix_checkpoint``), ``caching``
-    (``enable_caching``); ``recorded`` vLLM 0.33.0's answers."""
+    (``enable_caching``), ``max_in_flight_tokens`` (the admission caps' in-flight tokens);
+    ``recorded`` the answers of the vLLM release of ``profile`` (0.33.0 unless it says
+    ``vllm-0.10``: 0.10.2)."""
 
     name: str
     why: str
@@ -68,17 +77,25 @@ class HybridEdgeScenario:
     max_model_len: int | None = None
     shared_prefix_checkpoint: bool = False
     caching: bool = True
+    max_in_flight_tokens: int | None = None
+    profile: str = "vllm-0.33"
+
+    @property
+    def source(self) -> str:
+        """The vLLM release ``recorded`` comes from, as messages name it."""
+        return {"vllm-0.33": "vLLM 0.33.0", "vllm-0.10": "vLLM 0.10.2"}[self.profile]
 
     def spec(self) -> KVCacheSpec:
-        """The scenario's ``KVCacheSpec`` under vLLM 0.33."""
+        """The scenario's ``KVCacheSpec`` under its ``profile``."""
         return KVCacheSpec(num_blocks=self.num_blocks, block_size=self.block_size,
-                           profile="vllm-0.33", use_eagle=self.use_eagle,
+                           profile=self.profile, use_eagle=self.use_eagle,
                            kv_cache_groups=self.groups,
                            prefix_cache_retention_interval=self.retention,
                            num_prefill_lookahead=self.num_prefill_lookahead,
                            max_model_len=self.max_model_len,
                            mamba_shared_prefix_checkpoint=self.shared_prefix_checkpoint,
-                           enable_caching=self.caching)
+                           enable_caching=self.caching,
+                           max_in_flight_tokens=self.max_in_flight_tokens)
 
 
 _P = tuple(range(100, 170))
@@ -231,6 +248,41 @@ def _in_flight(gates: dict[str, bool | int | list[int]]) -> tuple[Op, ...]:
             decode("a", gates={"num_in_flight_tokens": 1, **gates}), free("a"))
 
 
+def _external_after_a_chunk(n: int, chunk: int, external: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt computed in a chunk of ``chunk`` tokens and the rest, decoded and
+    freed; an extension that hits the chunk's end and loads ``external`` tokens after it."""
+    p = _P[:n]
+    return (add("a", p), schedule("a", chunk), schedule("a"), decode("a"), free("a"),
+            add("b", (*p, *[5] * (external + 3))), schedule("b", external=external),
+            decode("b"), free("b"))
+
+
+def _evicted_inside(n: int, evicted: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt computed in a chunk of 8 tokens and the rest, decoded and freed;
+    block ``evicted`` dropped from the prefix cache (``evict_blocks``); an extension of the
+    prompt."""
+    p = _P[:n]
+    return (add("a", p), schedule("a", 8), schedule("a"), decode("a"), free("a"),
+            evict([evicted]), add("b", (*p, *[5] * 6)), schedule("b"), decode("b"), free("b"))
+
+
+def _full_sequence_gated(n: int, chunk: int) -> tuple[Op, ...]:
+    """An ``n``-token prompt in a chunk of ``chunk`` tokens and the rest, each step through
+    the full-sequence gate (``full_sequence_must_fit``), then freed."""
+    gate: dict[str, bool | int | list[int]] = {"full_sequence_must_fit": True}
+    return (add("a", _P[:n]), schedule("a", chunk, gates=gate), schedule("a", gates=gate),
+            free("a"))
+
+
+def _chunked_local_decodes(n: int, chunk: int | None) -> tuple[Op, ...]:
+    """An ``n``-token prompt (in a chunk of ``chunk`` tokens and the rest, when given), nine
+    decodes; a request extending it, five decodes; both freed."""
+    p = _P[:n]
+    first = (schedule("a", chunk),) if chunk else ()
+    return (add("a", p), *first, schedule("a"), *[decode("a")] * 9, add("b", (*p, 7, 7, 7)),
+            schedule("b"), *[decode("b")] * 5, free("a"), free("b"))
+
+
 def _reserve(n: int) -> dict[str, bool | int | list[int]]:
     """``reserved_blocks`` = ``n`` (vLLM 0.33's gate)."""
     return {"reserved_blocks": n}
@@ -257,11 +309,15 @@ _CHECKPOINTS8_AT_8 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align",
                                       prefill_checkpoint_alignment=8)
 _ALIGN8_SPEC2 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align", num_speculative_blocks=2)
 _ALIGN16 = KVCacheGroupSpec("mamba", 16, mamba_cache_mode="align")
+_ALIGN12 = KVCacheGroupSpec("mamba", 12, mamba_cache_mode="align")
+_ALIGN3 = KVCacheGroupSpec("mamba", 3, mamba_cache_mode="align")
 _FULL8 = KVCacheGroupSpec("full_attention", 8)
 _FULL16 = KVCacheGroupSpec("full_attention", 16)
 _WINDOW4_8 = KVCacheGroupSpec("sliding_window", 4, sliding_window=8)
 _WINDOW4_8_EAGLE = KVCacheGroupSpec("sliding_window", 4, sliding_window=8, is_eagle_group=True)
 _WINDOW6 = KVCacheGroupSpec("sliding_window", 4, sliding_window=6)
+_WINDOW5 = KVCacheGroupSpec("sliding_window", 4, sliding_window=5)
+_CHUNKED4 = KVCacheGroupSpec("chunked_local_attention", 4, attention_chunk_size=4)
 _WINDOW8 = KVCacheGroupSpec("sliding_window", 8, sliding_window=8)
 _WINDOW12 = KVCacheGroupSpec("sliding_window", 4, sliding_window=12)
 _FULL1 = KVCacheGroupSpec("full_attention", 1)
@@ -1100,4 +1156,190 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
             free_queue=(
                 22, 14, 23, 3, 1, 2, 10, 7, 4, 5, 6, 9, 13, 12, 11, 8, 21, 20, 19, 18, 17, 16,
                 15))),
+    HybridEdgeScenario(
+        "external_tokens_past_a_partial_mamba_hit",
+        "full attention at 4 beside a Mamba align group at 16 (fine-grained hits): a 12-token "
+        "hit ends inside the Mamba block and 5 external tokens follow it; the Mamba group "
+        "skips every hit block for the external state, so nothing is copied on write for "
+        "it (the one copy drained keeps the first request's state after its chunk)",
+        (_FULL4, _ALIGN16),
+        num_blocks=64, ops=_external_after_a_chunk(13, 12, 5), use_eagle=False,
+        retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [4]]}, {"new": [[5], []]},
+                     {"new": [[], []]}, {}, {},
+                     {"hits": ([[1, 2, 3], [6]], 12), "new": [[4, 5, 8], [7]]}, {"new": [[], []]},
+                     {}),
+            copies=((4, 6),),
+            free_queue=(7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+                        26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44,
+                        45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+                        6, 5, 4, 3, 2, 1))),
+    HybridEdgeScenario(
+        "full_scan_stops_at_an_evicted_block",
+        "full attention at 8 beside a Mamba align group at 12 (fine-grained hits, hash block "
+        "4): the first block of a 26-token prompt is evicted, so the full-block scan stops "
+        "there although later blocks are still cached",
+        (_FULL8, _ALIGN12),
+        num_blocks=64, ops=_evicted_inside(26, 1), use_eagle=False, retention=None,
+        block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3, 4, 5], [0, 6]]},
+                     {"new": [[], []]}, {}, {}, {},
+                     {"hits": ([[], []], 0), "new": [[6, 5, 7, 8], [0, 0, 9]]},
+                     {"new": [[10], []]}, {}),
+            copies=(),
+            free_queue=(9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+                        28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46,
+                        47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 2, 4,
+                        3, 1, 8, 7, 5, 6))),
+    HybridEdgeScenario(
+        "partial_probe_stays_inside_the_missed_block",
+        "full attention at 8 beside a Mamba align group at 12 (fine-grained hits, hash block "
+        "4): a 22-token prompt's second full-attention block is evicted; the probe for a "
+        "partial key looks inside that block only, not at the keys of the block after it",
+        (_FULL8, _ALIGN12),
+        num_blocks=64, ops=_evicted_inside(22, 3), use_eagle=False, retention=None,
+        block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3, 4], [5]]},
+                     {"new": [[], []]}, {}, {}, {},
+                     {"hits": ([[], []], 0), "new": [[5, 6, 7, 8], [0, 0, 9]]}, {"new": [[], []]},
+                     {}),
+            copies=(),
+            free_queue=(9, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                        27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45,
+                        46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 2,
+                        4, 3, 1, 7, 6, 5))),
+    HybridEdgeScenario(
+        "window_admission_cap_counts_the_window_less_one_token",
+        "full attention at 4 beside a window of 5 tokens, 4 tokens in flight at most, on a "
+        "pool of 9 blocks: a 20-token prompt through the full-sequence gate; the window "
+        "counts at most cdiv(5 - 1 + 4, 4) + 1 = 3 blocks of the full sequence, so 5 + 3 "
+        "blocks fit the 8 free ones and the first chunk is admitted (the next is refused)",
+        (_FULL4, _WINDOW5),
+        num_blocks=9, ops=_full_sequence_gated(20, 4), use_eagle=False, retention=None,
+        block_size=4, max_model_len=64, max_in_flight_tokens=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": None}, {}),
+            copies=(),
+            free_queue=(3, 4, 5, 6, 7, 8, 1, 2))),
+    HybridEdgeScenario(
+        "window_admission_cap_adds_the_mtp_tail",
+        "EAGLE with multi-module MTP (num_prefill_lookahead 2), full attention at 4 beside a "
+        "window of 5 tokens, 4 tokens in flight at most, on a pool of 9 blocks: a 20-token "
+        "prompt through the full-sequence gate; the window's admission cap adds the tokens "
+        "MTP retains, so the full sequence no longer fits the 8 free blocks: refused",
+        (_FULL4, _WINDOW5),
+        num_blocks=9, ops=_full_sequence_gated(20, 4), use_eagle=True, retention=None,
+        block_size=4, num_prefill_lookahead=2, max_model_len=64, max_in_flight_tokens=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": None},
+                     {"hits": ([[], []], 0), "new": None}, {}),
+            copies=(),
+            free_queue=(1, 2, 3, 4, 5, 6, 7, 8))),
+    HybridEdgeScenario(
+        "chunked_local_admission_cap_without_max_model_len",
+        "full attention at 4 beside chunked local attention (chunks of 4), 3 tokens in "
+        "flight at most and no max_model_len, on a pool of 6 blocks: a 20-token prompt "
+        "through the full-sequence gate; the chunked group counts at most cdiv(4 + 3, 4) = 2 "
+        "blocks (no length to clamp that to), and 5 + 2 do not fit the 5 free ones: refused",
+        (_FULL4, _CHUNKED4),
+        num_blocks=6, ops=_full_sequence_gated(20, 4), use_eagle=False, retention=None,
+        block_size=4, max_in_flight_tokens=3,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": None},
+                     {"hits": ([[], []], 0), "new": None}, {}),
+            copies=(),
+            free_queue=(1, 2, 3, 4, 5))),
+    HybridEdgeScenario(
+        "partial_tail_key_at_the_first_token",
+        "full attention at 2 beside a Mamba align group at 3 (hash block 1): a 2-token prompt "
+        "in chunks of 1 and 1 keys its full-attention block at 1 token, the prompt's last "
+        "hash boundary, so requests sharing its first token hit 1 token",
+        (_FULL2, _ALIGN3),
+        num_blocks=40,
+        ops=(add("a", _P[:2]), schedule("a", 1), schedule("a"), decode("a"), free("a"),
+             add("b", (_P[0], 7, 7, 7)), schedule("b"), free("b"), add("c", (*_P[:2], 9, 9)),
+             schedule("c"), free("c")),
+        use_eagle=False, retention=None, block_size=1,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[], []]},
+                     {"new": [[4], []]}, {}, {},
+                     {"hits": ([[1], [3]], 1), "new": [[4, 5], [6, 7]]}, {}, {},
+                     {"hits": ([[1], [3]], 1), "new": [[7, 8], [9, 10]]}, {}),
+            copies=((2, 3), (1, 4), (3, 6), (1, 7), (3, 9)),
+            free_queue=(10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
+                        29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 2, 5, 4, 6, 1, 3, 8, 7, 9))),
+    HybridEdgeScenario(
+        "eagle_drop_rounded_to_the_scheduler_block",
+        "EAGLE and retention 0, full attention at 4 beside a window at block size 8 (no "
+        "fine-grained hits) and a Mamba align group at 16: extensions of a 28-token prompt; "
+        "the full-attention hit, after EAGLE's drop, is rounded down to the scheduler block "
+        "of 8 before it counts toward the longest prefix the groups share",
+        (_FULL4, _WINDOW8, _ALIGN16),
+        num_blocks=60,
+        ops=(add("a", _P[:28]), schedule("a"), decode("a"), free("a"),
+             add("b", (*_P[:28], *[7] * 5)), schedule("b"), decode("b"), free("b"),
+             add("c", (*_P[:28], *[7] * 5, 1, 2)), schedule("c"), free("c"),
+             add("d", (*_P[:26], *[3] * 6)), schedule("d"), free("d")),
+        use_eagle=True, retention=0, block_size=4,
+        recorded=Recorded(
+            answers=({},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11], [0, 12]]},
+                     {"new": [[9], [], []]}, {}, {},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[12, 11, 10, 9, 7, 6, 13, 14, 15], [16, 17, 18, 19, 20],
+                              [0, 0, 21]]},
+                     {"new": [[], [], []]}, {}, {},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[21, 20, 19, 15, 22, 23, 24, 25, 26], [27, 28, 29, 30, 31],
+                              [0, 0, 32]]},
+                     {}, {},
+                     {"hits": ([[], [], []], 0),
+                      "new": [[32, 31, 30, 26, 33, 34, 35, 36], [37, 38, 39, 40], [0, 41]]},
+                     {}),
+            copies=(),
+            free_queue=(41, 40, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58,
+                        59, 8, 5, 4, 3, 2, 1, 18, 17, 16, 14, 13, 6, 7, 9, 10, 11, 12, 25, 24, 23,
+                        22, 15, 19, 20, 21, 29, 28, 27, 36, 35, 34, 33, 26, 30, 31, 32, 39, 38,
+                        37))),
+    HybridEdgeScenario(
+        "chunked_local_without_caching_frees_past_chunks",
+        "vLLM 0.10.2, caching off, full attention at 4 beside chunked local attention (chunks "
+        "of 4): a 6-token prompt decoded past several chunks; with no block cached, every "
+        "block before the current chunk is freed",
+        (_FULL4, _CHUNKED4),
+        num_blocks=40, ops=_chunked_local_decodes(6, None), use_eagle=False, retention=None,
+        block_size=4, caching=False, profile="vllm-0.10",
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]}, {"new": [[], []]},
+                     {"new": [[], []]}, {"new": [[5], [6]]}, {"new": [[], []]}, {"new": [[], []]},
+                     {"new": [[], []]}, {"new": [[7], [8]]}, {"new": [[], []]}, {"new": [[], []]},
+                     {}, {"hits": ([[], []], 0), "new": [[9, 10, 11], [12, 13, 14]]},
+                     {"new": [[], []]}, {"new": [[], []]}, {"new": [[], []]},
+                     {"new": [[15], [16]]}, {"new": [[], []]}, {}, {}),
+            copies=(),
+            free_queue=(17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+                        36, 37, 38, 39, 3, 4, 6, 13, 12, 14, 7, 5, 2, 1, 8, 15, 11, 10, 9, 16))),
+    HybridEdgeScenario(
+        "chunked_local_keeps_the_one_cached_block",
+        "vLLM 0.10.2, full attention at 4 beside chunked local attention (chunks of 4): a "
+        "12-token prompt in a chunk of 4 and the rest; after the first chunk one block is "
+        "cached, and 0.10.2 keeps the last cached block although the chunk passed it",
+        (_FULL4, _CHUNKED4),
+        num_blocks=40, ops=_chunked_local_decodes(12, 4), use_eagle=False, retention=None,
+        block_size=4, profile="vllm-0.10",
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3, 4], [5, 6]]},
+                     {"new": [[7], [8]]}, {"new": [[], []]}, {"new": [[], []]}, {"new": [[], []]},
+                     {"new": [[9], [10]]}, {"new": [[], []]}, {"new": [[], []]}, {"new": [[], []]},
+                     {"new": [[11], [12]]}, {},
+                     {"hits": ([[1, 3, 4], [0, 0, 0]], 12), "new": [[13], [14]]},
+                     {"new": [[], []]}, {"new": [[15], [16]]}, {"new": [[], []]},
+                     {"new": [[], []]}, {"new": [[], []]}, {}, {}),
+            copies=(),
+            free_queue=(17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+                        36, 37, 38, 39, 5, 2, 6, 8, 11, 9, 7, 12, 10, 15, 13, 4, 3, 1, 16, 14))),
 )

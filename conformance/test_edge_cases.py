@@ -4,7 +4,9 @@ multimodal items at block edges (and at the first block completed by decode), on
 blocks cached under the same key evicted, lookahead slots during a chunked prefill, events
 while events are disabled, prefix hits allocated with no new tokens, and hybrid layouts'
 paths no other golden reached (``kvcheck.conformance.hybrid_edge_golden``: sparse retention
-with EAGLE, Mamba copy-on-write, checkpoints and preemption, external tokens beside windows).
+with EAGLE, Mamba copy-on-write, checkpoints and preemption, external tokens beside windows,
+fine-grained hits after evictions, admission caps; most recorded from vLLM 0.33.0, two from
+vLLM 0.10.2, each run under its own profile).
 """
 
 from __future__ import annotations
@@ -172,7 +174,8 @@ def _hybrid_edge_needs(sc: HybridEdgeScenario, spec: KVCacheSpec) -> list[str]:
     """The capabilities ``sc`` needs: its groups' (``group_capabilities``), and ``eagle``,
     ``prefill_lookahead``, ``fine_grained_hits``, ``external_kv``, ``lookahead``,
     ``multi_token_decode``, ``admission_gates``, ``async_scheduling`` (tokens in flight),
-    ``reset_prefix_cache``, ``evict_blocks`` and ``caching_off`` where it uses them."""
+    ``reset_prefix_cache``, ``evict_blocks`` and ``caching_off`` where it uses them (an
+    admission cap's ``max_in_flight_tokens``: ``admission_gates``)."""
     needs = set(group_capabilities(spec))
     if sc.use_eagle:
         needs.add("eagle")
@@ -199,16 +202,19 @@ def _hybrid_edge_needs(sc: HybridEdgeScenario, spec: KVCacheSpec) -> list[str]:
             needs.add("evict_blocks")
     if not sc.caching:
         needs.add("caching_off")
+    if sc.max_in_flight_tokens is not None:
+        needs.add("admission_gates")
     return sorted(needs)
 
 
-@pytest.mark.kv_profiles("vllm-0.33")
 @pytest.mark.kv_capability("prefix_caching")
-@pytest.mark.parametrize("sc", HYBRID_EDGE_SCENARIOS, ids=lambda sc: sc.name)
+@pytest.mark.parametrize("sc", [pytest.param(sc, marks=pytest.mark.kv_profiles(sc.profile))
+                                for sc in HYBRID_EDGE_SCENARIOS], ids=lambda sc: sc.name)
 def test_hybrid_edge_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle: ImplHandle,
                             sc: HybridEdgeScenario) -> None:
-    """Each op's answer as vLLM 0.33.0's own ``KVCacheManager`` gave it, the copies drained
-    and the free queue after the last op, on a hybrid layout's path no other golden reached
+    """Each op's answer as vLLM's own ``KVCacheManager`` gave it (0.33.0, or 0.10.2 for a
+    scenario of that profile, each run under its own), the copies drained and the free queue
+    after the last op, on a hybrid layout's path no other golden reached
     (``kvcheck.conformance.hybrid_edge_golden``); every answer also equals the oracle's when
     it declares what the scenario needs."""
     spec = sc.spec()
@@ -216,9 +222,9 @@ def test_hybrid_edge_golden(kv_impl: ImplHandle, kv_pair: PairFactory, kv_oracle
     skip_unless_declared(kv_impl, needs)
     pair = kv_pair(spec, with_oracle=all(kv_oracle.has(c) for c in needs))
     where = f"{sc.name} ({sc.why})"
-    assert_answers(pair, where, sc.ops, sc.recorded.answers, source="vLLM 0.33.0")
+    assert_answers(pair, where, sc.ops, sc.recorded.answers, source=sc.source)
     assert tuple(pair.impl.drained) == sc.recorded.copies, (
-        f"{where}: copies drained {pair.impl.drained}, vLLM 0.33.0 "
+        f"{where}: copies drained {pair.impl.drained}, {sc.source} "
         f"{list(sc.recorded.copies)} ((src, dst) pairs of take_kv_cache_block_copies, in "
         "order)\n" + pair.impl.snippet())
-    assert_free_queue(pair, sc.name, sc.recorded.free_queue, source="vLLM 0.33.0")
+    assert_free_queue(pair, sc.name, sc.recorded.free_queue, source=sc.source)
