@@ -472,7 +472,7 @@ class Driver:
             self.running.add(rid)
             view = self.views[rid] = replace(view,
                                              num_computed_tokens=start + external + num_new)
-            self._write(view, new_ids, start, external + num_new)
+            self._write(view, new_ids, start, external + num_new, external)
             if self.fine and not was_running:
                 for _, g, _, src, dst in self.manager.copy_on_writes:
                     if (src, dst) not in self._copied:  # the copy runs before the forward
@@ -585,9 +585,11 @@ class Driver:
         return None if new is None else adapter_form(self.spec, new)
 
     def _write(self, view: RequestView, new_ids: list[list[int]], start: int,
-               num_new: int) -> None:
+               num_new: int, external: int = 0) -> None:
         """``view`` got ``new_ids`` and computed its positions ``[start, start + num_new)``:
-        the new blocks' old contents are gone, and those positions are now written."""
+        the new blocks' old contents are gone, and those positions are now written (the
+        first ``external`` of them loaded by a KV connector, the rest by this step's forward,
+        whose query starts after them: where a prefill checkpoint is exported)."""
         rid = view.request_id
         tables = self.manager.get_block_ids_per_group(rid) if num_new else []
         null = null_of(self.spec)
@@ -608,7 +610,7 @@ class Driver:
                 self.write_log.wrote(rid, tables[g], start, start + num_new, written.block_size,
                                      group=g if null is not None else None, null=null)
                 if g in self.checkpoint_groups:
-                    self._write_checkpoint(view, g, table, start, start + num_new)
+                    self._write_checkpoint(view, g, table, start + external, start + num_new)
 
     def _write_checkpoint(self, view: RequestView, g: int, table: list[int], start: int,
                           end: int) -> None:

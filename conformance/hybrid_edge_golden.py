@@ -29,7 +29,8 @@ full-block scan stops at it; the partial probe stays inside it), and the admissi
 window (its ``w - 1`` tokens, MTP's retained tokens) and of chunked local attention without a
 ``max_model_len`` under the full-sequence gate, and a partial-block key at a prompt's first
 token (hash block 1), and EAGLE's drop rounded down to the scheduler block beside a window of
-another block size. Two scenarios are vLLM 0.10.2's (``profile``): chunked local attention
+another block size, and no prefill checkpoint from a query that starts after external tokens.
+Two scenarios are vLLM 0.10.2's (``profile``): chunked local attention
 freeing the blocks of past chunks, caching off, and keeping the last cached block.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
@@ -250,7 +251,7 @@ def _in_flight(gates: dict[str, bool | int | list[int]]) -> tuple[Op, ...]:
 
 def _external_after_a_chunk(n: int, chunk: int, external: int) -> tuple[Op, ...]:
     """An ``n``-token prompt computed in a chunk of ``chunk`` tokens and the rest, decoded and
-    freed; an extension that hits the chunk's end and loads ``external`` tokens after it."""
+    freed; an extension of it that loads ``external`` tokens after its hits."""
     p = _P[:n]
     return (add("a", p), schedule("a", chunk), schedule("a"), decode("a"), free("a"),
             add("b", (*p, *[5] * (external + 3))), schedule("b", external=external),
@@ -1305,6 +1306,26 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                         59, 8, 5, 4, 3, 2, 1, 18, 17, 16, 14, 13, 6, 7, 9, 10, 11, 12, 25, 24, 23,
                         22, 15, 19, 20, 21, 29, 28, 27, 36, 35, 34, 33, 26, 30, 31, 32, 39, 38,
                         37))),
+    HybridEdgeScenario(
+        "no_checkpoint_from_a_query_after_external_tokens",
+        "Mamba prefill checkpoints at alignment 4 (block 8) beside full attention at 4: an "
+        "8-token hit, 6 external tokens and the rest of a 21-token prompt; the forward's "
+        "query starts after the external tokens (at 14, off the hash-block grid), so it "
+        "exports no checkpoint, and the next drain hands off the block holding the state at "
+        "16 (kvcheck's own law once took the external tokens for computed ones)",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64, ops=_external_after_a_chunk(12, 4, 6), use_eagle=False,
+        retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3, 4], [5]]},
+                     {"new": [[6], []]}, {}, {},
+                     {"hits": ([[1, 3], [2]], 8), "new": [[5, 6, 8, 9], [7, 10]]},
+                     {"new": [[], []]}, {}),
+            copies=(),
+            free_queue=(10, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+                        28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46,
+                        47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 2, 4,
+                        7, 8, 6, 5, 3, 1))),
     HybridEdgeScenario(
         "chunked_local_without_caching_frees_past_chunks",
         "vLLM 0.10.2, caching off, full attention at 4 beside chunked local attention (chunks "
