@@ -1172,10 +1172,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"hits": ([[1, 2, 3], [6]], 12), "new": [[4, 5, 8], [7]]}, {"new": [[], []]},
                      {}),
             copies=((4, 6),),
-            free_queue=(7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-                        26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44,
-                        45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
-                        6, 5, 4, 3, 2, 1))),
+            free_queue=(*range(7, 64), 6, 5, 4, 3, 2, 1))),
     HybridEdgeScenario(
         "full_scan_stops_at_an_evicted_block",
         "full attention at 8 beside a Mamba align group at 12 (fine-grained hits, hash block "
@@ -1190,10 +1187,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"hits": ([[], []], 0), "new": [[6, 5, 7, 8], [0, 0, 9]]},
                      {"new": [[10], []]}, {}),
             copies=(),
-            free_queue=(9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
-                        28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46,
-                        47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 2, 4,
-                        3, 1, 8, 7, 5, 6))),
+            free_queue=(*range(9, 64), 2, 4, 3, 1, 8, 7, 5, 6))),
     HybridEdgeScenario(
         "partial_probe_stays_inside_the_missed_block",
         "full attention at 8 beside a Mamba align group at 12 (fine-grained hits, hash block "
@@ -1208,10 +1202,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"hits": ([[], []], 0), "new": [[5, 6, 7, 8], [0, 0, 9]]}, {"new": [[], []]},
                      {}),
             copies=(),
-            free_queue=(9, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
-                        27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45,
-                        46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 2,
-                        4, 3, 1, 7, 6, 5))),
+            free_queue=(9, 8, *range(10, 64), 2, 4, 3, 1, 7, 6, 5))),
     HybridEdgeScenario(
         "window_admission_cap_counts_the_window_less_one_token",
         "full attention at 4 beside a window of 5 tokens, 4 tokens in flight at most, on a "
@@ -1224,7 +1215,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
         recorded=Recorded(
             answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": None}, {}),
             copies=(),
-            free_queue=(3, 4, 5, 6, 7, 8, 1, 2))),
+            free_queue=(*range(3, 9), 1, 2))),
     HybridEdgeScenario(
         "window_admission_cap_adds_the_mtp_tail",
         "EAGLE with multi-module MTP (num_prefill_lookahead 2), full attention at 4 beside a "
@@ -1238,7 +1229,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
             answers=({}, {"hits": ([[], []], 0), "new": None},
                      {"hits": ([[], []], 0), "new": None}, {}),
             copies=(),
-            free_queue=(1, 2, 3, 4, 5, 6, 7, 8))),
+            free_queue=(*range(1, 9),))),
     HybridEdgeScenario(
         "chunked_local_admission_cap_without_max_model_len",
         "full attention at 4 beside chunked local attention (chunks of 4), 3 tokens in "
@@ -1270,8 +1261,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"hits": ([[1], [3]], 1), "new": [[4, 5], [6, 7]]}, {}, {},
                      {"hits": ([[1], [3]], 1), "new": [[7, 8], [9, 10]]}, {}),
             copies=((2, 3), (1, 4), (3, 6), (1, 7), (3, 9)),
-            free_queue=(10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
-                        29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 2, 5, 4, 6, 1, 3, 8, 7, 9))),
+            free_queue=(*range(10, 40), 2, 5, 4, 6, 1, 3, 8, 7, 9))),
     HybridEdgeScenario(
         "eagle_drop_rounded_to_the_scheduler_block",
         "EAGLE and retention 0, full attention at 4 beside a window at block size 8 (no "
@@ -1302,10 +1292,9 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                       "new": [[32, 31, 30, 26, 33, 34, 35, 36], [37, 38, 39, 40], [0, 41]]},
                      {}),
             copies=(),
-            free_queue=(41, 40, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58,
-                        59, 8, 5, 4, 3, 2, 1, 18, 17, 16, 14, 13, 6, 7, 9, 10, 11, 12, 25, 24, 23,
-                        22, 15, 19, 20, 21, 29, 28, 27, 36, 35, 34, 33, 26, 30, 31, 32, 39, 38,
-                        37))),
+            free_queue=(41, 40, *range(42, 60), 8, 5, 4, 3, 2, 1, 18, 17, 16, 14, 13, 6, 7, 9, 10,
+                        11, 12, 25, 24, 23, 22, 15, 19, 20, 21, 29, 28, 27, 36, 35, 34, 33, 26, 30,
+                        31, 32, 39, 38, 37))),
     HybridEdgeScenario(
         "no_checkpoint_from_a_query_after_external_tokens",
         "Mamba prefill checkpoints at alignment 4 (block 8) beside full attention at 4: an "
@@ -1322,10 +1311,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"hits": ([[1, 3], [2]], 8), "new": [[5, 6, 8, 9], [7, 10]]},
                      {"new": [[], []]}, {}),
             copies=(),
-            free_queue=(10, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
-                        28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46,
-                        47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 2, 4,
-                        7, 8, 6, 5, 3, 1))),
+            free_queue=(10, 9, *range(11, 64), 2, 4, 7, 8, 6, 5, 3, 1))),
     HybridEdgeScenario(
         "chunked_local_without_caching_frees_past_chunks",
         "vLLM 0.10.2, caching off, full attention at 4 beside chunked local attention (chunks "
@@ -1342,8 +1328,7 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"new": [[], []]}, {"new": [[], []]}, {"new": [[], []]},
                      {"new": [[15], [16]]}, {"new": [[], []]}, {}, {}),
             copies=(),
-            free_queue=(17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
-                        36, 37, 38, 39, 3, 4, 6, 13, 12, 14, 7, 5, 2, 1, 8, 15, 11, 10, 9, 16))),
+            free_queue=(*range(17, 40), 3, 4, 6, 13, 12, 14, 7, 5, 2, 1, 8, 15, 11, 10, 9, 16))),
     HybridEdgeScenario(
         "chunked_local_keeps_the_one_cached_block",
         "vLLM 0.10.2, full attention at 4 beside chunked local attention (chunks of 4): a "
@@ -1361,6 +1346,5 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"new": [[], []]}, {"new": [[15], [16]]}, {"new": [[], []]},
                      {"new": [[], []]}, {"new": [[], []]}, {}, {}),
             copies=(),
-            free_queue=(17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
-                        36, 37, 38, 39, 5, 2, 6, 8, 11, 9, 7, 12, 10, 15, 13, 4, 3, 1, 16, 14))),
+            free_queue=(*range(17, 40), 5, 2, 6, 8, 11, 9, 7, 12, 10, 15, 13, 4, 3, 1, 16, 14))),
 )
