@@ -25,13 +25,14 @@ chunk one token short of the prefill's end and on a resumed request's, and EAGLE
 0.33's fixed point after evictions (``evict_blocks``), and a prefix-cache reset between
 partial-block keys of the same blocks; and external tokens past a hit ending inside a Mamba
 block (no copy-on-write), fine-grained hits after one block of a prompt was evicted (the
-full-block scan stops at it; the partial probe stays inside it), and the admission caps of a
-window (its ``w - 1`` tokens, MTP's retained tokens) and of chunked local attention without a
-``max_model_len`` under the full-sequence gate, and a partial-block key at a prompt's first
-token (hash block 1), and EAGLE's drop rounded down to the scheduler block beside a window of
-another block size, and no prefill checkpoint from a query that starts after external tokens.
-Two scenarios are vLLM 0.10.2's (``profile``): chunked local attention
-freeing the blocks of past chunks, caching off, and keeping the last cached block.
+full-block scan stops at it; the partial probe stays inside it), the admission caps of a window
+(its ``w - 1`` tokens, MTP's retained tokens) and of chunked local attention without a
+``max_model_len`` under the full-sequence gate, a partial-block key at a prompt's first token
+(hash block 1), EAGLE's drop rounded down to the scheduler block beside a window of another
+block size, no prefill checkpoint from a query that starts after external tokens, and a request
+allocated from a first step that adds no Mamba block. Two scenarios are vLLM 0.10.2's
+(``profile``): chunked local attention freeing the blocks of past chunks, caching off, and
+keeping the last cached block.
 
 ``recorded`` is what vLLM's own ``KVCacheManager`` answered to each op, replayed through
 kvcheck's vLLM adapter (``Driver(load_impl("vllm"), spec)``, sha256, ``PYTHONHASHSEED=0``, on
@@ -1312,6 +1313,29 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                      {"new": [[], []]}, {}),
             copies=(),
             free_queue=(10, 9, *range(11, 64), 2, 4, 7, 8, 6, 5, 3, 1))),
+    HybridEdgeScenario(
+        "allocated_from_a_first_step_inside_the_external_block",
+        "full attention at 4 beside a Mamba align group at 8 (fine-grained hits): a 13-token "
+        "prompt admitted with 9 external tokens and 3 computed ones, which end inside the "
+        "Mamba block the external tokens took (the first allocation adds no Mamba block); "
+        "the request counts as allocated from then on, so the next step's copy-on-write of "
+        "its own partial-block key leaves its table as it is",
+        (_FULL4, _ALIGN8),
+        num_blocks=64,
+        ops=(add("a", _P[:13]), schedule("a", 3, external=9), schedule("a"), decode("a"),
+             decode("a"), decode("a"), free("a"), add("b", (*_P[:13], 9, 9, 9)), schedule("b"),
+             decode("b"), free("b")),
+        use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [4]]}, {"new": [[5], []]},
+                     {"new": [[], []]}, {"new": [[], []]}, {"new": [[], []]}, {}, {},
+                     {"hits": ([[1, 2, 3], [0, 6]], 12), "new": [[7], [8]]}, {"new": [[9], [10]]},
+                     {}),
+            copies=((4, 6), (6, 8)),
+            free_queue=(10, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+                        28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46,
+                        47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 5, 4,
+                        6, 7, 3, 2, 1, 8))),
     HybridEdgeScenario(
         "chunked_local_without_caching_frees_past_chunks",
         "vLLM 0.10.2, caching off, full attention at 4 beside chunked local attention (chunks "
