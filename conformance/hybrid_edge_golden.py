@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from kvcheck.conformance.eagle_golden import Recorded
 from kvcheck.conformance.ops import Op, add, cache, decode, evict, free, reset, schedule
 from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec
+from kvcheck.reference_impl.profiles import get_profile
 
 __all__ = ["HYBRID_EDGE_SCENARIOS", "HybridEdgeScenario"]
 
@@ -85,7 +86,7 @@ class HybridEdgeScenario:
     @property
     def source(self) -> str:
         """The vLLM release ``recorded`` comes from, as messages name it."""
-        return {"vllm-0.33": "vLLM 0.33.0", "vllm-0.10": "vLLM 0.10.2"}[self.profile]
+        return f"vLLM {get_profile(self.profile).vllm_version}"
 
     def spec(self) -> KVCacheSpec:
         """The scenario's ``KVCacheSpec`` under its ``profile``."""
