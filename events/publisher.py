@@ -19,11 +19,17 @@ Read from vLLM 0.33.0's ``ZmqEventPublisher`` and compared with it on loopback b
 node's IP (``VLLM_HOST_IP``); here it binds every interface.
 
 The replay socket is served by a background thread; the buffer is shared under a lock.
+
+Beyond vLLM, ``wait_for_subscribers`` lets a test publisher start when its consumers are
+there: a PUB socket sends each message only to the subscriptions it already has, so a batch
+published before a subscriber's SUBSCRIBE arrived is silently lost for it (ZMQ's "slow
+joiner"), which a fixed sleep before the first batch only makes unlikely.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +40,12 @@ from kvcheck.events.frames import END_SEQ, pack_seq
 if TYPE_CHECKING:
     import zmq
 
-__all__ = ["EventPublisher", "is_bind_endpoint", "offset_endpoint_port"]
+__all__ = ["SUBSCRIBE_SETTLE_S", "EventPublisher", "is_bind_endpoint", "offset_endpoint_port"]
+
+#: Seconds ``wait_for_subscribers`` waits after a subscriber's ZMTP handshake: the SUB socket
+#: sends its SUBSCRIBE right after its side of the handshake, one loopback hop later, and PUB
+#: has no way to say it has applied it (XPUB would, but vLLM's socket is a PUB).
+SUBSCRIBE_SETTLE_S = 0.1
 
 
 def is_bind_endpoint(endpoint: str) -> bool:
@@ -115,7 +126,11 @@ class EventPublisher:
         endpoint = offset_endpoint_port(endpoint, data_parallel_rank, release) or endpoint
         replay_endpoint = offset_endpoint_port(replay_endpoint, data_parallel_rank, release)
         # Any: the PUB socket, None once closed (a publish after close fails on None)
-        self._pub: Any = self._socket(zmq.PUB, endpoint, is_bind_endpoint(endpoint), hwm)
+        self._monitor: Any = None  # the PUB socket's connection events (_socket)
+        self._pub: Any = self._socket(zmq.PUB, endpoint, is_bind_endpoint(endpoint), hwm,
+                                      monitor=True)
+        self._connecting: list[int] = []  # connections (file descriptors) before handshake
+        self._peers: set[int] = set()  # connections whose ZMTP handshake succeeded
         self._replay_thread: threading.Thread | None = None
         #: Where a local subscriber reaches the sockets (the bound port, for ``:0``; a
         #: wildcard host as loopback).
@@ -130,15 +145,24 @@ class EventPublisher:
                                                    name="kvcheck-replay", daemon=True)
             self._replay_thread.start()
 
-    def _socket(self, kind: int, endpoint: str, bind: bool, hwm: int) -> zmq.SyncSocket:
+    def _socket(self, kind: int, endpoint: str, bind: bool, hwm: int, *,
+                monitor: bool = False) -> zmq.SyncSocket:
         import zmq
 
         sock: zmq.SyncSocket = self._ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, hwm)
+        if monitor:  # for wait_for_subscribers: attached before the socket can connect, so
+            # that no subscriber's connection or handshake is missed
+            self._monitor = sock.get_monitor_socket(
+                zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                | zmq.EVENT_DISCONNECTED)
         try:
             (sock.bind if bind else sock.connect)(endpoint)
         except zmq.ZMQError as error:
+            if monitor:
+                sock.disable_monitor()
+                self._monitor.close(0)
             sock.close(0)
             self.close()
             hint = ("another process holds it: stop it or pick another port"
@@ -164,6 +188,41 @@ class EventPublisher:
             for _ in range(copies):
                 self._pub.send_multipart([self._topic, pack_seq(seq), payload])
         return seq
+
+    def wait_for_subscribers(self, count: int, timeout_s: float) -> int:
+        """Block until ``count`` subscribers are connected to the PUB socket, or ``timeout_s``
+        seconds passed; returns how many are connected (possibly fewer than ``count``).
+
+        A subscriber counts once its ZMTP handshake with the PUB socket succeeded, plus
+        ``SUBSCRIBE_SETTLE_S`` for its SUBSCRIBE to arrive; one that disconnected no longer
+        counts. Call it from the thread that publishes.
+        """
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        deadline = time.monotonic() + timeout_s
+        joined = False
+        while True:
+            wait_ms = 0 if len(self._peers) >= count else max(
+                0, int((deadline - time.monotonic()) * 1000))
+            if not self._monitor.poll(wait_ms):
+                break
+            event = recv_monitor_message(self._monitor)
+            # ACCEPTED / CONNECTED / DISCONNECTED carry the connection's file descriptor;
+            # HANDSHAKE_SUCCEEDED carries none: it is the oldest connection still waiting.
+            kind, fd = event["event"], int(event["value"])
+            if kind in (zmq.EVENT_ACCEPTED, zmq.EVENT_CONNECTED):
+                self._connecting.append(fd)
+            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED and self._connecting:
+                self._peers.add(self._connecting.pop(0))
+                joined = True
+            elif kind == zmq.EVENT_DISCONNECTED:
+                self._peers.discard(fd)
+                if fd in self._connecting:
+                    self._connecting.remove(fd)
+        if joined:
+            time.sleep(SUBSCRIBE_SETTLE_S)
+        return len(self._peers)
 
     def restart(self) -> None:
         """Behave as a new publisher process: sequence numbers from 0, an empty replay
@@ -200,6 +259,8 @@ class EventPublisher:
             self._replay_thread = None
         pub = getattr(self, "_pub", None)
         if pub is not None:
+            pub.disable_monitor()
+            self._monitor.close(0)
             pub.close(0)
             self._pub = None
 

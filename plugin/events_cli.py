@@ -147,9 +147,22 @@ def run_serve(args: argparse.Namespace, source: BatchSource, described: str, *,
         return fail(error)
     with publisher:
         replay = (f", replay on {publisher.replay_endpoint}" if args.replay_endpoint else "")
-        print(f"{command}: {args.format} on {publisher.endpoint}{replay}; first batch in "
-              f"{args.wait} s", flush=True)
-        time.sleep(args.wait)  # subscribers connect (a PUB socket drops what nobody hears)
+        # Subscribers connect first: a PUB socket drops what nobody hears.
+        if args.subscribers:
+            wait = DEFAULT_SUBSCRIBERS_WAIT_S if args.wait is None else args.wait
+            print(f"{command}: {args.format} on {publisher.endpoint}{replay}; first batch "
+                  f"when {args.subscribers} subscriber(s) connected (at most {wait:g} s)",
+                  flush=True)
+            connected = publisher.wait_for_subscribers(args.subscribers, wait)
+            if connected < args.subscribers:
+                print(f"{command}: only {connected} of {args.subscribers} subscriber(s) "
+                      f"connected in {wait:g} s (--wait); publishing anyway", file=sys.stderr,
+                      flush=True)
+        else:
+            wait = DEFAULT_WAIT_S if args.wait is None else args.wait
+            print(f"{command}: {args.format} on {publisher.endpoint}{replay}; first batch in "
+                  f"{wait:g} s", flush=True)
+            time.sleep(wait)
         try:
             summary = serve(publisher, release=args.format, batches=batches,
                             data_parallel_rank=args.dp_rank, interval_s=args.interval,
@@ -234,6 +247,11 @@ def add_events_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     check.set_defaults(func=_cmd_check)
 
 
+#: ``--wait``'s defaults: a fixed pause, or the most to wait for ``--subscribers``.
+DEFAULT_WAIT_S = 1.0
+DEFAULT_SUBSCRIBERS_WAIT_S = 60.0
+
+
 def add_serve_options(parser: argparse.ArgumentParser, *, hashes_help: str,
                       batches_help: str) -> None:
     """The publisher, format and fault options of ``kvcheck events serve`` (shared with
@@ -259,9 +277,14 @@ def add_serve_options(parser: argparse.ArgumentParser, *, hashes_help: str,
                         help="the PUB send high-water mark (vLLM's default 100000)")
     parser.add_argument("--interval", type=_non_negative_float, default=0.0, metavar="S",
                         help="seconds between batches (default 0)")
-    parser.add_argument("--wait", type=_non_negative_float, default=1.0, metavar="S",
-                        help="seconds before the first batch, for subscribers to connect "
-                             "(default 1)")
+    parser.add_argument("--wait", type=_non_negative_float, metavar="S",
+                        help=f"seconds before the first batch, for subscribers to connect "
+                             f"(default {DEFAULT_WAIT_S:g}); with --subscribers, the most to "
+                             f"wait for them (default {DEFAULT_SUBSCRIBERS_WAIT_S:g})")
+    parser.add_argument("--subscribers", type=_positive_int, metavar="N",
+                        help="start publishing as soon as N subscribers are connected (each "
+                             "one's ZMTP handshake done), not after a fixed --wait: no batch "
+                             "is lost to a consumer that starts slowly")
     parser.add_argument("--linger", type=_non_negative_float, default=0.0, metavar="S",
                         help="seconds to keep answering replay requests after the last batch "
                              "(Ctrl-C ends it early)")

@@ -19,12 +19,12 @@ from kvcheck.bench.workload.request_trace import dump_workload
 from kvcheck.bench.workload.source import resolve_workload
 from kvcheck.conformance.loader import load_impl
 from kvcheck.errors import KVCheckInputError
-from kvcheck.events.capture import capture
+from kvcheck.events.capture import Capture, capture
 from kvcheck.events.codec import decode_batch, encode_batch
 from kvcheck.events.publisher import EventPublisher
 from kvcheck.events.serve import Faults, serve
-from kvcheck.events.sources import with_rank
-from kvcheck.events.stream_check import check_stream
+from kvcheck.events.sources import BatchSource, with_rank
+from kvcheck.events.stream_check import StreamReport, check_stream
 from kvcheck.reference_impl.events import AllBlocksCleared, BlockRemoved
 
 CORPUS = Path(__file__).resolve().parents[2] / "conformance" / "corpus"
@@ -109,15 +109,18 @@ def test_a_request_trace_file_serves_and_holds_every_law(tmp_path: Path) -> None
     assert report.hash_form == "int"
 
 
-def _serve_live(source: object, release: str) -> tuple[object, object]:
+def _serve_live(source: BatchSource, release: str) -> tuple[Capture, StreamReport]:
+    """Serve every batch of ``source`` to a live subscriber and check what it captured. The
+    batches are drawn first, so that the capture ends at the last one."""
+    batches = list(source(0))
     with EventPublisher("tcp://*:0", release=release) as pub:
         def run() -> None:
-            time.sleep(0.5)  # the subscriber connects first
+            assert pub.wait_for_subscribers(1, 30) == 1  # the subscriber connects first
             serve(pub, release=release, batches=None,  # type: ignore[arg-type]
-                  source=source)  # type: ignore[arg-type]
+                  source=lambda _restart: iter(batches))
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        cap = capture(pub.endpoint, idle_s=1.5)
+        cap = capture(pub.endpoint, count=len(batches), idle_s=5)
         thread.join()
     return cap, check_stream(cap.messages, release,  # type: ignore[arg-type]
                              sources=cap.sources)
@@ -146,12 +149,15 @@ def test_a_slow_subscriber_past_the_high_water_mark_sees_gaps(tmp_path: Path) ->
         sub.setsockopt(zmq.RCVHWM, 4)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(endpoint)
-        time.sleep(0.3)
+        assert pub.wait_for_subscribers(1, 30) == 1
         messages: list[list[bytes]] = []
+        last = encode_batch([AllBlocksCleared()], ts=0.0, data_parallel_rank=0)
 
         def read_slowly() -> None:  # a consumer that spends 5 ms on every batch
-            while sub.poll(1000):
+            while sub.poll(5000):
                 messages.append(sub.recv_multipart())
+                if messages[-1][-1] == last:
+                    return
                 time.sleep(0.005)
         reader = threading.Thread(target=read_slowly, daemon=True)
         reader.start()
@@ -159,7 +165,7 @@ def test_a_slow_subscriber_past_the_high_water_mark_sees_gaps(tmp_path: Path) ->
         summary = serve(pub, release="vllm-0.33", batches=None, source=source,
                         interval_s=0.01, faults=Faults(flood_from=5))
         time.sleep(0.5)  # the consumer works through what reached it; then the engine goes on
-        pub.publish(encode_batch([AllBlocksCleared()], ts=0.0, data_parallel_rank=0))
+        pub.publish(last)
         reader.join()
         sub.close(0)
     report = check_stream(messages, "vllm-0.33")

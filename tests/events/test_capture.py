@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,10 +46,11 @@ def publisher() -> Iterator[EventPublisher]:
         yield pub
 
 
-def _publish_later(pub: EventPublisher, payloads: list[bytes], delay: float = 0.3,
-                   ) -> threading.Thread:
+def _publish_when_subscribed(pub: EventPublisher, payloads: list[bytes]) -> threading.Thread:
+    """Publish ``payloads`` from a thread once a subscriber is connected (a PUB socket drops
+    what nobody hears)."""
     def run() -> None:
-        time.sleep(delay)
+        assert pub.wait_for_subscribers(1, 30) == 1
         for payload in payloads:
             pub.publish(payload)
     thread = threading.Thread(target=run, daemon=True)
@@ -72,7 +72,7 @@ def test_live_frames_and_the_replay_protocol_are_vllms_bytes() -> None:
         sub = zmq.Context.instance().socket(zmq.SUB)
         sub.connect(pub.endpoint)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
-        time.sleep(0.5)  # the subscription reaches the PUB socket
+        assert pub.wait_for_subscribers(1, 30) == 1  # its subscription reached the socket
         for n in range(5):
             assert pub.publish(b"p%d" % n) == n
         live = []
@@ -98,6 +98,51 @@ def test_live_frames_and_the_replay_protocol_are_vllms_bytes() -> None:
     assert END_SEQ.to_bytes(8, "big") == b"\xff" * 8
 
 
+def test_wait_for_subscribers_counts_handshakes_and_forgets_who_left(tmp_path: Path) -> None:
+    """Nobody there: the wait ends at its timeout with 0. Two subscribers (one through each
+    of vLLM's two modes: connecting to a bound PUB, and bound for a PUB that connects): each
+    counts once its handshake is done, and a message published right after the wait reaches
+    it (its subscription arrived). One that left no longer counts."""
+    ctx = zmq.Context.instance()
+    with EventPublisher("tcp://*:0") as pub:
+        assert pub.wait_for_subscribers(1, 0.2) == 0
+        first = ctx.socket(zmq.SUB)
+        first.setsockopt(zmq.SUBSCRIBE, b"")
+        first.connect(pub.endpoint)
+        second = ctx.socket(zmq.SUB)
+        second.setsockopt(zmq.SUBSCRIBE, b"")
+        second.connect(pub.endpoint)
+        assert pub.wait_for_subscribers(2, 30) == 2
+        pub.publish(b"p0")
+        for sub in (first, second):
+            assert sub.poll(5000) and sub.recv_multipart()[-1] == b"p0"
+        first.close(0)
+        for _ in range(50):  # the disconnect reaches the monitor within a few milliseconds
+            if pub.wait_for_subscribers(2, 0.1) == 1:
+                break
+        assert pub.wait_for_subscribers(2, 0.1) == 1
+        second.close(0)
+    # A publisher that connects (an endpoint without '*'), as vLLM's does to a router that
+    # binds: the handshake is seen from that side too. (A separate process: a SUB bound in
+    # this process is not delivered to by a PUB connecting from it, pyzmq 27 / libzmq 4.3.5.)
+    script = tmp_path / "bound_sub.py"
+    script.write_text("import sys, zmq\nsub = zmq.Context().socket(zmq.SUB)\n"
+                      "sub.setsockopt(zmq.SUBSCRIBE, b'')\n"
+                      "port = sub.bind_to_random_port('tcp://127.0.0.1')\n"
+                      "print(port, flush=True)\n"
+                      "print(sub.poll(30000) and sub.recv_multipart()[-1].decode(), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())  # type: ignore[union-attr]
+        with EventPublisher(f"tcp://127.0.0.1:{port}") as pub:
+            assert pub.wait_for_subscribers(1, 30) == 1
+            pub.publish(b"p1")
+            assert proc.stdout.readline().strip() == "p1"  # type: ignore[union-attr]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_vllm_010s_replay_replies_carry_no_topic() -> None:
     # Read in vLLM 0.10.2's ZmqEventPublisher._service_replay: [id, b"", seq, payload], then
     # [id, b"", END_SEQ, b""]; live messages keep their topic.
@@ -119,10 +164,13 @@ def test_capture_with_replay_gets_the_whole_stream_once(publisher: EventPublishe
                                                         payloads: list[bytes]) -> None:
     for payload in payloads[:10]:  # published before anyone subscribed: only replay has them
         publisher.publish(payload)
-    thread = _publish_later(publisher, payloads[10:])
-    cap = capture(publisher.endpoint, replay_endpoint=publisher.replay_endpoint, idle_s=1.5)
+    thread = _publish_when_subscribed(publisher, payloads[10:])
+    cap = capture(publisher.endpoint, replay_endpoint=publisher.replay_endpoint,
+                  count=len(payloads), idle_s=5)
     thread.join()
-    assert cap.sources.count("replay") == 10
+    # The ten published before anyone subscribed came by replay (later ones may have too,
+    # when published before the replay request was served: each is kept once).
+    assert cap.sources[:10] == ["replay"] * 10
     seqs = [int.from_bytes(parts[1], "big") for parts in cap.messages]
     assert seqs == list(range(len(payloads)))
     report = check_stream(cap.messages, "vllm-0.33", sources=cap.sources)
@@ -133,8 +181,8 @@ def test_a_capture_joined_late_without_replay_is_checked_without_blame(
         publisher: EventPublisher, payloads: list[bytes]) -> None:
     for payload in payloads[:5]:
         publisher.publish(payload)  # nobody listens: lost to a live-only subscriber
-    thread = _publish_later(publisher, payloads[5:])
-    cap = capture(publisher.endpoint, idle_s=1.5)
+    thread = _publish_when_subscribed(publisher, payloads[5:])
+    cap = capture(publisher.endpoint, count=len(payloads) - 5, idle_s=5)
     thread.join()
     report = check_stream(cap.messages, "vllm-0.33", sources=cap.sources)
     assert report.first_seq is not None and report.first_seq >= 5  # 0-4 were never seen
@@ -145,10 +193,11 @@ def test_a_capture_joined_late_without_replay_is_checked_without_blame(
 def test_the_cli_captures_then_checks_and_names_a_lost_batch(
         publisher: EventPublisher, payloads: list[bytes], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    thread = _publish_later(publisher, payloads, delay=0.5)
+    thread = _publish_when_subscribed(publisher, payloads)
     out = tmp_path / "s.kvcap"
     assert main(["events", "capture", publisher.endpoint, "--replay-endpoint",
-                 str(publisher.replay_endpoint), "--idle", "1.5", "-o", str(out)]) == 0
+                 str(publisher.replay_endpoint), "--count", str(len(payloads)), "--idle", "5",
+                 "-o", str(out)]) == 0
     thread.join()
     assert f"{len(payloads)} messages" in capsys.readouterr().out
     assert main(["events", "check", str(out), "--format", "vllm-0.33"]) == 0
@@ -169,9 +218,10 @@ def test_the_cli_captures_then_checks_and_names_a_lost_batch(
 
 def test_the_cli_checks_a_live_endpoint(publisher: EventPublisher, payloads: list[bytes],
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    thread = _publish_later(publisher, payloads, delay=0.5)
+    thread = _publish_when_subscribed(publisher, payloads)
     assert main(["events", "check", publisher.endpoint, "--replay-endpoint",
-                 str(publisher.replay_endpoint), "--idle", "1.5", "--format",
+                 str(publisher.replay_endpoint), "--count", str(len(payloads)), "--idle", "5",
+                 "--format",
                  "vllm-0.33", "--hashes", "int", "--dp-rank", "0"]) == 0
     thread.join()
     assert "stream laws: all hold" in capsys.readouterr().out

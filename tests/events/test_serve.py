@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,24 +25,25 @@ BATCHES = 40
 
 
 def _serve_and_capture(release: str = "vllm-0.33", faults: Faults | None = None, *,
-                       replay: bool = False, buffer_steps: int = 10_000,
+                       expect: int = BATCHES, replay: bool = False, buffer_steps: int = 10_000,
                        int_hashes: bool = True) -> tuple[Capture, StreamReport]:
     """Serve ``BATCHES`` batches while a subscriber captures live; with ``replay``, capture
-    only afterwards, by replay from 0 (what a consumer restarting late sees)."""
+    only afterwards, by replay from 0 (what a consumer restarting late sees). The capture
+    ends at the ``expect``-th message (or after 5 s without one, when fewer came)."""
     with EventPublisher("tcp://*:0", replay_endpoint="tcp://*:0", buffer_steps=buffer_steps,
                         release=release, topic="kv@pod") as pub:
         def run() -> None:
-            time.sleep(0.5)  # the subscriber connects first
+            if not replay:  # the subscriber connects first
+                assert pub.wait_for_subscribers(1, 30) == 1
             serve(pub, release=release, batches=BATCHES,  # type: ignore[arg-type]
                   int_hashes=int_hashes, faults=faults or Faults())
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         if replay:
             thread.join()
-            cap = capture(pub.endpoint, replay_endpoint=pub.replay_endpoint, idle_s=0.3)
-        else:
-            cap = capture(pub.endpoint, idle_s=1.5)
-            thread.join()
+        cap = capture(pub.endpoint, replay_endpoint=pub.replay_endpoint if replay else None,
+                      count=expect, idle_s=5)
+        thread.join()
     return cap, check_stream(cap.messages, release,  # type: ignore[arg-type]
                              sources=cap.sources)
 
@@ -63,14 +63,15 @@ def test_a_fault_free_stream_holds_every_law(release: str, int_hashes: bool) -> 
 
 
 def test_a_dropped_batch_is_a_gap_live_but_replay_still_has_it() -> None:
-    _, live = _serve_and_capture(faults=Faults(drop=frozenset({7})))
+    _, live = _serve_and_capture(faults=Faults(drop=frozenset({7})), expect=BATCHES - 1)
     assert _rules(live) == ["sequence-gap"] and live.gaps == [(7, 7)]
     cap, replayed = _serve_and_capture(faults=Faults(drop=frozenset({7})), replay=True)
     assert cap.sources == ["replay"] * BATCHES and replayed.ok, replayed.render()
 
 
 def test_a_duplicated_batch_is_reported_once() -> None:
-    _, report = _serve_and_capture(faults=Faults(duplicate=frozenset({3, 11})))
+    _, report = _serve_and_capture(faults=Faults(duplicate=frozenset({3, 11})),
+                                   expect=BATCHES + 2)
     assert _rules(report) == ["sequence-duplicate", "sequence-duplicate"]
     assert [f.seq for f in report.findings] == [3, 11]
 
@@ -93,7 +94,7 @@ def test_vllm_010s_replay_has_no_topic_frame_and_is_checked_as_such() -> None:
 
 
 def test_a_replay_from_0_older_than_the_buffer_starts_late_without_blame() -> None:
-    cap, report = _serve_and_capture(replay=True, buffer_steps=10)
+    cap, report = _serve_and_capture(replay=True, buffer_steps=10, expect=10)
     assert len(cap.messages) == 10 and report.first_seq == BATCHES - 10
     assert report.ok, report.render()
 
@@ -109,13 +110,14 @@ def test_serve_and_check_end_to_end_from_the_command_line(tmp_path: Path) -> Non
     server = subprocess.Popen(
         [sys.executable, "-m", "kvcheck.plugin.cli", "events", "serve",
          "--endpoint", f"tcp://*:{pub}", "--replay-endpoint", f"tcp://*:{rep}",
-         "--batches", "30", "--drop", "4", "--wait", "2", "--linger", "60"],
+         "--batches", "30", "--drop", "4", "--subscribers", "1", "--linger", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out = tmp_path / "s.kvcap"
         done = subprocess.run(
             [sys.executable, "-m", "kvcheck.plugin.cli", "events", "check",
-             f"tcp://127.0.0.1:{pub}", "--format", "vllm-0.33", "--idle", "5"],
+             f"tcp://127.0.0.1:{pub}", "--format", "vllm-0.33", "--count", "29", "--idle",
+             "10"],
             capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 1, done.stdout + done.stderr
         assert "message 4 (seq 5): [sequence-gap] seq 4..4 missing (1 batch lost" in done.stdout
@@ -123,8 +125,8 @@ def test_serve_and_check_end_to_end_from_the_command_line(tmp_path: Path) -> Non
         done = subprocess.run(
             [sys.executable, "-m", "kvcheck.plugin.cli", "events", "capture",
              f"tcp://127.0.0.1:{pub}", "--replay-endpoint", f"tcp://127.0.0.1:{rep}",
-             "--idle", "0.5", "-o", str(out)], capture_output=True, text=True, timeout=120,
-            check=False)
+             "--count", "30", "--idle", "5", "-o", str(out)], capture_output=True, text=True,
+            timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         assert "30 messages (30 replayed" in done.stdout
     finally:
@@ -133,6 +135,20 @@ def test_serve_and_check_end_to_end_from_the_command_line(tmp_path: Path) -> Non
     assert server.returncode == 0, stderr
     assert "30 batches" in stdout and "faults: dropped batch(es) [4]" in stdout
     assert main(["events", "check", str(out), "--format", "vllm-0.33"]) == 0
+
+
+def test_serve_waits_for_its_subscribers_and_says_when_they_do_not_come(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["events", "serve", "--endpoint", "tcp://*:0", "--batches", "3",
+                 "--subscribers", "2", "--wait", "0.2"]) == 0
+    out, err = capsys.readouterr()
+    assert "first batch when 2 subscriber(s) connected (at most 0.2 s)" in out
+    assert "only 0 of 2 subscriber(s) connected in 0.2 s (--wait); publishing anyway" in err
+    assert "3 batches" in out
+    with pytest.raises(SystemExit) as stop:
+        main(["events", "serve", "--batches", "3", "--subscribers", "0"])
+    assert stop.value.code == 2
+    assert "--subscribers: 0: an integer must be at least 1" in capsys.readouterr().err
 
 
 def test_serve_refuses_faults_beyond_the_stream_and_an_endpoint_in_use(
