@@ -108,6 +108,9 @@ class EventPublisher:
         StreamError: an endpoint that cannot be bound or connected (in use, malformed).
     """
 
+    #: The PUB socket's connection events, read by ``wait_for_subscribers``; None once closed.
+    _monitor: zmq.SyncSocket | None
+
     def __init__(self, endpoint: str = "tcp://*:5557", *, replay_endpoint: str | None = None,
                  buffer_steps: int = 10_000, hwm: int = 100_000, topic: str = "",
                  data_parallel_rank: int = 0, release: str = "vllm-0.33") -> None:
@@ -125,8 +128,8 @@ class EventPublisher:
         self._stop = threading.Event()
         endpoint = offset_endpoint_port(endpoint, data_parallel_rank, release) or endpoint
         replay_endpoint = offset_endpoint_port(replay_endpoint, data_parallel_rank, release)
+        self._monitor = None  # the PUB socket's connection events (set by _socket)
         # Any: the PUB socket, None once closed (a publish after close fails on None)
-        self._monitor: Any = None  # the PUB socket's connection events (_socket)
         self._pub: Any = self._socket(zmq.PUB, endpoint, is_bind_endpoint(endpoint), hwm,
                                       monitor=True)
         self._connecting: list[int] = []  # connections (file descriptors) before handshake
@@ -160,9 +163,10 @@ class EventPublisher:
         try:
             (sock.bind if bind else sock.connect)(endpoint)
         except zmq.ZMQError as error:
-            if monitor:
+            if self._monitor is not None:
                 sock.disable_monitor()
                 self._monitor.close(0)
+                self._monitor = None
             sock.close(0)
             self.close()
             hint = ("another process holds it: stop it or pick another port"
@@ -198,16 +202,19 @@ class EventPublisher:
         counts. Call it from the thread that publishes.
         """
         import zmq
-        from zmq.utils.monitor import recv_monitor_message
+        from zmq.utils.monitor import parse_monitor_message
 
+        monitor = self._monitor
+        if monitor is None:
+            raise StreamError("wait_for_subscribers on a closed publisher")
         deadline = time.monotonic() + timeout_s
         joined = False
         while True:
             wait_ms = 0 if len(self._peers) >= count else max(
                 0, int((deadline - time.monotonic()) * 1000))
-            if not self._monitor.poll(wait_ms):
+            if not monitor.poll(wait_ms):
                 break
-            event = recv_monitor_message(self._monitor)
+            event = parse_monitor_message(monitor.recv_multipart())
             # ACCEPTED / CONNECTED / DISCONNECTED carry the connection's file descriptor;
             # HANDSHAKE_SUCCEEDED carries none: it is the oldest connection still waiting.
             kind, fd = event["event"], int(event["value"])
@@ -259,8 +266,10 @@ class EventPublisher:
             self._replay_thread = None
         pub = getattr(self, "_pub", None)
         if pub is not None:
-            pub.disable_monitor()
-            self._monitor.close(0)
+            if self._monitor is not None:
+                pub.disable_monitor()
+                self._monitor.close(0)
+                self._monitor = None
             pub.close(0)
             self._pub = None
 
