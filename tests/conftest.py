@@ -29,11 +29,16 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
                       str(Path(__file__).resolve().parents[1] / ".hypothesis"))
 
 
-# pytester's in-process runs keep the library modules they import (inner_runs.py says why).
-# Imported here, after the bytecode setting above: it imports kvcheck.
-from inner_runs import keep_library_modules_across_inline_runs
+# pytester's in-process runs keep the library modules they import, and each starts in a
+# data-stack chunk of its own (inner_runs.py says why). Imported here, after the bytecode
+# setting above: it imports kvcheck.
+from inner_runs import (
+    keep_library_modules_across_inline_runs,
+    run_inline_runs_in_their_own_stack_chunk,
+)
 
 keep_library_modules_across_inline_runs()
+run_inline_runs_in_their_own_stack_chunk()
 
 
 @pytest.fixture

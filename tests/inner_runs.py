@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import pytest
 from _pytest import pytester as _pytester
 from hypothesis import Phase, settings
 
 import kvcheck.conformance
+
+_T = TypeVar("_T")
 
 NO_SHRINK = "kvcheck-inner-run-no-shrink"
 settings.register_profile(NO_SHRINK, phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -68,6 +71,54 @@ def keeps_library_modules() -> bool:
     """Whether pytester's in-process runs keep the library modules (installed above)."""
     return getattr(_pytester.Pytester, _TAKE_SNAPSHOT, None) is \
         _snapshot_keeping_library_modules
+
+
+#: Frame slots (locals) of ``_in_own_stack_chunk``: CPython allocates a frame that does not
+#: fit the current data-stack chunk a new chunk of the smallest power of two at least
+#: ``8 * (slots + 1000)`` bytes, here 512 KiB, about half of it left for the frames called
+#: from it (some 33 000 slots: a stack many times deeper than a test run's).
+_OWN_CHUNK_SLOTS = 31_800
+
+
+def _make_own_chunk_caller() -> Callable[[Callable[[], _T]], _T]:
+    """``call(fn)``: ``fn()`` from a frame of ``_OWN_CHUNK_SLOTS`` locals (never assigned:
+    the dead branch only declares them), which gets a data-stack chunk of its own."""
+    names = " = ".join(f"_{i}" for i in range(_OWN_CHUNK_SLOTS))
+    namespace: dict[str, object] = {}
+    exec(compile(f"def call(fn):\n    if False:\n        {names} = None\n    return fn()\n",
+                 "<inner_runs: own data-stack chunk>", "exec"), namespace)
+    return namespace["call"]  # type: ignore[return-value]
+
+
+_in_own_stack_chunk = _make_own_chunk_caller()
+_INLINE_RUN = _pytester.Pytester.inline_run
+
+
+def _inline_run_in_own_stack_chunk(self: pytest.Pytester, *args: Any,
+                                   **kwargs: Any) -> _pytester.HookRecorder:
+    return _in_own_stack_chunk(lambda: _INLINE_RUN(self, *args, **kwargs))
+
+
+def run_inline_runs_in_their_own_stack_chunk() -> None:
+    """Make each in-process run start at the bottom of a large data-stack chunk of its own.
+
+    CPython 3.11 keeps frames in 16 KiB chunks, allocated with ``mmap`` when a call does not
+    fit the current one and unmapped as soon as the first frame of a chunk returns. A hot
+    call that sits on a chunk boundary so maps and unmaps a chunk (and faults its pages in)
+    at every call. The depth an in-process run starts at (the outer test's stack, plus
+    pytester's hook recorder: pluggy's ``traced_hookexec``, ``Result.from_call`` and a lambda)
+    put the suite's hot paths (hashing, the guarded ``allocate_slots``) on such a boundary:
+    measured on ``tests/plugin/test_verdicts.py``, 18.4 s of system time (22 000 ``mmap`` and
+    as many ``munmap`` per whole-suite run, against 1 800 from a command line) and a
+    whole-suite run half as fast again as from a command line. Run from a chunk with room
+    for any test's stack, no call crosses a boundary. ``tests/test_inline_runs.py`` checks
+    it is installed."""
+    _pytester.Pytester.inline_run = _inline_run_in_own_stack_chunk  # type: ignore[method-assign]
+
+
+def inline_runs_have_their_own_stack_chunk() -> bool:
+    """Whether ``run_inline_runs_in_their_own_stack_chunk`` is installed."""
+    return _pytester.Pytester.inline_run is _inline_run_in_own_stack_chunk
 
 
 class NoShrinkProfile:

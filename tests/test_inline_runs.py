@@ -1,5 +1,7 @@
 """pytester's in-process runs keep the library modules they import, and only those
-(``inner_runs.keep_library_modules_across_inline_runs``, installed by ``conftest.py``)."""
+(``inner_runs.keep_library_modules_across_inline_runs``), and each starts in a data-stack chunk
+of its own (``inner_runs.run_inline_runs_in_their_own_stack_chunk``); both installed by
+``conftest.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +9,13 @@ import importlib
 import sys
 
 import pytest
-from inner_runs import _library_module, keeps_library_modules
+from inner_runs import (
+    _OWN_CHUNK_SLOTS,
+    _in_own_stack_chunk,
+    _library_module,
+    inline_runs_have_their_own_stack_chunk,
+    keeps_library_modules,
+)
 
 
 def test_inline_runs_keep_library_modules_and_drop_the_tests_own(
@@ -38,3 +46,23 @@ def test_which_modules_are_kept(name: str, kept: bool) -> None:
     if not name.startswith(("kvcheck.conformance.", "conformance.")):
         importlib.import_module(name)  # so that its file is known
     assert _library_module(name) is kept
+
+
+def test_inline_runs_start_from_a_frame_too_large_for_a_small_stack_chunk(
+        pytester: pytest.Pytester) -> None:
+    assert inline_runs_have_their_own_stack_chunk()
+    # CPython 3.11's rule (Python/pystate.c, push_chunk): a frame that does not fit gets a
+    # chunk of the smallest power of two from 16 KiB up holding its slots plus 1 000; what
+    # is left of it is the room of the frames the run calls.
+    frame = _in_own_stack_chunk.__code__.co_nlocals
+    assert frame > _OWN_CHUNK_SLOTS
+    chunk = 16 * 2 ** 10
+    while chunk < 8 * (frame + 1000):
+        chunk *= 2
+    assert chunk == 512 * 2 ** 10 and chunk // 8 - frame > 30_000
+    assert _in_own_stack_chunk(lambda: 42) == 42
+    with pytest.raises(KeyError, match="passed through"):
+        _in_own_stack_chunk(lambda: {}["passed through"])
+    # The run itself is pytester's, unchanged: its hook recorder comes back.
+    pytester.makepyfile(test_one="def test_it():\n    pass\n")
+    pytester.inline_run("-p", "no:cacheprovider").assertoutcome(passed=1)
