@@ -30,7 +30,12 @@ full-block scan stops at it; the partial probe stays inside it), the admission c
 ``max_model_len`` under the full-sequence gate, a partial-block key at a prompt's first token
 (hash block 1), EAGLE's drop rounded down to the scheduler block beside a window of another
 block size, no prefill checkpoint from a query that starts after external tokens, and a request
-allocated from a first step that adds no Mamba block. Two scenarios are vLLM 0.10.2's
+allocated from a first step that adds no Mamba block; and a hit trimmed for a load (its Mamba hit
+a null) beside a state block the retention mask left unkeyed in the same step, the shared-prefix
+junction (none at token 1 without a lookup, none where an asynchronous load ends, one at a resumed
+request's prompt end), a copy-on-write block counted beside a new Mamba block, and prefill
+checkpoints that are transient inside a block, kept at a retained segment end and placed at
+token 1. Two scenarios are vLLM 0.10.2's
 (``profile``): chunked local attention freeing the blocks of past chunks, caching off, and
 keeping the last cached block.
 
@@ -314,6 +319,8 @@ _ALIGN8_SPEC2 = KVCacheGroupSpec("mamba", 8, mamba_cache_mode="align", num_specu
 _ALIGN16 = KVCacheGroupSpec("mamba", 16, mamba_cache_mode="align")
 _ALIGN12 = KVCacheGroupSpec("mamba", 12, mamba_cache_mode="align")
 _ALIGN3 = KVCacheGroupSpec("mamba", 3, mamba_cache_mode="align")
+_CHECKPOINTS1 = KVCacheGroupSpec("mamba", 1, mamba_cache_mode="align",
+                                 num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
 _FULL8 = KVCacheGroupSpec("full_attention", 8)
 _FULL16 = KVCacheGroupSpec("full_attention", 16)
 _WINDOW4_8 = KVCacheGroupSpec("sliding_window", 4, sliding_window=8)
@@ -1337,6 +1344,154 @@ HYBRID_EDGE_SCENARIOS: tuple[HybridEdgeScenario, ...] = (
                         28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46,
                         47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 5, 4,
                         6, 7, 3, 2, 1, 8))),
+    HybridEdgeScenario(
+        "null_trimmed_hit_beside_an_unkeyed_state_block",
+        "retention 16, full attention at 4 beside a Mamba align group at 8 (fine-grained "
+        "hits): a 20-token prompt's first chunk of 8 leaves its Mamba state block unkeyed (the "
+        "mask keeps every second block); in the same step a sibling whose 12-token hit ends "
+        "inside a Mamba block loads 8 tokens past 8 asynchronously, its hits trimmed at 8 "
+        "(its Mamba hit a null block): a null is no block cached in this step, so the sibling "
+        "is admitted",
+        (_FULL4, _ALIGN8),
+        num_blocks=32,
+        ops=(add("a", _P[:14]), schedule("a", 12), schedule("a"), add("c", range(500, 520)),
+             add("b", (*_P[:14], *range(900, 910))), schedule("c", 8),
+             schedule("b", external=8, delay=True, truncate=8), cache("b", 16), schedule("b"),
+             free("a"), free("b"), free("c")),
+        use_eagle=False, retention=16, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [0, 4]]}, {"new": [[5], []]},
+                     {}, {}, {"hits": ([[], []], 0), "new": [[7, 8], [9]]},
+                     {"hits": ([[1, 2, 3], [0, 6]], 12), "new": [[10, 11], [12]]}, {},
+                     {"new": [[13, 14], [15]]}, {}, {}, {}),
+            copies=((4, 6),),
+            free_queue=(9, 15, 4, 5, *range(16, 32), 6, 3, 14, 13, 11, 10, 2, 1, 12, 8, 7))),
+    HybridEdgeScenario(
+        "no_mamba_junction_at_token_one_without_a_lookup",
+        "EAGLE, full attention at 1 beside a Mamba align group at 3 (hash block 1) with the "
+        "shared-prefix checkpoint: a 4-token prompt that skips reading the prefix cache has no "
+        "shared-prefix boundary (0), so its first chunk of 1 token keys no Mamba state there "
+        "and its next step copies nothing on write",
+        (_FULL1, _ALIGN3),
+        num_blocks=16,
+        ops=(add("a", _P[:4], skip_read=True), schedule("a", 1), schedule("a"), free("a")),
+        use_eagle=True, retention=None, block_size=1, shared_prefix_checkpoint=True,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1], [2]]}, {"new": [[3, 4, 5], [6]]}, {}),
+            copies=(),
+            free_queue=(*range(6, 16), 5, 4, 3, 1, 2))),
+    HybridEdgeScenario(
+        "load_ending_at_the_shared_prefix_boundary_keys_no_junction",
+        "EAGLE, full attention at 4 beside a Mamba align group at 8 with the shared-prefix "
+        "checkpoint: a sibling sharing 8 tokens of a cached 12-token prompt hits nothing in "
+        "common but has a shared-prefix boundary at 4 tokens; its asynchronous load of 4 "
+        "tokens ends there, and vLLM caches the loaded prefix with the request's computed "
+        "tokens already at 4, so no junction state is keyed inside the Mamba block (only a "
+        "chunk computed past the computed tokens keys one) and the next step copies nothing",
+        (_FULL4, _ALIGN8),
+        num_blocks=32,
+        ops=(add("a", _P[:12]), schedule("a"), free("a"),
+             add("b", (*_P[:8], *range(400, 408))), schedule("b", external=4, delay=True),
+             cache("b", 4), schedule("b"), free("b")),
+        use_eagle=True, retention=None, block_size=4, shared_prefix_checkpoint=True,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [0, 4]]}, {}, {},
+                     {"hits": ([[], []], 0), "new": [[4], [5]]}, {}, {"new": [[6, 7, 8], [9]]},
+                     {}),
+            copies=(),
+            free_queue=(*range(10, 32), 3, 2, 1, 8, 7, 6, 4, 9, 5))),
+    HybridEdgeScenario(
+        "resumed_request_keys_the_junction_at_its_prompt_end",
+        "EAGLE, full attention at 4 beside a Mamba align group at 8 with the shared-prefix "
+        "checkpoint: a 12-token prompt decoded 4 tokens, freed (preempted) and admitted again "
+        "with them has its shared-prefix boundary at 12, its prompt's end; its first chunk of "
+        "12 ends there, still inside the prompt, so the state at 12 is keyed inside a Mamba "
+        "block and copied on write in the next step",
+        (_FULL4, _ALIGN8),
+        num_blocks=32,
+        ops=(add("a", _P[:12]), schedule("a"), decode("a"), decode("a"), decode("a"),
+             decode("a"), free("a"), schedule("a", 12), schedule("a"), free("a")),
+        use_eagle=True, retention=None, block_size=4, shared_prefix_checkpoint=True,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [0, 4]]}, {"new": [[5], []]},
+                     {"new": [[], []]}, {"new": [[], []]}, {"new": [[], []]}, {},
+                     {"hits": ([[], []], 0), "new": [[6, 7, 8], [0, 9]]}, {"new": [[10], []]}, {}),
+            copies=((9, 11),),
+            free_queue=(*range(12, 32), 5, 3, 2, 1, 4, 11, 10, 8, 7, 6, 9))),
+    HybridEdgeScenario(
+        "copy_on_write_block_counted_beside_a_new_mamba_block",
+        "full attention at 4 beside a Mamba align group at 8 (fine-grained hits), on a pool of "
+        "9 blocks: a 24-token sibling whose 12-token hit ends inside a Mamba block needs a new "
+        "Mamba block past its hit and the copy-on-write block; vLLM counts both (3 Mamba "
+        "blocks with the evictable hit, 6 for full attention: 9 against 8 free) and refuses",
+        (_FULL4, _ALIGN8),
+        num_blocks=9,
+        ops=(add("a", _P[:14]), schedule("a", 12), schedule("a"), decode("a"), free("a"),
+             add("b", (*_P[:14], *range(900, 910))), schedule("b"), free("b")),
+        use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3], [0, 4]]}, {"new": [[5], []]},
+                     {"new": [[], []]}, {}, {}, {"hits": ([[1, 2, 3], [0, 6]], 12), "new": None},
+                     {}),
+            copies=((4, 6),),
+            free_queue=(4, 5, 7, 8, 6, 3, 2, 1))),
+    HybridEdgeScenario(
+        "transient_checkpoint_inside_a_block_drops_its_keys",
+        "full attention at 4 beside a Mamba align group at 8 with prefill checkpoints on an "
+        "alignment of 4: a 30-token prompt's first chunk of 14 exports the state at 12 to its "
+        "checkpoint block; 12 is not the prompt's checkpoint (28) and ends no Mamba block, so "
+        "vLLM drops every key of that block (the full key it was just given too): a sibling "
+        "sharing 12 tokens hits nothing",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64,
+        ops=(add("a", _P[:30]), schedule("a", 14), schedule("a"), free("a"),
+             add("b", (*_P[:12], *range(700, 710))), schedule("b"), free("b")),
+        use_eagle=False, retention=None, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4], [5, 6]]},
+                     {"new": [[5, 7, 8, 9], [0, 10]]}, {}, {},
+                     {"hits": ([[], []], 0), "new": [[10, 9, 11, 12, 13, 14], [0, 15, 16]]}, {}),
+            copies=(),
+            free_queue=(16, 14, *range(17, 64), 8, 7, 5, 4, 3, 2, 1, 6, 13, 12, 11, 9, 10, 15))),
+    HybridEdgeScenario(
+        "checkpoint_at_a_retained_segment_end_keeps_its_key",
+        "retention 24, the same layout: a 30-token prompt's first chunk of 26 exports the state "
+        "at 24 to its checkpoint block, the end of Mamba block 2, which retention keeps (the "
+        "last of every three); the block keeps its key, so a sibling sharing 28 tokens hits "
+        "at 24",
+        (_FULL4, _CHECKPOINTS8),
+        num_blocks=64,
+        ops=(add("a", _P[:30]), schedule("a", 26), schedule("a"), free("a"),
+             add("b", (*_P[:28], *range(700, 710))), schedule("b"), free("b")),
+        use_eagle=False, retention=24, block_size=4,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2, 3, 4, 5, 6, 7], [0, 0, 8, 9]]},
+                     {"new": [[10], []]}, {}, {},
+                     {"hits": ([[1, 2, 3, 4, 5, 6], [0, 0, 8]], 24),
+                      "new": [[9, 10, 11, 12], [13, 14]]},
+                     {}),
+            copies=(),
+            free_queue=(14, 12, *range(15, 64), 7, 11, 10, 9, 6, 5, 4, 3, 2, 1, 13, 8))),
+    HybridEdgeScenario(
+        "checkpoint_at_token_one_without_a_lookup",
+        "retention 2, full attention at 1 beside a Mamba align group at 1 with prefill "
+        "checkpoints on an alignment of 1: an 8-token prompt that skips reading the prefix "
+        "cache reserves a checkpoint block for the state at 1 in its first chunk of 2; 1 is "
+        "not the prompt's checkpoint, retention keeps every second block (not the first), and "
+        "the request has no shared-prefix boundary (0), so the block is left unkeyed",
+        (_FULL1, _CHECKPOINTS1),
+        num_blocks=32,
+        ops=(add("a", _P[:8], skip_read=True), schedule("a", 2), schedule("a"), free("a"),
+             add("b", (*_P[:3], 9, 9, 9)), schedule("b"), free("b")),
+        use_eagle=False, retention=2, block_size=1,
+        recorded=Recorded(
+            answers=({}, {"hits": ([[], []], 0), "new": [[1, 2], [3, 4]]},
+                     {"new": [[3, 5, 6, 7, 8, 9], [0, 0, 0, 0, 10, 11]]}, {}, {},
+                     {"hits": ([[1, 2], [0, 4]], 2), "new": [[12, 13, 14, 15], [0, 0, 16, 17]]},
+                     {}),
+            copies=(),
+            free_queue=(*range(18, 32), 9, 8, 7, 6, 5, 3, 11, 10, 15, 14, 13, 12, 2, 1, 17, 16,
+                        4))),
     HybridEdgeScenario(
         "chunked_local_without_caching_frees_past_chunks",
         "vLLM 0.10.2, caching off, full attention at 4 beside chunked local attention (chunks "
