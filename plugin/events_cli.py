@@ -148,21 +148,18 @@ def run_serve(args: argparse.Namespace, source: BatchSource, described: str, *,
     with publisher:
         replay = (f", replay on {publisher.replay_endpoint}" if args.replay_endpoint else "")
         # Subscribers connect first: a PUB socket drops what nobody hears.
-        if args.subscribers:
-            wait = DEFAULT_SUBSCRIBERS_WAIT_S if args.wait is None else args.wait
-            print(f"{command}: {args.format} on {publisher.endpoint}{replay}; first batch "
-                  f"when {args.subscribers} subscriber(s) connected (at most {wait:g} s)",
-                  flush=True)
-            connected = publisher.wait_for_subscribers(args.subscribers, wait)
-            if connected < args.subscribers:
-                print(f"{command}: only {connected} of {args.subscribers} subscriber(s) "
-                      f"connected in {wait:g} s (--wait); publishing anyway", file=sys.stderr,
-                      flush=True)
-        else:
-            wait = DEFAULT_WAIT_S if args.wait is None else args.wait
-            print(f"{command}: {args.format} on {publisher.endpoint}{replay}; first batch in "
-                  f"{wait:g} s", flush=True)
+        wanted = args.subscribers
+        wait = (DEFAULT_SUBSCRIBERS_WAIT_S if wanted else DEFAULT_WAIT_S) \
+            if args.wait is None else args.wait
+        when = (f"when {wanted} subscriber(s) connected (at most {wait:g} s)" if wanted
+                else f"in {wait:g} s")
+        print(f"{command}: {args.format} on {publisher.endpoint}{replay}; first batch {when}",
+              flush=True)
+        if not wanted:
             time.sleep(wait)
+        elif (connected := publisher.wait_for_subscribers(wanted, wait)) < wanted:
+            print(f"{command}: only {connected} of {wanted} subscriber(s) connected in "
+                  f"{wait:g} s (--wait); publishing anyway", file=sys.stderr, flush=True)
         try:
             summary = serve(publisher, release=args.format, batches=batches,
                             data_parallel_rank=args.dp_rank, interval_s=args.interval,

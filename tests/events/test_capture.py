@@ -117,10 +117,9 @@ def test_wait_for_subscribers_counts_handshakes_and_forgets_who_left(tmp_path: P
         for sub in (first, second):
             assert sub.poll(5000) and sub.recv_multipart()[-1] == b"p0"
         first.close(0)
-        for _ in range(50):  # the disconnect reaches the monitor within a few milliseconds
-            if pub.wait_for_subscribers(2, 0.1) == 1:
-                break
-        assert pub.wait_for_subscribers(2, 0.1) == 1
+        # Two are never there again: the wait reads the monitor for its whole second, the
+        # disconnect (which arrives within milliseconds) included.
+        assert pub.wait_for_subscribers(2, 1.0) == 1
         second.close(0)
     # A publisher that connects (an endpoint without '*'), as vLLM's does to a router that
     # binds: the handshake is seen from that side too. (A separate process: a SUB bound in
