@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from kvcheck.bench.measure.metrics import Metric, PairedRatio, percentile
 from kvcheck.bench.measure.rounds import Bench, SetupArgs
-from kvcheck.bench.measure.timing import collector_off
+from kvcheck.bench.measure.timing import collector_off, long_lived_frozen
 from kvcheck.errors import KVCheckInputError
 
 __all__ = [
@@ -129,9 +129,11 @@ class PairedBench:
         self.pairs += 1
 
     def measure(self, rounds: int, warmup: int) -> None:
-        """``warmup + rounds`` pairs without pytest-benchmark."""
-        for _ in range(warmup + rounds):
-            self.run()
+        """``warmup + rounds`` pairs without pytest-benchmark (``long_lived_frozen``: the
+        full collection before each round does not walk the benches' inputs again)."""
+        with long_lived_frozen():
+            for _ in range(warmup + rounds):
+                self.run()
 
     def metrics(self, warmup: int) -> tuple[list[Metric], list[Metric]]:
         """``(implementation metrics, reference metrics)`` of the timed pairs; each of the

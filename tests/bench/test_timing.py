@@ -106,3 +106,45 @@ def test_collector_off_collects_first_and_restores_the_collector(was_enabled: bo
     finally:
         gc.callbacks.remove(seen)
         gc.enable()
+
+
+class _Cycle:
+    """Garbage only the collector frees (a reference cycle)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _frozen(obj: object) -> bool:
+    """``obj`` is in the collector's permanent generation (``gc.freeze``): tracked, yet in
+    none of the generations a collection walks."""
+    import gc
+
+    return gc.is_tracked(obj) and not any(o is obj for o in gc.get_objects())
+
+
+def test_long_lived_frozen_freezes_what_is_alive_and_gives_it_back() -> None:
+    """Around a tool's rounds: the garbage made before is collected, not frozen; what is alive
+    is frozen (so each round's full collection skips it) and what the rounds make is not;
+    everything is given back at the end. Where objects are frozen already (a pytest
+    session's), nothing changes."""
+    import gc
+    import weakref
+
+    from kvcheck.bench.measure.timing import collector_off, long_lived_frozen
+
+    gc.unfreeze()  # what this file's fixture froze (``_frozen_heap``); frozen again below
+    alive = _Cycle()
+    garbage = weakref.ref(_Cycle())
+    with long_lived_frozen():
+        assert garbage() is None
+        made = _Cycle()
+        with collector_off():  # a round's full collection
+            pass
+        assert _frozen(alive) and not _frozen(made)
+    assert not _frozen(alive) and not _frozen(made)
+    gc.freeze()  # a pytest session's, say
+    late = _Cycle()
+    with long_lived_frozen():
+        assert _frozen(alive) and not _frozen(late)
+    assert _frozen(alive)  # not given back
