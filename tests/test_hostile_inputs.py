@@ -180,6 +180,28 @@ def test_a_damaged_shipped_corpus_is_no_verdict_on_the_implementation(
     assert "collection errors in test_recorded.py" in record["completeness"]["reasons"]
 
 
+def test_the_inventory_child_of_a_partial_run_does_not_load_the_corpus(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child that lists what a partial run should have run (``--collect-only
+    --kv-inventory=FILE``) lists the recorded tests without loading the corpus (0.75 s of its
+    1.5 s): here the corpus is missing, and the child neither fails nor loads it."""
+    monkeypatch.setattr(recorded, "CORPUS_DIR", tmp_path / "no-corpus-here")
+    recorded.shipped_corpus.cache_clear()
+    inventory = tmp_path / "inventory.json"
+    try:
+        rec = pytester.inline_run("--collect-only", "-q", "--kv-impl=reference",
+                                  "--kv-profile=vllm-0.33", f"--kv-inventory={inventory}",
+                                  "-p", "no:cacheprovider", str(SUITE / "test_recorded.py"))
+        assert recorded.shipped_corpus.cache_info().misses == 0
+    finally:
+        recorded.shipped_corpus.cache_clear()
+    assert [r for r in rec.getreports("pytest_collectreport") if r.failed] == []
+    listed = json.loads(inventory.read_text())
+    assert listed["collect_errors"] == []
+    assert sum("test_recorded_trace_replays[" in t
+               for t in listed["applicable"]["reference"]) == DEFAULT_TRACES
+
+
 # ------------------------------------------------------------------ hybrid specs
 def _trace(path: Path, groups: list[dict[str, Any]]) -> Path:
     spec = {"num_blocks": 32, "block_size": 4, "kv_cache_groups": groups}
