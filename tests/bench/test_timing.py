@@ -3,6 +3,8 @@ here on the CPU; the CUDA calls themselves are exercised by bench/run_gpu.sh).""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -108,19 +110,37 @@ def test_collector_off_collects_first_and_restores_the_collector(was_enabled: bo
         gc.enable()
 
 
-class _Cycle:
-    """Garbage only the collector frees (a reference cycle)."""
+#: Run in a fresh interpreter: here, unfreezing the heap this file's fixture froze
+#: (``_frozen_heap``) would hand an xdist worker's millions of objects to the collections
+#: below (2.2 s instead of 0.1 s).
+_FROZEN_PROBE = """
+import gc, weakref
+from kvcheck.bench.measure.timing import collector_off, long_lived_frozen
 
-    def __init__(self) -> None:
+class Cycle:  # garbage only the collector frees
+    def __init__(self):
         self.me = self
 
-
-def _frozen(obj: object) -> bool:
-    """``obj`` is in the collector's permanent generation (``gc.freeze``): tracked, yet in
-    none of the generations a collection walks."""
-    import gc
-
+def frozen(obj):  # in the permanent generation: tracked, in no generation a collection walks
     return gc.is_tracked(obj) and not any(o is obj for o in gc.get_objects())
+
+assert gc.get_freeze_count() == 0
+alive = Cycle()
+garbage = weakref.ref(Cycle())
+with long_lived_frozen():
+    assert garbage() is None  # collected first, not frozen
+    made = Cycle()
+    with collector_off():  # a round's full collection
+        pass
+    assert frozen(alive) and not frozen(made)
+assert not frozen(alive) and not frozen(made) and gc.get_freeze_count() == 0
+gc.freeze()  # a pytest session's, say
+late = Cycle()
+with long_lived_frozen():
+    assert frozen(alive) and not frozen(late)
+assert frozen(alive)  # not given back
+print("ok")
+"""
 
 
 def test_long_lived_frozen_freezes_what_is_alive_and_gives_it_back() -> None:
@@ -128,23 +148,6 @@ def test_long_lived_frozen_freezes_what_is_alive_and_gives_it_back() -> None:
     is frozen (so each round's full collection skips it) and what the rounds make is not;
     everything is given back at the end. Where objects are frozen already (a pytest
     session's), nothing changes."""
-    import gc
-    import weakref
-
-    from kvcheck.bench.measure.timing import collector_off, long_lived_frozen
-
-    gc.unfreeze()  # what this file's fixture froze (``_frozen_heap``); frozen again below
-    alive = _Cycle()
-    garbage = weakref.ref(_Cycle())
-    with long_lived_frozen():
-        assert garbage() is None
-        made = _Cycle()
-        with collector_off():  # a round's full collection
-            pass
-        assert _frozen(alive) and not _frozen(made)
-    assert not _frozen(alive) and not _frozen(made)
-    gc.freeze()  # a pytest session's, say
-    late = _Cycle()
-    with long_lived_frozen():
-        assert _frozen(alive) and not _frozen(late)
-    assert _frozen(alive)  # not given back
+    proc = subprocess.run([sys.executable, "-c", _FROZEN_PROBE], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-2000:]
