@@ -54,7 +54,9 @@ driver calls ``take_boundary_state_offloads()`` where vLLM's ``schedule()`` drai
 same points as the copies and just before them, and judges each hand-off once the copies drained
 with it are applied to the written record; it plays a KV producer: before each ``free`` of a
 running request it calls ``finalize_partial_tail_offloads(views[rid])`` (vLLM's scheduler
-does for a producer's finished request; for a preempted one the free drops the tail anyway).
+does for a producer's finished request), except before a ``free(rid, preempt=True)``: a
+preemption inside the step, which comes before the step's drain, and whose free drops the
+request's tail and its hand-offs not drained yet (vLLM 0.33's ``pop_blocks_for_free``).
 Elsewhere nothing is called.
 
 With ``pinning_lookup`` (``kvcheck.conformance.pinning``) every lookup that no successful
@@ -228,7 +230,8 @@ class Driver:
         """Run one op; returns what the implementation answered (for comparison)."""
         kind = op["op"]
         if ((self.copies_pending or self.offloads_pending)
-                and kind not in ("schedule", "decode", "lookup")):
+                and kind not in ("schedule", "decode", "lookup")
+                and not (kind == "free" and op.get("preempt"))):
             self.end_schedule()  # vLLM's schedule() ended before this op
         self.write_log.begin()
         if op["op"] == "add":
@@ -245,7 +248,7 @@ class Driver:
                                   lookahead=int(op.get("lookahead", 0)),
                                   gates=op.get("gates"))
         if op["op"] == "free":
-            self._free(op["rid"], int(op.get("in_flight", 0)))
+            self._free(op["rid"], int(op.get("in_flight", 0)), bool(op.get("preempt", False)))
             return {}
         if op["op"] == "cache":
             self._load_ended(op["rid"], int(op["num_tokens"]))
@@ -263,8 +266,8 @@ class Driver:
     def run(self, ops: Iterable[Op]) -> list[StepResult]:
         return [self.apply(op) for op in ops]
 
-    def _free(self, rid: str, in_flight: int = 0) -> None:
-        if self.offloads and rid in self.running:
+    def _free(self, rid: str, in_flight: int = 0, preempt: bool = False) -> None:
+        if self.offloads and rid in self.running and not preempt:
             self._finalize_tails(rid, in_flight)
         self._call(f"m.free({rid!r})", self.manager.free, rid)
         self.running.discard(rid)

@@ -89,6 +89,20 @@ _SCENARIOS = (
      (_FULL4, _align(8)), 16,
      (add("a", _P14), schedule("a", 12), free("a"), add("b", (*_P14, 7, 8, 9)),
       schedule("b"), decode("b"), free("b"))),
+    ("preempted_in_step_drops_its_hand_offs",
+     ("a preempted inside the step (free with preempt: before the step's drain, no tail "
+     "finalized) loses the hand-off its chunk made in that step; b's, made in the same step, "
+     "is drained with the next step"),
+     (_align(4),), 12,
+     (add("a", _P10), add("b", _P14), schedule("a", 8), schedule("b", 8),
+      free("a", preempt=True), schedule("b"), decode("b"), free("b"))),
+    ("preempted_producer_drops_its_tail",
+     ("Mamba at 8 beside full attention at 4: a, preempted in the step that keyed its prompt "
+     "tail at 12 inside a block, hands neither the tail's copy nor the tail off, then or "
+     "when it is admitted again and finishes"),
+     (_FULL4, _align(8)), 16,
+     (add("a", _P14), schedule("a", 12), free("a", preempt=True), add("b", _P10),
+      schedule("b"), schedule("a", 12), decode("b"), free("a"), free("b"))),
     ("two_mamba_groups",
      ("Mamba at 8 and 12 beside full attention at 4: both groups key the prompt tail at 20 "
      "inside a block, and hand off their copies group by group in the next step"),
@@ -153,6 +167,31 @@ _RECORDED: dict[str, tuple[tuple[StepResult, ...], tuple[dict[str, list[_Entry]]
         (),
         (('a', [(1, 4, 12)]),),
         ((4, 6),)),
+    'preempted_in_step_drops_its_hand_offs': (
+        ({},
+         {},
+         {'hits': ([[]], 0), 'new': [[0, 1]]},
+         {'hits': ([[]], 0), 'new': [[0, 2]]},
+         {},
+         {'new': [[0, 3]]},
+         {'new': [[]]},
+         {}),
+        ({'b': [(0, 2, 8)]},),
+        (),
+        ()),
+    'preempted_producer_drops_its_tail': (
+        ({},
+         {'hits': ([[], []], 0), 'new': [[1, 2, 3], [0, 4]]},
+         {},
+         {},
+         {'hits': ([[], []], 0), 'new': [[5, 6, 7], [0, 8]]},
+         {'hits': ([[1, 2, 3], [0, 4]], 12), 'new': [[9], [10]]},
+         {'new': [[], []]},
+         {},
+         {}),
+        (),
+        (),
+        ((4, 10),)),
     'two_mamba_groups': (
         ({},
          {'hits': ([[], [], []], 0), 'new': [[1, 2, 3, 4, 5], [0, 0, 6], [0, 7]]},

@@ -110,9 +110,13 @@ class _FreeFields(TypedDict):
 
 class FreeOp(_FreeFields, total=False):
     """Free a request; ``in_flight``: its tokens in flight (``async_scheduling``: a
-    KV producer's ``finalize_partial_tail_offloads`` gets them), absent when 0."""
+    KV producer's ``finalize_partial_tail_offloads`` gets them), absent when 0; ``preempt``:
+    preempted inside the scheduler's step (vLLM's ``_preempt_request`` in ``schedule()``,
+    when a step does not fit), so before the step's copies and boundary-state hand-offs are
+    drained and without finalizing its partial tail, absent when False."""
 
     in_flight: int
+    preempt: bool
 
 
 class CacheOp(TypedDict):
@@ -226,13 +230,16 @@ def decode(rid: str, num_tokens: int = 1, lookahead: int = 0, *,
     return op
 
 
-def free(rid: str, in_flight: int = 0) -> FreeOp:
+def free(rid: str, in_flight: int = 0, preempt: bool = False) -> FreeOp:
     """Free ``rid``; ``in_flight``: its tokens still in flight when it finishes
     (asynchronous scheduling: passed to ``finalize_partial_tail_offloads``; 0: the field is
-    left out)."""
+    left out); ``preempt``: preempted inside the scheduler's step (see ``FreeOp``; False: the
+    field is left out)."""
     op: FreeOp = {"op": "free", "rid": rid}
     if in_flight:
         op["in_flight"] = in_flight
+    if preempt:
+        op["preempt"] = True
     return op
 
 

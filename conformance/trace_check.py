@@ -68,7 +68,7 @@ _OP_FIELDS: dict[str, frozenset[str]] = {
     "schedule": frozenset({"op", "rid", "num_tokens", "lookahead", "external", "delay",
                            "gates"}),
     "decode": frozenset({"op", "rid", "num_tokens", "lookahead", "gates"}),
-    "free": frozenset({"op", "rid", "in_flight"}),
+    "free": frozenset({"op", "rid", "in_flight", "preempt"}),
     "reset": frozenset({"op"}),
     "lookup": frozenset({"op", "rid"}),
     "cache": frozenset({"op", "rid", "num_tokens"}),
@@ -269,6 +269,8 @@ def check_ops(ops: object, where: str) -> list[Op]:
             if type(in_flight) is not int or not 0 <= in_flight <= MAX_REQUEST_TOKENS:
                 raise TraceError(f"{at}: in_flight={in_flight!r}: must be an int in "
                                  f"[0, {MAX_REQUEST_TOKENS}]")
+            if type(op.get("preempt", False)) is not bool:
+                raise TraceError(f"{at}: field 'preempt'={op['preempt']!r}: must be true or false")
             continue
         if kind == "cache":
             n = op.get("num_tokens")

@@ -1196,7 +1196,7 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             while not self._allocated(self.pair.apply(op)):
                 victim = self.running[-1]
                 reached["preempted_for_room"] += 1
-                self._free(victim)
+                self._free(victim, preempt=True)
                 if victim == rid:
                     return
                 # The tokens a refused decode sampled stay in the request: the retry only
@@ -1237,12 +1237,13 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
             self._free(rid)
             self._admit(rid, self._chunk(chunk))
 
-        def _free(self, rid: str) -> None:
+        def _free(self, rid: str, preempt: bool = False) -> None:
+            """Free ``rid``; ``preempt``: inside the step, to make room (``FreeOp``)."""
             view = self.pair.impl.views[rid]
             # Asynchronous scheduling: freed while its last step is in flight (a KV
             # producer's finalize_partial_tail_offloads then finalizes nothing).
             in_flight = 0 if self.in_flight is None else self.in_flight.pop(rid, 0)
-            self.pair.apply(free(rid, in_flight=in_flight))
+            self.pair.apply(free(rid, in_flight=in_flight, preempt=preempt))
             if rid in self.running:
                 self.running.remove(rid)
                 self.pending.append(rid)  # a freed request may come back (preemption)

@@ -169,7 +169,7 @@ def test_a_copy_in_place_onto_another_requests_block_is_a_protocol_violation() -
 def test_traces_accept_external_kv_ops_and_refuse_bad_fields() -> None:
     """Traces (``kvcheck replay``) carry the external-KV ops; bad fields are trace errors."""
     ops = [add("a", list(range(12))), schedule("a", external=8, delay=True), cache("a", 8),
-           evict([1, 2])]
+           evict([1, 2]), free("a", preempt=True)]
     assert check_ops(ops, "t.json") == ops
     bad: list[tuple[dict[str, Any], str]] = [
         ({"op": "schedule", "rid": "a", "num_tokens": None, "external": -1},
@@ -179,6 +179,8 @@ def test_traces_accept_external_kv_ops_and_refuse_bad_fields() -> None:
         ({"op": "cache", "rid": "a", "num_tokens": "8"}, r"num_tokens='8': must be an int"),
         ({"op": "evict", "block_ids": [1, -2]}, r"field 'block_ids'=\[1, -2\]: must be a list"),
         ({"op": "evict", "block_ids": [1], "rid": "a"}, r"'evict' op has unknown fields \['rid'\]"),
+        ({"op": "free", "rid": "a", "preempt": "yes"},
+         r"field 'preempt'='yes': must be true or false"),
     ]
     for op, words in bad:
         with pytest.raises(TraceError, match=words):
