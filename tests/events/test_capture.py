@@ -117,9 +117,11 @@ def test_wait_for_subscribers_counts_handshakes_and_forgets_who_left(tmp_path: P
         for sub in (first, second):
             assert sub.poll(5000) and sub.recv_multipart()[-1] == b"p0"
         first.close(0)
-        # Two are never there again: the wait reads the monitor for its whole second, the
-        # disconnect (which arrives within milliseconds) included.
-        assert pub.wait_for_subscribers(2, 1.0) == 1
+        # Asked for more than can be there, the wait reads the monitor for its whole second,
+        # the disconnect (which arrives within milliseconds) included. (Asked for 2, it may
+        # return at once, the count still 2, before the disconnect reaches the monitor: it
+        # did once in a loaded run.)
+        assert pub.wait_for_subscribers(3, 1.0) == 1
         second.close(0)
     # A publisher that connects (an endpoint without '*'), as vLLM's does to a router that
     # binds: the handshake is seen from that side too. (A separate process: a SUB bound in
