@@ -37,6 +37,7 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    RuleStrategy,
     initialize,
     precondition,
     rule,
@@ -1298,6 +1299,25 @@ def run_workload_machine(make_pair: Callable[..., Pair], settings: Settings, see
                                   settings=Settings(settings, stateful_step_count=step_count,
                                                     phases=phases))
     finally:
+        _forget_machine_class(KVWorkload)
         REACHED.update(reached)
         if stats is not None:
             stats.update(reached)
+
+
+def _forget_machine_class(machine: type[RuleBasedStateMachine]) -> None:
+    """Drop what Hypothesis caches for ``machine``, a class made for one run.
+
+    Hypothesis keeps each machine class's rules in a dict keyed by the class, and the
+    sorted rule strategy in an LRU cache (128 classes): a class of ``run_workload_machine``,
+    its rules closing over the run's pairs, implementation and settings (and, in a pytest
+    run, through the test module's loader, the whole session), would live as long as the
+    process. Both are private to Hypothesis: a release that renamed them leaves the classes
+    alive, no more (``tests/conformance/test_workload_coverage.py`` notices)."""
+    per_class = getattr(RuleBasedStateMachine, "_setup_state_per_class", None)
+    if isinstance(per_class, dict):
+        per_class.pop(machine, None)
+    setup_for = getattr(vars(RuleStrategy).get("_setup_for"), "__func__", None)
+    cache_clear = getattr(setup_for, "cache_clear", None)
+    if cache_clear is not None:  # an LRU cache has no per-key removal: the whole, then
+        cache_clear()

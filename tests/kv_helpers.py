@@ -182,7 +182,7 @@ def _shared_run(pytester: pytest.Pytester,
     worker_base = pytester.path.parent
     if fcntl is None or not worker or not run_id or worker_base.name != f"popen-{worker}":
         result, text, page = make(pytester)
-        return SharedRun(result, _one_record(pytester, text), text, page)
+        return SharedRun(_lines_only(result), _one_record(pytester, text), text, page)
     shared = worker_base.parent / f"kvcheck-shared-{make.__name__.strip('_')}-{run_id}"
     with open(f"{shared}.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -194,6 +194,7 @@ def _shared_run(pytester: pytest.Pytester,
                 text, page = data["record"], data["page"]
             else:
                 result, text, page = make(pytester)
+                result = _lines_only(result)
                 shared.write_text(json.dumps({
                     "ret": int(result.ret), "outlines": result.outlines,
                     "errlines": result.errlines, "duration": result.duration,
@@ -201,6 +202,14 @@ def _shared_run(pytester: pytest.Pytester,
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return SharedRun(result, _one_record(pytester, text), text, page)
+
+
+def _lines_only(result: pytest.RunResult) -> pytest.RunResult:
+    """``result`` without its in-process run's hook recorder (``reprec``): what the workers
+    reading the shared run get. Kept for the session, the recorder would keep the run's
+    every hook call, report and traceback alive (19 000 calls), and each of the worker's
+    full garbage collections would walk them."""
+    return pytest.RunResult(result.ret, result.outlines, result.errlines, result.duration)
 
 
 def _one_record(pytester: pytest.Pytester, text: str) -> dict[str, Any]:

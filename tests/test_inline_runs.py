@@ -1,13 +1,16 @@
 """pytester's in-process runs keep the library modules they import, and only those
 (``inner_runs.keep_library_modules_across_inline_runs``), and each starts in a data-stack chunk
 of its own (``inner_runs.run_inline_runs_in_their_own_stack_chunk``); both installed by
-``conftest.py``."""
+``conftest.py``. Nothing keeps a finished run alive: neither Hypothesis's cache of the modules
+it read (``inner_runs.release_dropped_modules``) nor ``kv_helpers``' shared runs."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+from unittest import mock
 
+import kv_helpers
 import pytest
 from inner_runs import (
     _OWN_CHUNK_SLOTS,
@@ -15,6 +18,7 @@ from inner_runs import (
     _library_module,
     inline_runs_have_their_own_stack_chunk,
     keeps_library_modules,
+    releases_dropped_modules,
 )
 
 
@@ -66,3 +70,46 @@ def test_inline_runs_start_from_a_frame_too_large_for_a_small_stack_chunk(
     # The run itself is pytester's, unchanged: its hook recorder comes back.
     pytester.makepyfile(test_one="def test_it():\n    pass\n")
     pytester.inline_run("-p", "no:cacheprovider").assertoutcome(passed=1)
+
+
+def test_inline_runs_leave_no_dropped_module_in_hypothesis_constants_cache(
+        pytester: pytest.Pytester) -> None:
+    # Hypothesis reads the constants of each local module a test run has imported, caching
+    # them by module: a dropped test module (and through its loader, the run's config,
+    # plugin manager and hook recorder) would stay alive in that cache.
+    from hypothesis.internal.constants_ast import constants_from_module
+    assert releases_dropped_modules()
+    pytester.makepyfile(constants_here="LIMIT = 987_654_321\n")
+    pytester.makepyfile(test_drawing="import constants_here\n"
+                                     "from hypothesis import given, strategies as st\n\n"
+                                     "@given(st.integers())\n"
+                                     "def test_it(n):\n"
+                                     "    assert constants_here.LIMIT\n")
+    pytester.syspathinsert()
+    seen: list[int] = []
+
+    class SeeTheCache:
+        def pytest_runtest_teardown(self) -> None:  # the run's module still imported here
+            seen.append(constants_from_module.cache_info().currsize)
+
+    pytester.inline_run("-p", "no:cacheprovider", plugins=[SeeTheCache()]) \
+        .assertoutcome(passed=1)
+    assert seen and seen[0] > 0, "the run's Hypothesis test read no local module's constants"
+    assert "constants_here" not in sys.modules
+    assert constants_from_module.cache_info().currsize == 0
+
+
+def test_a_shared_run_keeps_only_its_lines(pytester: pytest.Pytester) -> None:
+    # kv_helpers keeps a shared run for the whole session: with its in-process run's hook
+    # recorder, every hook call, report and traceback of that run would stay alive with it.
+    def make(pt: pytest.Pytester) -> tuple[pytest.RunResult, str, str]:
+        pt.makepyfile(test_two="def test_a():\n    pass\n\ndef test_b():\n    assert 0\n")
+        result = pt.runpytest("-p", "no:cacheprovider")
+        assert hasattr(result, "reprec")  # pytester's in-process result, as plain_full_run's
+        return result, '{"kind": "placeholder"}\n', ""
+
+    with mock.patch.object(kv_helpers, "_one_record", return_value={}):
+        shared = kv_helpers._shared_run(pytester, make)
+    assert not hasattr(shared.result, "reprec")
+    shared.result.assert_outcomes(passed=1, failed=1)
+    assert shared.result.ret == pytest.ExitCode.TESTS_FAILED

@@ -10,6 +10,7 @@ Hypothesis happens to draw in this process.
 from __future__ import annotations
 
 import ast
+import gc
 import types
 from collections import Counter
 from collections.abc import Sequence
@@ -136,6 +137,23 @@ def test_hash_algorithms_drawn(declared: tuple[str, ...], profile: str,
     info = ImplInfo(name="x", version="0", capabilities=frozenset({"manager"}),
                     profile="vllm-0.33", hash_algos=declared)
     assert workload_hash_algos(info, profile) == tuple(expected)
+
+
+# ---------------------------------------------------------------------- nothing kept after a run
+def _machine_classes_alive() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, type)
+               and o.__qualname__ == "run_workload_machine.<locals>.KVWorkload")
+
+
+def test_a_run_leaves_its_machine_class_to_the_collector() -> None:
+    # Each run makes a machine class whose rules close over its pairs and settings; Hypothesis
+    # caches per class (its rules, its sorted rule strategy). Kept, a conformance run would
+    # keep every workload test's class, implementation and, in pytest, session alive.
+    reference = load_impl("reference")
+    before = _machine_classes_alive()
+    _run(reference, reference, "vllm-0.33", examples=3)
+    assert _machine_classes_alive() == before, "the run's machine class is still alive"
 
 
 # ---------------------------------------------------------------------- undeclared: never used
