@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import importlib
 from pathlib import Path
 
@@ -87,12 +88,16 @@ FORMER_HOMES = {
 }
 
 
-def _sources() -> dict[str, ast.Module]:
+def _source_files() -> list[Path]:
+    return [path for folder in PACKAGES for path in sorted((ROOT / folder).rglob("*.py"))]
+
+
+@functools.cache
+def sources() -> dict[str, ast.Module]:
+    """kvcheck's modules, parsed: once per process, and only where a test here runs (at
+    import, each xdist worker's collection paid 1.8 s for it)."""
     return {str(path.relative_to(ROOT)): ast.parse(path.read_text(encoding="utf-8"))
-            for folder in PACKAGES for path in sorted((ROOT / folder).rglob("*.py"))}
-
-
-SOURCES = _sources()
+            for path in _source_files()}
 
 
 def _base_name(node: ast.expr) -> str:
@@ -175,10 +180,10 @@ def test_the_scan_sees_every_kind_of_definition() -> None:
 
 def test_every_exception_class_is_in_its_layers_errors_module() -> None:
     misplaced = []
-    for file, names in exception_classes(SOURCES).items():
+    for file, names in all_classes().items():
         if file.endswith("/errors.py"):
             continue
-        caught = _caught_names(SOURCES[file])
+        caught = _caught_names(sources()[file])
         misplaced += [f"{file}: {name}" for name in names
                       if not (name.startswith("_") and name in caught)]
     assert not misplaced, (
@@ -188,7 +193,7 @@ def test_every_exception_class_is_in_its_layers_errors_module() -> None:
 
 
 def test_no_bare_builtin_exception_where_a_kvcheck_error_exists() -> None:
-    found = bare_raises(SOURCES)
+    found = bare_raises(sources())
     unexplained = [f"{file}:{line}: raise {name}({message[:50]!r}...)"
                    for file, line, name, message in found
                    if not any(file == f and message.startswith(m) for f, m in ALLOWED_BARE)]
@@ -201,8 +206,13 @@ def test_no_bare_builtin_exception_where_a_kvcheck_error_exists() -> None:
     assert not stale, f"ALLOWED_BARE entries that match no raise any more: {stale}"
 
 
-_ERRORS_MODULES = sorted(file for file in SOURCES if file.endswith("errors.py"))
-_ALL_CLASSES = exception_classes(SOURCES)
+_ERRORS_MODULES = sorted(str(path.relative_to(ROOT)) for path in _source_files()
+                         if path.name.endswith("errors.py"))
+
+
+@functools.cache
+def all_classes() -> dict[str, list[str]]:
+    return exception_classes(sources())
 
 
 @pytest.mark.parametrize("file", _ERRORS_MODULES)
@@ -210,7 +220,7 @@ def test_errors_modules_hold_kvcheck_errors(file: str) -> None:
     folder = file.split("/", 1)[0]
     module = importlib.import_module(
         "kvcheck.errors" if folder == "kvcheck" else f"{PACKAGES[folder]}.errors")
-    assert sorted(module.__all__) == sorted(_ALL_CLASSES[file]), (
+    assert sorted(module.__all__) == sorted(all_classes()[file]), (
         f"{file}: __all__ must list exactly the classes it defines")
     for name in module.__all__:
         cls = getattr(module, name)
