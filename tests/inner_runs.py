@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import sysconfig
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -109,10 +110,15 @@ def release_dropped_modules() -> None:
     config, plugin manager and hook recorder (every report and traceback of the run).
     Measured on ``tests/plugin/test_verdicts.py`` alone: 1.26 million objects alive at its
     end, each of the worker's full collections walking them. A module Hypothesis has seen
-    is never read again, so the cache serves no later lookup: emptying it costs nothing."""
+    is never read again, so the cache serves no later lookup: emptying it costs nothing.
+
+    ``typing`` keeps the ``@overload`` definitions of every module by name (for
+    ``typing.get_overloads``, which nothing here calls): a dropped module's stay there, and
+    with them that module; they are cleared too."""
     cache_clear = getattr(_MODULE_CONSTANTS, "cache_clear", None)
     if cache_clear is not None:
         cache_clear()
+    typing.clear_overloads()
 
 
 def releases_dropped_modules() -> bool:
@@ -120,10 +126,25 @@ def releases_dropped_modules() -> bool:
     return callable(getattr(_MODULE_CONSTANTS, "cache_clear", None))
 
 
+def unlink_hook_recorder(rec: _pytester.HookRecorder) -> None:
+    """Take ``rec`` off its run's plugin manager (``pluginmanager.reprec``, set by pytester).
+
+    A module the run imported first and that stays imported (kvcheck's, a library's) keeps
+    its loader, the run's assertion-rewriting hook, and so the run's config and plugin
+    manager: through this attribute, every hook call, report and traceback of the run (100
+    000 objects for a whole-suite run) for as long as the process lives. The test reading
+    the run holds the recorder itself."""
+    pluginmanager = getattr(rec, "_pluginmanager", None)
+    if pluginmanager is not None and getattr(pluginmanager, "reprec", None) is rec:
+        del pluginmanager.reprec
+
+
 def _inline_run_in_own_stack_chunk(self: pytest.Pytester, *args: Any,
                                    **kwargs: Any) -> _pytester.HookRecorder:
     try:
-        return _in_own_stack_chunk(lambda: _INLINE_RUN(self, *args, **kwargs))
+        rec = _in_own_stack_chunk(lambda: _INLINE_RUN(self, *args, **kwargs))
+        unlink_hook_recorder(rec)
+        return rec
     finally:
         release_dropped_modules()
 

@@ -2,12 +2,15 @@
 (``inner_runs.keep_library_modules_across_inline_runs``), and each starts in a data-stack chunk
 of its own (``inner_runs.run_inline_runs_in_their_own_stack_chunk``); both installed by
 ``conftest.py``. Nothing keeps a finished run alive: neither Hypothesis's cache of the modules
-it read (``inner_runs.release_dropped_modules``) nor ``kv_helpers``' shared runs."""
+it read, nor typing's overloads (``inner_runs.release_dropped_modules``), nor the run's plugin
+manager (``inner_runs.unlink_hook_recorder``), nor ``kv_helpers``' shared runs."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+import typing
+from typing import Any
 from unittest import mock
 
 import kv_helpers
@@ -113,3 +116,27 @@ def test_a_shared_run_keeps_only_its_lines(pytester: pytest.Pytester) -> None:
     assert not hasattr(shared.result, "reprec")
     shared.result.assert_outcomes(passed=1, failed=1)
     assert shared.result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_inline_runs_unlink_their_recorder_and_forget_their_overloads(
+        pytester: pytest.Pytester) -> None:
+    # A module an in-process run imported first and kept (a library's, kvcheck's) keeps the
+    # run's config through its loader, and the config reached the run's hook recorder; and
+    # typing kept the dropped test module's @overload definitions (and so the module).
+    pytester.makepyfile(test_overloads="from typing import overload\n\n"
+                                       "@overload\ndef f(x: int) -> int: ...\n"
+                                       "@overload\ndef f(x: str) -> str: ...\n"
+                                       "def f(x):\n    return x\n\n"
+                                       "def test_it():\n    assert f(1) == 1\n")
+    grabbed: list[Any] = []
+
+    class Grab:
+        def pytest_collection_finish(self, session: pytest.Session) -> None:
+            module = session.items[0].module  # type: ignore[attr-defined]
+            grabbed.append(module.f)
+            assert len(typing.get_overloads(module.f)) == 2  # registered while it runs
+
+    rec = pytester.inline_run("-p", "no:cacheprovider", plugins=[Grab()])
+    rec.assertoutcome(passed=1)  # the test still reads its run
+    assert not hasattr(rec._pluginmanager, "reprec")
+    assert typing.get_overloads(grabbed[0]) == []
