@@ -581,6 +581,12 @@ class ReferenceManager:
             return list(self.manager.get_block_ids(request_id))
         return self.manager.get_block_ids(request_id)[0]
 
+    def get_block_ids_many(self, request_ids: list[str]) -> list[AdapterBlockIds]:
+        """``get_block_ids`` of each of ``request_ids``, in order, in one call: the harness
+        reads every running request's tables after each step (the recorded area, the
+        workload machine), one guarded call instead of one per request."""
+        return [self.get_block_ids(r) for r in request_ids]
+
     def reset_prefix_cache(self) -> bool:
         return self.manager.reset_prefix_cache()
 
@@ -604,6 +610,11 @@ class ReferenceManager:
     def block_hashes(self, request_id: str) -> list[bytes]:
         req = self._requests.get(request_id)
         return [] if req is None else list(req.block_hashes)
+
+    def block_hashes_many(self, request_ids: list[str]) -> list[list[bytes]]:
+        """``block_hashes`` of each of ``request_ids``, in order, in one call (as
+        ``get_block_ids_many``)."""
+        return [self.block_hashes(r) for r in request_ids]
 
     def take_events(self) -> list[KVEvent]:
         events = self.manager.take_events()

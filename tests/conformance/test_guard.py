@@ -21,7 +21,7 @@ from kvcheck.conformance.guard import (
 )
 from kvcheck.conformance.loader import load_impl
 from kvcheck.conformance.ops import add, schedule
-from kvcheck.conformance.protocol import KVCacheSpec, RequestView
+from kvcheck.conformance.protocol import KVCacheGroupSpec, KVCacheSpec, RequestView
 from kvcheck.errors import KVCheckFailure
 
 SPEC = KVCacheSpec(num_blocks=8, block_size=4)
@@ -348,6 +348,44 @@ def test_reference_answers_a_sweep_of_ref_cnts_in_one_call() -> None:
     m._call = counting
     assert m.ref_cnts(ids) == [0, 1, 1, 1] + [0] * (SPEC.num_blocks - 4)
     assert calls == ["ref_cnt"]
+
+
+@pytest.mark.parametrize("groups", [(), (KVCacheGroupSpec("full_attention", 4),
+                                         KVCacheGroupSpec("sliding_window", 4, sliding_window=8))],
+                         ids=["one-group", "two-groups"])
+def test_reference_reads_every_requests_tables_and_hashes_in_one_call(
+        groups: tuple[KVCacheGroupSpec, ...]) -> None:
+    """The reference's bulk ``get_block_ids_many`` / ``block_hashes_many`` answer what the
+    per-request reads answer, in the adapter's own form (a flat table for one group), for
+    requests holding blocks and one holding none; the guard reads each through one call."""
+    spec = KVCacheSpec(num_blocks=16, block_size=4, kv_cache_groups=groups)
+    ref = load_impl("reference")
+    raw = ref.make_manager(spec, guard=False)
+    raw.allocate_slots(view("a"), 9, 0, [])
+    raw.allocate_slots(view("b", 5), 5, 0, [])
+    rids = ["a", "b", "gone"]
+    tables = raw.get_block_ids_many(rids)
+    assert tables == [raw.get_block_ids(r) for r in rids]
+    assert [len(t) for t in tables] == ([3, 2, 0] if not groups else [2, 2, 2])
+    hashes = raw.block_hashes_many(rids)
+    assert hashes == [raw.block_hashes(r) for r in rids]
+    assert [len(h) for h in hashes] == [2, 1, 0]  # full blocks only
+    m = ref.make_manager(spec)
+    m.allocate_slots(view("a"), 9, 0, [])
+    m.allocate_slots(view("b", 5), 5, 0, [])
+    one_by_one = [m.get_block_ids_per_group(r) for r in rids]
+    assert one_by_one[2] == [[] for _ in (groups or [None])]
+    calls: list[str] = []
+    own_call = m._call
+
+    def counting(method: str, fn: Any, *args: Any) -> Any:
+        calls.append(method)
+        return own_call(method, fn, *args)
+
+    m._call = counting
+    assert read_tables(m, rids) == one_by_one
+    assert read_block_hashes(m, rids) == hashes
+    assert calls == ["get_block_ids", "block_hashes"]
 
 
 class BulkFake(Fake):

@@ -30,9 +30,20 @@ def _record(tmp_path: Path, impl: str, name: str) -> dict:
          "--kv-max-examples=4",
          f"--kv-report={report}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=1500, check=False)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.returncode == 0, _failures(run.stdout) + run.stdout[-3000:] + run.stderr[-2000:]
     assert "still running" not in run.stdout, run.stdout[-2000:]
     return json.loads(report.read_text().splitlines()[-1])
+
+
+def _failures(stdout: str, most: int = 6000) -> str:
+    """The head of the run's FAILURES section (which call diverged, and how): the tail alone
+    shows only the verdict, and a failure seen once under load could not be told apart."""
+    start = stdout.find("= FAILURES =")
+    if start < 0:
+        return ""
+    end = stdout.find("short test summary info", start)
+    section = stdout[start:end if end >= 0 else len(stdout)]
+    return section[:most] + ("\n[...]\n" if len(section) > most else "\n")
 
 
 def test_wire_served_reference_gives_the_in_process_record(tmp_path: Path) -> None:
