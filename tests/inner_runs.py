@@ -111,8 +111,8 @@ def release_dropped_modules() -> None:
     the other roots (``unlink_hook_recorder``, Hypothesis's machine classes, ``kv_helpers``'
     shared run), ``tests/plugin/test_verdicts.py`` alone left 1.26 million objects alive at
     its end (0.66 million without them), each of the worker's full collections walking them.
-    A module Hypothesis has seen
-    is never read again, so the cache serves no later lookup: emptying it costs nothing.
+    A module Hypothesis has seen is never read again, so the cache serves no later lookup:
+    emptying it costs nothing.
 
     ``typing`` keeps the ``@overload`` definitions of every module by name (for
     ``typing.get_overloads``, which nothing here calls): a dropped module's stay there, and
